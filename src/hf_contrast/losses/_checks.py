@@ -1,0 +1,123 @@
+"""Input checks and numerics shared by every loss in :mod:`hf_contrast.losses`.
+
+Every check raises ``ValueError`` whose message names the argument in backticks, says what was
+received and what is expected. Checks that would need a device synchronisation (reading tensor
+*values* on an accelerator) are only done for CPU tensors, where they are cheap.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+__all__ = [
+    "check_embeddings",
+    "check_same_shape",
+    "check_labels",
+    "check_positive",
+    "check_non_negative",
+    "check_unit_interval",
+    "check_finite_values",
+    "l2_normalize",
+    "float32_math",
+]
+
+
+def check_embeddings(name: str, z: object, ndim: int | tuple[int, ...] = 2, shape_doc: str = "(B, D)") -> Tensor:
+    """Check that ``z`` is a floating-point tensor of rank ``ndim`` with no empty axis."""
+    if not isinstance(z, Tensor):
+        raise ValueError(f"`{name}` must be a torch.Tensor of shape {shape_doc}, got {type(z).__name__}.")
+    ranks = (ndim,) if isinstance(ndim, int) else ndim
+    if z.ndim not in ranks:
+        raise ValueError(f"`{name}` must have shape {shape_doc} (rank {' or '.join(map(str, ranks))}), got shape {tuple(z.shape)}.")
+    if not z.is_floating_point():
+        raise ValueError(f"`{name}` must be a floating-point tensor, got dtype {z.dtype}.")
+    if z.numel() == 0:
+        raise ValueError(f"`{name}` must not be empty, got shape {tuple(z.shape)}.")
+    check_finite_values(name, z)
+    return z
+
+
+def check_finite_values(name: str, z: Tensor) -> None:
+    """Reject NaN/inf in ``z`` when that is cheap to detect (CPU tensors: no device sync)."""
+    if z.device.type == "cpu" and not bool(torch.isfinite(z).all()):
+        raise ValueError(f"`{name}` contains NaN or infinite values.")
+
+
+def check_same_shape(name1: str, z1: Tensor, name2: str, z2: Tensor) -> None:
+    """Check that two tensors have identical shapes (nothing is broadcast)."""
+    if z1.shape != z2.shape:
+        raise ValueError(
+            f"`{name1}` and `{name2}` must have the same shape, got {tuple(z1.shape)} and {tuple(z2.shape)}."
+        )
+
+
+def check_labels(labels: object, n: int, name: str = "labels") -> Tensor:
+    """Check that ``labels`` is an integer tensor of shape ``(n,)`` on any device."""
+    if not isinstance(labels, Tensor):
+        raise ValueError(f"`{name}` must be an integer torch.Tensor of shape ({n},), got {type(labels).__name__}.")
+    if labels.dtype.is_floating_point or labels.dtype.is_complex or labels.dtype == torch.bool:
+        raise ValueError(f"`{name}` must have an integer dtype (e.g. torch.long), got {labels.dtype}.")
+    if labels.ndim != 1 or labels.shape[0] != n:
+        raise ValueError(f"`{name}` must have shape ({n},) to match the embeddings, got {tuple(labels.shape)}.")
+    return labels
+
+
+def _check_number(name: str, value: object) -> float:
+    if isinstance(value, Tensor):
+        if value.numel() != 1:
+            raise ValueError(f"`{name}` must be a scalar, got a tensor of shape {tuple(value.shape)}.")
+        return float(value.detach())
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ValueError(f"`{name}` must be a number, got {type(value).__name__}.")
+    value = float(value)
+    if not math.isfinite(value):
+        raise ValueError(f"`{name}` must be finite, got {value}.")
+    return value
+
+
+def check_positive(name: str, value: object) -> float:
+    """Check ``value > 0`` (e.g. a temperature)."""
+    v = _check_number(name, value)
+    if not v > 0:
+        raise ValueError(f"`{name}` must be > 0, got {v}.")
+    return v
+
+
+def check_non_negative(name: str, value: object) -> float:
+    """Check ``value >= 0`` (e.g. a loss weight)."""
+    v = _check_number(name, value)
+    if not v >= 0:
+        raise ValueError(f"`{name}` must be >= 0, got {v}.")
+    return v
+
+
+def check_unit_interval(name: str, value: object) -> float:
+    """Check ``0 <= value <= 1`` (e.g. a soft label or SimO's ``olean``)."""
+    v = _check_number(name, value)
+    if not 0.0 <= v <= 1.0:
+        raise ValueError(f"`{name}` must be in [0, 1], got {v}.")
+    return v
+
+
+def l2_normalize(z: Tensor, eps: float = 1e-12) -> Tensor:
+    """Row-wise ``z / max(||z||_2, eps)`` along the last axis: never divides by zero."""
+    return F.normalize(z, p=2.0, dim=-1, eps=eps)
+
+
+@contextmanager
+def float32_math(device_type: str) -> Iterator[None]:
+    """Disable autocast so that similarity matrices and exponentials stay in float32.
+
+    Use together with ``.float()`` on the inputs:
+
+    >>> with float32_math(z.device.type):  # doctest: +SKIP
+    ...     sim = z.float() @ z.float().T
+    """
+    with torch.autocast(device_type=device_type, enabled=False):
+        yield
