@@ -1,0 +1,77 @@
+"""The embedded default image data: scikit-learn's handwritten digits as a ``datasets.Dataset``.
+
+The examples must run on a fresh machine with no network, so their default data are real images
+that ship inside an installed dependency: the 1,797 8×8 grey-scale digits of scikit-learn
+(UCI ML hand-written digits), up-sampled to RGB PIL images of ``image_size`` pixels.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+__all__ = ["load_digits_dataset"]
+
+
+def _require_sklearn():
+    try:
+        from sklearn.datasets import load_digits
+    except ImportError as err:  # pragma: no cover - depends on the environment
+        raise ImportError(
+            "The embedded digits dataset needs scikit-learn: `pip install 'hf-contrast[examples]'` "
+            "(or `pip install scikit-learn`)."
+        ) from err
+    return load_digits
+
+
+def load_digits_dataset(image_size: int = 32, test_size: float = 0.2, seed: int = 0):
+    """Load scikit-learn's digits as a ``datasets.DatasetDict`` with ``train`` and ``test`` splits.
+
+    Args:
+        image_size: Side of the square RGB images, ``>= 8`` (bilinear up-sampling of the 8×8 digits).
+        test_size: Fraction of each class held out for ``test``, in ``(0, 1)``.
+        seed: Seed of the stratified split.
+
+    Returns:
+        ``DatasetDict`` with columns ``image`` (PIL RGB, ``image_size``²) and ``label``
+        (``ClassLabel`` with names ``"0"`` … ``"9"``).
+
+    Raises:
+        ValueError: if ``image_size < 8`` or ``test_size`` is not in ``(0, 1)``.
+
+    >>> ds = load_digits_dataset(image_size=16)  # doctest: +SKIP
+    >>> ds["train"][0]["image"].size, ds["train"].features["label"].num_classes  # doctest: +SKIP
+    ((16, 16), 10)
+    """
+    import datasets
+    from PIL import Image
+
+    if not isinstance(image_size, int) or image_size < 8:
+        raise ValueError(f"`image_size` must be an int >= 8 (the digits are 8×8), got {image_size!r}.")
+    if not 0.0 < test_size < 1.0:
+        raise ValueError(f"`test_size` must be in (0, 1), got {test_size!r}.")
+    digits = _require_sklearn()()
+    pixels = (digits.images / 16.0 * 255.0).round().astype(np.uint8)  # (N, 8, 8) in [0, 255]
+    labels = digits.target.astype(np.int64)
+
+    rng = np.random.default_rng(seed)
+    test_mask = np.zeros(len(labels), dtype=bool)
+    for c in np.unique(labels):
+        idx = np.flatnonzero(labels == c)
+        n_test = max(1, int(round(test_size * len(idx))))
+        test_mask[rng.choice(idx, size=n_test, replace=False)] = True
+
+    def to_image(a: np.ndarray) -> Image.Image:
+        img = Image.fromarray(a, mode="L").resize((image_size, image_size), Image.BILINEAR)
+        return img.convert("RGB")
+
+    features = datasets.Features(
+        {"image": datasets.Image(), "label": datasets.ClassLabel(names=[str(i) for i in range(10)])}
+    )
+
+    def split(mask: np.ndarray) -> datasets.Dataset:
+        idx = np.flatnonzero(mask)
+        return datasets.Dataset.from_dict(
+            {"image": [to_image(pixels[i]) for i in idx], "label": labels[idx].tolist()}, features=features
+        )
+
+    return datasets.DatasetDict({"train": split(~test_mask), "test": split(test_mask)})

@@ -1,0 +1,48 @@
+"""Long-tailed subsets of a labelled dataset (for OCL vs SupCon under class imbalance)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+__all__ = ["long_tailed_counts", "make_long_tailed"]
+
+
+def long_tailed_counts(n_max: int, num_classes: int, imbalance_ratio: float) -> list[int]:
+    """Exponential long-tail profile: class ``c`` keeps ``n_max * imbalance_ratio ** (-c / (K - 1))``.
+
+    The most frequent class keeps ``n_max`` samples and the rarest ``n_max / imbalance_ratio``
+    (at least 2, so that every class can form a positive pair), as in CIFAR-10-LT.
+
+    >>> long_tailed_counts(100, 3, 10.0)
+    [100, 32, 10]
+    """
+    if num_classes < 2:
+        raise ValueError(f"`num_classes` must be >= 2, got {num_classes}.")
+    if not imbalance_ratio >= 1.0:
+        raise ValueError(f"`imbalance_ratio` must be >= 1 (max count / min count), got {imbalance_ratio}.")
+    return [
+        max(2, int(round(n_max * imbalance_ratio ** (-c / (num_classes - 1))))) for c in range(num_classes)
+    ]
+
+
+def make_long_tailed(dataset, imbalance_ratio: float, label_column: str = "label", seed: int = 0):
+    """Subsample ``dataset`` (a ``datasets.Dataset``) to a long-tailed class distribution.
+
+    Class ``c`` (in label order) keeps ``long_tailed_counts(n_min_available, K, imbalance_ratio)[c]``
+    randomly chosen samples, where ``n_min_available`` is the size of the smallest class, so
+    every class can supply its count.
+
+    Raises:
+        ValueError: if ``label_column`` is missing or ``imbalance_ratio < 1``.
+    """
+    if label_column not in dataset.column_names:
+        raise ValueError(f"`label_column` {label_column!r} is not a column of the dataset ({dataset.column_names}).")
+    labels = np.asarray(dataset[label_column])
+    classes = np.unique(labels)
+    available = [int((labels == c).sum()) for c in classes]
+    counts = long_tailed_counts(min(available), len(classes), imbalance_ratio)
+    rng = np.random.default_rng(seed)
+    keep = np.concatenate(
+        [rng.choice(np.flatnonzero(labels == c), size=n, replace=False) for c, n in zip(classes, counts)]
+    )
+    return dataset.select(np.sort(keep).tolist())
