@@ -1,0 +1,262 @@
+"""Pictures of a trained embedding space, written as PNG files (needs ``pip install hf-contrast[plots]``).
+
+Figures are drawn on a ``matplotlib.figure.Figure`` with the Agg canvas: no display, no pyplot
+global state, no backend switch in the caller's process.
+
+- :func:`plot_embedding_projection`: 2-D PCA / t-SNE of embeddings coloured by class.
+- :func:`plot_augmentation_cosine_histogram`: histogram of ``cos(f(x), f(a(x)))`` for sampled
+  augmentations (CARE, https://arxiv.org/abs/2306.13924, Figure 6).
+- :func:`plot_loss_curves`: every logged loss term against the step, from
+  ``trainer.state.log_history``.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import warnings
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import torch
+from torch import Tensor
+
+from .metrics._inputs import as_embeddings, as_labels
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
+__all__ = ["plot_embedding_projection", "plot_augmentation_cosine_histogram", "plot_loss_curves"]
+
+
+def _new_figure(width: float = 6.0, height: float = 4.5) -> Figure:
+    try:
+        from matplotlib.figure import Figure
+    except ImportError as error:
+        raise ImportError(
+            "hf_contrast.plots needs matplotlib: `pip install hf-contrast[plots]` (or `pip install matplotlib`)."
+        ) from error
+    return Figure(figsize=(width, height), dpi=100, layout="constrained")
+
+
+def _save(figure: Figure, path: str | os.PathLike[str]) -> Path:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(path, format="png")
+    return path
+
+
+def _pca_2d(z: Tensor) -> Tensor:
+    centred = z - z.mean(dim=0)
+    _, _, vh = torch.linalg.svd(centred, full_matrices=False)
+    return centred @ vh[:2].T
+
+
+def _tsne_2d(z: Tensor, seed: int) -> Tensor | None:
+    try:
+        from sklearn.manifold import TSNE
+    except ImportError:
+        return None
+    perplexity = min(30.0, (z.shape[0] - 1) / 3.0)
+    tsne = TSNE(n_components=2, perplexity=perplexity, init="pca", random_state=seed)
+    return torch.from_numpy(tsne.fit_transform(z.cpu().numpy()))
+
+
+def plot_embedding_projection(
+    z: object,
+    labels: object | None,
+    path: str | os.PathLike[str],
+    method: str = "pca",
+    title: str | None = None,
+    seed: int = 0,
+) -> Path:
+    """Scatter a 2-D projection of embeddings, one colour per class.
+
+    PCA is computed in torch (centred SVD, top two components). ``method="tsne"`` uses
+    scikit-learn's ``TSNE`` (PCA init, perplexity ``min(30, (n − 1)/3)``, ``random_state=seed``);
+    without scikit-learn it warns and falls back to PCA.
+
+    Args:
+        z: Embeddings. Shape: ``(n, D)`` with ``n >= 4`` and ``D >= 2``.
+        labels: Integer class of each row, or ``None`` for one colour. Shape: ``(n,)``.
+        path: PNG file to write (parent folders are created).
+        method: ``"pca"`` or ``"tsne"``.
+        title: Figure title (default: the method name).
+        seed: t-SNE random state.
+
+    Returns:
+        ``path`` as a :class:`~pathlib.Path`.
+
+    Raises:
+        ValueError: on bad shapes, an unknown ``method`` or too few samples.
+        ImportError: if matplotlib is not installed.
+    """
+    if method not in ("pca", "tsne"):
+        raise ValueError(f"`method` must be 'pca' or 'tsne', got {method!r}.")
+    x = as_embeddings("z", z, min_rows=4).cpu()
+    if x.shape[1] < 2:
+        raise ValueError(f"`z` needs at least 2 features to project to 2-D, got shape {tuple(x.shape)}.")
+    y = None if labels is None else as_labels("labels", labels, x.shape[0], x.device)
+    figure = _new_figure()
+    points = None
+    if method == "tsne":
+        points = _tsne_2d(x, seed)
+        if points is None:
+            warnings.warn("scikit-learn is not installed: plotting PCA instead of t-SNE.", stacklevel=2)
+            method = "pca"
+    if points is None:
+        points = _pca_2d(x)
+    ax = figure.subplots()
+    if y is None:
+        ax.scatter(points[:, 0], points[:, 1], s=8, alpha=0.8)
+    else:
+        classes = torch.unique(y).tolist()
+        cmap = _class_colormap(len(classes))
+        for index, cls in enumerate(classes):
+            mask = y == cls
+            ax.scatter(points[mask, 0], points[mask, 1], s=8, alpha=0.8, color=cmap(index), label=str(cls))
+        if len(classes) <= 20:
+            ax.legend(title="class", fontsize="small", markerscale=2, loc="best", ncols=2 if len(classes) > 10 else 1)
+    names = {"pca": ("PC 1", "PC 2"), "tsne": ("t-SNE 1", "t-SNE 2")}[method]
+    ax.set_xlabel(names[0])
+    ax.set_ylabel(names[1])
+    ax.set_title(title or f"{method.upper() if method == 'pca' else 't-SNE'} of {x.shape[0]} embeddings")
+    return _save(figure, path)
+
+
+def _class_colormap(count: int) -> Any:
+    from matplotlib import colormaps
+
+    return colormaps["tab10" if count <= 10 else "tab20" if count <= 20 else "turbo"].resampled(max(count, 1))
+
+
+def _as_views(name: str, views: object) -> list[Tensor]:
+    if isinstance(views, Sequence) and not isinstance(views, (str, bytes)):
+        if len(views) == 0:
+            raise ValueError(f"`{name}` must not be an empty sequence.")
+        return [as_embeddings(f"{name}[{i}]", v) for i, v in enumerate(views)]
+    return [as_embeddings(name, views)]
+
+
+def plot_augmentation_cosine_histogram(
+    f: object,
+    f_a: object,
+    path: str | os.PathLike[str],
+    bins: int = 50,
+    title: str | None = None,
+) -> Path:
+    """Histogram of ``cos(f(x_i), f(a(x_i)))`` over samples and sampled augmentations.
+
+    CARE (https://arxiv.org/abs/2306.13924), Figure 6: mass near 1 means approximate invariance;
+    a small spread *within* one augmentation means every embedding is moved the same way (an
+    orthogonal action). The legend reports the mean cosine and the mean over augmentations of the
+    within-augmentation variance ``σ²``.
+
+    Args:
+        f: Embeddings of the originals, or a sequence of them (one per augmentation).
+            Shape: ``(n, D)`` each.
+        f_a: Embeddings under one augmentation, or a sequence aligned with ``f``.
+            Shape: ``(n, D)`` each, equal to the matching ``f``.
+        path: PNG file to write.
+        bins: Number of bins on ``[-1, 1]``.
+        title: Figure title.
+
+    Returns:
+        ``path`` as a :class:`~pathlib.Path`.
+
+    Raises:
+        ValueError: on shape mismatches or sequences of different lengths.
+        ImportError: if matplotlib is not installed.
+    """
+    originals, augmented = _as_views("f", f), _as_views("f_a", f_a)
+    if len(originals) != len(augmented):
+        raise ValueError(
+            f"`f` and `f_a` must hold the same number of augmentations, got {len(originals)} and {len(augmented)}."
+        )
+    if isinstance(bins, bool) or not isinstance(bins, int) or bins < 1:
+        raise ValueError(f"`bins` must be an integer >= 1, got {bins!r}.")
+    cosines = []
+    for i, (a, b) in enumerate(zip(originals, augmented)):
+        if a.shape != b.shape:
+            raise ValueError(
+                f"`f` and `f_a` (augmentation {i}) must have the same shape, "
+                f"got {tuple(a.shape)} and {tuple(b.shape)}."
+            )
+        cosines.append(torch.nn.functional.cosine_similarity(a, b.to(a.device), dim=1, eps=1e-12).cpu())
+    values = torch.cat(cosines)
+    variance = sum(float(c.var(correction=0)) for c in cosines) / len(cosines)
+    figure = _new_figure()
+    ax = figure.subplots()
+    ax.hist(
+        values.numpy(),
+        bins=bins,
+        range=(-1.0, 1.0),
+        density=True,
+        alpha=0.8,
+        label=f"mean cos {float(values.mean()):.3f}, within-augmentation σ² {variance:.2e}",
+    )
+    ax.set_xlim(-1.0, 1.0)
+    ax.set_xlabel("cos(f(x), f(a(x)))")
+    ax.set_ylabel("density")
+    ax.legend(loc="upper left")
+    ax.set_title(title or f"{len(cosines)} sampled augmentation(s) × {originals[0].shape[0]} samples")
+    return _save(figure, path)
+
+
+def plot_loss_curves(
+    log_history: Sequence[Mapping[str, Any]],
+    path: str | os.PathLike[str],
+    prefixes: tuple[str, ...] = ("loss", "eval_loss"),
+    title: str | None = None,
+) -> Path:
+    """Plot each logged loss term against the step (``trainer.state.log_history``).
+
+    Every numeric key starting with one of ``prefixes`` becomes a curve (``loss``,
+    ``loss_invariance``, ``loss_equivariance``, ``eval_loss``, …); entries without ``step`` are
+    ignored (the Trainer always writes it). Evaluation curves are dashed.
+
+    Args:
+        log_history: The list of logged dicts, e.g. ``trainer.state.log_history``.
+        path: PNG file to write.
+        prefixes: Key prefixes selecting the curves.
+        title: Figure title.
+
+    Returns:
+        ``path`` as a :class:`~pathlib.Path`.
+
+    Raises:
+        ValueError: if no entry has a finite numeric value under a matching key.
+        ImportError: if matplotlib is not installed.
+    """
+    curves: dict[str, tuple[list[float], list[float]]] = {}
+    for entry in log_history:
+        step = entry.get("step")
+        if not isinstance(step, (int, float)):
+            continue
+        for key, value in entry.items():
+            if key.startswith(prefixes) and _is_number(value):
+                xs, ys = curves.setdefault(key, ([], []))
+                xs.append(float(step))
+                ys.append(float(value))
+    if not curves:
+        raise ValueError(
+            f"`log_history` has no finite value under a key starting with {prefixes} "
+            f"({len(log_history)} entries); pass `trainer.state.log_history` after training with logging on."
+        )
+    figure = _new_figure()
+    ax = figure.subplots()
+    for key in sorted(curves):
+        xs, ys = curves[key]
+        style = "--" if key.startswith("eval") else "-"
+        ax.plot(xs, ys, style, marker="o" if len(xs) < 30 else None, markersize=3, label=key)
+    ax.set_xlabel("step")
+    ax.set_ylabel("loss")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize="small")
+    ax.set_title(title or "training loss terms")
+    return _save(figure, path)
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)

@@ -1,0 +1,99 @@
+"""hf_contrast.plots writes valid PNG files (no display) and rejects bad input."""
+
+from __future__ import annotations
+
+import builtins
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+pytest.importorskip("matplotlib")
+
+from hf_contrast.plots import (  # noqa: E402
+    plot_augmentation_cosine_histogram,
+    plot_embedding_projection,
+    plot_loss_curves,
+)
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def _assert_png(path: Path) -> None:
+    data = path.read_bytes()
+    assert data[:8] == PNG_MAGIC
+    assert len(data) > 5_000  # axes, points and text, not an empty canvas
+
+
+@pytest.fixture
+def clusters() -> tuple[torch.Tensor, torch.Tensor]:
+    generator = torch.Generator().manual_seed(0)
+    labels = torch.arange(60) % 3
+    z = 4.0 * torch.randn(3, 8, generator=generator)[labels] + torch.randn(60, 8, generator=generator)
+    return z, labels
+
+
+def test_projection_pca_and_tsne(tmp_path: Path, clusters: tuple[torch.Tensor, torch.Tensor]) -> None:
+    z, labels = clusters
+    out = plot_embedding_projection(z, labels, tmp_path / "sub" / "pca.png")
+    assert out == tmp_path / "sub" / "pca.png"
+    _assert_png(out)
+    _assert_png(plot_embedding_projection(z.numpy(), None, tmp_path / "nolabels.png"))
+    pytest.importorskip("sklearn")
+    _assert_png(plot_embedding_projection(z, labels, tmp_path / "tsne.png", method="tsne"))
+
+
+def test_tsne_falls_back_to_pca_without_sklearn(
+    tmp_path: Path, clusters: tuple[torch.Tensor, torch.Tensor], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    real_import = builtins.__import__
+
+    def no_sklearn(name: str, *args, **kwargs):  # type: ignore[no-untyped-def]
+        if name.startswith("sklearn"):
+            raise ImportError("no sklearn")
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_sklearn)
+    with pytest.warns(UserWarning, match="plotting PCA instead of t-SNE"):
+        _assert_png(plot_embedding_projection(*clusters, tmp_path / "fallback.png", method="tsne"))
+
+
+def test_cosine_histogram(tmp_path: Path) -> None:
+    generator = torch.Generator().manual_seed(0)
+    f = torch.randn(50, 4, generator=generator)
+    augmented = [f + 0.3 * torch.randn(50, 4, generator=generator) for _ in range(3)]
+    _assert_png(plot_augmentation_cosine_histogram([f] * 3, augmented, tmp_path / "hist.png"))
+    _assert_png(plot_augmentation_cosine_histogram(f, augmented[0], tmp_path / "single.png", bins=20))
+
+
+def test_loss_curves(tmp_path: Path) -> None:
+    history = [
+        {"loss": 2.0 - 0.1 * i, "loss_invariance": 1.0 - 0.05 * i, "loss_equivariance": 0.5 / (i + 1), "step": 5 * i}
+        for i in range(10)
+    ]
+    history += [{"eval_loss": 1.5, "step": 25}, {"train_runtime": 3.0, "train_loss": 1.2, "step": 45}]
+    _assert_png(plot_loss_curves(history, tmp_path / "loss.png"))
+
+
+def test_plot_errors(tmp_path: Path, clusters: tuple[torch.Tensor, torch.Tensor]) -> None:
+    z, labels = clusters
+    with pytest.raises(ValueError, match="`method` must be 'pca' or 'tsne'"):
+        plot_embedding_projection(z, labels, tmp_path / "x.png", method="umap")
+    with pytest.raises(ValueError, match="`z` needs at least 2 features"):
+        plot_embedding_projection(z[:, :1], labels, tmp_path / "x.png")
+    with pytest.raises(ValueError, match=r"`labels` must have shape \(60,\)"):
+        plot_embedding_projection(z, labels[:5], tmp_path / "x.png")
+    with pytest.raises(ValueError, match="must hold the same number of augmentations"):
+        plot_augmentation_cosine_histogram([z, z], [z], tmp_path / "x.png")
+    with pytest.raises(ValueError, match=r"`f` and `f_a` \(augmentation 0\) must have the same shape"):
+        plot_augmentation_cosine_histogram(z, z[:, :3], tmp_path / "x.png")
+    with pytest.raises(ValueError, match="`log_history` has no finite value"):
+        plot_loss_curves([{"learning_rate": 0.1, "step": 1}], tmp_path / "x.png")
+    assert not (tmp_path / "x.png").exists()
+
+
+def test_missing_matplotlib_message(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "matplotlib.figure", None)
+    with pytest.raises(ImportError, match=r"pip install hf-contrast\[plots\]"):
+        plot_loss_curves([{"loss": 1.0, "step": 1}], tmp_path / "x.png")
