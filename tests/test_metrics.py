@@ -486,3 +486,19 @@ def test_callback_errors(probe: dict[str, torch.Tensor]) -> None:
         GeometryMetricsCallback(probe, representation="pooled").compute(_Identity())
     with pytest.raises(ValueError, match="`augment` must keep the batch size"):
         GeometryMetricsCallback(probe, augment=lambda x: x[:4]).compute(_Identity())
+
+
+def test_macro_f1_matches_sklearn_and_rejects_bad_input() -> None:
+    from sklearn.metrics import f1_score
+
+    from hf_contrast.metrics import macro_f1
+
+    g = torch.Generator().manual_seed(3)
+    y = torch.randint(0, 5, (200,), generator=g)
+    p = torch.where(torch.rand(200, generator=g) < 0.6, y, torch.randint(0, 6, (200,), generator=g))
+    assert macro_f1(p, y) == pytest.approx(f1_score(y.numpy(), p.numpy(), average="macro"), abs=1e-12)
+    assert macro_f1(y, y) == 1.0
+    with pytest.raises(ValueError, match="`predicted`"):
+        macro_f1(p[:10], y)
+    with pytest.raises(ValueError, match="`num_classes`"):
+        macro_f1(p, y, num_classes=3)

@@ -18,7 +18,7 @@ from .geometry import (
     uniformity,
     wahba_error,
 )
-from .probes import knn_accuracy, linear_probe_accuracy
+from .probes import knn_accuracy, linear_probe_accuracy, macro_f1
 from .sts import spearman_correlation, sts_spearman
 
 if TYPE_CHECKING:
@@ -52,6 +52,7 @@ __all__ = [
     "effective_rank",
     "knn_accuracy",
     "linear_probe_accuracy",
+    "macro_f1",
     "spearman_correlation",
     "sts_spearman",
     "GeometryMetric",

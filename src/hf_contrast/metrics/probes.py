@@ -172,3 +172,38 @@ def linear_probe_accuracy(
     with torch.no_grad():
         predicted = classes[F.linear(xte, weight, bias).argmax(dim=1)]
         return float((predicted == yte).double().mean())
+
+
+def macro_f1(predicted: Tensor, labels: Tensor, num_classes: int | None = None) -> float:
+    """Macro-averaged F1: the unweighted mean of the per-class F1 scores.
+
+    Classes that occur in neither ``labels`` nor ``predicted`` are ignored, as in scikit-learn's
+    ``f1_score(labels, predicted, average="macro")``.
+
+    Args:
+        predicted: Predicted classes. Shape: ``(N,)``, integer.
+        labels: True classes. Shape: ``(N,)``, integer.
+        num_classes: Number of classes (default: ``max(predicted, labels) + 1``).
+
+    Raises:
+        ValueError: on empty or mismatched inputs, negative classes, or a class >= ``num_classes``.
+
+    >>> macro_f1(torch.tensor([0, 1, 1]), torch.tensor([0, 1, 0]))
+    0.6666666666666666
+    """
+    n = len(labels) if hasattr(labels, "__len__") else -1
+    if n < 1:
+        raise ValueError("`labels` must be a non-empty sequence of class indices, shape (N,).")
+    labels = as_labels("labels", labels, n, torch.device("cpu"))
+    predicted = as_labels("predicted", predicted, n, torch.device("cpu"))
+    largest = int(torch.maximum(predicted.max(), labels.max()))
+    if int(torch.minimum(predicted.min(), labels.min())) < 0:
+        raise ValueError("`predicted` and `labels` must hold class indices >= 0.")
+    k = largest + 1 if num_classes is None else _check_int("num_classes", num_classes, 1)
+    if largest >= k:
+        raise ValueError(f"`num_classes`={k} is too small: the inputs hold class {largest}.")
+    confusion = torch.bincount(labels * k + predicted, minlength=k * k).reshape(k, k).double()
+    true_count, predicted_count = confusion.sum(dim=1), confusion.sum(dim=0)
+    present = (true_count + predicted_count) > 0
+    f1 = 2 * confusion.diag()[present] / (true_count + predicted_count)[present]
+    return float(f1.mean())
