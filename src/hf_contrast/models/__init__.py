@@ -1,0 +1,34 @@
+"""Encoders: ``ContrastiveEncoder`` on timm or transformers backbones, and native exports.
+
+Importing this package registers ``ContrastiveEncoderConfig`` / ``ContrastiveEncoder`` with
+``AutoConfig`` / ``AutoModel`` (model type ``"hf_contrast_encoder"``).
+"""
+
+from __future__ import annotations
+
+from transformers import AutoConfig, AutoModel
+
+from hf_contrast.models.backbones import HubUnavailableError
+from hf_contrast.models.configuration import ContrastiveEncoderConfig
+from hf_contrast.models.export import export_sentence_transformers, export_timm, export_transformers, save_for_hub
+from hf_contrast.models.heads import ProjectionHead
+from hf_contrast.models.modeling import HUB_SUBFOLDER, ContrastiveEncoder, ContrastiveEncoderOutput
+from hf_contrast.models.pooling import cls_pool, mean_pool
+
+AutoConfig.register(ContrastiveEncoderConfig.model_type, ContrastiveEncoderConfig, exist_ok=True)
+AutoModel.register(ContrastiveEncoderConfig, ContrastiveEncoder, exist_ok=True)
+
+__all__ = [
+    "ContrastiveEncoderConfig",
+    "ContrastiveEncoder",
+    "ContrastiveEncoderOutput",
+    "ProjectionHead",
+    "HubUnavailableError",
+    "HUB_SUBFOLDER",
+    "mean_pool",
+    "cls_pool",
+    "export_timm",
+    "export_transformers",
+    "export_sentence_transformers",
+    "save_for_hub",
+]

@@ -1,0 +1,300 @@
+"""Backbones: resolve a name to a timm or Hugging Face text encoder, build it, and explain download failures."""
+
+from __future__ import annotations
+
+import difflib
+import json
+import logging
+import os
+from pathlib import Path
+from typing import Any
+
+import timm
+import torch
+from torch import nn
+from transformers import AutoConfig, AutoModel, AutoTokenizer, PretrainedConfig, PreTrainedModel
+
+__all__ = [
+    "HubUnavailableError",
+    "TIMM_SOURCES",
+    "backbone_type_of",
+    "create_timm_backbone",
+    "build_timm_backbone",
+    "timm_data_config",
+    "load_text_backbone",
+    "build_text_backbone",
+    "restore_non_persistent_buffers",
+]
+
+logger = logging.getLogger(__name__)
+
+TIMM_SOURCES = ("hf-hub:", "local-dir:")
+_DATA_CONFIG_KEYS = ("input_size", "interpolation", "mean", "std", "crop_pct", "crop_mode")
+
+
+class HubUnavailableError(OSError):
+    """Pretrained weights were requested but the Hugging Face Hub cannot be reached and nothing is cached.
+
+    An ``OSError`` (like ``transformers``' own loading errors), so ``except OSError`` catches it.
+    """
+
+
+def _hub_offline() -> bool:
+    from huggingface_hub import constants
+
+    return bool(constants.HF_HUB_OFFLINE)
+
+
+def _is_hub_unreachable(error: BaseException) -> bool:
+    """Whether ``error`` (or anything it was raised from) says the Hub could not be contacted."""
+    from huggingface_hub.errors import LocalEntryNotFoundError, OfflineModeIsEnabled
+
+    unreachable: tuple[type[BaseException], ...] = (LocalEntryNotFoundError, OfflineModeIsEnabled, ConnectionError, TimeoutError)
+    try:
+        import httpx
+
+        unreachable += (httpx.TransportError,)
+    except ImportError:  # pragma: no cover - huggingface_hub >= 1.0 depends on httpx
+        pass
+    seen: set[int] = set()
+    current: BaseException | None = error
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, unreachable) or "couldn't connect to" in str(current):
+            return True
+        current = current.__cause__ or current.__context__
+    return False
+
+
+def _unavailable(name: str, error: BaseException) -> HubUnavailableError:
+    reason = "HF_HUB_OFFLINE=1 is set" if _hub_offline() else "the network request failed"
+    return HubUnavailableError(
+        f"Cannot load pretrained weights for backbone `{name}`: the Hugging Face Hub is unreachable ({reason}) and "
+        "the files are not in the local cache. Pass a local path instead (a directory saved with `save_pretrained`, "
+        "a timm export as 'local-dir:/path'), or set HF_HUB_OFFLINE=1 with a cache populated beforehand "
+        "(HF_HOME / HF_HUB_CACHE), or build the backbone without weights (`pretrained=False`). "
+        f"Original error: {type(error).__name__}: {error}"
+    )
+
+
+def _close_timm_names(name: str, n: int = 5) -> list[str]:
+    base = name.split(".", 1)[0].lower()
+    return difflib.get_close_matches(base, timm.list_models(), n=n, cutoff=0.75)
+
+
+def _unknown(name: str, matches: list[str], detail: str = "") -> ValueError:
+    hint = f"Close timm names: {', '.join(matches)}. " if matches else ""
+    return ValueError(
+        f"Unknown backbone `{name}`: it is not a timm model name, a local directory, or a Hugging Face model id. "
+        f"{hint}Pass a timm name (list them with `timm.list_models('*resnet*')`), 'hf-hub:<repo>' / "
+        "'local-dir:<path>' for timm checkpoints, or the Hub id / local path of a transformers text encoder "
+        f"(e.g. 'bert-base-uncased').{detail}"
+    )
+
+
+def _looks_like_path(name: str) -> bool:
+    return name.startswith((".", "/", "~")) or os.sep in name.strip("/").replace("/", "", 1) or "\\" in name
+
+
+def backbone_type_of(name: str) -> str:
+    """Whether ``name`` is a timm backbone (``"timm"``) or a transformers text encoder (``"text"``).
+
+    timm: a timm registry name (optionally with a pretrained tag), an ``hf-hub:``/``local-dir:`` source,
+    or a local directory holding a timm ``config.json`` (with ``architecture``). Text: any other existing
+    directory, or a Hub id (resolved when it is loaded).
+
+    Args:
+        name: A timm name, a Hub id or a local path.
+
+    Returns:
+        ``"timm"`` or ``"text"``.
+
+    Raises:
+        ValueError: If ``name`` is empty, or a path-like name that does not exist.
+    """
+    if not isinstance(name, str) or not name:
+        raise ValueError(f"`backbone` must be a non-empty string (a timm name, Hub id or local path), got {name!r}.")
+    if name.startswith(TIMM_SOURCES) or timm.is_model(name):
+        return "timm"
+    path = Path(name).expanduser()
+    if path.is_dir():
+        config_file = path / "config.json"
+        if config_file.is_file():
+            try:
+                config = json.loads(config_file.read_text(encoding="utf-8"))
+            except (OSError, ValueError):
+                config = {}
+            if "architecture" in config and "model_type" not in config:
+                return "timm"
+        return "text"
+    if _looks_like_path(name):
+        raise ValueError(f"`backbone` {name!r} looks like a local path but no such directory exists.")
+    return "text"
+
+
+def _timm_source_config(name: str) -> tuple[str, dict[str, Any]]:
+    """The registry architecture and saved model arguments of an ``hf-hub:``/``local-dir:`` source."""
+    from timm.models import _hub
+
+    source, _, model_id = name.partition(":")
+    if source == "local-dir":
+        _, architecture, model_args = _hub.load_model_config_from_path(model_id)
+    else:
+        _, architecture, model_args = _hub.load_model_config_from_hf(model_id)
+    return architecture, dict(model_args or {})
+
+
+def create_timm_backbone(name: str, pretrained: bool, backbone_kwargs: dict[str, Any] | None = None) -> tuple[nn.Module, str, dict[str, Any]]:
+    """Create a timm backbone without classifier (``num_classes=0``), optionally with pretrained weights.
+
+    Args:
+        name: A timm name (``"resnet18"``, ``"resnet18.a1_in1k"``), ``"hf-hub:<repo>"``, ``"local-dir:<path>"``
+            or a local directory holding a timm export.
+        pretrained: Load the pretrained weights (from the Hub or the local directory).
+        backbone_kwargs: Extra ``timm.create_model`` arguments.
+
+    Returns:
+        ``(model, architecture, kwargs)``: the module, the registry name and the arguments that rebuild it
+        offline with :func:`build_timm_backbone`.
+
+    Raises:
+        ValueError: If the name is unknown to timm, or the arguments do not fit the architecture.
+        HubUnavailableError: If ``pretrained=True`` and the Hub is unreachable with nothing cached.
+    """
+    kwargs = dict(backbone_kwargs or {})
+    if not name.startswith(TIMM_SOURCES) and Path(name).expanduser().is_dir():
+        name = "local-dir:" + str(Path(name).expanduser())
+    try:
+        if name.startswith(TIMM_SOURCES):
+            architecture, source_args = _timm_source_config(name)
+            source_args.pop("num_classes", None)  # the classifier is always dropped
+            kwargs = {**source_args, **kwargs}
+        else:
+            architecture = name
+        model = timm.create_model(name, pretrained=pretrained, num_classes=0, **(backbone_kwargs or {}))
+    except (RuntimeError, FileNotFoundError, OSError) as error:
+        if _is_hub_unreachable(error):
+            raise _unavailable(name, error) from error
+        if "Unknown model" in str(error):
+            raise _unknown(name, _close_timm_names(name)) from error
+        raise
+    except TypeError as error:
+        raise ValueError(f"`backbone_kwargs` {backbone_kwargs!r} do not fit timm model `{name}`: {error}") from error
+    return model, architecture, kwargs
+
+
+def build_timm_backbone(architecture: str, backbone_kwargs: dict[str, Any] | None = None) -> nn.Module:
+    """Build a timm backbone with random weights (``num_classes=0``), e.g. to load a checkpoint into.
+
+    Args:
+        architecture: A timm registry name.
+        backbone_kwargs: Extra ``timm.create_model`` arguments.
+
+    Returns:
+        The module.
+
+    Raises:
+        ValueError: If the name is unknown to timm or the arguments do not fit it.
+    """
+    if not timm.is_model(architecture):
+        raise _unknown(architecture, _close_timm_names(architecture))
+    try:
+        return timm.create_model(architecture, pretrained=False, num_classes=0, **(backbone_kwargs or {}))
+    except TypeError as error:
+        raise ValueError(f"`backbone_kwargs` {backbone_kwargs!r} do not fit timm model `{architecture}`: {error}") from error
+
+
+def timm_data_config(model: nn.Module) -> dict[str, Any]:
+    """The image preprocessing a timm model expects (``timm.data.resolve_data_config``), JSON-ready.
+
+    Args:
+        model: A timm model.
+
+    Returns:
+        ``input_size`` (C, H, W), ``mean``, ``std``, ``interpolation``, ``crop_pct`` and ``crop_mode``.
+    """
+    resolved = timm.data.resolve_data_config({}, model=model)
+    return {key: list(value) if isinstance(value, tuple) else value for key, value in resolved.items() if key in _DATA_CONFIG_KEYS}
+
+
+def load_text_backbone(name: str, pretrained: bool = True, **hub_kwargs: Any) -> tuple[PreTrainedModel, Any]:
+    """Load a transformers text encoder and its tokenizer from a Hub id or a local path.
+
+    Args:
+        name: A Hub id (``"bert-base-uncased"``) or a local directory.
+        pretrained: Load the weights (``AutoModel.from_pretrained``); ``False`` builds the same
+            architecture with random weights from its config.
+        **hub_kwargs: ``revision``, ``cache_dir``, ``token``, ``local_files_only``… for ``from_pretrained``.
+
+    Returns:
+        ``(model, tokenizer)``; the tokenizer is ``None`` (with a logged warning) if the repository has none.
+
+    Raises:
+        ValueError: If ``name`` is not a model on the Hub or a model directory.
+        HubUnavailableError: If the Hub is unreachable and the files are not cached.
+    """
+    try:
+        if pretrained:
+            model = AutoModel.from_pretrained(name, **hub_kwargs)
+        else:
+            model = AutoModel.from_config(AutoConfig.from_pretrained(name, **hub_kwargs))
+    except (OSError, ValueError) as error:
+        from huggingface_hub.errors import RepositoryNotFoundError
+
+        if _is_hub_unreachable(error):
+            matches = _close_timm_names(name) if "/" not in name else []
+            if matches:  # most likely a misspelt timm name, not a Hub id
+                raise _unknown(name, matches, " (The Hub is unreachable, so Hub ids cannot be checked.)") from error
+            raise _unavailable(name, error) from error
+        if isinstance(error, RepositoryNotFoundError) or "is not a local folder and is not a valid model identifier" in str(error):
+            raise _unknown(name, _close_timm_names(name)) from error
+        raise
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(name, **hub_kwargs)
+    except (OSError, ValueError) as error:
+        logger.warning("No tokenizer could be loaded for `%s` (%s); set `encoder.tokenizer` before exporting.", name, error)
+        tokenizer = None
+    return model, tokenizer
+
+
+def build_text_backbone(text_config: PretrainedConfig) -> PreTrainedModel:
+    """Build a transformers text encoder with random weights from its config (``AutoModel.from_config``).
+
+    Args:
+        text_config: The backbone's config (e.g. a ``BertConfig``).
+
+    Returns:
+        The model.
+    """
+    return AutoModel.from_config(text_config)
+
+
+def restore_non_persistent_buffers(backbone: nn.Module, architecture: str, backbone_kwargs: dict[str, Any]) -> None:
+    """Recompute a timm backbone's non-persistent buffers after a meta-device load.
+
+    ``transformers`` builds models on the meta device before loading weights; buffers that are not in the
+    checkpoint (``persistent=False``, e.g. relative position indices of Swin/CoAtNet/MaxViT) come back
+    uninitialised. They are deterministic functions of the architecture, so a fresh CPU build provides them.
+
+    Args:
+        backbone: The loaded timm module, modified in place.
+        architecture: Its timm registry name.
+        backbone_kwargs: Its ``timm.create_model`` arguments.
+    """
+    names = [
+        name
+        for name, _ in backbone.named_buffers()
+        if name.rsplit(".", 1)[-1] in backbone.get_submodule(name.rsplit(".", 1)[0] if "." in name else "")._non_persistent_buffers_set
+    ]
+    if not names:
+        return
+    with torch.device("cpu"):
+        fresh = dict(build_timm_backbone(architecture, backbone_kwargs).named_buffers())
+    for name in names:
+        parent_name, _, buffer_name = name.rpartition(".")
+        parent = backbone.get_submodule(parent_name)
+        current = parent._buffers[buffer_name]
+        value = fresh[name]
+        device = current.device if current is not None and current.device.type != "meta" else torch.device("cpu")
+        dtype = current.dtype if current is not None and current.is_floating_point() and value.is_floating_point() else value.dtype
+        parent._buffers[buffer_name] = value.to(device=device, dtype=dtype)

@@ -1,0 +1,155 @@
+"""Configuration of :class:`~hf_contrast.models.ContrastiveEncoder`: backbone, pooling and projection head."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from transformers import AutoConfig, PretrainedConfig
+
+__all__ = ["ContrastiveEncoderConfig", "BACKBONE_TYPES", "POOLINGS", "PROJECTION_NORMS"]
+
+BACKBONE_TYPES = ("timm", "text")
+POOLINGS = ("mean", "cls")
+PROJECTION_NORMS = ("batchnorm", "layernorm", None)
+
+
+def _positive_int_or_none(name: str, value: Any) -> None:
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+        raise ValueError(f"`{name}` must be a positive int or None, got {value!r}.")
+
+
+class ContrastiveEncoderConfig(PretrainedConfig):
+    r"""Configuration of a contrastive encoder: a timm or Hugging Face text backbone plus a projection head.
+
+    The backbone produces ``embeddings`` (what a linear probe uses); the projection head (an MLP, as in
+    SimCLR, https://arxiv.org/abs/2002.05709) maps them to ``projections`` (what the losses use). Sizes
+    left to ``None`` are filled in from the backbone when the model is built, so a saved config is always
+    complete.
+
+    Args:
+        backbone: Where the backbone comes from: a timm model name (``"resnet18"``, ``"resnet18.a1_in1k"``,
+            ``"hf-hub:timm/..."``) or a Hugging Face model id / local path of a BERT-style text encoder.
+            Used as the provenance (``base_model`` of model cards).
+        backbone_type: ``"timm"`` (images, ``pixel_values``) or ``"text"`` (``input_ids``).
+        backbone_architecture: timm only: the timm registry name the backbone is rebuilt from, offline
+            (defaults to ``backbone``; differs when ``backbone`` is an ``hf-hub:``/``local-dir:`` source).
+        backbone_kwargs: timm only: extra keyword arguments of ``timm.create_model`` (``drop_path_rate``,
+            ``img_size``, ``global_pool``…). ``num_classes`` is always 0.
+        backbone_pretrained: Whether the backbone started from pretrained weights (provenance only).
+        text_config: text only: the text backbone's config (a ``PretrainedConfig`` or its dict with
+            ``model_type``), rebuilt with ``AutoConfig.for_model`` so loading needs no network.
+        data_config: timm only: the image preprocessing (``input_size``, ``mean``, ``std``,
+            ``interpolation``, ``crop_pct``, ``crop_mode``) as from ``timm.data.resolve_data_config``.
+            Keys left out are resolved from the backbone when the model is built.
+        pooling: text only: ``"mean"`` (mean of the token states over the attention mask) or ``"cls"``
+            (the first token's state). timm backbones use their own global pooling.
+        embedding_dim: The backbone width F. ``None`` means "read it from the backbone"; an explicit value
+            that does not match the backbone raises ``ValueError`` when the model is built.
+        projection_hidden_dim: The width of the hidden layers of the head; ``None`` means ``embedding_dim``.
+        projection_dim: The output width P of the head (default 128).
+        projection_layers: The number of linear layers of the head (1 = a single linear map).
+        projection_norm: The normalisation after each hidden linear layer: ``"batchnorm"``,
+            ``"layernorm"`` or ``None``.
+        normalize_projections: Whether ``projections`` are L2-normalised.
+        num_labels: The size of an optional linear task head on ``embeddings`` (``logits``); 0 (the
+            default, also when ``None`` and no ``id2label`` is given) = no task head.
+        feature_stages: timm only: which stage indices ``output_feature_maps=True`` returns
+            (into ``backbone.feature_info``); ``None`` = all stages.
+        **kwargs: Standard ``PretrainedConfig`` arguments.
+
+    Raises:
+        ValueError: If an option is outside its documented values.
+
+    Example:
+        >>> config = ContrastiveEncoderConfig(backbone="resnet18", backbone_type="timm", projection_dim=64)
+        >>> config.projection_layers
+        2
+    """
+
+    model_type = "hf_contrast_encoder"
+
+    def __init__(
+        self,
+        backbone: str | None = None,
+        backbone_type: str = "timm",
+        backbone_architecture: str | None = None,
+        backbone_kwargs: dict[str, Any] | None = None,
+        backbone_pretrained: bool = False,
+        text_config: PretrainedConfig | dict[str, Any] | None = None,
+        data_config: dict[str, Any] | None = None,
+        pooling: str = "mean",
+        embedding_dim: int | None = None,
+        projection_hidden_dim: int | None = None,
+        projection_dim: int = 128,
+        projection_layers: int = 2,
+        projection_norm: str | None = "batchnorm",
+        normalize_projections: bool = True,
+        num_labels: int | None = None,
+        feature_stages: list[int] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        if backbone_type not in BACKBONE_TYPES:
+            raise ValueError(f"`backbone_type` must be one of {BACKBONE_TYPES}, got {backbone_type!r}.")
+        if pooling not in POOLINGS:
+            raise ValueError(f"`pooling` must be one of {POOLINGS}, got {pooling!r}.")
+        if projection_norm not in PROJECTION_NORMS:
+            raise ValueError(f"`projection_norm` must be one of {PROJECTION_NORMS}, got {projection_norm!r}.")
+        _positive_int_or_none("embedding_dim", embedding_dim)
+        _positive_int_or_none("projection_hidden_dim", projection_hidden_dim)
+        _positive_int_or_none("projection_dim", projection_dim)
+        _positive_int_or_none("projection_layers", projection_layers)
+        if projection_dim is None or projection_layers is None:
+            raise ValueError(
+                f"`projection_dim` and `projection_layers` must be positive ints, got {projection_dim!r} and {projection_layers!r}."
+            )
+        if num_labels is None:  # a saved config stores `id2label`, not `num_labels`
+            num_labels = len(kwargs["id2label"]) if kwargs.get("id2label") is not None else 0
+        if isinstance(num_labels, bool) or not isinstance(num_labels, int) or num_labels < 0:
+            raise ValueError(f"`num_labels` must be an int >= 0 (0 = no task head), got {num_labels!r}.")
+        if backbone_kwargs is not None and not isinstance(backbone_kwargs, dict):
+            raise ValueError(f"`backbone_kwargs` must be a dict of timm.create_model arguments, got {type(backbone_kwargs).__name__}.")
+        if backbone_kwargs and "num_classes" in backbone_kwargs:
+            raise ValueError(
+                "`backbone_kwargs` must not set `num_classes`: the backbone is built with num_classes=0; "
+                "use `num_labels` for a task head."
+            )
+        if feature_stages is not None:
+            if not isinstance(feature_stages, (list, tuple)) or not all(
+                isinstance(i, int) and not isinstance(i, bool) for i in feature_stages
+            ):
+                raise ValueError(f"`feature_stages` must be a list of stage indices or None, got {feature_stages!r}.")
+            feature_stages = list(feature_stages)
+        if isinstance(text_config, dict):
+            if "model_type" not in text_config:
+                raise ValueError("`text_config` given as a dict must contain its `model_type` (e.g. 'bert').")
+            text_config = AutoConfig.for_model(**text_config)
+        if text_config is not None and not isinstance(text_config, PretrainedConfig):
+            raise ValueError(f"`text_config` must be a PretrainedConfig, a dict or None, got {type(text_config).__name__}.")
+        if backbone_type == "text" and (backbone_kwargs or data_config is not None):
+            raise ValueError(
+                "`backbone_kwargs` and `data_config` are for timm backbones; a text backbone is described by `text_config` "
+                "and its tokenizer."
+            )
+        if data_config is not None and not isinstance(data_config, dict):
+            raise ValueError(f"`data_config` must be a dict like timm.data.resolve_data_config's, got {type(data_config).__name__}.")
+        if backbone_type == "text" and backbone is None and text_config is None:
+            raise ValueError("A text encoder needs `backbone` (a Hub id or local path) or `text_config`.")
+        if backbone_type == "timm" and backbone is None and backbone_architecture is None:
+            raise ValueError("A timm encoder needs `backbone` (a timm model name, e.g. 'resnet18').")
+
+        self.backbone = backbone
+        self.backbone_type = backbone_type
+        self.backbone_architecture = backbone_architecture
+        self.backbone_kwargs = dict(backbone_kwargs or {})
+        self.backbone_pretrained = bool(backbone_pretrained)
+        self.text_config = text_config
+        self.data_config = dict(data_config) if data_config is not None else None
+        self.pooling = pooling
+        self.embedding_dim = embedding_dim
+        self.projection_hidden_dim = projection_hidden_dim
+        self.projection_dim = projection_dim
+        self.projection_layers = projection_layers
+        self.projection_norm = projection_norm
+        self.normalize_projections = bool(normalize_projections)
+        self.feature_stages = feature_stages
+        super().__init__(num_labels=num_labels, **kwargs)

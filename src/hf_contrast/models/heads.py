@@ -1,0 +1,76 @@
+"""The projection head: an MLP from backbone embeddings to the space the contrastive losses see."""
+
+from __future__ import annotations
+
+import torch  # noqa: F401  (used in the docstring example)
+from torch import Tensor, nn
+
+__all__ = ["ProjectionHead"]
+
+
+class ProjectionHead(nn.Module):
+    """``projection_layers`` linear layers, each hidden one followed by a norm and ReLU (SimCLR's head).
+
+    SimCLR (https://arxiv.org/abs/2002.05709) showed that a non-linear head between the representation
+    and the loss improves the representation; the losses use the head's output, linear probes the
+    backbone's. With ``num_layers=1`` the head is a single linear map. Linear layers followed by a
+    norm have no bias (the norm's shift makes it redundant).
+
+    Args:
+        input_dim: The backbone width F.
+        hidden_dim: The width of the hidden layers.
+        output_dim: The output width P.
+        num_layers: The number of linear layers (>= 1).
+        norm: ``"batchnorm"``, ``"layernorm"`` or ``None`` after each hidden linear layer.
+
+    Shape:
+        - Input: ``(B, F)``.
+        - Output: ``(B, P)``.
+
+    Raises:
+        ValueError: If a size is not a positive int or ``norm`` is unknown.
+
+    Example:
+        >>> head = ProjectionHead(16, 32, 8, num_layers=2, norm="layernorm")
+        >>> head(torch.randn(4, 16)).shape
+        torch.Size([4, 8])
+    """
+
+    def __init__(self, input_dim: int, hidden_dim: int, output_dim: int, num_layers: int = 2, norm: str | None = "batchnorm") -> None:
+        super().__init__()
+        for name, value in (("input_dim", input_dim), ("hidden_dim", hidden_dim), ("output_dim", output_dim), ("num_layers", num_layers)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"`{name}` must be a positive int, got {value!r}.")
+        if norm not in ("batchnorm", "layernorm", None):
+            raise ValueError(f"`norm` must be 'batchnorm', 'layernorm' or None, got {norm!r}.")
+        self.input_dim = input_dim
+        self.output_dim = output_dim
+        layers: list[nn.Module] = []
+        width = input_dim
+        for _ in range(num_layers - 1):
+            layers.append(nn.Linear(width, hidden_dim, bias=norm is None))
+            if norm == "batchnorm":
+                layers.append(nn.BatchNorm1d(hidden_dim))
+            elif norm == "layernorm":
+                layers.append(nn.LayerNorm(hidden_dim))
+            layers.append(nn.ReLU(inplace=True))
+            width = hidden_dim
+        layers.append(nn.Linear(width, output_dim))
+        self.layers = nn.Sequential(*layers)
+
+    def reset_parameters(self) -> None:
+        """Re-initialise every layer with PyTorch's defaults."""
+        for module in self.layers:
+            if hasattr(module, "reset_parameters"):
+                module.reset_parameters()
+
+    def forward(self, embeddings: Tensor) -> Tensor:
+        """Project ``embeddings``.
+
+        Args:
+            embeddings: Backbone features. Shape: ``(B, F)``.
+
+        Returns:
+            Projections. Shape: ``(B, P)``.
+        """
+        return self.layers(embeddings)

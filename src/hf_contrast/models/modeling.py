@@ -1,0 +1,423 @@
+"""``ContrastiveEncoder``: a timm or transformers backbone with a projection head, as a ``PreTrainedModel``."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+from transformers import AutoTokenizer, PretrainedConfig, PreTrainedModel
+from transformers.utils import ModelOutput, cached_file
+
+from hf_contrast.losses._checks import l2_normalize
+from hf_contrast.models.backbones import (
+    backbone_type_of,
+    build_text_backbone,
+    build_timm_backbone,
+    create_timm_backbone,
+    load_text_backbone,
+    restore_non_persistent_buffers,
+    timm_data_config,
+)
+from hf_contrast.models.configuration import ContrastiveEncoderConfig
+from hf_contrast.models.heads import ProjectionHead
+from hf_contrast.models.pooling import pool_tokens
+
+__all__ = ["ContrastiveEncoder", "ContrastiveEncoderOutput", "HUB_SUBFOLDER"]
+
+logger = logging.getLogger(__name__)
+
+#: Subfolder of a Hub repository (see :func:`hf_contrast.models.export.save_for_hub`) holding the full encoder.
+HUB_SUBFOLDER = "hf_contrast"
+_HUB_KWARGS = ("cache_dir", "force_download", "proxies", "token", "revision", "local_files_only")
+
+
+@dataclass
+class ContrastiveEncoderOutput(ModelOutput):
+    """Outputs of :class:`ContrastiveEncoder`.
+
+    Args:
+        embeddings: Backbone features (pooled), what a linear probe uses. Shape: ``(B, F)``.
+        projections: Projection-head outputs, what the losses use; L2-normalised iff
+            ``config.normalize_projections``. Shape: ``(B, P)``.
+        feature_maps: timm stage feature maps (``output_feature_maps=True``), else ``None``.
+            Shape: a tuple of ``(B, C_i, H_i, W_i)``.
+        logits: Task-head outputs on ``embeddings`` when ``config.num_labels > 0``, else ``None``.
+            Shape: ``(B, num_labels)``.
+    """
+
+    embeddings: torch.FloatTensor | None = None
+    projections: torch.FloatTensor | None = None
+    feature_maps: tuple[torch.FloatTensor, ...] | None = None
+    logits: torch.FloatTensor | None = None
+
+
+def _hub_kwargs(kwargs: dict[str, Any]) -> dict[str, Any]:
+    return {key: kwargs[key] for key in _HUB_KWARGS if key in kwargs}
+
+
+def _hub_layout_subfolder(path: str | os.PathLike[str], hub_kwargs: dict[str, Any]) -> bool:
+    """Whether ``path`` is a :func:`save_for_hub` layout: a foreign root config and ``hf_contrast/config.json``."""
+    options = dict(hub_kwargs, _raise_exceptions_for_missing_entries=False, _raise_exceptions_for_connection_errors=False)
+    try:
+        root = cached_file(path, "config.json", **options)
+        if root is not None:
+            with open(root, encoding="utf-8") as handle:
+                if json.load(handle).get("model_type") == ContrastiveEncoderConfig.model_type:
+                    return False
+        return cached_file(path, "config.json", subfolder=HUB_SUBFOLDER, **options) is not None
+    except Exception:  # let from_pretrained report the problem with its own error
+        return False
+
+
+class ContrastiveEncoder(PreTrainedModel):
+    r"""A contrastive encoder: a timm vision or transformers text backbone followed by a projection head.
+
+    ``embeddings`` are the backbone's pooled features (timm's global pooling; for text, mean over the
+    attention mask or the CLS token); ``projections`` are the head's outputs (SimCLR's MLP head,
+    https://arxiv.org/abs/2002.05709), L2-normalised by default. An optional linear task head on
+    ``embeddings`` gives ``logits`` (``config.num_labels > 0``). Build one with :meth:`from_backbone`
+    (pretrained backbone weights) or :meth:`from_text_config` (random text backbone); save and load with
+    ``save_pretrained`` / ``from_pretrained`` (safetensors, tokenizer and preprocessing included).
+
+    Args:
+        config: The encoder's configuration.
+        backbone: An already built backbone (used by the factories to keep pretrained weights); by
+            default it is built from ``config`` with random weights.
+        tokenizer: The tokenizer of a text backbone (saved with the model).
+
+    Raises:
+        ValueError: If ``config.embedding_dim`` does not match the backbone width, or
+            ``config.feature_stages`` indexes stages the backbone does not have.
+
+    Example:
+        >>> enc = ContrastiveEncoder.from_backbone("test_resnet", pretrained=False, projection_dim=8)
+        >>> out = enc.eval()(pixel_values=torch.randn(2, 3, 32, 32))
+        >>> out.embeddings.shape, out.projections.shape
+        (torch.Size([2, 96]), torch.Size([2, 8]))
+    """
+
+    config_class = ContrastiveEncoderConfig
+    config: ContrastiveEncoderConfig
+    base_model_prefix = "backbone"
+    main_input_name = "pixel_values"
+    supports_gradient_checkpointing = True
+    _no_split_modules: list[str] = []
+
+    def __init__(self, config: ContrastiveEncoderConfig, backbone: nn.Module | None = None, tokenizer: Any = None) -> None:
+        super().__init__(config)
+        if config.backbone_type == "timm":
+            architecture = config.backbone_architecture or config.backbone
+            self.backbone = backbone if backbone is not None else build_timm_backbone(architecture, config.backbone_kwargs)
+            width = int(self.backbone.num_features)
+            config.data_config = {**timm_data_config(self.backbone), **(config.data_config or {})}
+            num_stages = len(getattr(self.backbone, "feature_info", []) or [])
+            if config.feature_stages is not None and num_stages and any(not -num_stages <= i < num_stages for i in config.feature_stages):
+                raise ValueError(
+                    f"`feature_stages` {config.feature_stages} index stages that `{architecture}` does not have: "
+                    f"it has {num_stages} (valid indices 0..{num_stages - 1})."
+                )
+        else:
+            if backbone is None:
+                if config.text_config is None:
+                    raise ValueError("A text `ContrastiveEncoderConfig` needs `text_config` to build the backbone.")
+                backbone = build_text_backbone(config.text_config)
+            self.backbone = backbone
+            self.main_input_name = "input_ids"
+            width = int(self.backbone.config.hidden_size)
+        if config.embedding_dim is not None and config.embedding_dim != width:
+            raise ValueError(
+                f"`embedding_dim`={config.embedding_dim} does not fit the backbone `{config.backbone}`, whose output width "
+                f"is {width}: pass `embedding_dim={width}` or leave it as None (read from the backbone)."
+            )
+        config.embedding_dim = width
+        if config.projection_hidden_dim is None:
+            config.projection_hidden_dim = width
+        self.projection_head = ProjectionHead(
+            width, config.projection_hidden_dim, config.projection_dim, config.projection_layers, config.projection_norm
+        )
+        self.classifier = nn.Linear(width, config.num_labels) if config.num_labels > 0 else None
+        self.tokenizer = tokenizer
+        self.post_init()
+
+    # ------------------------------------------------------------------------------------------
+    # Factories
+    # ------------------------------------------------------------------------------------------
+
+    @classmethod
+    def from_backbone(
+        cls,
+        backbone: str,
+        *,
+        pretrained: bool = True,
+        backbone_kwargs: dict[str, Any] | None = None,
+        tokenizer: Any = None,
+        hub_kwargs: dict[str, Any] | None = None,
+        **config_kwargs: Any,
+    ) -> ContrastiveEncoder:
+        """Build an encoder on a timm or transformers backbone, by default with its pretrained weights.
+
+        Args:
+            backbone: A timm name (``"resnet50"``, ``"vit_small_patch16_224.augreg_in21k"``,
+                ``"hf-hub:timm/..."``, ``"local-dir:/path"``), or a transformers text encoder's Hub id
+                or local path (``"bert-base-uncased"``, ``"/models/my-bert"``).
+            pretrained: Load pretrained backbone weights (timm's Hub weights; ``AutoModel.from_pretrained``
+                for text). ``False``: the architecture with random weights (the config is still read).
+            backbone_kwargs: timm only: extra ``timm.create_model`` arguments (``drop_path_rate``...).
+            tokenizer: text only: a tokenizer to use instead of the repository's.
+            hub_kwargs: text only: ``revision``, ``cache_dir``, ``token``... for ``from_pretrained``.
+            **config_kwargs: Any :class:`ContrastiveEncoderConfig` option (``projection_dim``, ``pooling``,
+                ``projection_norm``, ``num_labels``, ``data_config``...).
+
+        Returns:
+            The encoder, in training mode.
+
+        Raises:
+            ValueError: If ``backbone`` is unknown (with close timm names), ``backbone_kwargs`` are given
+                for a text backbone or do not fit the timm model, or an option is invalid.
+            HubUnavailableError: (an ``OSError``) if pretrained weights are requested and the Hub is
+                unreachable with nothing cached.
+        """
+        kind = backbone_type_of(backbone)
+        for reserved in ("backbone", "backbone_type", "text_config", "backbone_architecture", "backbone_pretrained"):
+            if reserved in config_kwargs:
+                raise ValueError(f"`{reserved}` is set by `from_backbone`; do not pass it in `config_kwargs`.")
+        if kind == "timm":
+            if tokenizer is not None:
+                raise ValueError(f"`tokenizer` was given but `{backbone}` is a timm vision backbone; drop it.")
+            module, architecture, kwargs = create_timm_backbone(backbone, pretrained, backbone_kwargs)
+            config = ContrastiveEncoderConfig(
+                backbone=backbone,
+                backbone_type="timm",
+                backbone_architecture=architecture,
+                backbone_kwargs=kwargs,
+                backbone_pretrained=pretrained,
+                **config_kwargs,
+            )
+            return cls(config, backbone=module)
+        if backbone_kwargs:
+            raise ValueError(
+                f"`backbone_kwargs` are timm.create_model arguments but `{backbone}` is a transformers text encoder; "
+                "pass text config changes through a config (see `from_text_config`)."
+            )
+        module, loaded_tokenizer = load_text_backbone(backbone, pretrained, **(hub_kwargs or {}))
+        config = ContrastiveEncoderConfig(
+            backbone=backbone,
+            backbone_type="text",
+            text_config=module.config,
+            backbone_pretrained=pretrained,
+            **config_kwargs,
+        )
+        return cls(config, backbone=module, tokenizer=tokenizer if tokenizer is not None else loaded_tokenizer)
+
+    @classmethod
+    def from_text_config(cls, text_config: PretrainedConfig, tokenizer: Any = None, **config_kwargs: Any) -> ContrastiveEncoder:
+        """Build a text encoder with a randomly initialised backbone from its config (tests, from-scratch training).
+
+        Args:
+            text_config: The backbone's config, e.g. ``BertConfig(hidden_size=32, ...)``.
+            tokenizer: The tokenizer (saved with the model, needed by the text exports).
+            **config_kwargs: Any :class:`ContrastiveEncoderConfig` option; ``backbone`` defaults to the
+                config's ``model_type``.
+
+        Returns:
+            The encoder.
+
+        Raises:
+            ValueError: If ``text_config`` is not a ``PretrainedConfig`` or an option is invalid.
+
+        Example:
+            >>> from transformers import BertConfig
+            >>> cfg = BertConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64, vocab_size=50)
+            >>> ContrastiveEncoder.from_text_config(cfg, pooling="cls").embedding_dim
+            32
+        """
+        if not isinstance(text_config, PretrainedConfig):
+            raise ValueError(f"`text_config` must be a transformers PretrainedConfig (e.g. BertConfig), got {type(text_config).__name__}.")
+        config_kwargs.setdefault("backbone", text_config.model_type)
+        config = ContrastiveEncoderConfig(backbone_type="text", text_config=text_config, **config_kwargs)
+        return cls(config, tokenizer=tokenizer)
+
+    # ------------------------------------------------------------------------------------------
+    # Properties
+    # ------------------------------------------------------------------------------------------
+
+    @property
+    def embedding_dim(self) -> int:
+        """The backbone width F (the size of ``embeddings``)."""
+        return int(self.config.embedding_dim)
+
+    @property
+    def data_config(self) -> dict[str, Any] | None:
+        """timm: the image preprocessing (``input_size`` (C, H, W), ``mean``, ``std``, ``interpolation``,
+        ``crop_pct``, ``crop_mode``), ready for ``timm.data.create_transform(**enc.data_config)``; text: ``None``."""
+        if self.config.backbone_type != "timm" or self.config.data_config is None:
+            return None
+        return {key: tuple(value) if isinstance(value, list) else value for key, value in self.config.data_config.items()}
+
+    # ------------------------------------------------------------------------------------------
+    # Forward
+    # ------------------------------------------------------------------------------------------
+
+    def forward(
+        self,
+        pixel_values: Tensor | None = None,
+        input_ids: Tensor | None = None,
+        attention_mask: Tensor | None = None,
+        token_type_ids: Tensor | None = None,
+        output_feature_maps: bool = False,
+        return_dict: bool | None = None,
+    ) -> ContrastiveEncoderOutput | tuple[Tensor, ...]:
+        """Encode images (``pixel_values``) or token sequences (``input_ids``).
+
+        Args:
+            pixel_values: Images, for timm backbones. Shape: ``(B, C, H, W)``.
+            input_ids: Token ids, for text backbones. Shape: ``(B, L)``.
+            attention_mask: 1 for tokens, 0 for padding (``None``: all tokens). Shape: ``(B, L)``.
+            token_type_ids: Segment ids, if the text backbone uses them. Shape: ``(B, L)``.
+            output_feature_maps: timm only: also return the stage feature maps (one forward pass
+                through ``forward_intermediates``).
+            return_dict: ``False`` returns a tuple (``ModelOutput.to_tuple()``).
+
+        Returns:
+            A :class:`ContrastiveEncoderOutput`.
+
+        Raises:
+            ValueError: If the inputs do not match the backbone type (``pixel_values`` for a text model
+                or ``input_ids`` for a vision model), have the wrong rank, or feature maps are requested
+                from a text backbone or a timm model without ``forward_intermediates``.
+        """
+        feature_maps: tuple[Tensor, ...] | None = None
+        if self.config.backbone_type == "timm":
+            if input_ids is not None or attention_mask is not None or token_type_ids is not None:
+                raise ValueError(
+                    f"`input_ids`/`attention_mask`/`token_type_ids` were given but `{self.config.backbone}` is a timm vision "
+                    "backbone: pass images as `pixel_values` of shape (B, C, H, W)."
+                )
+            if pixel_values is None:
+                raise ValueError("`pixel_values` of shape (B, C, H, W) are required for a timm vision backbone.")
+            if pixel_values.ndim != 4:
+                raise ValueError(f"`pixel_values` must have shape (B, C, H, W), got shape {tuple(pixel_values.shape)}.")
+            embeddings, feature_maps = self._encode_images(pixel_values, output_feature_maps)
+        else:
+            if pixel_values is not None:
+                raise ValueError(
+                    f"`pixel_values` were given but `{self.config.backbone}` is a text backbone: pass `input_ids` "
+                    "(and `attention_mask`) from the tokenizer, e.g. `enc(**enc.tokenizer(texts, padding=True, return_tensors='pt'))`."
+                )
+            if output_feature_maps:
+                raise ValueError("`output_feature_maps=True` needs a timm vision backbone; text backbones have no stage maps.")
+            embeddings = self._encode_text(input_ids, attention_mask, token_type_ids)
+        projections = self.projection_head(embeddings)
+        if self.config.normalize_projections:
+            projections = l2_normalize(projections)
+        logits = self.classifier(embeddings) if self.classifier is not None else None
+        output = ContrastiveEncoderOutput(embeddings=embeddings, projections=projections, feature_maps=feature_maps, logits=logits)
+        if return_dict is False:
+            return output.to_tuple()
+        return output
+
+    def _encode_images(self, pixel_values: Tensor, output_feature_maps: bool) -> tuple[Tensor, tuple[Tensor, ...] | None]:
+        if not output_feature_maps:
+            return self.backbone(pixel_values), None
+        if not hasattr(self.backbone, "forward_intermediates"):
+            raise ValueError(
+                f"`output_feature_maps=True` needs `forward_intermediates` (timm >= 1.0), which `{self.config.backbone}` "
+                "does not implement; choose another timm backbone or leave `output_feature_maps=False`."
+            )
+        final, intermediates = self.backbone.forward_intermediates(pixel_values, indices=self.config.feature_stages)
+        embeddings = self.backbone.forward_head(final, pre_logits=True)
+        return embeddings, tuple(intermediates)
+
+    def _encode_text(self, input_ids: Tensor | None, attention_mask: Tensor | None, token_type_ids: Tensor | None) -> Tensor:
+        if input_ids is None:
+            raise ValueError("`input_ids` of shape (B, L) are required for a text backbone (with `attention_mask` for padded batches).")
+        if input_ids.ndim != 2:
+            raise ValueError(f"`input_ids` must have shape (B, L), got shape {tuple(input_ids.shape)}.")
+        for name, tensor in (("attention_mask", attention_mask), ("token_type_ids", token_type_ids)):
+            if tensor is not None and tensor.shape != input_ids.shape:
+                raise ValueError(
+                    f"`{name}` must have the shape of `input_ids` {tuple(input_ids.shape)}, got {tuple(tensor.shape)}."
+                )
+        extra = {"token_type_ids": token_type_ids} if token_type_ids is not None else {}
+        outputs = self.backbone(input_ids=input_ids, attention_mask=attention_mask, return_dict=True, **extra)
+        return pool_tokens(outputs.last_hidden_state, attention_mask, self.config.pooling)
+
+    # ------------------------------------------------------------------------------------------
+    # transformers integration
+    # ------------------------------------------------------------------------------------------
+
+    @torch.no_grad()
+    def _init_weights(self, module: nn.Module) -> None:
+        """Initialise only our heads; backbones keep their own (timm or pretrained) initialisation."""
+        if isinstance(module, ProjectionHead) or (module is getattr(self, "classifier", None) and module is not None):
+            module.reset_parameters()
+
+    def _set_gradient_checkpointing(self, enable: bool = True, *args: Any, **kwargs: Any) -> None:
+        """The hook of ``activation_checkpointing_enable`` (``gradient_checkpointing_enable`` before v5):
+        timm backbones use their own ``set_grad_checkpointing``; text backbones transformers' layers."""
+        if self.config.backbone_type == "timm":
+            self.backbone.set_grad_checkpointing(enable)
+        else:
+            super()._set_gradient_checkpointing(enable, *args, **kwargs)
+
+    def save_pretrained(self, save_directory: str | os.PathLike[str], **kwargs: Any) -> None:
+        """``PreTrainedModel.save_pretrained`` (config + safetensors) plus the tokenizer files of a text backbone.
+
+        The image preprocessing of a timm backbone is in the config (``data_config``).
+
+        Raises:
+            ValueError: If ``push_to_hub=True`` is passed: use :meth:`push_to_hub`, which also uploads
+                the native exports and the model card.
+        """
+        if kwargs.pop("push_to_hub", False):
+            raise ValueError("`save_pretrained(push_to_hub=True)` is not supported: call `encoder.push_to_hub(repo_id)`.")
+        super().save_pretrained(save_directory, **kwargs)
+        if self.tokenizer is not None and kwargs.get("is_main_process", True):
+            self.tokenizer.save_pretrained(save_directory)
+
+    @classmethod
+    def from_pretrained(cls, pretrained_model_name_or_path: str | os.PathLike[str], *model_args: Any, **kwargs: Any) -> ContrastiveEncoder:
+        """Load an encoder saved with ``save_pretrained`` or pushed with :meth:`push_to_hub`.
+
+        Accepts a directory or Hub repository holding our ``config.json``, or the publishing layout of
+        :func:`~hf_contrast.models.export.save_for_hub` (native files at the root, the encoder in
+        ``hf_contrast/``), from which it loads ``subfolder="hf_contrast"``. The tokenizer of a text
+        encoder is loaded from the same place. All ``PreTrainedModel.from_pretrained`` arguments apply.
+        """
+        kwargs.pop("tokenizer", None)
+        hub_kwargs = _hub_kwargs(kwargs)
+        if not kwargs.get("subfolder") and _hub_layout_subfolder(pretrained_model_name_or_path, hub_kwargs):
+            kwargs["subfolder"] = HUB_SUBFOLDER
+        model = super().from_pretrained(pretrained_model_name_or_path, *model_args, **kwargs)
+        config = model.config
+        if config.backbone_type == "timm":
+            restore_non_persistent_buffers(model.backbone, config.backbone_architecture or config.backbone, config.backbone_kwargs)
+        elif model.tokenizer is None:
+            model.tokenizer = _load_tokenizer(pretrained_model_name_or_path, kwargs.get("subfolder", ""), hub_kwargs)
+        return model
+
+    def push_to_hub(self, repo_id: str, **kwargs: Any) -> Any:
+        """Upload weights, config, preprocessing, native exports and a model card to the Hub.
+
+        Delegates to :func:`hf_contrast.hub.push.push_encoder_to_hub` (see it for the arguments);
+        the repository layout is :func:`~hf_contrast.models.export.save_for_hub`'s.
+        """
+        from hf_contrast.hub.push import push_encoder_to_hub
+
+        return push_encoder_to_hub(self, repo_id, **kwargs)
+
+
+def _load_tokenizer(path: str | os.PathLike[str], subfolder: str, hub_kwargs: dict[str, Any]) -> Any:
+    options = dict(hub_kwargs, _raise_exceptions_for_missing_entries=False, _raise_exceptions_for_connection_errors=False)
+    try:
+        if cached_file(path, "tokenizer_config.json", subfolder=subfolder, **options) is None:
+            return None
+        return AutoTokenizer.from_pretrained(path, subfolder=subfolder, **hub_kwargs)
+    except (OSError, ValueError) as error:
+        logger.warning("The tokenizer saved with the encoder at %s could not be loaded: %s", path, error)
+        return None
