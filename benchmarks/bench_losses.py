@@ -361,7 +361,7 @@ def main() -> None:
         mem_slope = f"{loglog_slope(mem_xs, [mem[(name, b)] for b in mem_xs]):.2f}" if len(mem_xs) >= 2 else "–"
         return f"{time_slope} | {mem_slope}"
 
-    shifted_slope = loglog_slope(fit, [t[("binary_nce shifted", b)] for b in fit])
+    shifted_slope = loglog_slope(fit, [t[("binary_nce shifted", b)] for b in fit]) if len(fit) >= 2 else None
     cell = lambda name, b: f"{_ms(t[(name, b)])} / {_mib(mem, name, b)}" if (name, b) in t else "–"  # noqa: E731
     lines += [
         "",
@@ -371,7 +371,7 @@ def main() -> None:
         + " | time slope (two largest B) | memory slope | target | status |",
         "|---|" + "---:|" * len(sizes) + "---:|---:|---|---|",
         "| shifted | " + " | ".join(cell("binary_nce shifted", b) for b in sizes)
-        + f" | {slopes('binary_nce shifted')} | linear (time slope ≤ 1.2) | {_status(shifted_slope <= 1.2)} |",
+        + f" | {slopes('binary_nce shifted')} | linear (time slope ≤ 1.2) | {'–' if shifted_slope is None else _status(shifted_slope <= 1.2)} |",
         "| all | " + " | ".join(cell("binary_nce all", b) for b in sizes)
         + f" | {slopes('binary_nce all')} | (quadratic, for contrast) | |",
     ]

@@ -98,15 +98,16 @@ def info_nce_loss(
         else:
             candidates, offset, n_global = anchors, 0, n_local
 
-        logits = anchors @ candidates.T / temperature  # (2B, 2N)
+        # Scale the (2B, D) side, not the (2B, 2N) logits.
+        logits = (anchors / temperature) @ candidates.T  # (2B, 2N)
         local = torch.arange(n_local, device=logits.device)
         # Column of each anchor itself and of its positive (the other view) among the candidates.
         self_col = torch.cat([offset + local, n_global + offset + local])
         positive_col = torch.cat([n_global + offset + local, offset + local])
         rows = torch.arange(2 * n_local, device=logits.device)
-        self_mask = torch.zeros_like(logits, dtype=torch.bool)
-        self_mask[rows, self_col] = True
-        logits = logits.masked_fill(self_mask, float("-inf"))
+        # In place on the fresh matmul output (its backward needs only the inputs): no (2B, 2N)
+        # mask and no second copy of the logits.
+        logits[rows, self_col] = float("-inf")
         # cross_entropy = −s_{a,p(a)} + logsumexp_{b≠a} s_ab, max-subtracted internally.
         per_anchor = F.cross_entropy(logits, positive_col, reduction="none")
         if candidates is anchors:

@@ -100,10 +100,10 @@ def _supervised_contrastive_loss(
 
         n_local = z.shape[0]
         rows = torch.arange(n_local, device=z.device)
-        self_mask = torch.zeros((n_local, candidates.shape[0]), dtype=torch.bool, device=z.device)
-        self_mask[rows, offset + rows] = True
+        self_cols = offset + rows
         same_class = labels[:, None] == candidate_labels[None, :]  # (N, N_global)
-        positive_mask = same_class & ~self_mask
+        positive_mask = same_class.clone()
+        positive_mask[rows, self_cols] = False
         n_positives = positive_mask.sum(dim=1)
         has_positive = n_positives > 0
         n_valid = has_positive.sum()
@@ -119,12 +119,15 @@ def _supervised_contrastive_loss(
                 "samples in the batch (use several views per sample, see `flatten_views`, or a class-balanced sampler)."
             )
 
-        logits = z @ candidates.T / temperature  # (N, N_global)
+        logits = (z / temperature) @ candidates.T  # (N, N_global); scale the (N, D) side
         if abs_negatives:
             logits = torch.where(same_class, logits, logits.abs())
-        log_denominator = torch.logsumexp(logits.masked_fill(self_mask, float("-inf")), dim=1)  # max-subtracted
-        log_prob = logits - log_denominator[:, None]
-        sum_log_prob_pos = torch.where(positive_mask, log_prob, torch.zeros_like(log_prob)).sum(dim=1)
+        # In place (the backward of the op producing `logits` does not need its output): self
+        # is excluded from the denominator without a mask or a copy of the (N, N_global) logits.
+        logits[rows, self_cols] = float("-inf")
+        log_denominator = torch.logsumexp(logits, dim=1)  # max-subtracted
+        # Σ_p lp_ip = Σ_p s_ip − |P(i)|·log_denominator_i: no log-prob matrix is materialised.
+        sum_log_prob_pos = torch.where(positive_mask, logits, 0.0).sum(dim=1) - n_positives * log_denominator
         per_anchor = -sum_log_prob_pos / n_positives.clamp(min=1)
         total = torch.where(has_positive, per_anchor, torch.zeros_like(per_anchor)).sum()
         if distributed:  # this process's share: the mean over processes is the global-batch mean
