@@ -24,6 +24,7 @@ __all__ = [
     "check_unit_interval",
     "check_finite_values",
     "l2_normalize",
+    "compute_dtype",
     "float32_math",
 ]
 
@@ -108,6 +109,18 @@ def check_unit_interval(name: str, value: object) -> float:
 def l2_normalize(z: Tensor, eps: float = 1e-12) -> Tensor:
     """Row-wise ``z / max(||z||_2, eps)`` along the last axis: never divides by zero."""
     return F.normalize(z, p=2.0, dim=-1, eps=eps)
+
+
+def compute_dtype(*tensors: Tensor) -> torch.dtype:
+    """The dtype a loss computes in: float32 for fp16/bf16/float32 inputs, float64 for float64.
+
+    Used with :func:`float32_math` so that similarities stay float32 under autocast while float64
+    inputs (``gradcheck``) keep their precision.
+    """
+    dtype = torch.float32
+    for t in tensors:
+        dtype = torch.promote_types(dtype, t.dtype)
+    return dtype
 
 
 @contextmanager

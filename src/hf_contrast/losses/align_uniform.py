@@ -17,6 +17,7 @@ from torch import Tensor, nn
 
 from ..distributed import gather_with_offset
 from ._checks import (
+    compute_dtype,
     check_embeddings,
     check_non_negative,
     check_positive,
@@ -57,7 +58,7 @@ def alignment_loss(x: Tensor, y: Tensor, alpha: float = 2, normalize: bool = Tru
     check_same_shape("x", x, "y", y)
     alpha = check_positive("alpha", alpha)
     with float32_math(x.device.type):
-        dtype = torch.promote_types(torch.promote_types(x.dtype, y.dtype), torch.float32)
+        dtype = compute_dtype(x, y)
         a, b = x.to(dtype), y.to(dtype)
         if normalize:
             a, b = l2_normalize(a), l2_normalize(b)
@@ -102,7 +103,7 @@ def uniformity_loss(x: Tensor, t: float = 2, normalize: bool = True, gather_dist
     if not gather_distributed and x.shape[0] < 2:
         raise ValueError(f"`x` must have at least 2 rows (uniformity averages over pairs), got shape {tuple(x.shape)}.")
     with float32_math(x.device.type):
-        a = x.to(torch.promote_types(x.dtype, torch.float32))
+        a = x.to(compute_dtype(x))
         if normalize:
             a = l2_normalize(a)
         candidates, offset = gather_with_offset(a) if gather_distributed else (a, 0)

@@ -19,7 +19,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ._checks import check_embeddings, check_positive, check_same_shape, float32_math, l2_normalize
+from ._checks import compute_dtype, check_embeddings, check_positive, check_same_shape, float32_math, l2_normalize
 
 __all__ = ["binary_nce_loss", "BinaryNCELoss"]
 
@@ -126,7 +126,7 @@ def binary_nce_loss(
         bias = _DEFAULT_BIAS[negatives]
     _check_bias(bias)
 
-    dtype = torch.promote_types(z1.dtype, torch.float32)
+    dtype = compute_dtype(z1, z2)
     with float32_math(z1.device.type):
         z1, z2 = z1.to(dtype), z2.to(dtype)
         if isinstance(temperature, Tensor):

@@ -16,6 +16,7 @@ import torch
 from torch import Tensor, nn
 
 from ._checks import (
+    compute_dtype,
     check_embeddings,
     check_non_negative,
     check_positive,
@@ -87,7 +88,7 @@ def care_equivariance_loss(z1: Tensor, z2: Tensor, n_splits: int, normalize: boo
     n_splits = _check_n_splits(n_splits, batch_size)
     m = batch_size // n_splits
     with float32_math(z1.device.type):
-        dtype = torch.promote_types(torch.promote_types(z1.dtype, z2.dtype), torch.float32)
+        dtype = compute_dtype(z1, z2)
         a, b = z1.to(dtype), z2.to(dtype)
         if normalize:
             a, b = l2_normalize(a), l2_normalize(b)

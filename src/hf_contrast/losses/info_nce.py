@@ -13,7 +13,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..distributed import gather_with_offset, world_size
-from ._checks import check_embeddings, check_positive, check_same_shape, float32_math, l2_normalize
+from ._checks import compute_dtype, check_embeddings, check_positive, check_same_shape, float32_math, l2_normalize
 
 __all__ = ["info_nce_loss", "InfoNCELoss"]
 
@@ -27,11 +27,6 @@ _SIMCLR_BIBTEX = """@inproceedings{chen2020simclr,
   year      = {2020},
   url       = {https://arxiv.org/abs/2002.05709}
 }"""
-
-
-def _at_least_float32(z: Tensor) -> Tensor:
-    """Upcast fp16/bf16 to float32; keep float32 and float64 (float64 is needed by gradcheck)."""
-    return z.to(torch.promote_types(z.dtype, torch.float32))
 
 
 def info_nce_loss(
@@ -84,8 +79,8 @@ def info_nce_loss(
     temperature = check_positive("temperature", temperature)
 
     with float32_math(z1.device.type):
-        z1 = _at_least_float32(z1)
-        z2 = _at_least_float32(z2)
+        dtype = compute_dtype(z1, z2)
+        z1, z2 = z1.to(dtype), z2.to(dtype)
         if normalize:
             z1, z2 = l2_normalize(z1), l2_normalize(z2)
         anchors = torch.cat([z1, z2], dim=0)  # (2B, D)

@@ -31,7 +31,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from ._checks import check_embeddings, check_positive, check_unit_interval, float32_math
+from ._checks import compute_dtype, check_embeddings, check_positive, check_unit_interval, float32_math
 
 __all__ = ["simo_loss", "afcl_loss", "SimOLoss", "AFCLLoss"]
 
@@ -42,10 +42,6 @@ _CITATION = """@article{bouhsine2024simo,
   year    = {2024},
   url     = {https://arxiv.org/abs/2410.05233}
 }"""
-
-
-def _compute_dtype(z: Tensor) -> torch.dtype:
-    return torch.promote_types(z.dtype, torch.float32)
 
 
 def _simo(e: Tensor, y: float | Tensor, eps: float) -> Tensor:
@@ -111,7 +107,7 @@ def simo_loss(e: Tensor, y: float | Tensor, eps: float = 1e-6) -> Tensor:
     y = _check_label(y, e.shape[0] if grouped else None)
     eps = check_positive("eps", eps)
     with float32_math(e.device.type):
-        dtype = _compute_dtype(e)
+        dtype = compute_dtype(e)
         if isinstance(y, Tensor):
             y = y.to(device=e.device, dtype=dtype)
         out = _simo(e.to(dtype) if grouped else e.to(dtype).unsqueeze(0), y, eps)
@@ -140,7 +136,7 @@ def _afcl_terms(e: Tensor, n_classes: int, olean: float, eps: float) -> tuple[Te
     olean = check_unit_interval("olean", olean)
     eps = check_positive("eps", eps)
     with float32_math(e.device.type):
-        e = e.to(_compute_dtype(e))
+        e = e.to(compute_dtype(e))
         same = _simo(e, 1.0, eps).sum()
         mean = _simo(e.mean(dim=1).unsqueeze(0), olean, eps).squeeze(0)
         diff = _simo(e.transpose(0, 1), olean, eps).sum()

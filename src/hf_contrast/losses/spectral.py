@@ -17,7 +17,7 @@ import torch
 from torch import Tensor, nn
 
 from ..distributed import gather_with_offset, world_size
-from ._checks import check_embeddings, check_same_shape, float32_math
+from ._checks import compute_dtype, check_embeddings, check_same_shape, float32_math
 
 __all__ = ["spectral_contrastive_loss", "SpectralContrastiveLoss"]
 
@@ -75,7 +75,7 @@ def spectral_contrastive_loss(z1: Tensor, z2: Tensor, gather_distributed: bool =
             f"`z1` and `z2` need a batch of at least 2 samples (the loss uses the other samples as "
             f"negatives), got shape {tuple(z1.shape)}."
         )
-    dtype = torch.promote_types(z1.dtype, torch.float32)
+    dtype = compute_dtype(z1, z2)
     with float32_math(z1.device.type):
         z1, z2 = z1.to(dtype), z2.to(dtype)
         candidates = gather_with_offset(z2)[0] if gather_distributed and world_size() > 1 else z2

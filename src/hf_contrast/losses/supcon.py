@@ -14,8 +14,7 @@ import torch.distributed as dist
 from torch import Tensor, nn
 
 from ..distributed import gather, gather_with_offset, world_size
-from ._checks import check_embeddings, check_labels, check_positive, float32_math, l2_normalize
-from .info_nce import _at_least_float32
+from ._checks import compute_dtype, check_embeddings, check_labels, check_positive, float32_math, l2_normalize
 
 __all__ = ["supcon_loss", "SupConLoss", "flatten_views"]
 
@@ -88,7 +87,7 @@ def _supervised_contrastive_loss(
     temperature = check_positive("temperature", temperature)
 
     with float32_math(z.device.type):
-        z = _at_least_float32(z)
+        z = z.to(compute_dtype(z))
         if normalize:
             z = l2_normalize(z)
         distributed = gather_distributed and world_size() > 1

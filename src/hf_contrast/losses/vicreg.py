@@ -18,7 +18,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ._checks import check_embeddings, check_non_negative, check_positive, check_same_shape, float32_math
+from ._checks import compute_dtype, check_embeddings, check_non_negative, check_positive, check_same_shape, float32_math
 
 __all__ = ["vicreg_loss", "VICRegLoss"]
 
@@ -74,7 +74,7 @@ def _vicreg_terms(
             f"covariance), got shape {tuple(z1.shape)}."
         )
     _check_hyperparameters(invariance_weight, variance_weight, covariance_weight, gamma, eps)
-    dtype = torch.promote_types(z1.dtype, torch.float32)
+    dtype = compute_dtype(z1, z2)
     with float32_math(z1.device.type):
         z1, z2 = z1.to(dtype), z2.to(dtype)
         invariance = (z1 - z2).square().mean()  # = mean_i ||z1_i - z2_i||^2 / D
