@@ -254,3 +254,31 @@ def test_push_rejects_bad_arguments(module_hub: HubServer, pushed_vision: tuple)
         push_encoder_to_hub(encoder, "")
     with pytest.raises(ValueError, match="`create_pr=True` opens a pull request against `main`"):
         push_encoder_to_hub(encoder, "user/x", revision="dev", create_pr=True)
+
+
+def test_trainer_push_to_hub_publishes_the_encoder_with_a_full_card(hub: HubServer, tmp_path: Path) -> None:
+    """A trained CARETrainer pushes the publishing layout; the card carries method, args and logs."""
+    from huggingface_hub import ModelCard, hf_hub_download
+
+    from distributed_scripts.trainer_utils import image_dataset, training_args
+    from hf_contrast.training import CARETrainer
+
+    torch.manual_seed(0)
+    encoder = tiny_timm_encoder()
+    args = training_args(tmp_path / "run", image_size=32, n_splits=2, care_weight=0.05)
+    trainer = CARETrainer(model=encoder, args=args, train_dataset=image_dataset(n=16, size=32))
+    trainer.train()
+    commit = trainer.push_to_hub("user/care-run", blocking=False, tags=["digits"], card_kwargs={"license": "mit"})
+    assert commit.oid
+    card = ModelCard.load("user/care-run")
+    assert card.data.library_name == "hf_contrast" and card.data.license == "mit"
+    assert "digits" in card.data.tags
+    text = card.text
+    assert "care_weight" in text and "0.05" in text  # non-default training arguments
+    assert "@" in text and "CARE" in text  # method section with BibTeX
+    assert "loss_equivariance" in text or "Equivariance" in text  # training-log table
+    loaded = ContrastiveEncoder.from_pretrained("user/care-run").eval()
+    x = torch.randn(2, 3, 32, 32)
+    with torch.no_grad():
+        torch.testing.assert_close(loaded(pixel_values=x).projections, encoder.eval()(pixel_values=x).projections)
+    assert hf_hub_download("user/care-run", "model.safetensors")  # timm layout at the root

@@ -1,0 +1,86 @@
+"""CARETrainer / OCLTrainer with ``gather_distributed=True``: 2 processes vs one on the global batch.
+
+Launched by ``tests/test_trainer_distributed.py`` as::
+
+    python -m torch.distributed.run --nproc_per_node 2 --master_port P trainer_distributed.py OUT_DIR
+
+Each run trains a BN-free tiny ViT for a few SGD steps on fixed (deterministic) views, with the
+sequential sampler, so that process ``r`` sees rows ``[r·b, (r+1)·b)`` of each global batch of
+``2b`` rows. Rank 0 saves the final parameters to ``OUT_DIR/<method>.pt``; every rank saves the
+loss-owned parameters of a learnable BinaryNCE run to ``OUT_DIR/binary_nce_rank<r>.pt``. The test
+runs :func:`run` in its own process for the single-process reference (batch ``2b``, twice the
+splits, so CARE's chunks keep their size).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).parent))
+from trainer_utils import (  # noqa: E402
+    fixed_equivariance_views,
+    fixed_views_collator,
+    image_dataset,
+    parameters,
+    training_args,
+    vit_encoder,
+)
+
+from hf_contrast import distributed  # noqa: E402
+from hf_contrast.losses import BinaryNCELoss  # noqa: E402
+from hf_contrast.training import CARETrainer, OCLTrainer, SimCLRTrainer  # noqa: E402
+
+STEPS = 3
+LOCAL_BATCH = 4
+LOCAL_SPLITS = 2
+N_SAMPLES = 32
+
+
+def run(method: str, out_dir: Path, batch_size: int, n_splits: int) -> dict[str, Any]:
+    """Train ``method`` ("care" or "ocl") and return the final parameters and logs."""
+    data = image_dataset(n=N_SAMPLES, size=16, n_classes=4)
+    args = training_args(
+        out_dir / f"run_{method}", max_steps=STEPS, per_device_train_batch_size=batch_size, n_splits=n_splits,
+        optim="sgd", learning_rate=0.1, max_grad_norm=0.0, train_sampling_strategy="sequential",
+        gather_distributed=True, care_weight=0.5, n_views=1 if method == "ocl" else None,
+    )  # fmt: skip
+    if method == "care":
+        trainer = CARETrainer(
+            model=vit_encoder(), args=args, train_dataset=data, data_collator=fixed_views_collator,
+            equivariance_augmentation=fixed_equivariance_views,
+        )  # fmt: skip
+    else:  # one view per sample: the local batches hold 4 distinct classes, positives only across processes
+        trainer = OCLTrainer(model=vit_encoder(), args=args, train_dataset=data, data_collator=fixed_views_collator)
+    trainer.train()
+    return {
+        "parameters": parameters(trainer.model),
+        "log_history": trainer.state.log_history,
+        "skipped_batches": trainer.skipped_batches,
+    }
+
+
+def run_learnable_loss(out_dir: Path) -> dict[str, torch.Tensor]:
+    """A learnable BinaryNCE run: the loss-owned parameters must stay identical on every process."""
+    data = image_dataset(n=N_SAMPLES, size=16)
+    args = training_args(out_dir / "run_binary_nce", max_steps=2, per_device_train_batch_size=LOCAL_BATCH, learning_rate=0.05)
+    loss = BinaryNCELoss(learnable_temperature=True, learnable_bias=True)
+    trainer = SimCLRTrainer(model=vit_encoder(), args=args, train_dataset=data, loss=loss, data_collator=fixed_views_collator)
+    trainer.train()
+    return {name: p.detach().cpu().clone() for name, p in loss.named_parameters()}
+
+
+def main() -> None:
+    out_dir = Path(sys.argv[1])
+    for method in ("care", "ocl"):
+        result = run(method, out_dir, LOCAL_BATCH, LOCAL_SPLITS)
+        if distributed.rank() == 0:
+            torch.save(result, out_dir / f"{method}.pt")
+    torch.save(run_learnable_loss(out_dir), out_dir / f"binary_nce_rank{distributed.rank()}.pt")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,140 @@
+"""CARE-MoCo: queue InfoNCE, momentum encoder (EMA once per optimizer step), queue filling, checkpoints."""
+
+from __future__ import annotations
+
+import copy
+
+import numpy as np
+import pytest
+import torch
+
+from distributed_scripts.trainer_utils import (
+    fixed_equivariance_views,
+    fixed_views_collator,
+    image_dataset,
+    parameters,
+    training_args,
+    vit_encoder,
+)
+from hf_contrast.training import CONTRASTIVE_STATE_NAME, CARETrainer, MoCoState, moco_info_nce_loss
+
+
+def _reference_moco(q: np.ndarray, k: np.ndarray, queue: np.ndarray, temperature: float) -> float:
+    """Loop over queries, written from the MoCo v2 formula (float64)."""
+    total = 0.0
+    for i in range(q.shape[0]):
+        qi = q[i] / np.linalg.norm(q[i])
+        ki = k[i] / np.linalg.norm(k[i])
+        positive = qi @ ki / temperature
+        negatives = [qi @ u / temperature for u in queue]
+        logits = np.array([positive, *negatives])
+        total += -(positive - np.log(np.exp(logits - logits.max()).sum()) - logits.max())
+    return total / q.shape[0]
+
+
+def test_queue_infonce_matches_a_reference_loop() -> None:
+    g = torch.Generator().manual_seed(0)
+    q, k = torch.randn(6, 5, generator=g), torch.randn(6, 5, generator=g)
+    queue = torch.nn.functional.normalize(torch.randn(10, 5, generator=g), dim=1)
+    got = moco_info_nce_loss(q, k, queue, temperature=0.2)
+    want = _reference_moco(q.double().numpy(), k.double().numpy(), queue.double().numpy(), 0.2)
+    assert got.item() == pytest.approx(want, rel=1e-5)
+
+
+def test_queue_infonce_gradient_flows_to_the_queries_only() -> None:
+    q = torch.randn(4, 3, dtype=torch.float64, requires_grad=True)
+    k = torch.randn(4, 3, dtype=torch.float64, requires_grad=True)
+    moco_info_nce_loss(q, k, torch.randn(7, 3, dtype=torch.float64)).backward()
+    assert q.grad is not None and q.grad.abs().sum() > 0 and k.grad is None
+
+
+@pytest.mark.parametrize(
+    ("q_shape", "k_shape", "queue_shape", "temperature", "match"),
+    [
+        ((4, 3), (5, 3), (8, 3), 0.2, "`q` and `k` must have the same shape"),
+        ((4, 3), (4, 3), (8, 2), 0.2, "`queue` must have D=3"),
+        ((4, 3), (4, 3), (8, 3), 0.0, "`temperature`"),
+        ((4,), (4,), (8, 3), 0.2, "`q`"),
+    ],
+)
+def test_queue_infonce_errors(q_shape, k_shape, queue_shape, temperature, match) -> None:
+    with pytest.raises(ValueError, match=match):
+        moco_info_nce_loss(torch.randn(q_shape), torch.randn(k_shape), torch.randn(queue_shape), temperature)
+
+
+def test_state_momentum_update_and_queue_wrap_around() -> None:
+    encoder = torch.nn.Linear(3, 2)
+    state = MoCoState(encoder, queue_size=5, momentum=0.9, seed=1)
+    key0 = copy.deepcopy(state.key_encoder.weight.detach())
+    with torch.no_grad():
+        encoder.weight.add_(1.0)
+    state.momentum_update(encoder)
+    torch.testing.assert_close(state.key_encoder.weight, 0.9 * key0 + 0.1 * encoder.weight.detach())
+    assert not state.key_encoder.weight.requires_grad
+
+    first = state.queue_for(2, torch.device("cpu"))
+    keys = torch.randn(4, 2)
+    state.enqueue(keys)
+    state.enqueue(keys[:3] * 2)  # wraps: rows 4, 0, 1
+    normed = torch.nn.functional.normalize(keys, dim=1)
+    torch.testing.assert_close(state.queue[2:4], normed[2:4])
+    torch.testing.assert_close(state.queue[[4, 0, 1]], normed[:3])
+    assert (state.queue_ptr, state.num_enqueued) == (2, 7)
+    assert not torch.equal(first, state.queue)  # out-of-place: the old tensor is untouched
+    torch.testing.assert_close(first.norm(dim=1), torch.ones(5))
+    with pytest.raises(ValueError, match="`moco_queue_size`=5"):
+        state.enqueue(torch.randn(6, 2))
+    with pytest.raises(ValueError, match="`momentum`"):
+        MoCoState(encoder, momentum=1.0)
+
+
+@pytest.fixture(scope="module")
+def images():
+    return image_dataset(n=16, size=16)
+
+
+def _trainer(tmp_path, images, **overrides) -> CARETrainer:
+    options = dict(moco_queue_size=12, moco_momentum=0.9, train_sampling_strategy="sequential", max_steps=1)
+    options.update(overrides)
+    return CARETrainer(
+        model=vit_encoder(), args=training_args(tmp_path, **options), train_dataset=images, method="moco",
+        data_collator=fixed_views_collator, equivariance_augmentation=fixed_equivariance_views,
+    )  # fmt: skip
+
+
+def test_momentum_encoder_is_an_ema_once_per_optimizer_step(tmp_path, images) -> None:
+    trainer = _trainer(tmp_path, images, per_device_train_batch_size=4, gradient_accumulation_steps=2)
+    theta0 = parameters(trainer.model)
+    key_encoder_0 = parameters(trainer.moco.key_encoder)
+    for name in theta0:
+        assert torch.equal(theta0[name], key_encoder_0[name])  # starts as a copy
+    trainer.train()
+    theta1 = parameters(trainer.model)
+    key = parameters(trainer.moco.key_encoder)
+    changed = 0
+    for name in theta0:  # exactly one update with m = 0.9, despite two micro-batches
+        torch.testing.assert_close(key[name], 0.9 * theta0[name] + 0.1 * theta1[name], atol=1e-7, rtol=1e-6)
+        changed += not torch.equal(theta0[name], theta1[name])
+    assert changed > 0
+    assert trainer.moco.num_enqueued == 8 and trainer.moco.queue_ptr == 8  # both micro-batches' keys
+
+
+def test_queue_fills_with_the_key_encoders_keys(tmp_path, images) -> None:
+    trainer = _trainer(tmp_path, images, per_device_train_batch_size=8)
+    key_encoder_0 = copy.deepcopy(trainer.moco.key_encoder)
+    trainer.train()
+    batch = fixed_views_collator([images[i] for i in range(8)])  # sequential sampler: rows 0..7
+    with torch.no_grad():
+        keys = key_encoder_0(pixel_values=batch["pixel_values_2"]).projections  # keys use θ_k before the step
+    torch.testing.assert_close(trainer.moco.queue[:8], torch.nn.functional.normalize(keys, dim=1), atol=1e-6, rtol=1e-5)
+    assert trainer.moco.queue.shape == (12, 8)
+
+
+def test_checkpoint_holds_key_encoder_and_queue(tmp_path, images) -> None:
+    trainer = _trainer(tmp_path, images, per_device_train_batch_size=8, max_steps=2, save_strategy="steps", save_steps=2)
+    trainer.train()
+    state = torch.load(tmp_path / "checkpoint-2" / CONTRASTIVE_STATE_NAME, weights_only=True)
+    torch.testing.assert_close(state["moco"]["queue"], trainer.moco.queue)
+    assert int(state["moco"]["num_enqueued"]) == 16 and int(state["moco"]["queue_ptr"]) == 4
+    for name, p in trainer.moco.key_encoder.state_dict().items():
+        torch.testing.assert_close(state["moco"]["key_encoder"][name], p)

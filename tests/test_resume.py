@@ -1,0 +1,65 @@
+"""Resuming from a checkpoint continues exactly like the uninterrupted run (random views included)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import torch
+
+from distributed_scripts.trainer_utils import image_dataset, parameters, training_args, vit_encoder
+from hf_contrast.losses import BinaryNCELoss
+from hf_contrast.training import CARETrainer, SimCLRTrainer
+
+
+@pytest.fixture(scope="module")
+def images():
+    return image_dataset(n=16, size=16)
+
+
+CASES = {
+    # default random per-sample views on the CPU: the RNG state must be restored
+    "simclr": (SimCLRTrainer, {}, {}),
+    # key encoder + queue + on-device chunked views
+    "care_moco": (CARETrainer, {"method": "moco"}, {"moco_queue_size": 16}),
+    # loss-owned parameters (learnable temperature and bias)
+    "binary_nce": (SimCLRTrainer, {"loss": "learnable"}, {}),
+}
+
+
+def _run(tmp_path, images, name: str, resume: str | None = None) -> tuple[Any, list[float]]:
+    trainer_cls, kwargs, extra = CASES[name]
+    kwargs = dict(kwargs)
+    if kwargs.get("loss") == "learnable":
+        kwargs["loss"] = BinaryNCELoss(learnable_temperature=True, learnable_bias=True)
+    args = training_args(
+        tmp_path, per_device_train_batch_size=4, max_steps=4, save_strategy="steps", save_steps=2,
+        learning_rate=1e-2, full_determinism=True, **extra,
+    )  # fmt: skip
+    trainer = trainer_cls(model=vit_encoder(seed=1 if resume else 0), args=args, train_dataset=images, **kwargs)
+    trainer.train(resume_from_checkpoint=resume)
+    losses = [h["loss"] for h in trainer.state.log_history if "loss" in h]
+    return trainer, losses
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_resume_from_the_middle_checkpoint_matches_the_uninterrupted_run(tmp_path, images, name: str) -> None:
+    full, full_losses = _run(tmp_path / "full", images, name)
+    assert len(full_losses) == 4 and len(set(full_losses)) == 4
+    checkpoint = str(tmp_path / "full" / "checkpoint-2")
+    resumed, resumed_losses = _run(tmp_path / "resumed", images, name, resume=checkpoint)
+    assert resumed.state.global_step == 4
+    assert resumed_losses[-2:] == pytest.approx(full_losses[-2:], rel=1e-5, abs=1e-6)
+    want = parameters(full.model)
+    for key, value in parameters(resumed.model).items():
+        torch.testing.assert_close(value, want[key], atol=1e-6, rtol=1e-5)
+    if name == "care_moco":
+        torch.testing.assert_close(resumed.moco.queue, full.moco.queue, atol=1e-6, rtol=1e-5)
+        assert resumed.moco.num_enqueued == full.moco.num_enqueued == 16
+        want_key = parameters(full.moco.key_encoder)
+        for key, value in parameters(resumed.moco.key_encoder).items():
+            torch.testing.assert_close(value, want_key[key], atol=1e-6, rtol=1e-5)
+    if name == "binary_nce":
+        for (n1, p1), (n2, p2) in zip(resumed.loss.named_parameters(), full.loss.named_parameters()):
+            assert n1 == n2
+            torch.testing.assert_close(p1, p2, atol=1e-6, rtol=1e-5)

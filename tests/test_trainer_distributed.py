@@ -1,0 +1,89 @@
+"""2 real CPU processes (gloo) with ``gather_distributed=True`` train like one process on the global batch.
+
+Launches ``tests/distributed_scripts/trainer_distributed.py`` with ``torch.distributed.run`` (which
+``transformers.Trainer`` and Accelerate pick up from the environment) and compares, after a few SGD
+steps on fixed views, the parameters of CARETrainer and OCLTrainer with a single process trained on
+batches of twice the size (and twice the CARE splits, so chunks keep their size), to 1e-5.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+import torch
+
+SCRIPT = Path(__file__).parent / "distributed_scripts" / "trainer_distributed.py"
+WORLD_SIZE = 2
+
+pytestmark = pytest.mark.distributed
+
+
+def _load_script() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("trainer_distributed", SCRIPT)
+    if spec is None or spec.loader is None:
+        raise ImportError(SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, dict[str, Any]]]:
+    out_dir = tmp_path_factory.mktemp("trainer_distributed")
+    command = [
+        sys.executable, "-m", "torch.distributed.run",
+        "--nproc_per_node", str(WORLD_SIZE), "--master_addr", "127.0.0.1", "--master_port", str(_free_port()),
+        str(SCRIPT), str(out_dir),
+    ]  # fmt: skip
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
+    done = subprocess.run(command, capture_output=True, text=True, timeout=300, env=env)
+    if done.returncode != 0:
+        pytest.fail(f"torchrun failed ({done.returncode}):\n{done.stdout[-3000:]}\n{done.stderr[-5000:]}")
+    script = _load_script()
+    single = {
+        method: script.run(method, out_dir / "single", WORLD_SIZE * script.LOCAL_BATCH, WORLD_SIZE * script.LOCAL_SPLITS)
+        for method in ("care", "ocl")
+    }
+    return out_dir, single
+
+
+@pytest.mark.parametrize("method", ["care", "ocl"])
+def test_two_processes_train_like_one_process_on_the_global_batch(runs, method: str) -> None:
+    out_dir, single = runs
+    two = torch.load(out_dir / f"{method}.pt", weights_only=False)
+    one = single[method]
+    initial = _load_script().vit_encoder().state_dict()
+    assert any(not torch.equal(one["parameters"][k], initial[k]) for k in one["parameters"])  # it trained
+    for name, value in two["parameters"].items():
+        torch.testing.assert_close(value, one["parameters"][name], atol=1e-5, rtol=1e-5, msg=name)
+    assert two["skipped_batches"] == 0  # OCL: positives exist only across processes, and were found
+    # logged totals: the mean over processes of the local loss equals the global-batch loss
+    two_losses = [h["loss"] for h in two["log_history"] if "loss" in h]
+    one_losses = [h["loss"] for h in one["log_history"] if "loss" in h]
+    assert two_losses == pytest.approx(one_losses, rel=1e-5, abs=1e-6)
+    if method == "care":  # per-term logs are reduced over processes too
+        for a, b in zip((h for h in two["log_history"] if "loss" in h), (h for h in one["log_history"] if "loss" in h)):
+            assert a["loss_invariance"] == pytest.approx(b["loss_invariance"], rel=1e-5)
+            assert a["loss_equivariance"] == pytest.approx(b["loss_equivariance"], rel=1e-4, abs=1e-7)
+
+
+def test_loss_owned_parameters_stay_identical_across_processes(runs) -> None:
+    out_dir, _ = runs
+    ranks = [torch.load(out_dir / f"binary_nce_rank{r}.pt", weights_only=True) for r in range(WORLD_SIZE)]
+    assert ranks[0]["bias"].item() != pytest.approx(-10.0)  # trained
+    for name in ranks[0]:
+        torch.testing.assert_close(ranks[1][name], ranks[0][name], atol=0, rtol=0)
