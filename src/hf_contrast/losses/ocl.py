@@ -7,12 +7,9 @@ absolute similarity, so that other classes are pushed to be orthogonal rather th
 
 from __future__ import annotations
 
-from typing import Any
+from torch import Tensor
 
-from torch import Tensor, nn
-
-from ._checks import check_positive
-from .supcon import _supervised_contrastive_loss
+from .supcon import SupConLoss, _supervised_contrastive_loss
 
 __all__ = ["ocl_loss", "OCLoss"]
 
@@ -69,7 +66,7 @@ def ocl_loss(
     return _supervised_contrastive_loss(z, labels, temperature, normalize, gather_distributed, abs_negatives=True)
 
 
-class OCLoss(nn.Module):
+class OCLoss(SupConLoss):
     """Module form of :func:`ocl_loss` (LOCAL's orthonormal contrastive loss), same defaults.
 
     Args:
@@ -86,19 +83,6 @@ class OCLoss(nn.Module):
 
     citation: str = _LOCAL_BIBTEX
 
-    def __init__(self, temperature: float = 0.1, normalize: bool = True, gather_distributed: bool = False) -> None:
-        super().__init__()
-        self.temperature = check_positive("temperature", temperature)
-        self.normalize = bool(normalize)
-        self.gather_distributed = bool(gather_distributed)
-
     def forward(self, z: Tensor, labels: Tensor) -> Tensor:
         """Loss of labelled embeddings. Shape: ``z``: ``(N, D)``, ``labels``: ``(N,)``; returns a scalar."""
         return ocl_loss(z, labels, self.temperature, self.normalize, self.gather_distributed)
-
-    def get_config_dict(self) -> dict[str, Any]:
-        """Hyperparameters, for model cards."""
-        return {"temperature": self.temperature, "normalize": self.normalize, "gather_distributed": self.gather_distributed}
-
-    def extra_repr(self) -> str:
-        return f"temperature={self.temperature}, normalize={self.normalize}, gather_distributed={self.gather_distributed}"
