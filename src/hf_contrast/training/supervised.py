@@ -36,7 +36,8 @@ class SupConTrainer(ContrastiveTrainer):
         z_views = self.projections(model, self.augmented_views(inputs, self.num_views))
         z = torch.cat(z_views)
         y = labels.repeat(len(z_views))
-        if not self.has_positive_pair(y):
+        # With two or more views every anchor has a positive (its other view): no check, no sync.
+        if len(z_views) == 1 and not self.has_positive_pair(y):
             return self.skip_batch(z, y)
         return self.loss(z, y)
 
