@@ -60,7 +60,13 @@ class SimOTrainer(ContrastiveTrainer):
     def train_batch_sampler(self) -> Sampler[list[int]]:
         """Class-major ``C × k`` batches, epoch-aware; Accelerate shards them over processes."""
         column = self.args.label_column
-        if column not in getattr(self.train_dataset, "column_names", ()):
+        if not hasattr(self.train_dataset, "column_names"):
+            raise ValueError(
+                "SimOTrainer builds class-major batches from the labels of a `datasets.Dataset` (it reads "
+                f"`train_dataset[label_column]`); got a {type(self.train_dataset).__name__}. Wrap your data with "
+                "`datasets.Dataset.from_dict(...)` or pass a `datasets.Dataset`."
+            )
+        if column not in self.train_dataset.column_names:
             raise ValueError(f"SimOTrainer needs class labels: the training dataset has no `label_column`={column!r}.")
         seed = self.args.data_seed if self.args.data_seed is not None else self.args.seed
         return AFCLBatchSampler(
