@@ -149,6 +149,12 @@ def test_simo_validates_its_batch_geometry(tmp_path, images) -> None:
         SimOTrainer(model=vit_encoder(), args=training_args(tmp_path, classes_per_batch=2, samples_per_class=3), train_dataset=images)
     with pytest.raises(ValueError, match="`classes_per_batch` and `samples_per_class`"):
         SimOTrainer(model=vit_encoder(), args=training_args(tmp_path), train_dataset=images)
+    rows = [images[i] for i in range(len(images))]  # a plain list: no labels column to sample from
+    trainer = SimOTrainer(
+        model=vit_encoder(), args=training_args(tmp_path, classes_per_batch=2, samples_per_class=4), train_dataset=rows
+    )
+    with pytest.raises(ValueError, match="needs a `datasets.Dataset`|of a `datasets.Dataset`"):
+        trainer.get_train_dataloader()
 
 
 def test_supervised_trainers_need_labels(tmp_path, images) -> None:
