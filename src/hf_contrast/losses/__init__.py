@@ -4,8 +4,15 @@ Every loss follows ``METHODS.md``; see each module for the formula, shapes and e
 """
 from __future__ import annotations
 from .info_nce import info_nce_loss, InfoNCELoss
-from .supcon import supcon_loss, SupConLoss
+from .supcon import flatten_views, supcon_loss, SupConLoss
 from .ocl import ocl_loss, OCLoss
+from .local import (
+    LOCALLoss,
+    inverse_frequency_weights,
+    latent_correlation_embedding,
+    local_alpha,
+    local_loss,
+)
 from .care import care_equivariance_loss, CARELoss
 from .simo import simo_loss, afcl_loss, SimOLoss, AFCLLoss
 from .align_uniform import alignment_loss, uniformity_loss, AlignUniformLoss
@@ -18,8 +25,14 @@ __all__ = [
     "InfoNCELoss",
     "supcon_loss",
     "SupConLoss",
+    "flatten_views",
     "ocl_loss",
     "OCLoss",
+    "local_loss",
+    "LOCALLoss",
+    "latent_correlation_embedding",
+    "inverse_frequency_weights",
+    "local_alpha",
     "care_equivariance_loss",
     "CARELoss",
     "simo_loss",
