@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import math
 import os
-import socket
 import subprocess
 import sys
 import textwrap
 from pathlib import Path
 
 import pytest
+from _launch import free_port
 import torch
 import torch.nn.functional as F
 
@@ -183,10 +183,6 @@ _WORKER = textwrap.dedent(
 )
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.mark.distributed
@@ -196,7 +192,7 @@ def test_uniformity_gather_two_processes(tmp_path: Path) -> None:
     script.write_text(_WORKER)
     cmd = [
         sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
-        "--master_port", str(_free_port()), str(script),
+        "--master_port", str(free_port()), str(script),
     ]  # fmt: skip
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     result = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=env)

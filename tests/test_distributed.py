@@ -7,15 +7,14 @@ single process on the concatenated global batch, to 1e-5.
 
 from __future__ import annotations
 
-import importlib.util
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
 from types import ModuleType
 
 import pytest
+from _launch import free_port, load_script
 import torch
 
 SCRIPT = Path(__file__).parent / "distributed_scripts" / "gather_losses.py"
@@ -25,17 +24,9 @@ pytestmark = pytest.mark.distributed
 
 
 def _load_script() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("gather_losses", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("gather_losses", SCRIPT)
 
 
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @pytest.fixture(scope="module")
@@ -43,7 +34,7 @@ def rank_results(tmp_path_factory: pytest.TempPathFactory) -> list[dict[str, dic
     out_dir = tmp_path_factory.mktemp("gather_losses")
     command = [
         sys.executable, "-m", "torch.distributed.run",
-        "--nproc_per_node", str(WORLD_SIZE), "--master_addr", "127.0.0.1", "--master_port", str(_free_port()),
+        "--nproc_per_node", str(WORLD_SIZE), "--master_addr", "127.0.0.1", "--master_port", str(free_port()),
         str(SCRIPT), str(out_dir),
     ]  # fmt: skip
     env = {**os.environ, "OMP_NUM_THREADS": "1"}

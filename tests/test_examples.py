@@ -11,12 +11,12 @@ from __future__ import annotations
 import json
 import math
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from _launch import free_port
 
 from hf_contrast.models import ContrastiveEncoder
 
@@ -37,10 +37,6 @@ TINY_IMAGES = [
 ]  # fmt: skip
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def run_example(script: str, *args: str, output_dir: Path, launcher: list[str] | None = None) -> str:
@@ -139,7 +135,7 @@ def test_run_care_under_accelerate_launch_with_two_cpu_processes(tmp_path: Path)
     launcher = [
         sys.executable, "-m", "accelerate.commands.launch",
         "--multi_gpu", "--num_processes", "2", "--num_machines", "1", "--mixed_precision", "no",
-        "--dynamo_backend", "no", "--main_process_port", str(_free_port()),
+        "--dynamo_backend", "no", "--main_process_port", str(free_port()),
     ]  # fmt: skip
     stdout = run_example(
         "run_care.py",

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 import textwrap
@@ -11,6 +10,7 @@ from collections import Counter
 
 import numpy as np
 import pytest
+from _launch import free_port
 import torch
 from torch.utils.data import DataLoader, TensorDataset
 
@@ -144,10 +144,6 @@ def test_defaults_replicas_from_the_process_group(monkeypatch: pytest.MonkeyPatc
     assert (sampler.num_replicas, sampler.rank, len(sampler)) == (4, 3, 200 // 48)
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 @pytest.mark.distributed
@@ -173,7 +169,7 @@ def test_two_real_processes_get_distinct_batches(tmp_path) -> None:
     result_base = str(tmp_path / "out")
     env = dict(os.environ, OMP_NUM_THREADS="1")
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port",
-           str(_free_port()), str(script), result_base]
+           str(free_port()), str(script), result_base]
     completed = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120)
     assert completed.returncode == 0, completed.stderr[-2000:]
     import json

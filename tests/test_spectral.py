@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import json
-import socket
 import subprocess
 import sys
 import textwrap
 from pathlib import Path
 
 import pytest
+from _launch import free_port
 import torch
 
 from hf_contrast.losses import SpectralContrastiveLoss, spectral_contrastive_loss
@@ -158,9 +158,7 @@ _WORKER = textwrap.dedent(
 def test_gather_distributed_equals_single_process(tmp_path: Path) -> None:
     worker = tmp_path / "worker.py"
     worker.write_text(_WORKER)
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     result_file = tmp_path / "result.json"
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", str(port),
            str(worker), str(result_file)]

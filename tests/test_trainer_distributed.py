@@ -8,9 +8,7 @@ batches of twice the size (and twice the CARE splits, so chunks keep their size)
 
 from __future__ import annotations
 
-import importlib.util
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -18,6 +16,7 @@ from types import ModuleType
 from typing import Any
 
 import pytest
+from _launch import free_port, load_script
 import torch
 
 SCRIPT = Path(__file__).parent / "distributed_scripts" / "trainer_distributed.py"
@@ -27,18 +26,9 @@ pytestmark = pytest.mark.distributed
 
 
 def _load_script() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("trainer_distributed", SCRIPT)
-    if spec is None or spec.loader is None:
-        raise ImportError(SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("trainer_distributed", SCRIPT)
 
 
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @pytest.fixture(scope="module")
@@ -46,7 +36,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, dict
     out_dir = tmp_path_factory.mktemp("trainer_distributed")
     command = [
         sys.executable, "-m", "torch.distributed.run",
-        "--nproc_per_node", str(WORLD_SIZE), "--master_addr", "127.0.0.1", "--master_port", str(_free_port()),
+        "--nproc_per_node", str(WORLD_SIZE), "--master_addr", "127.0.0.1", "--master_port", str(free_port()),
         str(SCRIPT), str(out_dir),
     ]  # fmt: skip
     env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}

@@ -1,0 +1,27 @@
+"""Helpers for tests that launch real processes (torchrun / accelerate launch) on this machine."""
+
+from __future__ import annotations
+
+import importlib.util
+import socket
+from pathlib import Path
+from types import ModuleType
+
+__all__ = ["free_port", "load_script"]
+
+
+def free_port() -> int:
+    """A TCP port that is free on loopback now (bind to port 0): a fixed port collides between runs."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def load_script(name: str, path: str | Path) -> ModuleType:
+    """Import a worker script by path (to reuse its single-process reference computation)."""
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"cannot load {path}")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
