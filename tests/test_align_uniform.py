@@ -10,10 +10,10 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from _launch import free_port
 import torch
 import torch.nn.functional as F
 
+from _launch import free_port
 from hf_contrast.losses import AlignUniformLoss, alignment_loss, uniformity_loss
 
 

@@ -14,8 +14,9 @@ from pathlib import Path
 from types import ModuleType
 
 import pytest
-from _launch import free_port, load_script
 import torch
+
+from _launch import free_port, load_script
 
 SCRIPT = Path(__file__).parent / "distributed_scripts" / "gather_losses.py"
 WORLD_SIZE = 2

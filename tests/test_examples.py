@@ -16,8 +16,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from _launch import free_port
 
+from _launch import free_port
 from hf_contrast.models import ContrastiveEncoder
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"

@@ -10,10 +10,10 @@ from collections import Counter
 
 import numpy as np
 import pytest
-from _launch import free_port
 import torch
 from torch.utils.data import DataLoader, TensorDataset
 
+from _launch import free_port
 from hf_contrast.training.samplers import AFCLBatchSampler
 
 

@@ -9,9 +9,9 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from _launch import free_port
 import torch
 
+from _launch import free_port
 from hf_contrast.losses import SpectralContrastiveLoss, spectral_contrastive_loss
 
 

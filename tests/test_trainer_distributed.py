@@ -1,7 +1,7 @@
 """2 real CPU processes (gloo) with ``gather_distributed=True`` train like one process on the global batch.
 
-Launches ``tests/distributed_scripts/trainer_distributed.py`` with ``torch.distributed.run`` (which
-``transformers.Trainer`` and Accelerate pick up from the environment) and compares, after a few SGD
+Launches ``tests/distributed_scripts/trainer_distributed.py`` with ``accelerate launch --multi_gpu
+--num_processes 2`` (``transformers.Trainer`` picks the process group up from the environment) and compares, after a few SGD
 steps on fixed views, the parameters of CARETrainer and OCLTrainer with a single process trained on
 batches of twice the size (and twice the CARE splits, so chunks keep their size), to 1e-5.
 """
@@ -16,8 +16,9 @@ from types import ModuleType
 from typing import Any
 
 import pytest
-from _launch import free_port, load_script
 import torch
+
+from _launch import free_port, load_script
 
 SCRIPT = Path(__file__).parent / "distributed_scripts" / "trainer_distributed.py"
 WORLD_SIZE = 2
@@ -34,15 +35,16 @@ def _load_script() -> ModuleType:
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, dict[str, Any]]]:
     out_dir = tmp_path_factory.mktemp("trainer_distributed")
-    command = [
-        sys.executable, "-m", "torch.distributed.run",
-        "--nproc_per_node", str(WORLD_SIZE), "--master_addr", "127.0.0.1", "--master_port", str(free_port()),
+    command = [  # what a user types: accelerate launch --multi_gpu --num_processes 2 (gloo on CPU)
+        sys.executable, "-m", "accelerate.commands.launch",
+        "--multi_gpu", "--num_processes", str(WORLD_SIZE), "--num_machines", "1", "--mixed_precision", "no",
+        "--dynamo_backend", "no", "--main_process_port", str(free_port()),
         str(SCRIPT), str(out_dir),
     ]  # fmt: skip
     env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
     done = subprocess.run(command, capture_output=True, text=True, timeout=300, env=env)
     if done.returncode != 0:
-        pytest.fail(f"torchrun failed ({done.returncode}):\n{done.stdout[-3000:]}\n{done.stderr[-5000:]}")
+        pytest.fail(f"accelerate launch failed ({done.returncode}):\n{done.stdout[-3000:]}\n{done.stderr[-5000:]}")
     script = _load_script()
     single = {
         method: script.run(method, out_dir / "single", WORLD_SIZE * script.LOCAL_BATCH, WORLD_SIZE * script.LOCAL_SPLITS)
