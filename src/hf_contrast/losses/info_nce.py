@@ -83,23 +83,23 @@ def info_nce_loss(
         z1, z2 = z1.to(dtype), z2.to(dtype)
         if normalize:
             z1, z2 = l2_normalize(z1), l2_normalize(z2)
-        anchors = torch.cat([z1, z2], dim=0)  # (2B, D)
+        anchors = torch.cat([z1, z2], dim=0)  # (2B, D): rows i and B + i are the two views
         n_local = z1.shape[0]
         if gather_distributed and world_size() > 1:
-            g1, offset = gather_with_offset(z1)
-            g2, _ = gather_with_offset(z2)
-            candidates = torch.cat([g1, g2], dim=0)  # (2N, D), [all first views; all second views]
-            n_global = g1.shape[0]
+            # One gather of the whole [z1; z2] block: candidates are the processes' blocks in rank
+            # order, and this process's block starts at `offset`.
+            candidates, offset = gather_with_offset(anchors)  # (2N, D)
         else:
-            candidates, offset, n_global = anchors, 0, n_local
+            candidates, offset = anchors, 0
+        n_global = candidates.shape[0] // 2
 
         # Scale the (2B, D) side, not the (2B, 2N) logits.
         logits = (anchors / temperature) @ candidates.T  # (2B, 2N)
         local = torch.arange(n_local, device=logits.device)
-        # Column of each anchor itself and of its positive (the other view) among the candidates.
-        self_col = torch.cat([offset + local, n_global + offset + local])
-        positive_col = torch.cat([n_global + offset + local, offset + local])
         rows = torch.arange(2 * n_local, device=logits.device)
+        # Column of each anchor itself and of its positive (the other view) among the candidates.
+        self_col = offset + rows
+        positive_col = offset + torch.cat([n_local + local, local])
         # In place on the fresh matmul output (its backward needs only the inputs): no (2B, 2N)
         # mask and no second copy of the logits.
         logits[rows, self_col] = float("-inf")
