@@ -177,7 +177,7 @@ _WORKER = textwrap.dedent(
     dist.all_reduce(g)
     assert torch.allclose(loss.detach(), ref.detach(), atol=1e-10), (loss, ref)
     assert torch.allclose(x.grad, g[start:start + sizes[rank]], atol=1e-10), (x.grad, g)
-    print("OK", rank)
+    open(f"{sys.argv[1]}.{rank}", "w").write("OK")  # a file per rank: stdout lines can interleave
     dist.destroy_process_group()
     """
 )
@@ -192,12 +192,12 @@ def test_uniformity_gather_two_processes(tmp_path: Path) -> None:
     script.write_text(_WORKER)
     cmd = [
         sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
-        "--master_port", str(free_port()), str(script),
+        "--master_port", str(free_port()), str(script), str(tmp_path / "ok"),
     ]  # fmt: skip
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     result = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=env)
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "OK 0" in result.stdout and "OK 1" in result.stdout
+    assert [(tmp_path / f"ok.{rank}").read_text() for rank in (0, 1)] == ["OK", "OK"]
 
 
 # ----------------------------------------------------------------------------- errors
