@@ -195,6 +195,20 @@ def encode_images(
     return {key: torch.cat(values) for key, values in out.items()}
 
 
+def encode_splits(
+    encoder: Any, train: Any, test: Any, args: ContrastiveTrainingArguments
+) -> tuple[dict[str, Tensor], dict[str, Tensor], Tensor, Tensor]:
+    """Frozen features and labels of the train and test splits (the final evaluation of the image examples).
+
+    Returns:
+        ``(train_out, test_out, train_y, test_y)``: :func:`encode_images` outputs and ``(n,)`` labels.
+    """
+    column, label = args.image_column, args.label_column
+    train_out = encode_images(encoder, train[column], args.per_device_eval_batch_size)
+    test_out = encode_images(encoder, test[column], args.per_device_eval_batch_size)
+    return train_out, test_out, torch.tensor(train[label]), torch.tensor(test[label])
+
+
 @torch.no_grad()
 def encode_texts(encoder: Any, texts: Sequence[str], batch_size: int = 64, max_length: int = 128) -> dict[str, Tensor]:
     """``embeddings`` and ``projections`` of sentences (no dropout). Shape: ``(n, F)``, ``(n, P)``."""

@@ -27,7 +27,7 @@ from PIL.Image import Image
 from transformers import TrainerCallback
 
 from _common import equivariance_metrics, finish, load_image_dataset, parse_arguments, sampled_augmentations, sized_image_encoder
-from _common import encode_images
+from _common import encode_splits
 from hf_contrast.metrics import GeometryMetricsCallback, knn_accuracy, linear_probe_accuracy, uniformity
 from hf_contrast.models import ContrastiveEncoder
 from hf_contrast.training import PAIR_LOSSES, CARETrainer, ContrastiveTrainer, ContrastiveTrainingArguments, SimCLRTrainer
@@ -134,9 +134,7 @@ def main() -> None:
     if not trainer.is_world_process_zero():  # the main process evaluates and writes
         return
     encoder = trainer.accelerator.unwrap_model(trainer.model)
-    train_out = encode_images(encoder, data["train"][args.image_column], args.per_device_eval_batch_size)
-    test_out = encode_images(encoder, test[args.image_column], args.per_device_eval_batch_size)
-    train_y, test_y = torch.tensor(data["train"][args.label_column]), torch.tensor(test[args.label_column])
+    train_out, test_out, train_y, test_y = encode_splits(encoder, data["train"], test, args)
     f, f_a = sampled_augmentations(encoder, probe_images, model_args.num_augmentations, seed=args.seed)
     results = {
         "linear_probe_accuracy": linear_probe_accuracy(train_out["embeddings"], train_y, test_out["embeddings"], test_y),

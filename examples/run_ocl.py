@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from _common import accuracy_and_macro_f1, encode_images, equivariance_metrics, finish, knn_predict, linear_probe_predict
+from _common import accuracy_and_macro_f1, encode_splits, equivariance_metrics, finish, knn_predict, linear_probe_predict
 from _common import load_image_dataset, parse_arguments, sampled_augmentations, sized_image_encoder
 from hf_contrast.data import make_long_tailed
 from hf_contrast.metrics import class_orthogonality
@@ -81,9 +81,7 @@ def main() -> None:
     if not trainer.is_world_process_zero():  # the main process evaluates and writes
         return
     encoder = trainer.accelerator.unwrap_model(trainer.model)
-    train_out = encode_images(encoder, train[args.image_column], args.per_device_eval_batch_size)
-    test_out = encode_images(encoder, test[args.image_column], args.per_device_eval_batch_size)
-    train_y, test_y = torch.tensor(train[args.label_column]), torch.tensor(test[args.label_column])
+    train_out, test_out, train_y, test_y = encode_splits(encoder, train, test, args)
     f, f_a = sampled_augmentations(encoder, test[args.image_column][: model_args.num_probe_images], model_args.num_augmentations, seed=args.seed)
     z_train, z_test = train_out["embeddings"], test_out["embeddings"]
     results = {

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from _common import encode_images, equivariance_metrics, finish, load_image_dataset, parse_arguments, sampled_augmentations
+from _common import encode_splits, equivariance_metrics, finish, load_image_dataset, parse_arguments, sampled_augmentations
 from _common import sized_image_encoder
 from hf_contrast.metrics import class_orthogonality, effective_rank, knn_accuracy, linear_probe_accuracy
 from hf_contrast.training import SimOTrainer
@@ -79,9 +79,7 @@ def main() -> None:
         return
     encoder = trainer.accelerator.unwrap_model(trainer.model)
     train, test = data["train"], data["test"]
-    train_out = encode_images(encoder, train[args.image_column], args.per_device_eval_batch_size)
-    test_out = encode_images(encoder, test[args.image_column], args.per_device_eval_batch_size)
-    train_y, test_y = torch.tensor(train[args.label_column]), torch.tensor(test[args.label_column])
+    train_out, test_out, train_y, test_y = encode_splits(encoder, train, test, args)
     probe_images = test[args.image_column][: model_args.num_probe_images]
     f, f_a = sampled_augmentations(encoder, probe_images, model_args.num_augmentations, seed=args.seed)
     results = {
