@@ -12,6 +12,7 @@ from .local import (
     latent_correlation_embedding,
     local_alpha,
     local_loss,
+    pair_difference,
 )
 from .care import care_equivariance_loss, CARELoss
 from .simo import simo_loss, afcl_loss, SimOLoss, AFCLLoss
@@ -33,6 +34,7 @@ __all__ = [
     "latent_correlation_embedding",
     "inverse_frequency_weights",
     "local_alpha",
+    "pair_difference",
     "care_equivariance_loss",
     "CARELoss",
     "simo_loss",

@@ -24,6 +24,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ._checks import (
+    compute_dtype,
     check_embeddings,
     check_labels,
     check_non_negative,
@@ -37,6 +38,7 @@ from .supcon import supcon_loss
 
 __all__ = [
     "latent_correlation_embedding",
+    "pair_difference",
     "inverse_frequency_weights",
     "local_alpha",
     "local_loss",
@@ -106,6 +108,16 @@ def latent_correlation_embedding(
         n_channels += diff.shape[1]
     latent = (total / n_channels).flatten(1)
     return l2_normalize(latent)
+
+
+def pair_difference(projections_pre: Tensor, projections_post: Tensor) -> Tensor:
+    """LOCAL's pair representation ``z = n(n(e_pre) - n(e_post))`` (the paper's ``W = [I, -I]``).
+
+    Shape: ``(B, P)`` and ``(B, P)`` -> ``(B, P)``, float32 (or float64), unit rows (an all-zero
+    difference stays zero).
+    """
+    dtype = compute_dtype(projections_pre, projections_post)
+    return l2_normalize(l2_normalize(projections_pre.to(dtype)) - l2_normalize(projections_post.to(dtype)))
 
 
 def inverse_frequency_weights(class_counts: Sequence[int] | Tensor) -> Tensor:
@@ -192,7 +204,7 @@ def _local_terms(
         )
 
     contrastive_fn = _CONTRASTIVE[contrastive]
-    z = l2_normalize(l2_normalize(projections_pre.float()) - l2_normalize(projections_post.float()))
+    z = pair_difference(projections_pre, projections_post)
     zero = z.sum() * 0.0
     if _has_positive_pair(labels):
         term_z = contrastive_fn(z, labels, temperature=temperature)

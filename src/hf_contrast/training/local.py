@@ -18,7 +18,7 @@ import torch
 from torch import Tensor, nn
 from torch.utils.data import DataLoader, SequentialSampler
 
-from ..losses.local import LOCALLoss, local_alpha
+from ..losses.local import LOCALLoss, local_alpha, pair_difference
 from .collators import _collate_labels
 from .trainer import ContrastiveTrainer
 
@@ -206,8 +206,6 @@ class LOCALTrainer(ContrastiveTrainer):
             ``{"logits": (N, K), "labels": (N,) (if the dataset has labels), "z": (N, P)}`` on the
             CPU, where ``z = n(n(e_pre) − n(e_post))`` is the pair representation OCL shapes.
         """
-        from ..losses._checks import l2_normalize
-
         collator = self.eval_data_collator or self.build_eval_data_collator()
         if hasattr(dataset, "column_names"):
             dataset = self._remove_unused_columns(dataset, description="Prediction")
@@ -225,7 +223,7 @@ class LOCALTrainer(ContrastiveTrainer):
                 inputs = self._prepare_inputs(inputs)
                 pre, post = self._encode_pairs(model, inputs, feature_maps=False)
                 logits = self.loss.classify(pre["embeddings"], post["embeddings"]).float()
-                z = l2_normalize(l2_normalize(pre["projections"].float()) - l2_normalize(post["projections"].float()))
+                z = pair_difference(pre["projections"], post["projections"]).float()
                 out["logits"].append(self.accelerator.gather_for_metrics(logits).cpu())
                 out["z"].append(self.accelerator.gather_for_metrics(z).cpu())
                 if "labels" in inputs:
