@@ -1,6 +1,6 @@
 # run_local.py — LOCAL: classify pairs of images (pre, post) by the kind of change between them.
 #
-# LOCAL (latent orthonormal contrastive learning for paired images, METHODS.md §3a) passes both
+# LOCAL (latent orthonormal contrastive learning for paired images, docs/methods.md §3a) passes both
 # images through one shared encoder and combines OCL on the normalised projection difference
 # z = n(e_pre − e_post), β·OCL on a latent correlation embedding of the backbone's stage maps, and
 # the class-weighted cross-entropy of a pair classifier, weighted by α (α decreases every epoch).

@@ -1,6 +1,6 @@
 # run_ocl.py — OCL vs SupCon on long-tailed data with small batches.
 #
-# OCL, the orthonormal contrastive loss of LOCAL (METHODS.md §3), is SupCon where every negative
+# OCL, the orthonormal contrastive loss of LOCAL (docs/methods.md §3), is SupCon where every negative
 # enters the denominator through |cos|: classes are pushed to orthogonal directions instead of
 # opposite ones, which matters when a small batch holds few classes and the classes are skewed.
 # With no arguments: a timm ResNet-18 from scratch on a long-tailed version of the embedded digits

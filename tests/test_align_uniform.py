@@ -1,4 +1,4 @@
-"""Alignment and uniformity against METHODS.md §6 reference loops, the authors' code, closed forms."""
+"""Alignment and uniformity against docs/methods.md §6 reference loops, the authors' code, closed forms."""
 
 from __future__ import annotations
 

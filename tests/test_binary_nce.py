@@ -1,4 +1,4 @@
-"""Binary NCE (METHODS.md §9): reference loops, closed forms, learnable parameters, errors."""
+"""Binary NCE (docs/methods.md §9): reference loops, closed forms, learnable parameters, errors."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ def _log_sigmoid(x: float) -> float:
 def reference_binary_nce(
     z1: torch.Tensor, z2: torch.Tensor, temperature: float, bias: float, negatives: str, normalize: bool = True
 ) -> float:
-    """Float64 loops written from METHODS.md §9."""
+    """Float64 loops written from docs/methods.md §9."""
     a, b = z1.double().tolist(), z2.double().tolist()
     n = len(a)
     if normalize:

@@ -1,4 +1,4 @@
-"""CARE: equivariance loss against METHODS.md §4 reference loops, invariances, module, numerics."""
+"""CARE: equivariance loss against docs/methods.md §4 reference loops, invariances, module, numerics."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ def _orthogonal(d: int, generator: torch.Generator, dtype: torch.dtype = torch.f
 
 
 def reference_equivariance(z1: torch.Tensor, z2: torch.Tensor, n_splits: int, normalize: bool = True) -> float:
-    """METHODS.md §4 written as loops over chunks and ordered pairs i != j, in float64."""
+    """docs/methods.md §4 written as loops over chunks and ordered pairs i != j, in float64."""
     z1, z2 = z1.double(), z2.double()
     if normalize:
         z1 = z1 / z1.norm(dim=1, keepdim=True)
@@ -38,7 +38,7 @@ def reference_equivariance(z1: torch.Tensor, z2: torch.Tensor, n_splits: int, no
 
 
 def reference_info_nce(z1: torch.Tensor, z2: torch.Tensor, temperature: float) -> float:
-    """METHODS.md §1 as a loop over the 2B anchors, in float64 (independent of info_nce.py)."""
+    """docs/methods.md §1 as a loop over the 2B anchors, in float64 (independent of info_nce.py)."""
     z = torch.cat([z1, z2]).double()
     z = z / z.norm(dim=1, keepdim=True)
     n = z.shape[0]

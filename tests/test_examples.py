@@ -71,7 +71,7 @@ def care_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
     """One CARE run with an evaluation (geometry callback) that pushes to the loopback Hub stand-in."""
     from huggingface_hub import HfApi
 
-    from hf_contrast.testing import run_hub_server, use_hub_server
+    from hub_server import run_hub_server, use_hub_server
 
     root = tmp_path_factory.mktemp("care")
     output_dir = root / "care"

@@ -22,7 +22,7 @@ from transformers import AutoModel, AutoTokenizer
 
 from hf_contrast.hub import ContrastiveModelCardData, push_encoder_to_hub
 from hf_contrast.models import ContrastiveEncoder
-from hf_contrast.testing import HubServer, run_hub_server, use_hub_server
+from hub_server import HubServer, run_hub_server, use_hub_server
 
 README = "---\nlicense: mit\nlibrary_name: hf_contrast\ntags:\n- hf_contrast\n---\n# A card\n"
 

@@ -1,4 +1,4 @@
-"""InfoNCE / NT-Xent (METHODS.md §1): reference loop, closed form, lightly, gradients, errors."""
+"""InfoNCE / NT-Xent (docs/methods.md §1): reference loop, closed form, lightly, gradients, errors."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from hf_contrast.losses import InfoNCELoss, info_nce_loss
 
 
 def reference_info_nce(z1: torch.Tensor, z2: torch.Tensor, temperature: float, normalize: bool = True) -> float:
-    """Plain loop over anchors, float64, written from METHODS.md §1."""
+    """Plain loop over anchors, float64, written from docs/methods.md §1."""
     z = torch.cat([z1, z2]).double()
     if normalize:
         z = z / z.norm(dim=1, keepdim=True).clamp_min(1e-12)

@@ -1,4 +1,4 @@
-"""LOCAL framework pieces (METHODS.md §3a): latent correlation, class weights, alpha, total."""
+"""LOCAL framework pieces (docs/methods.md §3a): latent correlation, class weights, alpha, total."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Tests of hf_contrast.metrics (METHODS.md §7): reference loops, closed forms, scipy/sklearn."""
+"""Tests of hf_contrast.metrics (docs/methods.md §7): reference loops, closed forms, scipy/sklearn."""
 
 from __future__ import annotations
 
@@ -119,7 +119,7 @@ def test_wahba_errors() -> None:
 
 # ---------------------------------------------------------- relative rotational equivariance
 def _gamma_loop(f: np.ndarray, fa: np.ndarray) -> float:
-    """γ_f straight from METHODS.md §7, skipping 0/0 pairs."""
+    """γ_f straight from docs/methods.md §7, skipping 0/0 pairs."""
     total, count = 0.0, 0
     n = f.shape[0]
     for i in range(n):

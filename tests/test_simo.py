@@ -1,4 +1,4 @@
-"""SimO and AFCL against METHODS.md §5 reference loops, closed forms, module, numerics."""
+"""SimO and AFCL against docs/methods.md §5 reference loops, closed forms, module, numerics."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from hf_contrast.losses import AFCLLoss, SimOLoss, afcl_loss, simo_loss
 
 
 def reference_simo(e: torch.Tensor, y: float, eps: float = 1e-6) -> float:
-    """METHODS.md §5 as a loop over the unordered pairs i < j, in float64."""
+    """docs/methods.md §5 as a loop over the unordered pairs i < j, in float64."""
     e = e.double()
     m = e.shape[0]
     d_sum = o_sum = 0.0

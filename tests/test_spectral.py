@@ -1,4 +1,4 @@
-"""Spectral contrastive loss (METHODS.md §9): reference loop, closed forms, invariances, gradients."""
+"""Spectral contrastive loss (docs/methods.md §9): reference loop, closed forms, invariances, gradients."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from hf_contrast.losses import SpectralContrastiveLoss, spectral_contrastive_los
 
 
 def reference_spectral(z1: torch.Tensor, z2: torch.Tensor) -> float:
-    """Float64 double loop written from METHODS.md §9."""
+    """Float64 double loop written from docs/methods.md §9."""
     a, b = z1.double().tolist(), z2.double().tolist()
     n = len(a)
     dot = lambda u, v: sum(x * y for x, y in zip(u, v))  # noqa: E731

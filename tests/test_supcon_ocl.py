@@ -1,4 +1,4 @@
-"""SupCon (METHODS.md §2) and OCL (§3): reference loops, PML, geometry of the minima, errors."""
+"""SupCon (docs/methods.md §2) and OCL (§3): reference loops, PML, geometry of the minima, errors."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ BOTH = pytest.mark.parametrize("loss_fn", [supcon_loss, ocl_loss], ids=["supcon"
 
 
 def reference_loss(z: torch.Tensor, labels: torch.Tensor, temperature: float, absolute_negatives: bool) -> float:
-    """Plain loop over anchors, float64, written from METHODS.md §2 (SupCon) and §3 (OCL)."""
+    """Plain loop over anchors, float64, written from docs/methods.md §2 (SupCon) and §3 (OCL)."""
     z = z.double()
     z = z / z.norm(dim=1, keepdim=True).clamp_min(1e-12)
     y = labels.tolist()

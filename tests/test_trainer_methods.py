@@ -1,4 +1,4 @@
-"""Each method trainer: trains, logs its terms, and wires its views to its loss as METHODS.md says."""
+"""Each method trainer: trains, logs its terms, and wires its views to its loss as docs/methods.md says."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""VICReg (METHODS.md §9): reference loop, lightly, closed forms, invariances, gradients, errors."""
+"""VICReg (docs/methods.md §9): reference loop, lightly, closed forms, invariances, gradients, errors."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ def reference_vicreg(
     gamma: float = 1.0,
     eps: float = 1e-4,
 ) -> dict[str, float]:
-    """Float64 loops written from METHODS.md §9 (unbiased variance and covariance)."""
+    """Float64 loops written from docs/methods.md §9 (unbiased variance and covariance)."""
     a, b = z1.double().tolist(), z2.double().tolist()
     n, d = len(a), len(a[0])
     invariance = sum((a[i][k] - b[i][k]) ** 2 for i in range(n) for k in range(d)) / n / d

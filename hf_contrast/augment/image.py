@@ -1,0 +1,252 @@
+"""SimCLR image views and evaluation transforms built on ``torchvision.transforms.v2``.
+
+The SimCLR augmentation family (Chen et al. 2020, https://arxiv.org/abs/2002.05709, appendix A)
+is the one CARE uses for both its invariance and its equivariance views
+(https://arxiv.org/abs/2306.13924): random resized crop, horizontal flip, colour jitter
+(p=0.8), grayscale (p=0.2) and Gaussian blur. Every transform here accepts a PIL image, a
+NumPy ``(H, W, C)`` array, a ``uint8`` tensor or a float tensor in ``[0, 1]`` of shape
+``(..., C, H, W)`` and returns a normalised float32 tensor. Sizes and normalisation can be
+taken from a timm data config (``encoder.data_config``, i.e. the output of
+``timm.data.resolve_data_config``).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import torch
+from torch import Tensor
+from torchvision.transforms import InterpolationMode, v2
+
+from hf_contrast.augment._common import (
+    ImageSize,
+    channel_step,
+    check_mean_std,
+    check_probability,
+    check_range,
+    check_size,
+    interpolation_mode,
+)
+
+__all__ = [
+    "simclr_transform",
+    "simclr_transform_from_data_config",
+    "eval_transform",
+    "eval_transform_from_data_config",
+    "TwoViewTransform",
+    "default_blur_kernel",
+]
+
+def _data_config_fields(data_config: Mapping[str, Any]) -> tuple[tuple[int, int], list[float], list[float], dict]:
+    missing = [k for k in ("input_size", "mean", "std") if k not in data_config]
+    if missing:
+        raise ValueError(
+            f"`data_config` must hold 'input_size', 'mean' and 'std' (timm.data.resolve_data_config output), "
+            f"missing {missing}."
+        )
+    input_size = tuple(data_config["input_size"])
+    if len(input_size) != 3:
+        raise ValueError(f"`data_config['input_size']` must be (C, H, W), got {input_size}.")
+    extra = {k: data_config[k] for k in ("interpolation", "crop_pct") if data_config.get(k) is not None}
+    return (int(input_size[1]), int(input_size[2])), list(data_config["mean"]), list(data_config["std"]), extra
+
+
+def default_blur_kernel(image_size: ImageSize) -> int:
+    """SimCLR's blur kernel: about 10% of the image side, odd, at least 3.
+
+    >>> default_blur_kernel(224), default_blur_kernel(32)
+    (23, 3)
+    """
+    side = min(check_size("image_size", image_size))
+    return max(3, int(0.1 * side) // 2 * 2 + 1)
+
+
+def simclr_transform(
+    image_size: ImageSize,
+    mean: Sequence[float],
+    std: Sequence[float],
+    *,
+    scale: tuple[float, float] = (0.08, 1.0),
+    ratio: tuple[float, float] = (3.0 / 4.0, 4.0 / 3.0),
+    hflip_p: float = 0.5,
+    jitter_strength: float = 0.5,
+    jitter_p: float = 0.8,
+    grayscale_p: float = 0.2,
+    blur_p: float = 0.5,
+    blur_kernel: int | None = None,
+    blur_sigma: tuple[float, float] = (0.1, 2.0),
+    interpolation: str | InterpolationMode = InterpolationMode.BILINEAR,
+) -> v2.Compose:
+    """The SimCLR augmentation as a ``v2.Compose``, ending in a normalised float32 tensor.
+
+    SimCLR: https://arxiv.org/abs/2002.05709 (appendix A). Colour jitter with strength ``s`` is
+    ``ColorJitter(0.8s, 0.8s, 0.8s, 0.2s)``; the default ``s=0.5`` gives the
+    ``ColorJitter(0.4, 0.4, 0.4, 0.1)`` used by CARE/MoCo-v2/lightly. Steps with probability 0
+    are left out. Called on a batched tensor ``(B, C, H, W)`` the whole batch gets ONE draw of
+    every random parameter (torchvision v2 semantics), which :class:`ChunkedAugmentation` uses.
+
+    Args:
+        image_size: Output side ``S`` or ``(H, W)``.
+        mean: Per-channel normalisation mean; its length sets the channel count (3: grayscale
+            inputs are converted to RGB; 1: RGB inputs are converted to grayscale).
+        std: Per-channel normalisation standard deviation, positive.
+        scale: Area fraction range of ``RandomResizedCrop``.
+        ratio: Aspect-ratio range of ``RandomResizedCrop``.
+        hflip_p: Probability of a horizontal flip.
+        jitter_strength: Colour-jitter strength ``s`` (0 disables jitter).
+        jitter_p: Probability of applying the colour jitter.
+        grayscale_p: Probability of converting to grayscale.
+        blur_p: Probability of a Gaussian blur (SimCLR omits blur on CIFAR: pass 0 there).
+        blur_kernel: Odd blur kernel size; default :func:`default_blur_kernel` (~10% of the side).
+        blur_sigma: Range of the blur standard deviation.
+        interpolation: Resize interpolation (``"bilinear"``, ``"bicubic"``, ...).
+
+    Returns:
+        A transform mapping an image to a float32 tensor. Shape: ``(C, H, W)`` (or
+        ``(B, C, H, W)`` for a batched input).
+
+    Raises:
+        ValueError: if a size, probability, range or the mean/std pair is invalid.
+
+    >>> t = simclr_transform(32, mean=(0.5, 0.5, 0.5), std=(0.25, 0.25, 0.25))
+    >>> t(torch.rand(3, 48, 48)).shape
+    torch.Size([3, 32, 32])
+    """
+    size = check_size("image_size", image_size)
+    mean_list, std_list = check_mean_std(mean, std)
+    scale = check_range("scale", scale, 0.0, 1.0)
+    ratio = check_range("ratio", ratio, 0.0, math.inf)
+    blur_sigma = check_range("blur_sigma", blur_sigma, 0.0, math.inf)
+    if jitter_strength < 0:
+        raise ValueError(f"`jitter_strength` must be >= 0, got {jitter_strength}.")
+    kernel = default_blur_kernel(size) if blur_kernel is None else blur_kernel
+    if not isinstance(kernel, int) or kernel <= 0 or kernel % 2 == 0:
+        raise ValueError(f"`blur_kernel` must be a positive odd int, got {blur_kernel!r}.")
+    steps: list[v2.Transform] = [v2.ToImage(), *channel_step(len(mean_list))]
+    mode = interpolation_mode(interpolation)
+    steps.append(v2.RandomResizedCrop(size, scale=scale, ratio=ratio, interpolation=mode, antialias=True))
+    if check_probability("hflip_p", hflip_p) > 0:
+        steps.append(v2.RandomHorizontalFlip(p=hflip_p))
+    s = float(jitter_strength)
+    if check_probability("jitter_p", jitter_p) > 0 and s > 0:
+        jitter = v2.ColorJitter(brightness=0.8 * s, contrast=0.8 * s, saturation=0.8 * s, hue=min(0.2 * s, 0.5))
+        steps.append(v2.RandomApply([jitter], p=jitter_p))
+    if check_probability("grayscale_p", grayscale_p) > 0:
+        steps.append(v2.RandomGrayscale(p=grayscale_p))
+    if check_probability("blur_p", blur_p) > 0:
+        steps.append(v2.RandomApply([v2.GaussianBlur(kernel_size=kernel, sigma=blur_sigma)], p=blur_p))
+    steps += [v2.ToDtype(torch.float32, scale=True), v2.Normalize(mean_list, std_list), v2.ToPureTensor()]
+    return v2.Compose(steps)
+
+
+def simclr_transform_from_data_config(data_config: Mapping[str, Any], **kwargs: Any) -> v2.Compose:
+    """:func:`simclr_transform` sized and normalised from a timm data config.
+
+    Args:
+        data_config: ``timm.data.resolve_data_config`` output (``encoder.data_config``) with
+            ``input_size`` ``(C, H, W)``, ``mean``, ``std`` and optionally ``interpolation``.
+        **kwargs: Any other :func:`simclr_transform` keyword (they win over the config).
+
+    Returns:
+        The SimCLR transform.
+
+    Raises:
+        ValueError: if the config lacks ``input_size``, ``mean`` or ``std``.
+    """
+    size, mean, std, extra = _data_config_fields(data_config)
+    if "interpolation" in extra:
+        kwargs.setdefault("interpolation", extra["interpolation"])
+    return simclr_transform(size, mean, std, **kwargs)
+
+
+def eval_transform(
+    image_size: ImageSize,
+    mean: Sequence[float],
+    std: Sequence[float],
+    *,
+    crop_pct: float = 0.875,
+    interpolation: str | InterpolationMode = InterpolationMode.BILINEAR,
+) -> v2.Compose:
+    """Deterministic evaluation transform: resize, center crop, normalise (timm's recipe).
+
+    The shorter side is resized to ``image_size / crop_pct`` and the center ``image_size`` crop is
+    kept.
+
+    Args:
+        image_size: Output side ``S`` or ``(H, W)``.
+        mean: Per-channel normalisation mean (its length sets the channel count).
+        std: Per-channel normalisation standard deviation, positive.
+        crop_pct: Fraction of the resized image kept by the center crop, in ``(0, 1]``.
+        interpolation: Resize interpolation.
+
+    Returns:
+        A transform mapping an image to a float32 tensor. Shape: ``(C, H, W)``.
+
+    Raises:
+        ValueError: on an invalid size, ``crop_pct`` or mean/std pair.
+    """
+    size = check_size("image_size", image_size)
+    mean_list, std_list = check_mean_std(mean, std)
+    if not 0.0 < crop_pct <= 1.0:
+        raise ValueError(f"`crop_pct` must be in (0, 1], got {crop_pct}.")
+    resize = math.floor(min(size) / crop_pct) if size[0] == size[1] else tuple(math.floor(s / crop_pct) for s in size)
+    return v2.Compose(
+        [
+            v2.ToImage(),
+            *channel_step(len(mean_list)),
+            v2.Resize(resize, interpolation=interpolation_mode(interpolation), antialias=True),
+            v2.CenterCrop(size),
+            v2.ToDtype(torch.float32, scale=True),
+            v2.Normalize(mean_list, std_list),
+            v2.ToPureTensor(),
+        ]
+    )
+
+
+def eval_transform_from_data_config(data_config: Mapping[str, Any], **kwargs: Any) -> v2.Compose:
+    """:func:`eval_transform` from a timm data config (uses its ``crop_pct`` and ``interpolation``).
+
+    Args:
+        data_config: ``timm.data.resolve_data_config`` output (``encoder.data_config``).
+        **kwargs: Any other :func:`eval_transform` keyword (they win over the config).
+
+    Returns:
+        The evaluation transform.
+
+    Raises:
+        ValueError: if the config lacks ``input_size``, ``mean`` or ``std``.
+    """
+    size, mean, std, extra = _data_config_fields(data_config)
+    for key, value in extra.items():
+        kwargs.setdefault(key, value)
+    return eval_transform(size, mean, std, **kwargs)
+
+
+class TwoViewTransform:
+    """Two independent draws of one random transform: the per-sample views of SimCLR/CARE.
+
+    Each call applies ``transform`` twice, so each sample gets its own pair ``(a1(x), a2(x))``
+    (CARE's invariance views, docs/methods.md §4). Use it inside a dataset transform.
+
+    Args:
+        transform: A random transform, e.g. :func:`simclr_transform`.
+
+    >>> views = TwoViewTransform(simclr_transform(16, (0.5,) * 3, (0.5,) * 3))
+    >>> v1, v2_ = views(torch.rand(3, 20, 20))
+    >>> v1.shape == v2_.shape == (3, 16, 16)
+    True
+    """
+
+    def __init__(self, transform: Callable[[Any], Tensor]) -> None:
+        if not callable(transform):
+            raise ValueError(f"`transform` must be callable, got {type(transform).__name__}.")
+        self.transform = transform
+
+    def __call__(self, image: Any) -> tuple[Tensor, Tensor]:
+        """Return ``(transform(image), transform(image))`` with independent random draws."""
+        return self.transform(image), self.transform(image)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.transform!r})"

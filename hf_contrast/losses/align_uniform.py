@@ -1,0 +1,195 @@
+"""Alignment and uniformity on the hypersphere (Wang & Isola, 2020; docs/methods.md §6).
+
+Paper: Wang, Isola, "Understanding Contrastive Representation Learning through Alignment and
+Uniformity on the Hypersphere", ICML 2020, https://arxiv.org/abs/2005.10242.
+
+``L_align(x, y) = mean_i ||x_i - y_i||^alpha`` pulls positive pairs together;
+``L_unif(x) = log mean_{i<j} exp(-t ||x_i - x_j||²)`` spreads the embeddings over the sphere.
+The training form is ``align_weight * L_align(z1, z2) + uniform_weight * (L_unif(z1) + L_unif(z2)) / 2``.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor, nn
+
+from ..distributed import gather_with_offset
+from ._checks import (
+    compute_dtype,
+    check_embeddings,
+    check_non_negative,
+    check_positive,
+    check_same_shape,
+    float32_math,
+    l2_normalize,
+)
+
+__all__ = ["alignment_loss", "uniformity_loss", "AlignUniformLoss"]
+
+
+def alignment_loss(x: Tensor, y: Tensor, alpha: float = 2, normalize: bool = True) -> Tensor:
+    """Alignment loss ``mean_i ||x_i - y_i||^alpha`` of positive pairs (docs/methods.md §6).
+
+    Computed as ``(||x_i - y_i||²)^(alpha/2)``, so with the default ``alpha = 2`` the gradient is
+    finite even for identical pairs. float32 (float64 stays float64) under autocast.
+
+    Paper: https://arxiv.org/abs/2005.10242
+
+    Args:
+        x: Embeddings of the first view. Shape: ``(B, D)``.
+        y: Embeddings of the second view, row ``i`` the positive of ``x[i]``. Shape: ``(B, D)``.
+        alpha: Exponent α > 0 (paper default 2).
+        normalize: L2-normalise the rows first (the paper's setting: embeddings on the sphere).
+
+    Returns:
+        The scalar loss.
+
+    Raises:
+        ValueError: if ``x``/``y`` are not finite floating ``(B, D)`` tensors of equal shape, or
+            ``alpha <= 0``.
+
+    >>> alignment_loss(torch.tensor([[1.0, 0.0]]), torch.tensor([[0.0, 1.0]]))
+    tensor(2.)
+    """
+    check_embeddings("x", x)
+    check_embeddings("y", y)
+    check_same_shape("x", x, "y", y)
+    alpha = check_positive("alpha", alpha)
+    with float32_math(x.device.type):
+        dtype = compute_dtype(x, y)
+        a, b = x.to(dtype), y.to(dtype)
+        if normalize:
+            a, b = l2_normalize(a), l2_normalize(b)
+        sq_dist = (a - b).pow(2).sum(dim=1)
+        return (sq_dist if alpha == 2 else sq_dist.pow(alpha / 2)).mean()
+
+
+def uniformity_loss(x: Tensor, t: float = 2, normalize: bool = True, gather_distributed: bool = False) -> Tensor:
+    """Uniformity loss ``log mean_{i<j} exp(-t ||x_i - x_j||²)`` (docs/methods.md §6).
+
+    Squared distances come from the Gram matrix, ``||x_i||² + ||x_j||² - 2 x_i·x_j`` clamped at
+    0 (no ``(B, B, D)`` difference tensor), and the log-mean-exp is a stabilised ``logsumexp``, all
+    in float32 (float64 stays float64) under autocast. Memory: ``O(B²)``. Equals
+    ``torch.pdist(x).pow(2).mul(-t).exp().mean().log()`` (the authors' code) on normalised ``x``.
+
+    With ``gather_distributed=True`` the local rows are compared with the rows gathered from
+    every process: the pair set is (local sample, any other global sample), i.e. the mean runs
+    over ``B_local × (B_global - 1)`` ordered pairs. Each process thus sees all its pairs, but
+    the average over processes of this log-mean is *not* exactly the single-process value on the
+    global batch (the log sits outside the mean); it is the usual distributed estimate.
+
+    Paper: https://arxiv.org/abs/2005.10242
+
+    Args:
+        x: Embeddings. Shape: ``(B, D)``; ``B >= 2`` (or ``>= 2`` globally when gathering).
+        t: Temperature-like scale t > 0 (paper default 2).
+        normalize: L2-normalise the rows first (the paper's setting).
+        gather_distributed: Compare local rows with the rows of all processes (see above).
+
+    Returns:
+        The scalar loss, ``<= 0`` (``0`` for a collapsed batch; lower is more uniform).
+
+    Raises:
+        ValueError: if ``x`` is not a finite floating ``(B, D)`` tensor, there are fewer than 2
+            rows (no pair), or ``t <= 0``.
+
+    >>> uniformity_loss(torch.tensor([[1.0, 0.0], [-1.0, 0.0]]))  # antipodal: log exp(-2·4)
+    tensor(-8.)
+    """
+    check_embeddings("x", x)
+    t = check_positive("t", t)
+    if not gather_distributed and x.shape[0] < 2:
+        raise ValueError(f"`x` must have at least 2 rows (uniformity averages over pairs), got shape {tuple(x.shape)}.")
+    with float32_math(x.device.type):
+        a = x.to(compute_dtype(x))
+        if normalize:
+            a = l2_normalize(a)
+        candidates, offset = gather_with_offset(a) if gather_distributed else (a, 0)
+        n_local, n_all = a.shape[0], candidates.shape[0]
+        if n_all < 2:
+            raise ValueError(f"`x` must have at least 2 rows over all processes, got {n_all}.")
+        sq_local = a.pow(2).sum(dim=1)
+        sq_all = candidates.pow(2).sum(dim=1)
+        sq_norms = sq_local[:, None] + sq_all[None, :]
+        sq_dist = torch.addmm(sq_norms, a, candidates.T, alpha=-2.0).clamp_min(0.0)
+        rows = torch.arange(n_local, device=a.device)
+        is_self = torch.zeros(n_local, n_all, dtype=torch.bool, device=a.device)
+        is_self[rows, rows + offset] = True
+        logits = (-t * sq_dist).masked_fill(is_self, -math.inf)
+        return torch.logsumexp(logits.flatten(), dim=0) - math.log(n_local * (n_all - 1))
+
+
+class AlignUniformLoss(nn.Module):
+    """Weighted alignment + uniformity: ``{"align", "uniform", "loss"}`` (docs/methods.md §6).
+
+    ``align = align_weight * L_align(z1, z2)``,
+    ``uniform = uniform_weight * (L_unif(z1) + L_unif(z2)) / 2``, ``loss = align + uniform``.
+
+    Paper: https://arxiv.org/abs/2005.10242
+
+    Args:
+        align_weight: Weight ``w_a >= 0`` of the alignment term.
+        uniform_weight: Weight ``w_u >= 0`` of the uniformity term.
+        alpha: Alignment exponent α > 0.
+        t: Uniformity scale t > 0.
+        normalize: L2-normalise the embeddings in both terms.
+        gather_distributed: Uniformity against the rows of all processes
+            (see :func:`uniformity_loss`); alignment is per pair and always local.
+
+    Shape:
+        ``z1, z2``: ``(B, D)``, row ``i`` of both the two views of sample ``i``.
+
+    >>> out = AlignUniformLoss()(torch.randn(8, 4), torch.randn(8, 4))
+    >>> sorted(out)
+    ['align', 'loss', 'uniform']
+    """
+
+    citation = """@inproceedings{wang2020understanding,
+  title     = {Understanding Contrastive Representation Learning through Alignment and Uniformity on the Hypersphere},
+  author    = {Wang, Tongzhou and Isola, Phillip},
+  booktitle = {International Conference on Machine Learning (ICML)},
+  series    = {Proceedings of Machine Learning Research},
+  volume    = {119},
+  pages     = {9929--9939},
+  year      = {2020},
+  url       = {https://arxiv.org/abs/2005.10242}
+}"""
+
+    def __init__(
+        self,
+        align_weight: float = 1.0,
+        uniform_weight: float = 1.0,
+        alpha: float = 2,
+        t: float = 2,
+        normalize: bool = True,
+        gather_distributed: bool = False,
+    ) -> None:
+        super().__init__()
+        self.align_weight = check_non_negative("align_weight", align_weight)
+        self.uniform_weight = check_non_negative("uniform_weight", uniform_weight)
+        self.alpha = check_positive("alpha", alpha)
+        self.t = check_positive("t", t)
+        self.normalize = bool(normalize)
+        self.gather_distributed = bool(gather_distributed)
+
+    def forward(self, z1: Tensor, z2: Tensor) -> dict[str, Tensor]:
+        align = self.align_weight * alignment_loss(z1, z2, alpha=self.alpha, normalize=self.normalize)
+        u1 = uniformity_loss(z1, t=self.t, normalize=self.normalize, gather_distributed=self.gather_distributed)
+        u2 = uniformity_loss(z2, t=self.t, normalize=self.normalize, gather_distributed=self.gather_distributed)
+        uniform = self.uniform_weight * (u1 + u2) / 2
+        return {"align": align, "uniform": uniform, "loss": align + uniform}
+
+    def get_config_dict(self) -> dict[str, object]:
+        return {
+            "align_weight": self.align_weight,
+            "uniform_weight": self.uniform_weight,
+            "alpha": self.alpha,
+            "t": self.t,
+            "normalize": self.normalize,
+            "gather_distributed": self.gather_distributed,
+        }
+
+    def extra_repr(self) -> str:
+        return ", ".join(f"{k}={v}" for k, v in self.get_config_dict().items())

@@ -1,0 +1,220 @@
+"""Binary NCE: the sigmoid (SigLIP-style) alternative to ranking InfoNCE, docs/methods.md §9.
+
+The lecture contrasts SimCLR's *ranking* NCE, whose softmax couples every anchor with all
+``B`` candidates (``O(B^2)``), with *binary* NCE, which classifies each pair independently as
+positive or negative. On normalised embeddings with logits ``s_ij = z1_i . z2_j / temperature + bias``:
+
+``L = -(1/B) sum_i sum_j log sigmoid(y_ij s_ij)``, ``y_ii = +1``, ``y_ij = -1`` for ``i != j``,
+
+over all pairs (``negatives="all"``, SigLIP's loss) or over the positive and the single negative
+``j = i + 1 mod B`` of each row (``negatives="shifted"``: ``O(B D)`` time and memory).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from ._checks import compute_dtype, check_embeddings, check_positive, check_same_shape, float32_math, l2_normalize
+
+__all__ = ["binary_nce_loss", "BinaryNCELoss"]
+
+_NEGATIVES = ("all", "shifted")
+_DEFAULT_BIAS = {"all": -10.0, "shifted": 0.0}
+
+_CITATION = """@inproceedings{zhai2023sigmoid,
+  title     = {Sigmoid Loss for Language Image Pre-Training},
+  author    = {Zhai, Xiaohua and Mustafa, Basil and Kolesnikov, Alexander and Beyer, Lucas},
+  booktitle = {Proceedings of the IEEE/CVF International Conference on Computer Vision},
+  pages     = {11975--11986},
+  year      = {2023},
+  url       = {https://arxiv.org/abs/2303.15343},
+  note      = {Binary NCE as presented in B. Dai, CSE6243 Lecture 19: Spectral Representation Learning, 2024}
+}"""
+
+
+def _check_negatives(negatives: object) -> str:
+    if negatives not in _NEGATIVES:
+        raise ValueError(f"`negatives` must be one of {_NEGATIVES}, got {negatives!r}.")
+    return str(negatives)
+
+
+def _check_scalar_tensor(name: str, value: Tensor) -> None:
+    if value.numel() != 1 or not value.is_floating_point():
+        raise ValueError(
+            f"`{name}` must be a number or a floating-point tensor with one element, got a "
+            f"{value.dtype} tensor of shape {tuple(value.shape)}."
+        )
+
+
+def _check_temperature(temperature: float | Tensor) -> None:
+    if isinstance(temperature, Tensor):
+        _check_scalar_tensor("temperature", temperature)
+        if temperature.device.type != "cpu":  # reading an accelerator value would sync
+            return
+    check_positive("temperature", temperature)
+
+
+def _check_bias(bias: float | Tensor) -> None:
+    if isinstance(bias, Tensor):
+        _check_scalar_tensor("bias", bias)
+        if bias.device.type != "cpu" or bool(torch.isfinite(bias.detach()).all()):
+            return
+        raise ValueError(f"`bias` must be finite, got {bias.detach().flatten()[0]}.")
+    if isinstance(bias, bool) or not isinstance(bias, (int, float)) or not math.isfinite(bias):
+        raise ValueError(f"`bias` must be a finite number or a one-element tensor, got {bias!r}.")
+
+
+def binary_nce_loss(
+    z1: Tensor,
+    z2: Tensor,
+    temperature: float | Tensor = 0.1,
+    bias: float | Tensor | None = None,
+    negatives: str = "all",
+    normalize: bool = True,
+) -> Tensor:
+    """Binary (sigmoid) NCE loss of two views.
+
+    Paper: https://arxiv.org/abs/2303.15343 (SigLIP, Algorithm 1, with ``t = 1 / temperature``);
+    the O(B) variant is the lecture's binary-NCE alternative to ranking NCE (docs/methods.md §9).
+
+    ``L = -(1/B) sum_i sum_j log sigmoid(y_ij s_ij)`` with ``s_ij = z1_i . z2_j / temperature + bias``,
+    ``y_ii = +1`` and ``y_ij = -1`` for the negatives ``j``: every ``j != i`` for ``"all"``
+    (a ``(B, B)`` logit matrix), only ``j = i + 1 mod B`` for ``"shifted"`` (two row-wise dot
+    products, no ``(B, B)`` matrix). Logits and ``logsigmoid`` are float32 (float64 for float64
+    inputs), also under fp16/bf16 autocast.
+
+    Args:
+        z1: First view. Shape: ``(B, D)``, ``B >= 2``.
+        z2: Second view, row ``i`` the positive of ``z1[i]``. Shape: ``(B, D)``.
+        temperature: ``> 0``. A number, or a one-element tensor (e.g. ``log_t.exp()`` of a
+            learnable parameter, whose gradient then flows); its positivity is only checked
+            for numbers and CPU tensors (no device sync).
+        bias: Added to every logit; a number or a one-element tensor. ``None``: ``-10`` for
+            ``"all"`` (SigLIP's initialisation, which offsets the ``B - 1`` negatives per
+            positive), ``0`` for ``"shifted"`` (one negative per positive).
+        negatives: ``"all"`` or ``"shifted"``.
+        normalize: L2-normalise the rows of ``z1`` and ``z2`` first (the default).
+
+    Returns:
+        The loss, a scalar tensor.
+
+    Raises:
+        ValueError: if ``z1``/``z2`` are not floating-point ``(B, D)`` tensors of the same shape,
+            contain NaN/inf (checked on CPU), ``B < 2``, ``temperature`` is not positive,
+            ``bias`` is not finite, a tensor hyperparameter has more than one element, or
+            ``negatives`` is not ``"all"``/``"shifted"``.
+
+    >>> z = torch.randn(8, 4)
+    >>> loss = binary_nce_loss(z, z + 0.1 * torch.randn(8, 4), negatives="shifted")
+    """
+    check_embeddings("z1", z1)
+    check_embeddings("z2", z2)
+    check_same_shape("z1", z1, "z2", z2)
+    negatives = _check_negatives(negatives)
+    if z1.shape[0] < 2:
+        raise ValueError(
+            f"`z1` and `z2` need a batch of at least 2 samples (the negatives are the other "
+            f"samples), got shape {tuple(z1.shape)}."
+        )
+    _check_temperature(temperature)
+    if bias is None:
+        bias = _DEFAULT_BIAS[negatives]
+    _check_bias(bias)
+
+    dtype = compute_dtype(z1, z2)
+    with float32_math(z1.device.type):
+        z1, z2 = z1.to(dtype), z2.to(dtype)
+        if isinstance(temperature, Tensor):
+            temperature = temperature.to(dtype).reshape(())
+        if isinstance(bias, Tensor):
+            bias = bias.to(dtype).reshape(())
+        if normalize:
+            z1, z2 = l2_normalize(z1), l2_normalize(z2)
+        if negatives == "shifted":
+            positive = (z1 * z2).sum(dim=1) / temperature + bias
+            negative = (z1 * z2.roll(-1, dims=0)).sum(dim=1) / temperature + bias
+            return -(F.logsigmoid(positive) + F.logsigmoid(-negative)).mean()
+        logits = (z1 @ z2.T) / temperature + bias
+        # log sigmoid(s) = log sigmoid(-s) + s, so sum_ij log sigmoid(y_ij s_ij) is the all-negative
+        # sum plus the diagonal logits: no (B, B) label matrix is needed.
+        return -(F.logsigmoid(-logits).sum() + logits.diagonal().sum()) / z1.shape[0]
+
+
+class BinaryNCELoss(nn.Module):
+    """Module form of :func:`binary_nce_loss`, optionally with learnable temperature and bias.
+
+    With ``learnable_temperature=True`` the module holds ``log_temperature`` (an
+    ``nn.Parameter``, so the temperature stays positive); with ``learnable_bias=True`` it holds
+    ``bias`` as an ``nn.Parameter``. Both reach the optimizer through ``module.parameters()``.
+
+    Args:
+        temperature: Initial (or fixed) temperature, ``> 0``.
+        bias: Initial (or fixed) bias; ``None``: ``-10`` for ``"all"``, ``0`` for ``"shifted"``.
+        negatives: ``"all"`` or ``"shifted"``.
+        learnable_temperature: Learn ``log(temperature)``.
+        learnable_bias: Learn ``bias``.
+        normalize: L2-normalise the embeddings first.
+
+    Shape:
+        ``z1``, ``z2``: ``(B, D)``, ``B >= 2``. Output: scalar.
+
+    Raises:
+        ValueError: on a non-positive ``temperature``, a non-finite ``bias`` or unknown ``negatives``.
+
+    >>> loss_fn = BinaryNCELoss(learnable_temperature=True, learnable_bias=True)
+    >>> [name for name, _ in loss_fn.named_parameters()]
+    ['log_temperature', 'bias']
+    """
+
+    citation: str = _CITATION
+
+    def __init__(
+        self,
+        temperature: float = 0.1,
+        bias: float | None = None,
+        negatives: str = "all",
+        learnable_temperature: bool = False,
+        learnable_bias: bool = False,
+        normalize: bool = True,
+    ) -> None:
+        super().__init__()
+        self.negatives = _check_negatives(negatives)
+        self.init_temperature = check_positive("temperature", temperature)
+        init_bias = _DEFAULT_BIAS[self.negatives] if bias is None else bias
+        _check_bias(init_bias)
+        self.init_bias = float(init_bias)
+        self.learnable_temperature = bool(learnable_temperature)
+        self.learnable_bias = bool(learnable_bias)
+        self.normalize = bool(normalize)
+        if self.learnable_temperature:
+            self.log_temperature = nn.Parameter(torch.tensor(math.log(self.init_temperature)))
+        if self.learnable_bias:
+            self.bias = nn.Parameter(torch.tensor(self.init_bias))
+
+    @property
+    def temperature(self) -> float | Tensor:
+        """The current temperature (a tensor when learnable)."""
+        return self.log_temperature.exp() if self.learnable_temperature else self.init_temperature
+
+    def forward(self, z1: Tensor, z2: Tensor) -> Tensor:
+        """Return the loss of the views ``z1``, ``z2`` (each ``(B, D)``)."""
+        bias = self.bias if self.learnable_bias else self.init_bias
+        return binary_nce_loss(
+            z1, z2, temperature=self.temperature, bias=bias, negatives=self.negatives, normalize=self.normalize
+        )
+
+    def get_config_dict(self) -> dict[str, Any]:
+        """Hyperparameters (initial values of the learnable ones), for model cards."""
+        return {
+            "temperature": self.init_temperature,
+            "bias": self.init_bias,
+            "negatives": self.negatives,
+            "learnable_temperature": self.learnable_temperature,
+            "learnable_bias": self.learnable_bias,
+            "normalize": self.normalize,
+        }

@@ -1,0 +1,146 @@
+"""InfoNCE / NT-Xent, the SimCLR contrastive loss (docs/methods.md §1).
+
+Paper: Chen et al., "A Simple Framework for Contrastive Learning of Visual Representations",
+ICML 2020, https://arxiv.org/abs/2002.05709.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from ..distributed import gather_with_offset, world_size
+from ._checks import compute_dtype, check_embeddings, check_positive, check_same_shape, float32_math, l2_normalize
+
+__all__ = ["info_nce_loss", "InfoNCELoss"]
+
+_SIMCLR_BIBTEX = """@inproceedings{chen2020simclr,
+  title     = {A Simple Framework for Contrastive Learning of Visual Representations},
+  author    = {Chen, Ting and Kornblith, Simon and Norouzi, Mohammad and Hinton, Geoffrey},
+  booktitle = {Proceedings of the 37th International Conference on Machine Learning},
+  series    = {Proceedings of Machine Learning Research},
+  volume    = {119},
+  pages     = {1597--1607},
+  year      = {2020},
+  url       = {https://arxiv.org/abs/2002.05709}
+}"""
+
+
+def info_nce_loss(
+    z1: Tensor,
+    z2: Tensor,
+    temperature: float = 0.5,
+    normalize: bool = True,
+    gather_distributed: bool = False,
+) -> Tensor:
+    """InfoNCE / NT-Xent loss of two views of the same samples (SimCLR).
+
+    With ``Z = [n(z1); n(z2)]`` and ``s_ab = Z_a·Z_b / τ``, every anchor ``a`` of the ``2B``
+    has its other view ``p(a) = a ± B`` as positive and every other row as negative:
+    ``ℓ_a = −s_{a,p(a)} + log Σ_{b≠a} exp(s_ab)``; the loss is the mean over anchors.
+    Paper: https://arxiv.org/abs/2002.05709. Equals ``lightly.loss.NTXentLoss(temperature=τ)``.
+
+    Logits are computed in float32 (float64 inputs stay float64) even under fp16/bf16 autocast,
+    and the log-sum-exp is max-subtracted. Memory is ``O(B²)``.
+
+    Args:
+        z1: Embeddings of the first view. Shape: ``(B, D)``.
+        z2: Embeddings of the second view, row ``i`` pairs with row ``i`` of ``z1``.
+            Shape: ``(B, D)``.
+        temperature: Softmax temperature ``τ > 0``.
+        normalize: L2-normalise the rows first (cosine similarities). Without it the raw dot
+            products are used.
+        gather_distributed: Compare the local anchors with the candidates of *all* processes
+            (autograd-aware all-gather, :mod:`hf_contrast.distributed`). Each process returns
+            its share ``Σ_local ℓ_a · W / (2·B_global)`` so that the mean over the ``W``
+            processes (what DDP/Accelerate average) is exactly the loss of one process on the
+            concatenated batch, also with unequal local batch sizes. Identity when
+            ``torch.distributed`` is not initialised. Gradient accumulation does not add
+            negatives: each micro-batch only sees its own (gathered) batch.
+
+    Returns:
+        Scalar loss tensor (float32, or float64 for float64 inputs).
+
+    Raises:
+        ValueError: If ``z1``/``z2`` are not floating-point rank-2 tensors of the same shape,
+            contain NaN/inf (checked on CPU only, where it needs no device sync), or if
+            ``temperature <= 0``.
+
+    >>> z = torch.ones(4, 8)  # all similarities equal: loss = log(2·4 − 1)
+    >>> info_nce_loss(z, z)
+    tensor(1.9459)
+    """
+    check_embeddings("z1", z1)
+    check_embeddings("z2", z2)
+    check_same_shape("z1", z1, "z2", z2)
+    temperature = check_positive("temperature", temperature)
+
+    with float32_math(z1.device.type):
+        dtype = compute_dtype(z1, z2)
+        z1, z2 = z1.to(dtype), z2.to(dtype)
+        if normalize:
+            z1, z2 = l2_normalize(z1), l2_normalize(z2)
+        anchors = torch.cat([z1, z2], dim=0)  # (2B, D): rows i and B + i are the two views
+        n_local = z1.shape[0]
+        if gather_distributed and world_size() > 1:
+            # One gather of the whole [z1; z2] block: candidates are the processes' blocks in rank
+            # order, and this process's block starts at `offset`.
+            candidates, offset = gather_with_offset(anchors)  # (2N, D)
+        else:
+            candidates, offset = anchors, 0
+        n_global = candidates.shape[0] // 2
+
+        # Scale the (2B, D) side, not the (2B, 2N) logits.
+        logits = (anchors / temperature) @ candidates.T  # (2B, 2N)
+        local = torch.arange(n_local, device=logits.device)
+        rows = torch.arange(2 * n_local, device=logits.device)
+        # Column of each anchor itself and of its positive (the other view) among the candidates.
+        self_col = offset + rows
+        positive_col = offset + torch.cat([n_local + local, local])
+        # In place on the fresh matmul output (its backward needs only the inputs): no (2B, 2N)
+        # mask and no second copy of the logits.
+        logits[rows, self_col] = float("-inf")
+        # cross_entropy = −s_{a,p(a)} + logsumexp_{b≠a} s_ab, max-subtracted internally.
+        per_anchor = F.cross_entropy(logits, positive_col, reduction="none")
+        if candidates is anchors:
+            return per_anchor.mean()
+        # This process's share: the mean over processes is the global-batch mean.
+        return per_anchor.sum() * (world_size() / (2 * n_global))
+
+
+class InfoNCELoss(nn.Module):
+    """Module form of :func:`info_nce_loss` (SimCLR's NT-Xent), same defaults.
+
+    Args:
+        temperature: Softmax temperature ``τ > 0``.
+        normalize: L2-normalise the embeddings first.
+        gather_distributed: Use the negatives of all processes (see :func:`info_nce_loss`).
+
+    Raises:
+        ValueError: If ``temperature <= 0``.
+
+    >>> loss_fn = InfoNCELoss(temperature=0.2)
+    >>> loss = loss_fn(torch.randn(8, 16), torch.randn(8, 16))
+    """
+
+    citation: str = _SIMCLR_BIBTEX
+
+    def __init__(self, temperature: float = 0.5, normalize: bool = True, gather_distributed: bool = False) -> None:
+        super().__init__()
+        self.temperature = check_positive("temperature", temperature)
+        self.normalize = bool(normalize)
+        self.gather_distributed = bool(gather_distributed)
+
+    def forward(self, z1: Tensor, z2: Tensor) -> Tensor:
+        """Loss of two views. Shape: ``z1``, ``z2``: ``(B, D)``; returns a scalar."""
+        return info_nce_loss(z1, z2, self.temperature, self.normalize, self.gather_distributed)
+
+    def get_config_dict(self) -> dict[str, Any]:
+        """Hyperparameters, for model cards."""
+        return {"temperature": self.temperature, "normalize": self.normalize, "gather_distributed": self.gather_distributed}
+
+    def extra_repr(self) -> str:
+        return f"temperature={self.temperature}, normalize={self.normalize}, gather_distributed={self.gather_distributed}"

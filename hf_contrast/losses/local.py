@@ -1,0 +1,370 @@
+"""LOCAL: latent orthonormal contrastive learning for paired inputs (docs/methods.md §3a).
+
+Paper: "LOCAL: Latent Orthonormal Contrastive Learning for Paired Images" (seed
+``LOCAL-orthonormal-contrastive.txt``). A shared encoder sees both images of a pair
+``(x_pre, x_post)``; three signals are combined:
+
+- ``z = n(e_pre - e_post)``: the difference of the L2-normalised projections, trained with OCL
+  (or SupCon for the paper's L-SCL baseline);
+- ``l``: the latent feature-correlation embedding of the backbone's stage maps
+  (:func:`latent_correlation_embedding`), trained with the same contrastive loss, weight ``beta``;
+- a classifier MLP on ``concat(r_pre, r_post)`` trained with class-weighted cross-entropy.
+
+``Total = alpha * (C(z) + beta * C(l)) + (1 - alpha) * WCE``, ``alpha`` decreasing over training
+(:func:`local_alpha`).
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Sequence
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from ._checks import (
+    compute_dtype,
+    check_embeddings,
+    check_labels,
+    check_non_negative,
+    check_positive,
+    check_same_shape,
+    check_unit_interval,
+    l2_normalize,
+)
+from .ocl import OCLoss, ocl_loss
+from .supcon import supcon_loss
+
+__all__ = [
+    "latent_correlation_embedding",
+    "pair_difference",
+    "inverse_frequency_weights",
+    "local_alpha",
+    "local_loss",
+    "LOCALLoss",
+]
+
+_CONTRASTIVE = {"ocl": ocl_loss, "supcon": supcon_loss}
+
+
+def latent_correlation_embedding(
+    maps_pre: Sequence[Tensor],
+    maps_post: Sequence[Tensor],
+    output_size: int | tuple[int, int] | None = None,
+) -> Tensor:
+    """The latent hierarchical feature-correlation embedding ``l`` of LOCAL.
+
+    For every stage ``i``: ``C_i = maps_pre[i] - maps_post[i]`` (the paper's ``W_i = [I, -I]``),
+    resized to one spatial size (adaptive average pooling down, bilinear up-sampling up),
+    concatenated on channels and averaged over all channels into one map, flattened and
+    L2-normalised.
+
+    Args:
+        maps_pre: Stage feature maps of the pre images. Shape: each ``(B, C_i, H_i, W_i)``.
+        maps_post: Same stages for the post images, same shapes as ``maps_pre``.
+        output_size: Common spatial size ``(H, W)`` (or ``S`` for ``(S, S)``). Default: the
+            size of the first (highest-resolution) map.
+
+    Returns:
+        ``l``. Shape: ``(B, H * W)``, unit rows (an all-zero difference stays zero).
+
+    Raises:
+        ValueError: if the lists are empty, differ in length, or a pair of maps differs in shape.
+    """
+    if len(maps_pre) == 0 or len(maps_pre) != len(maps_post):
+        raise ValueError(
+            f"`maps_pre` and `maps_post` must be non-empty sequences of equal length, got "
+            f"{len(maps_pre)} and {len(maps_post)} maps."
+        )
+    for i, (a, b) in enumerate(zip(maps_pre, maps_post)):
+        check_embeddings(f"maps_pre[{i}]", a, ndim=4, shape_doc="(B, C, H, W)")
+        check_embeddings(f"maps_post[{i}]", b, ndim=4, shape_doc="(B, C, H, W)")
+        check_same_shape(f"maps_pre[{i}]", a, f"maps_post[{i}]", b)
+        if a.shape[0] != maps_pre[0].shape[0]:
+            raise ValueError(f"all maps must share the batch size {maps_pre[0].shape[0]}, `maps_pre[{i}]` has {a.shape[0]}.")
+    if output_size is None:
+        size = tuple(maps_pre[0].shape[-2:])
+    elif isinstance(output_size, int):
+        size = (output_size, output_size)
+    else:
+        size = tuple(output_size)
+    if len(size) != 2 or min(size) < 1:
+        raise ValueError(f"`output_size` must be a positive int or (H, W), got {output_size!r}.")
+
+    total = None
+    n_channels = 0
+    for a, b in zip(maps_pre, maps_post):
+        diff = (a - b).float()
+        h, w = diff.shape[-2:]
+        if h >= size[0] and w >= size[1]:
+            diff = F.adaptive_avg_pool2d(diff, size)
+        else:
+            diff = F.interpolate(diff, size=size, mode="bilinear", align_corners=False)
+        # The mean over the concatenated channels is the sum of each stage's channel sums
+        # divided by the total channel count: no concatenation is materialised.
+        channel_sum = diff.sum(dim=1)
+        total = channel_sum if total is None else total + channel_sum
+        n_channels += diff.shape[1]
+    latent = (total / n_channels).flatten(1)
+    return l2_normalize(latent)
+
+
+def pair_difference(projections_pre: Tensor, projections_post: Tensor) -> Tensor:
+    """LOCAL's pair representation ``z = n(n(e_pre) - n(e_post))`` (the paper's ``W = [I, -I]``).
+
+    Shape: ``(B, P)`` and ``(B, P)`` -> ``(B, P)``, float32 (or float64), unit rows (an all-zero
+    difference stays zero).
+    """
+    dtype = compute_dtype(projections_pre, projections_post)
+    return l2_normalize(l2_normalize(projections_pre.to(dtype)) - l2_normalize(projections_post.to(dtype)))
+
+
+def inverse_frequency_weights(class_counts: Sequence[int] | Tensor) -> Tensor:
+    """Class weights ``1 / frequency``, normalised to mean 1, for LOCAL's weighted cross-entropy.
+
+    Args:
+        class_counts: Number of training samples of each class. Shape: ``(K,)``.
+
+    Returns:
+        Weights. Shape: ``(K,)``, float32, mean 1.
+
+    Raises:
+        ValueError: if there are fewer than 2 classes or a count is not positive.
+
+    >>> inverse_frequency_weights([3, 1])
+    tensor([0.5000, 1.5000])
+    """
+    counts = torch.as_tensor(class_counts, dtype=torch.float64)
+    if counts.ndim != 1 or counts.numel() < 2:
+        raise ValueError(f"`class_counts` must be a 1-D sequence over >= 2 classes, got shape {tuple(counts.shape)}.")
+    if not bool((counts > 0).all()):
+        empty = [i for i, c in enumerate(counts.tolist()) if c <= 0]
+        raise ValueError(
+            f"`class_counts` must be positive for every class (1/frequency weights); classes {empty} have no samples."
+        )
+    weights = 1.0 / counts
+    return (weights / weights.mean()).float()
+
+
+def local_alpha(epoch: float, schedule: str = "inverse_epoch", alpha: float = 1.0) -> float:
+    """LOCAL's weight ``alpha`` between the contrastive terms and the classifier's WCE.
+
+    Args:
+        epoch: The current (possibly fractional) epoch, starting at 0.
+        schedule: ``"inverse_epoch"``: ``alpha / (1 + epoch)`` (decreasing, the paper's choice);
+            ``"constant"``: ``alpha``.
+        alpha: The initial / constant value, in ``[0, 1]``.
+
+    >>> local_alpha(1)
+    0.5
+    """
+    alpha = check_unit_interval("alpha", alpha)
+    if epoch < 0:
+        raise ValueError(f"`epoch` must be >= 0, got {epoch}.")
+    if schedule == "inverse_epoch":
+        return alpha / (1.0 + float(epoch))
+    if schedule == "constant":
+        return alpha
+    raise ValueError(f"`schedule` must be 'inverse_epoch' or 'constant', got {schedule!r}.")
+
+
+def _has_positive_pair(labels: Tensor) -> bool:
+    return labels.unique().numel() < labels.numel()
+
+
+def _local_terms(
+    projections_pre: Tensor,
+    projections_post: Tensor,
+    latent: Tensor | None,
+    logits: Tensor,
+    labels: Tensor,
+    class_weights: Tensor | None,
+    alpha: float,
+    beta: float,
+    temperature: float,
+    contrastive: str,
+) -> dict[str, Tensor]:
+    check_embeddings("projections_pre", projections_pre)
+    check_embeddings("projections_post", projections_post)
+    check_same_shape("projections_pre", projections_pre, "projections_post", projections_post)
+    n = projections_pre.shape[0]
+    check_labels(labels, n)
+    check_embeddings("logits", logits, shape_doc="(B, K)")
+    if logits.shape[0] != n:
+        raise ValueError(f"`logits` must have {n} rows (one per pair), got shape {tuple(logits.shape)}.")
+    alpha = check_unit_interval("alpha", alpha)
+    beta = check_non_negative("beta", beta)
+    check_positive("temperature", temperature)
+    if contrastive not in _CONTRASTIVE:
+        raise ValueError(f"`contrastive` must be 'ocl' or 'supcon', got {contrastive!r}.")
+    if class_weights is not None and class_weights.shape != (logits.shape[1],):
+        raise ValueError(
+            f"`class_weights` must have shape ({logits.shape[1]},) (one weight per class), got {tuple(class_weights.shape)}."
+        )
+
+    contrastive_fn = _CONTRASTIVE[contrastive]
+    z = pair_difference(projections_pre, projections_post)
+    zero = z.sum() * 0.0
+    if _has_positive_pair(labels):
+        term_z = contrastive_fn(z, labels, temperature=temperature)
+        term_l = contrastive_fn(latent, labels, temperature=temperature) if latent is not None and beta > 0 else zero
+    else:
+        warnings.warn(
+            f"LOCAL: no two pairs of the batch share a label ({n} pairs); the contrastive terms are 0 for this batch.",
+            stacklevel=3,
+        )
+        term_z = term_l = zero
+    weight = None if class_weights is None else class_weights.to(device=logits.device, dtype=torch.float32)
+    wce = F.cross_entropy(logits.float(), labels, weight=weight)
+    terms = {
+        "contrastive": alpha * term_z,
+        "latent": alpha * beta * term_l,
+        "classification": (1.0 - alpha) * wce,
+    }
+    terms["loss"] = terms["contrastive"] + terms["latent"] + terms["classification"]
+    return terms
+
+
+def local_loss(
+    projections_pre: Tensor,
+    projections_post: Tensor,
+    latent: Tensor | None,
+    logits: Tensor,
+    labels: Tensor,
+    class_weights: Tensor | None = None,
+    alpha: float = 1.0,
+    beta: float = 1.0,
+    temperature: float = 0.1,
+    contrastive: str = "ocl",
+) -> Tensor:
+    """The LOCAL objective ``alpha * (C(z) + beta * C(l)) + (1 - alpha) * WCE``.
+
+    Args:
+        projections_pre: Projections ``e_pre`` of the pre images. Shape: ``(B, P)``.
+        projections_post: Projections ``e_post`` of the post images. Shape: ``(B, P)``.
+        latent: Latent correlation embedding ``l`` (:func:`latent_correlation_embedding`), or
+            ``None`` to leave the latent term out. Shape: ``(B, D_L)``.
+        logits: Classifier logits on ``concat(r_pre, r_post)``. Shape: ``(B, K)``.
+        labels: Class of each pair. Shape: ``(B,)``, integer.
+        class_weights: Cross-entropy class weights (:func:`inverse_frequency_weights`), or
+            ``None`` for plain cross-entropy. Shape: ``(K,)``.
+        alpha: Contrastive vs classification weight in ``[0, 1]`` (:func:`local_alpha`).
+        beta: Weight of the latent term, ``>= 0``.
+        temperature: Temperature of the contrastive loss, ``> 0``.
+        contrastive: ``"ocl"`` (LOCAL) or ``"supcon"`` (the paper's L-SCL baseline).
+
+    Returns:
+        The scalar total. A batch in which no two pairs share a label has zero contrastive
+        terms (with a warning): with small, skewed batches this happens, and the classifier
+        term still trains.
+
+    Raises:
+        ValueError: on shape, label, or hyperparameter errors (argument named in the message).
+    """
+    return _local_terms(
+        projections_pre, projections_post, latent, logits, labels, class_weights, alpha, beta, temperature, contrastive
+    )["loss"]
+
+
+class LOCALLoss(nn.Module):
+    """LOCAL (or L-SCL with ``contrastive="supcon"``) with its classifier MLP.
+
+    The module owns the classification network (an MLP with one hidden layer on
+    ``concat(r_pre, r_post)``), so a trainer must put this module's parameters in the optimizer.
+
+    Args:
+        embedding_dim: Width ``F`` of the encoder's pooled features ``r``.
+        num_classes: Number of classes ``K``.
+        class_counts: Training-set count of each class, for the 1/frequency weights; ``None``
+            for unweighted cross-entropy.
+        beta: Weight of the latent term. temperature: contrastive temperature.
+        contrastive: ``"ocl"`` or ``"supcon"``.
+        classifier_hidden_dim: Hidden width of the classifier (default ``embedding_dim``).
+        latent_size: Spatial size of the latent correlation map (see
+            :func:`latent_correlation_embedding`).
+
+    Shape:
+        ``forward(embeddings_pre, embeddings_post, projections_pre, projections_post, labels,
+        maps_pre=None, maps_post=None, alpha=1.0)`` with embeddings ``(B, F)``, projections
+        ``(B, P)``, labels ``(B,)`` and maps as in :func:`latent_correlation_embedding`;
+        returns ``{"contrastive", "latent", "classification", "loss"}`` (weighted terms and total).
+    """
+
+    citation = OCLoss.citation  # the same (LOCAL) paper
+
+
+    def __init__(
+        self,
+        embedding_dim: int,
+        num_classes: int,
+        class_counts: Sequence[int] | Tensor | None = None,
+        beta: float = 1.0,
+        temperature: float = 0.1,
+        contrastive: str = "ocl",
+        classifier_hidden_dim: int | None = None,
+        latent_size: int | tuple[int, int] | None = None,
+    ) -> None:
+        super().__init__()
+        if embedding_dim < 1 or num_classes < 2:
+            raise ValueError(
+                f"`embedding_dim` must be >= 1 and `num_classes` >= 2, got {embedding_dim} and {num_classes}."
+            )
+        self.beta = check_non_negative("beta", beta)
+        self.temperature = check_positive("temperature", temperature)
+        if contrastive not in _CONTRASTIVE:
+            raise ValueError(f"`contrastive` must be 'ocl' or 'supcon', got {contrastive!r}.")
+        self.contrastive = contrastive
+        self.latent_size = latent_size
+        hidden = classifier_hidden_dim or embedding_dim
+        self.classifier = nn.Sequential(
+            nn.Linear(2 * embedding_dim, hidden), nn.ReLU(inplace=True), nn.Linear(hidden, num_classes)
+        )
+        if class_counts is not None:
+            weights = inverse_frequency_weights(class_counts)
+            if weights.numel() != num_classes:
+                raise ValueError(f"`class_counts` must have {num_classes} entries, got {weights.numel()}.")
+            self.register_buffer("class_weights", weights)
+        else:
+            self.class_weights = None
+
+    def classify(self, embeddings_pre: Tensor, embeddings_post: Tensor) -> Tensor:
+        """Logits of the pair classifier on ``concat(n(r_pre), n(r_post))``. Shape: ``(B, K)``."""
+        return self.classifier(torch.cat([l2_normalize(embeddings_pre), l2_normalize(embeddings_post)], dim=1))
+
+    def forward(
+        self,
+        embeddings_pre: Tensor,
+        embeddings_post: Tensor,
+        projections_pre: Tensor,
+        projections_post: Tensor,
+        labels: Tensor,
+        maps_pre: Sequence[Tensor] | None = None,
+        maps_post: Sequence[Tensor] | None = None,
+        alpha: float = 1.0,
+    ) -> dict[str, Tensor]:
+        latent = None
+        if maps_pre is not None and maps_post is not None and self.beta > 0:
+            latent = latent_correlation_embedding(maps_pre, maps_post, self.latent_size)
+        logits = self.classify(embeddings_pre, embeddings_post)
+        return _local_terms(
+            projections_pre,
+            projections_post,
+            latent,
+            logits,
+            labels,
+            self.class_weights,
+            alpha,
+            self.beta,
+            self.temperature,
+            self.contrastive,
+        )
+
+    def get_config_dict(self) -> dict[str, object]:
+        return {
+            "beta": self.beta,
+            "temperature": self.temperature,
+            "contrastive": self.contrastive,
+            "latent_size": self.latent_size,
+            "num_classes": self.classifier[-1].out_features,
+        }

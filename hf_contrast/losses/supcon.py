@@ -1,0 +1,217 @@
+"""Supervised contrastive loss, SupCon (docs/methods.md §2), and the core it shares with OCL (§3).
+
+Paper: Khosla et al., "Supervised Contrastive Learning", NeurIPS 2020,
+https://arxiv.org/abs/2004.11362.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch import Tensor, nn
+
+from ..distributed import gather, gather_with_offset, world_size
+from ._checks import compute_dtype, check_embeddings, check_labels, check_positive, float32_math, l2_normalize
+
+__all__ = ["supcon_loss", "SupConLoss", "flatten_views"]
+
+_SUPCON_BIBTEX = """@inproceedings{khosla2020supcon,
+  title     = {Supervised Contrastive Learning},
+  author    = {Khosla, Prannay and Teterwak, Piotr and Wang, Chen and Sarna, Aaron and Tian, Yonglong
+               and Isola, Phillip and Maschinot, Aaron and Liu, Ce and Krishnan, Dilip},
+  booktitle = {Advances in Neural Information Processing Systems},
+  volume    = {33},
+  pages     = {18661--18673},
+  year      = {2020},
+  url       = {https://arxiv.org/abs/2004.11362}
+}"""
+
+
+def flatten_views(z_views: Tensor | Sequence[Tensor], labels: Tensor) -> tuple[Tensor, Tensor]:
+    """Flatten multi-view embeddings view-major for :func:`supcon_loss` / :func:`ocl_loss`.
+
+    Args:
+        z_views: ``V`` views of the same ``B`` samples, a tensor or a sequence of ``V`` tensors.
+            Shape: ``(V, B, D)`` or ``V × (B, D)``.
+        labels: Integer class of each sample. Shape: ``(B,)``.
+
+    Returns:
+        ``(z, labels)`` with ``z[v·B + i] = z_views[v][i]``. Shape: ``(V·B, D)`` and ``(V·B,)``.
+
+    Raises:
+        ValueError: If the views do not share one ``(B, D)`` shape or ``labels`` is not an
+            integer tensor of shape ``(B,)``.
+
+    >>> z, y = flatten_views(torch.randn(2, 4, 8), torch.tensor([0, 0, 1, 1]))
+    >>> z.shape, y.tolist()
+    (torch.Size([8, 8]), [0, 0, 1, 1, 0, 0, 1, 1])
+    """
+    if isinstance(z_views, Tensor):
+        z = check_embeddings("z_views", z_views, ndim=3, shape_doc="(V, B, D)")
+    else:
+        if isinstance(z_views, (str, bytes)) or not isinstance(z_views, Sequence) or len(z_views) == 0:
+            raise ValueError(f"`z_views` must be a (V, B, D) tensor or a non-empty sequence of (B, D) tensors, got {type(z_views).__name__}.")
+        for v, view in enumerate(z_views):
+            check_embeddings(f"z_views[{v}]", view)
+            if view.shape != z_views[0].shape:
+                raise ValueError(
+                    f"`z_views` must all have the same (B, D) shape, got {tuple(z_views[0].shape)} for view 0 "
+                    f"and {tuple(view.shape)} for view {v}."
+                )
+        z = torch.stack(list(z_views), dim=0)
+    n_views, batch, dim = z.shape
+    labels = check_labels(labels, batch)
+    return z.reshape(n_views * batch, dim), labels.repeat(n_views)
+
+
+def _supervised_contrastive_loss(
+    z: Tensor,
+    labels: Tensor,
+    temperature: float,
+    normalize: bool,
+    gather_distributed: bool,
+    abs_negatives: bool,
+) -> Tensor:
+    """Core of SupCon (``abs_negatives=False``) and OCL (``abs_negatives=True``).
+
+    ``lp_ib = s'_ib − log Σ_{b'≠i} exp(s'_ib')`` where ``s' = s`` for same-class candidates and
+    ``s' = |s|`` for other-class candidates when ``abs_negatives`` (the absolute value is taken
+    before the log-sum-exp's max-subtraction); ``ℓ_i = −mean_{p∈P(i)} lp_ip``; the loss is the mean
+    over anchors with at least one positive. See :func:`supcon_loss` for arguments and errors.
+    """
+    z = check_embeddings("z", z, shape_doc="(N, D)")
+    labels = check_labels(labels, z.shape[0]).to(z.device)
+    temperature = check_positive("temperature", temperature)
+
+    with float32_math(z.device.type):
+        z = z.to(compute_dtype(z))
+        if normalize:
+            z = l2_normalize(z)
+        distributed = gather_distributed and world_size() > 1
+        if distributed:
+            candidates, offset = gather_with_offset(z)  # (N_global, D), keeps gradients
+            candidate_labels = gather(labels)  # integer tensor: no gradient
+        else:
+            candidates, offset, candidate_labels = z, 0, labels
+
+        n_local = z.shape[0]
+        rows = torch.arange(n_local, device=z.device)
+        self_cols = offset + rows
+        same_class = labels[:, None] == candidate_labels[None, :]  # (N, N_global)
+        positive_mask = same_class.clone()
+        positive_mask[rows, self_cols] = False
+        n_positives = positive_mask.sum(dim=1)
+        has_positive = n_positives > 0
+        n_valid = has_positive.sum()
+        if distributed:  # anchors with a positive over all processes, so every rank agrees
+            n_valid = n_valid.clone()
+            dist.all_reduce(n_valid, op=dist.ReduceOp.SUM)
+        # The single device sync of this loss: without a positive pair the loss is undefined.
+        if not bool(n_valid > 0):
+            n_classes = int(torch.unique(candidate_labels).numel())
+            raise ValueError(
+                f"`labels`: no anchor has a positive: got {candidate_labels.shape[0]} samples of {n_classes} "
+                "distinct classes. A supervised contrastive loss needs at least one class with 2 or more "
+                "samples in the batch (use several views per sample, see `flatten_views`, or a class-balanced sampler)."
+            )
+
+        logits = (z / temperature) @ candidates.T  # (N, N_global); scale the (N, D) side
+        if abs_negatives:
+            logits = torch.where(same_class, logits, logits.abs())
+        # In place (the backward of the op producing `logits` does not need its output): self
+        # is excluded from the denominator without a mask or a copy of the (N, N_global) logits.
+        logits[rows, self_cols] = float("-inf")
+        log_denominator = torch.logsumexp(logits, dim=1)  # max-subtracted
+        # Σ_p lp_ip = Σ_p s_ip − |P(i)|·log_denominator_i: no log-prob matrix is materialised.
+        sum_log_prob_pos = torch.where(positive_mask, logits, 0.0).sum(dim=1) - n_positives * log_denominator
+        per_anchor = -sum_log_prob_pos / n_positives.clamp(min=1)
+        total = torch.where(has_positive, per_anchor, torch.zeros_like(per_anchor)).sum()
+        if distributed:  # this process's share: the mean over processes is the global-batch mean
+            return total * (world_size() / n_valid)
+        return total / n_valid
+
+
+def supcon_loss(
+    z: Tensor,
+    labels: Tensor,
+    temperature: float = 0.1,
+    normalize: bool = True,
+    gather_distributed: bool = False,
+) -> Tensor:
+    """Supervised contrastive loss (SupCon, the "L_out" form, no ``base_temperature``).
+
+    With ``s_ib = n(z_i)·n(z_b) / τ`` and positives ``P(i) = {p ≠ i : y_p = y_i}``:
+    ``ℓ_i = −(1/|P(i)|) Σ_{p∈P(i)} [s_ip − log Σ_{b≠i} exp(s_ib)]``. The loss is the mean over
+    the anchors that have a positive (anchors without one are excluded, not counted as zero).
+    Paper: https://arxiv.org/abs/2004.11362. Equals
+    ``pytorch_metric_learning.losses.SupConLoss(temperature=τ)``.
+
+    Multi-view input: flatten it view-major first (:func:`flatten_views`). Logits are computed in
+    float32 (float64 stays float64) even under fp16/bf16 autocast, with a max-subtracted
+    log-sum-exp; memory is ``O(N²)``.
+
+    Note:
+        Checking that the batch has a positive pair reads one value from the device (one sync per
+        call); the loss is undefined otherwise, so it raises instead of returning NaN.
+
+    Args:
+        z: Embeddings. Shape: ``(N, D)``.
+        labels: Integer class of each row of ``z``. Shape: ``(N,)``.
+        temperature: Softmax temperature ``τ > 0``.
+        normalize: L2-normalise the rows first (cosine similarities).
+        gather_distributed: Compare the local anchors with the embeddings and labels of *all*
+            processes (autograd-aware all-gather). Each process returns its share
+            ``Σ_local ℓ_i · W / (#anchors with a positive, over all processes)``, so the mean over
+            the ``W`` processes (what DDP/Accelerate average) is exactly the loss of one process on
+            the concatenated batch, whatever the local sizes. Identity when not distributed.
+            Gradient accumulation does not add negatives.
+
+    Returns:
+        Scalar loss tensor (float32, or float64 for float64 inputs).
+
+    Raises:
+        ValueError: If ``z`` is not a floating-point ``(N, D)`` tensor, has NaN/inf (checked on
+            CPU only), ``labels`` is not an integer ``(N,)`` tensor, ``temperature <= 0``, or no
+            anchor in the batch has a positive.
+
+    >>> z = torch.randn(8, 16)
+    >>> loss = supcon_loss(z, torch.tensor([0, 0, 1, 1, 2, 2, 3, 3]))
+    """
+    return _supervised_contrastive_loss(z, labels, temperature, normalize, gather_distributed, abs_negatives=False)
+
+
+class SupConLoss(nn.Module):
+    """Module form of :func:`supcon_loss`, same defaults.
+
+    Args:
+        temperature: Softmax temperature ``τ > 0``.
+        normalize: L2-normalise the embeddings first.
+        gather_distributed: Use the candidates of all processes (see :func:`supcon_loss`).
+
+    Raises:
+        ValueError: If ``temperature <= 0``.
+
+    >>> loss = SupConLoss()(torch.randn(6, 16), torch.tensor([0, 0, 1, 1, 2, 2]))
+    """
+
+    citation: str = _SUPCON_BIBTEX
+
+    def __init__(self, temperature: float = 0.1, normalize: bool = True, gather_distributed: bool = False) -> None:
+        super().__init__()
+        self.temperature = check_positive("temperature", temperature)
+        self.normalize = bool(normalize)
+        self.gather_distributed = bool(gather_distributed)
+
+    def forward(self, z: Tensor, labels: Tensor) -> Tensor:
+        """Loss of labelled embeddings. Shape: ``z``: ``(N, D)``, ``labels``: ``(N,)``; returns a scalar."""
+        return supcon_loss(z, labels, self.temperature, self.normalize, self.gather_distributed)
+
+    def get_config_dict(self) -> dict[str, Any]:
+        """Hyperparameters, for model cards."""
+        return {"temperature": self.temperature, "normalize": self.normalize, "gather_distributed": self.gather_distributed}
+
+    def extra_repr(self) -> str:
+        return f"temperature={self.temperature}, normalize={self.normalize}, gather_distributed={self.gather_distributed}"

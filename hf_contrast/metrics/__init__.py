@@ -1,0 +1,63 @@
+"""Geometry metrics, probes and STS evaluation of embedding spaces (``docs/methods.md`` §7).
+
+Plain functions (torch or numpy in, Python floats out), offline ``evaluate`` modules
+(:mod:`.evaluate_modules`) and a ``TrainerCallback`` that logs them during evaluation
+(:mod:`.callback`).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from .geometry import (
+    WahbaResult,
+    alignment,
+    class_orthogonality,
+    effective_rank,
+    relative_rotational_equivariance,
+    uniformity,
+    wahba_error,
+)
+from .probes import knn_accuracy, linear_probe_accuracy, macro_f1
+from .sts import spearman_correlation, sts_spearman
+
+if TYPE_CHECKING:
+    from .callback import GeometryMetricsCallback
+    from .evaluate_modules import ClassOrthogonalityMetric, GeometryMetric, KNNAccuracyMetric, WahbaMetric
+
+# `evaluate` takes seconds to import: the modules below load on first access only.
+_LAZY = {
+    "GeometryMetric": "evaluate_modules",
+    "WahbaMetric": "evaluate_modules",
+    "KNNAccuracyMetric": "evaluate_modules",
+    "ClassOrthogonalityMetric": "evaluate_modules",
+    "GeometryMetricsCallback": "callback",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        from importlib import import_module
+
+        return getattr(import_module(f".{_LAZY[name]}", __name__), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+__all__ = [
+    "WahbaResult",
+    "wahba_error",
+    "relative_rotational_equivariance",
+    "alignment",
+    "uniformity",
+    "class_orthogonality",
+    "effective_rank",
+    "knn_accuracy",
+    "linear_probe_accuracy",
+    "macro_f1",
+    "spearman_correlation",
+    "sts_spearman",
+    "GeometryMetric",
+    "WahbaMetric",
+    "KNNAccuracyMetric",
+    "ClassOrthogonalityMetric",
+    "GeometryMetricsCallback",
+]

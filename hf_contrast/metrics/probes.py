@@ -1,0 +1,209 @@
+"""Frozen-feature probes (``docs/methods.md`` §7): weighted kNN and a linear (logistic) probe.
+
+Both run in torch on the device of the features (no scikit-learn needed) and return the top-1
+accuracy as a Python float.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+from torch.nn import functional as F
+
+from ..losses._checks import check_non_negative, check_positive, l2_normalize
+from ._inputs import as_embeddings, as_labels
+
+__all__ = ["knn_accuracy", "linear_probe_accuracy"]
+
+
+def _check_int(name: str, value: object, minimum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ValueError(f"`{name}` must be an integer >= {minimum}, got {value!r}.")
+    return value
+
+
+def _train_test(
+    train_z: object, train_y: object, test_z: object | None, test_y: object | None
+) -> tuple[Tensor, Tensor, Tensor, Tensor, bool]:
+    """Check the four inputs; ``test_z is None`` selects leave-one-out on the training set."""
+    xtr = as_embeddings("train_z", train_z)
+    ytr = as_labels("train_y", train_y, xtr.shape[0], xtr.device)
+    if (test_z is None) != (test_y is None):
+        raise ValueError("`test_z` and `test_y` must be given together (or both omitted for leave-one-out).")
+    if test_z is None:
+        return xtr, ytr, xtr, ytr, True
+    xte = as_embeddings("test_z", test_z)
+    if xte.shape[1] != xtr.shape[1]:
+        raise ValueError(
+            f"`test_z` must have the feature size of `train_z` ({xtr.shape[1]}), got shape {tuple(xte.shape)}."
+        )
+    if xte.device != xtr.device:
+        raise ValueError(f"`test_z` must be on the device of `train_z` ({xtr.device}), got {xte.device}.")
+    yte = as_labels("test_y", test_y, xte.shape[0], xtr.device)
+    return xtr, ytr, xte, yte, False
+
+
+@torch.no_grad()
+def knn_accuracy(
+    train_z: object,
+    train_y: object,
+    test_z: object | None = None,
+    test_y: object | None = None,
+    k: int = 20,
+    temperature: float = 0.07,
+    batch_size: int = 1024,
+) -> float:
+    """Top-1 accuracy of a weighted k-nearest-neighbour classifier on cosine similarity.
+
+    The InstDisc (https://arxiv.org/abs/1805.01978) / DINO kNN protocol: each test point takes
+    the ``k`` training points of highest cosine similarity ``s``; each votes for its class with
+    weight ``exp(s / temperature)``; the class with the largest total wins (ties: the smallest
+    label; the weights are computed as ``exp((s − 1) / τ)``, a common factor that cannot
+    overflow). With ``test_z=None`` it is leave-one-out on the training set (a point never votes
+    for itself).
+
+    Args:
+        train_z: Training (memory bank) features. Shape: ``(N, D)``.
+        train_y: Integer training labels. Shape: ``(N,)``.
+        test_z: Test features, or ``None`` for leave-one-out. Shape: ``(M, D)``.
+        test_y: Integer test labels, or ``None``. Shape: ``(M,)``.
+        k: Number of neighbours, ``1 <= k <= N`` (``<= N - 1`` for leave-one-out).
+        temperature: Vote temperature ``τ > 0``.
+        batch_size: Test rows per similarity block (memory ``batch_size × N``).
+
+    Returns:
+        The fraction of test points whose predicted label equals ``test_y``.
+
+    Raises:
+        ValueError: on bad shapes/dtypes, ``k`` out of range or ``temperature <= 0``.
+
+    Example:
+        >>> z = torch.tensor([[1.0, 0.0], [0.9, 0.1], [0.0, 1.0], [0.1, 0.9]])
+        >>> knn_accuracy(z, torch.tensor([0, 0, 1, 1]), k=1)
+        1.0
+    """
+    xtr, ytr, xte, yte, leave_one_out = _train_test(train_z, train_y, test_z, test_y)
+    temperature = check_positive("temperature", temperature)
+    batch_size = _check_int("batch_size", batch_size, 1)
+    available = xtr.shape[0] - int(leave_one_out)
+    if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= available:
+        raise ValueError(
+            f"`k` must be an integer in [1, {available}] (number of candidate neighbours), got {k!r}."
+        )
+    classes, ytr_idx = torch.unique(ytr, return_inverse=True)
+    xtr, xte = l2_normalize(xtr), l2_normalize(xte)
+    correct = torch.zeros((), dtype=torch.long, device=xtr.device)
+    for start in range(0, xte.shape[0], batch_size):
+        sim = xte[start : start + batch_size] @ xtr.T
+        if leave_one_out:
+            rows = torch.arange(sim.shape[0], device=sim.device)
+            sim[rows, rows + start] = -torch.inf
+        top_sim, top_idx = sim.topk(k, dim=1)
+        votes = torch.zeros(sim.shape[0], classes.numel(), dtype=sim.dtype, device=sim.device)
+        votes.scatter_add_(1, ytr_idx[top_idx], torch.exp((top_sim - 1.0) / temperature))
+        predicted = classes[votes.argmax(dim=1)]
+        correct += (predicted == yte[start : start + batch_size]).sum()
+    return float(correct) / xte.shape[0]
+
+
+def linear_probe_accuracy(
+    train_z: object,
+    train_y: object,
+    test_z: object,
+    test_y: object,
+    l2: float = 1e-4,
+    max_iter: int = 500,
+    standardize: bool = True,
+) -> float:
+    """Top-1 accuracy of a multinomial logistic-regression probe on frozen features.
+
+    Fits ``W, b`` minimising ``mean_i CE(W x_i + b, y_i) + l2/2 ‖W‖²`` by full-batch L-BFGS
+    (strong-Wolfe line search) in float64 — deterministic, same optimum as scikit-learn's
+    ``LogisticRegression(C=1 / (l2 · N))``. Features are standardised with the training mean and
+    standard deviation (constant features are left centred, not divided). Labels may be any
+    integers; a test label never seen in training counts as an error.
+
+    Args:
+        train_z: Training features. Shape: ``(N, D)``; at least two classes in ``train_y``.
+        train_y: Integer training labels. Shape: ``(N,)``.
+        test_z: Test features. Shape: ``(M, D)``.
+        test_y: Integer test labels. Shape: ``(M,)``.
+        l2: Weight-decay strength ``>= 0`` on ``W`` (not on the bias).
+        max_iter: Maximum L-BFGS iterations.
+        standardize: Standardise the features first.
+
+    Returns:
+        The test accuracy in ``[0, 1]``.
+
+    Raises:
+        ValueError: on bad shapes/dtypes, fewer than two training classes, ``l2 < 0`` or
+            ``max_iter < 1``.
+    """
+    xtr, ytr, xte, yte, _ = _train_test(train_z, train_y, test_z, test_y)
+    l2 = check_non_negative("l2", l2)
+    max_iter = _check_int("max_iter", max_iter, 1)
+    classes, ytr_idx = torch.unique(ytr, return_inverse=True)
+    if classes.numel() < 2:
+        raise ValueError(f"`train_y` must contain at least two classes, got {classes.tolist()}.")
+    if standardize:
+        mean, std = xtr.mean(dim=0), xtr.std(dim=0, correction=0)
+        std = torch.where(std > 0, std, torch.ones_like(std))
+        xtr, xte = (xtr - mean) / std, (xte - mean) / std
+    weight = torch.zeros(classes.numel(), xtr.shape[1], dtype=xtr.dtype, device=xtr.device, requires_grad=True)
+    bias = torch.zeros(classes.numel(), dtype=xtr.dtype, device=xtr.device, requires_grad=True)
+    optimizer = torch.optim.LBFGS(
+        [weight, bias],
+        lr=1.0,
+        max_iter=max_iter,
+        history_size=20,
+        tolerance_grad=1e-10,
+        tolerance_change=1e-14,
+        line_search_fn="strong_wolfe",
+    )
+
+    def closure() -> Tensor:
+        optimizer.zero_grad()
+        loss = F.cross_entropy(F.linear(xtr, weight, bias), ytr_idx) + 0.5 * l2 * weight.square().sum()
+        loss.backward()
+        return loss
+
+    with torch.enable_grad():
+        optimizer.step(closure)
+    with torch.no_grad():
+        predicted = classes[F.linear(xte, weight, bias).argmax(dim=1)]
+        return float((predicted == yte).double().mean())
+
+
+def macro_f1(predicted: Tensor, labels: Tensor, num_classes: int | None = None) -> float:
+    """Macro-averaged F1: the unweighted mean of the per-class F1 scores.
+
+    Classes that occur in neither ``labels`` nor ``predicted`` are ignored, as in scikit-learn's
+    ``f1_score(labels, predicted, average="macro")``.
+
+    Args:
+        predicted: Predicted classes. Shape: ``(N,)``, integer.
+        labels: True classes. Shape: ``(N,)``, integer.
+        num_classes: Number of classes (default: ``max(predicted, labels) + 1``).
+
+    Raises:
+        ValueError: on empty or mismatched inputs, negative classes, or a class >= ``num_classes``.
+
+    >>> macro_f1(torch.tensor([0, 1, 1]), torch.tensor([0, 1, 0]))
+    0.6666666666666666
+    """
+    n = len(labels) if hasattr(labels, "__len__") else -1
+    if n < 1:
+        raise ValueError("`labels` must be a non-empty sequence of class indices, shape (N,).")
+    labels = as_labels("labels", labels, n, torch.device("cpu"))
+    predicted = as_labels("predicted", predicted, n, torch.device("cpu"))
+    largest = int(torch.maximum(predicted.max(), labels.max()))
+    if int(torch.minimum(predicted.min(), labels.min())) < 0:
+        raise ValueError("`predicted` and `labels` must hold class indices >= 0.")
+    k = largest + 1 if num_classes is None else _check_int("num_classes", num_classes, 1)
+    if largest >= k:
+        raise ValueError(f"`num_classes`={k} is too small: the inputs hold class {largest}.")
+    confusion = torch.bincount(labels * k + predicted, minlength=k * k).reshape(k, k).double()
+    true_count, predicted_count = confusion.sum(dim=1), confusion.sum(dim=0)
+    present = (true_count + predicted_count) > 0
+    f1 = 2 * confusion.diag()[present] / (true_count + predicted_count)[present]
+    return float(f1.mean())

@@ -1,0 +1,86 @@
+"""STS-style evaluation (``docs/methods.md`` §7): Spearman correlation of cosine similarities."""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from ..losses._checks import l2_normalize
+from ._inputs import as_embeddings, as_pair
+
+__all__ = ["rankdata", "spearman_correlation", "sts_spearman"]
+
+
+def rankdata(x: Tensor) -> Tensor:
+    """Ranks ``1..n`` of a 1-D tensor, ties getting their average rank (``scipy.stats.rankdata``).
+
+    Args:
+        x: Values. Shape: ``(n,)``.
+
+    Returns:
+        float64 ranks. Shape: ``(n,)``.
+    """
+    sorted_x, order = torch.sort(x, stable=True)
+    _, group, counts = torch.unique_consecutive(sorted_x, return_inverse=True, return_counts=True)
+    ends = torch.cumsum(counts, dim=0).to(torch.float64)  # 1-based rank of each group's last member
+    average = ends - (counts.to(torch.float64) - 1.0) / 2.0
+    ranks = torch.empty_like(average[group])
+    ranks[order] = average[group]
+    return ranks
+
+
+@torch.no_grad()
+def spearman_correlation(x: object, y: object) -> float:
+    """Spearman rank correlation: the Pearson correlation of the average ranks of ``x`` and ``y``.
+
+    Args:
+        x: Values. Shape: ``(n,)``, ``n >= 2``.
+        y: Values. Shape: ``(n,)``.
+
+    Returns:
+        The correlation in ``[-1, 1]``; ``nan`` when ``x`` or ``y`` is constant (as scipy).
+
+    Raises:
+        ValueError: on shapes other than two equal ``(n,)`` with ``n >= 2`` or non-finite values.
+    """
+    a = as_embeddings("x", x, min_rows=2, ndim=1, shape_doc="(n,)")
+    b = as_embeddings("y", y, min_rows=2, ndim=1, shape_doc="(n,)")
+    if a.shape != b.shape:
+        raise ValueError(f"`x` and `y` must have the same shape, got {tuple(a.shape)} and {tuple(b.shape)}.")
+    ra, rb = rankdata(a), rankdata(b.to(a.device))
+    ra, rb = ra - ra.mean(), rb - rb.mean()
+    denominator = torch.sqrt((ra * ra).sum() * (rb * rb).sum())
+    if float(denominator) == 0.0:
+        return float("nan")
+    return float((ra * rb).sum() / denominator)
+
+
+@torch.no_grad()
+def sts_spearman(a: object, b: object, scores: object) -> float:
+    """STS Spearman: rank correlation between ``cos(a_i, b_i)`` and gold similarity ``scores``.
+
+    The standard STS-B / SentEval protocol (reported ×100 in papers; this returns ``[-1, 1]``).
+
+    Args:
+        a: Embeddings of the first sentences. Shape: ``(n, D)``, ``n >= 2``.
+        b: Embeddings of the second sentences. Shape: ``(n, D)``.
+        scores: Gold similarity scores. Shape: ``(n,)``.
+
+    Returns:
+        Spearman's ρ (``nan`` if all cosines or all scores are equal).
+
+    Raises:
+        ValueError: on shape mismatch, non-finite values or ``n < 2``.
+
+    Example:
+        >>> a = torch.tensor([[1.0, 0.0], [1.0, 0.0], [1.0, 0.0]])
+        >>> b = torch.tensor([[1.0, 0.0], [1.0, 1.0], [0.0, 1.0]])
+        >>> sts_spearman(a, b, torch.tensor([5.0, 2.5, 0.0]))
+        1.0
+    """
+    x, y = as_pair("a", a, "b", b, min_rows=2)
+    gold = as_embeddings("scores", scores, ndim=1, shape_doc=f"({x.shape[0]},)")
+    if gold.shape[0] != x.shape[0]:
+        raise ValueError(f"`scores` must have shape ({x.shape[0]},) to match `a` and `b`, got {tuple(gold.shape)}.")
+    cos = (l2_normalize(x) * l2_normalize(y)).sum(dim=1)
+    return spearman_correlation(cos, gold.to(cos.device))
