@@ -141,6 +141,7 @@ def test_module_equals_functional(gen: torch.Generator) -> None:
         "t": 1.5,
         "normalize": True,
         "gather_distributed": False,
+        "tile_size": None,
     }
     assert "Alignment and Uniformity on the Hypersphere" in AlignUniformLoss.citation
 

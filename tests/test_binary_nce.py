@@ -104,6 +104,7 @@ def test_functional_equals_module() -> None:
     assert module.get_config_dict() == {
         "temperature": 0.3, "bias": -2.0, "negatives": "all",
         "learnable_temperature": True, "learnable_bias": True, "normalize": True,
+        "tile_size": None,
     }
     assert BinaryNCELoss(negatives="shifted").get_config_dict()["bias"] == 0.0
     assert "zhai2023sigmoid" in module.citation

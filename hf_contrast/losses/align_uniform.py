@@ -25,6 +25,7 @@ from ._checks import (
     float32_math,
     l2_normalize,
 )
+from .tiled import check_tile_size, resolve_tile_size, tiled_uniformity_logsumexp
 
 __all__ = ["alignment_loss", "uniformity_loss", "AlignUniformLoss"]
 
@@ -66,12 +67,16 @@ def alignment_loss(x: Tensor, y: Tensor, alpha: float = 2, normalize: bool = Tru
         return (sq_dist if alpha == 2 else sq_dist.pow(alpha / 2)).mean()
 
 
-def uniformity_loss(x: Tensor, t: float = 2, normalize: bool = True, gather_distributed: bool = False) -> Tensor:
+def uniformity_loss(
+    x: Tensor, t: float = 2, normalize: bool = True, gather_distributed: bool = False, tile_size: int | None = None
+) -> Tensor:
     """Uniformity loss ``log mean_{i<j} exp(-t ||x_i - x_j||²)`` (docs/methods.md §6).
 
     Squared distances come from the Gram matrix, ``||x_i||² + ||x_j||² - 2 x_i·x_j`` clamped at
     0 (no ``(B, B, D)`` difference tensor), and the log-mean-exp is a stabilised ``logsumexp``, all
-    in float32 (float64 stays float64) under autocast. Memory: ``O(B²)``. Equals
+    in float32 (float64 stays float64) under autocast. Memory: ``O(B²)`` dense, ``O(B·D + tile²)``
+    tiled (per-row online log-sum-exp over blocks, recomputed in the backward:
+    :mod:`hf_contrast.losses.tiled`), same value and gradients. Equals
     ``torch.pdist(x).pow(2).mul(-t).exp().mean().log()`` (the authors' code) on normalised ``x``.
 
     With ``gather_distributed=True`` the local rows are compared with the rows gathered from
@@ -87,19 +92,22 @@ def uniformity_loss(x: Tensor, t: float = 2, normalize: bool = True, gather_dist
         t: Temperature-like scale t > 0 (paper default 2).
         normalize: L2-normalise the rows first (the paper's setting).
         gather_distributed: Compare local rows with the rows of all processes (see above).
+        tile_size: ``None`` (default): tiled with 1024-row blocks when ``B · B_global > 4096²``,
+            dense below; ``0``: always dense; ``k > 0``: always tiled with ``k × k`` blocks.
 
     Returns:
         The scalar loss, ``<= 0`` (``0`` for a collapsed batch; lower is more uniform).
 
     Raises:
         ValueError: if ``x`` is not a finite floating ``(B, D)`` tensor, there are fewer than 2
-            rows (no pair), or ``t <= 0``.
+            rows (no pair), ``t <= 0``, or ``tile_size`` is not ``None`` or an integer ``>= 0``.
 
     >>> uniformity_loss(torch.tensor([[1.0, 0.0], [-1.0, 0.0]]))  # antipodal: log exp(-2·4)
     tensor(-8.)
     """
     check_embeddings("x", x)
     t = check_positive("t", t)
+    tile_size = check_tile_size(tile_size)
     if not gather_distributed and x.shape[0] < 2:
         raise ValueError(f"`x` must have at least 2 rows (uniformity averages over pairs), got shape {tuple(x.shape)}.")
     with float32_math(x.device.type):
@@ -112,6 +120,10 @@ def uniformity_loss(x: Tensor, t: float = 2, normalize: bool = True, gather_dist
             raise ValueError(f"`x` must have at least 2 rows over all processes, got {n_all}.")
         sq_local = a.pow(2).sum(dim=1)
         sq_all = candidates.pow(2).sum(dim=1)
+        tile = resolve_tile_size(tile_size, n_local, n_all)
+        if tile:
+            row_lse = tiled_uniformity_logsumexp(a, candidates, sq_local, sq_all, offset, t, tile)
+            return torch.logsumexp(row_lse, dim=0) - math.log(n_local * (n_all - 1))
         sq_norms = sq_local[:, None] + sq_all[None, :]
         sq_dist = torch.addmm(sq_norms, a, candidates.T, alpha=-2.0).clamp_min(0.0)
         rows = torch.arange(n_local, device=a.device)
@@ -137,6 +149,8 @@ class AlignUniformLoss(nn.Module):
         normalize: L2-normalise the embeddings in both terms.
         gather_distributed: Uniformity against the rows of all processes
             (see :func:`uniformity_loss`); alignment is per pair and always local.
+        tile_size: Uniformity's ``None`` (automatic), ``0`` (dense) or tile edge
+            (see :func:`uniformity_loss`).
 
     Shape:
         ``z1, z2``: ``(B, D)``, row ``i`` of both the two views of sample ``i``.
@@ -165,6 +179,7 @@ class AlignUniformLoss(nn.Module):
         t: float = 2,
         normalize: bool = True,
         gather_distributed: bool = False,
+        tile_size: int | None = None,
     ) -> None:
         super().__init__()
         self.align_weight = check_non_negative("align_weight", align_weight)
@@ -173,11 +188,13 @@ class AlignUniformLoss(nn.Module):
         self.t = check_positive("t", t)
         self.normalize = bool(normalize)
         self.gather_distributed = bool(gather_distributed)
+        self.tile_size = check_tile_size(tile_size)
 
     def forward(self, z1: Tensor, z2: Tensor) -> dict[str, Tensor]:
         align = self.align_weight * alignment_loss(z1, z2, alpha=self.alpha, normalize=self.normalize)
-        u1 = uniformity_loss(z1, t=self.t, normalize=self.normalize, gather_distributed=self.gather_distributed)
-        u2 = uniformity_loss(z2, t=self.t, normalize=self.normalize, gather_distributed=self.gather_distributed)
+        kwargs = {"t": self.t, "normalize": self.normalize, "gather_distributed": self.gather_distributed}
+        u1 = uniformity_loss(z1, **kwargs, tile_size=self.tile_size)
+        u2 = uniformity_loss(z2, **kwargs, tile_size=self.tile_size)
         uniform = self.uniform_weight * (u1 + u2) / 2
         return {"align": align, "uniform": uniform, "loss": align + uniform}
 
@@ -189,6 +206,7 @@ class AlignUniformLoss(nn.Module):
             "t": self.t,
             "normalize": self.normalize,
             "gather_distributed": self.gather_distributed,
+            "tile_size": self.tile_size,
         }
 
     def extra_repr(self) -> str:

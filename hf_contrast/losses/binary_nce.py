@@ -20,6 +20,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ._checks import compute_dtype, check_embeddings, check_positive, check_same_shape, float32_math, l2_normalize
+from .tiled import check_tile_size, resolve_tile_size, tiled_binary_nce_sum
 
 __all__ = ["binary_nce_loss", "BinaryNCELoss"]
 
@@ -76,6 +77,7 @@ def binary_nce_loss(
     bias: float | Tensor | None = None,
     negatives: str = "all",
     normalize: bool = True,
+    tile_size: int | None = None,
 ) -> Tensor:
     """Binary (sigmoid) NCE loss of two views.
 
@@ -99,6 +101,10 @@ def binary_nce_loss(
             positive), ``0`` for ``"shifted"`` (one negative per positive).
         negatives: ``"all"`` or ``"shifted"``.
         normalize: L2-normalise the rows of ``z1`` and ``z2`` first (the default).
+        tile_size: For ``"all"`` only: ``None`` (default) sums the ``B × B`` pair terms in
+            1024-row blocks (recomputed in the backward, memory ``O(B·D + tile²)``,
+            :mod:`hf_contrast.losses.tiled`) when ``B² > 4096²``, densely below; ``0``: always
+            dense; ``k > 0``: always blocks of ``k × k``. Ignored by ``"shifted"`` (already ``O(B)``).
 
     Returns:
         The loss, a scalar tensor.
@@ -106,8 +112,9 @@ def binary_nce_loss(
     Raises:
         ValueError: if ``z1``/``z2`` are not floating-point ``(B, D)`` tensors of the same shape,
             contain NaN/inf (checked on CPU), ``B < 2``, ``temperature`` is not positive,
-            ``bias`` is not finite, a tensor hyperparameter has more than one element, or
-            ``negatives`` is not ``"all"``/``"shifted"``.
+            ``bias`` is not finite, a tensor hyperparameter has more than one element,
+            ``negatives`` is not ``"all"``/``"shifted"``, or ``tile_size`` is not ``None`` or an
+            integer ``>= 0``.
 
     >>> z = torch.randn(8, 4)
     >>> loss = binary_nce_loss(z, z + 0.1 * torch.randn(8, 4), negatives="shifted")
@@ -116,6 +123,7 @@ def binary_nce_loss(
     check_embeddings("z2", z2)
     check_same_shape("z1", z1, "z2", z2)
     negatives = _check_negatives(negatives)
+    tile_size = check_tile_size(tile_size)
     if z1.shape[0] < 2:
         raise ValueError(
             f"`z1` and `z2` need a batch of at least 2 samples (the negatives are the other "
@@ -139,6 +147,12 @@ def binary_nce_loss(
             positive = (z1 * z2).sum(dim=1) / temperature + bias
             negative = (z1 * z2.roll(-1, dims=0)).sum(dim=1) / temperature + bias
             return -(F.logsigmoid(positive) + F.logsigmoid(-negative)).mean()
+        tile = resolve_tile_size(tile_size, z1.shape[0], z2.shape[0])
+        if tile:
+            scaled = z1 / temperature  # a learnable temperature gets its gradient through autograd
+            bias_t = bias if isinstance(bias, Tensor) else scaled.new_tensor(float(bias))
+            diagonal = (scaled * z2).sum(dim=1) + bias_t
+            return -(tiled_binary_nce_sum(scaled, z2, bias_t, tile) + diagonal.sum()) / z1.shape[0]
         logits = (z1 @ z2.T) / temperature + bias
         # log sigmoid(s) = log sigmoid(-s) + s, so sum_ij log sigmoid(y_ij s_ij) is the all-negative
         # sum plus the diagonal logits: no (B, B) label matrix is needed.
@@ -159,12 +173,15 @@ class BinaryNCELoss(nn.Module):
         learnable_temperature: Learn ``log(temperature)``.
         learnable_bias: Learn ``bias``.
         normalize: L2-normalise the embeddings first.
+        tile_size: ``None`` (automatic), ``0`` (dense) or the tile edge for ``"all"``
+            (see :func:`binary_nce_loss`).
 
     Shape:
         ``z1``, ``z2``: ``(B, D)``, ``B >= 2``. Output: scalar.
 
     Raises:
-        ValueError: on a non-positive ``temperature``, a non-finite ``bias`` or unknown ``negatives``.
+        ValueError: on a non-positive ``temperature``, a non-finite ``bias``, unknown ``negatives``
+            or a ``tile_size`` that is not ``None`` or an integer ``>= 0``.
 
     >>> loss_fn = BinaryNCELoss(learnable_temperature=True, learnable_bias=True)
     >>> [name for name, _ in loss_fn.named_parameters()]
@@ -181,6 +198,7 @@ class BinaryNCELoss(nn.Module):
         learnable_temperature: bool = False,
         learnable_bias: bool = False,
         normalize: bool = True,
+        tile_size: int | None = None,
     ) -> None:
         super().__init__()
         self.negatives = _check_negatives(negatives)
@@ -191,6 +209,7 @@ class BinaryNCELoss(nn.Module):
         self.learnable_temperature = bool(learnable_temperature)
         self.learnable_bias = bool(learnable_bias)
         self.normalize = bool(normalize)
+        self.tile_size = check_tile_size(tile_size)
         if self.learnable_temperature:
             self.log_temperature = nn.Parameter(torch.tensor(math.log(self.init_temperature)))
         if self.learnable_bias:
@@ -205,7 +224,13 @@ class BinaryNCELoss(nn.Module):
         """Return the loss of the views ``z1``, ``z2`` (each ``(B, D)``)."""
         bias = self.bias if self.learnable_bias else self.init_bias
         return binary_nce_loss(
-            z1, z2, temperature=self.temperature, bias=bias, negatives=self.negatives, normalize=self.normalize
+            z1,
+            z2,
+            temperature=self.temperature,
+            bias=bias,
+            negatives=self.negatives,
+            normalize=self.normalize,
+            tile_size=self.tile_size,
         )
 
     def get_config_dict(self) -> dict[str, Any]:
@@ -217,4 +242,5 @@ class BinaryNCELoss(nn.Module):
             "learnable_temperature": self.learnable_temperature,
             "learnable_bias": self.learnable_bias,
             "normalize": self.normalize,
+            "tile_size": self.tile_size,
         }

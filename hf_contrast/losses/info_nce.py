@@ -14,6 +14,7 @@ from torch import Tensor, nn
 
 from ..distributed import gather_with_offset, world_size
 from ._checks import compute_dtype, check_embeddings, check_positive, check_same_shape, float32_math, l2_normalize
+from .tiled import check_tile_size, resolve_tile_size, tiled_row_logsumexp
 
 __all__ = ["info_nce_loss", "InfoNCELoss"]
 
@@ -35,6 +36,7 @@ def info_nce_loss(
     temperature: float = 0.5,
     normalize: bool = True,
     gather_distributed: bool = False,
+    tile_size: int | None = None,
 ) -> Tensor:
     """InfoNCE / NT-Xent loss of two views of the same samples (SimCLR).
 
@@ -44,7 +46,10 @@ def info_nce_loss(
     Paper: https://arxiv.org/abs/2002.05709. Equals ``lightly.loss.NTXentLoss(temperature=τ)``.
 
     Logits are computed in float32 (float64 inputs stay float64) even under fp16/bf16 autocast,
-    and the log-sum-exp is max-subtracted. Memory is ``O(B²)``.
+    and the log-sum-exp is max-subtracted. The dense form's memory is ``O(B²)``; the tiled form
+    (Inf-CL, :mod:`hf_contrast.losses.tiled`) walks over ``tile × tile`` blocks of the similarity
+    matrix with an online log-sum-exp and recomputes them in the backward: memory
+    ``O(B·D + tile²)``, same value and gradients.
 
     Args:
         z1: Embeddings of the first view. Shape: ``(B, D)``.
@@ -60,6 +65,9 @@ def info_nce_loss(
             concatenated batch, also with unequal local batch sizes. Identity when
             ``torch.distributed`` is not initialised. Gradient accumulation does not add
             negatives: each micro-batch only sees its own (gathered) batch.
+        tile_size: ``None`` (default): tiled above ``AUTO_TILE_MIN_LOGITS`` similarities
+            (``(2B)·(2N) > 4096²``, i.e. ``B > 2048`` on one process) with 1024-row tiles, dense
+            below; ``0``: always dense; ``k > 0``: always tiled with ``k × k`` blocks.
 
     Returns:
         Scalar loss tensor (float32, or float64 for float64 inputs).
@@ -67,7 +75,7 @@ def info_nce_loss(
     Raises:
         ValueError: If ``z1``/``z2`` are not floating-point rank-2 tensors of the same shape,
             contain NaN/inf (checked on CPU only, where it needs no device sync), or if
-            ``temperature <= 0``.
+            ``temperature <= 0``, or if ``tile_size`` is not ``None`` or an integer ``>= 0``.
 
     >>> z = torch.ones(4, 8)  # all similarities equal: loss = log(2·4 − 1)
     >>> info_nce_loss(z, z)
@@ -77,6 +85,7 @@ def info_nce_loss(
     check_embeddings("z2", z2)
     check_same_shape("z1", z1, "z2", z2)
     temperature = check_positive("temperature", temperature)
+    tile_size = check_tile_size(tile_size)
 
     with float32_math(z1.device.type):
         dtype = compute_dtype(z1, z2)
@@ -92,23 +101,36 @@ def info_nce_loss(
         else:
             candidates, offset = anchors, 0
         n_global = candidates.shape[0] // 2
-
-        # Scale the (2B, D) side, not the (2B, 2N) logits.
-        logits = (anchors / temperature) @ candidates.T  # (2B, 2N)
-        local = torch.arange(n_local, device=logits.device)
-        rows = torch.arange(2 * n_local, device=logits.device)
-        # Column of each anchor itself and of its positive (the other view) among the candidates.
-        self_col = offset + rows
-        positive_col = offset + torch.cat([n_local + local, local])
-        # In place on the fresh matmul output (its backward needs only the inputs): no (2B, 2N)
-        # mask and no second copy of the logits.
-        logits[rows, self_col] = float("-inf")
-        # cross_entropy = −s_{a,p(a)} + logsumexp_{b≠a} s_ab, max-subtracted internally.
-        per_anchor = F.cross_entropy(logits, positive_col, reduction="none")
+        tile = resolve_tile_size(tile_size, anchors.shape[0], candidates.shape[0])
+        if tile:
+            scaled = anchors / temperature
+            # The positive of each anchor is its other view, on this process: O(B·D), no tiles.
+            positive_logit = (scaled * torch.cat([z2, z1], dim=0)).sum(dim=1)
+            log_denominator, _ = tiled_row_logsumexp(scaled, candidates, offset=offset, tile_size=tile)
+            per_anchor = log_denominator - positive_logit
+        else:
+            per_anchor = _dense_per_anchor(anchors, candidates, offset, temperature)
         if candidates is anchors:
             return per_anchor.mean()
         # This process's share: the mean over processes is the global-batch mean.
         return per_anchor.sum() * (world_size() / (2 * n_global))
+
+
+def _dense_per_anchor(anchors: Tensor, candidates: Tensor, offset: int, temperature: float) -> Tensor:
+    """``ℓ_a`` of every local anchor from the full ``(2B, 2N)`` logits. Shape: ``(2B,)``."""
+    n_local = anchors.shape[0] // 2
+    # Scale the (2B, D) side, not the (2B, 2N) logits.
+    logits = (anchors / temperature) @ candidates.T  # (2B, 2N)
+    local = torch.arange(n_local, device=logits.device)
+    rows = torch.arange(2 * n_local, device=logits.device)
+    # Column of each anchor itself and of its positive (the other view) among the candidates.
+    self_col = offset + rows
+    positive_col = offset + torch.cat([n_local + local, local])
+    # In place on the fresh matmul output (its backward needs only the inputs): no (2B, 2N)
+    # mask and no second copy of the logits.
+    logits[rows, self_col] = float("-inf")
+    # cross_entropy = −s_{a,p(a)} + logsumexp_{b≠a} s_ab, max-subtracted internally.
+    return F.cross_entropy(logits, positive_col, reduction="none")
 
 
 class InfoNCELoss(nn.Module):
@@ -118,9 +140,11 @@ class InfoNCELoss(nn.Module):
         temperature: Softmax temperature ``τ > 0``.
         normalize: L2-normalise the embeddings first.
         gather_distributed: Use the negatives of all processes (see :func:`info_nce_loss`).
+        tile_size: ``None`` (automatic), ``0`` (dense) or the tile edge of the memory-linear
+            form (see :func:`info_nce_loss`).
 
     Raises:
-        ValueError: If ``temperature <= 0``.
+        ValueError: If ``temperature <= 0`` or ``tile_size`` is not ``None`` or an integer ``>= 0``.
 
     >>> loss_fn = InfoNCELoss(temperature=0.2)
     >>> loss = loss_fn(torch.randn(8, 16), torch.randn(8, 16))
@@ -128,19 +152,31 @@ class InfoNCELoss(nn.Module):
 
     citation: str = _SIMCLR_BIBTEX
 
-    def __init__(self, temperature: float = 0.5, normalize: bool = True, gather_distributed: bool = False) -> None:
+    def __init__(
+        self,
+        temperature: float = 0.5,
+        normalize: bool = True,
+        gather_distributed: bool = False,
+        tile_size: int | None = None,
+    ) -> None:
         super().__init__()
         self.temperature = check_positive("temperature", temperature)
         self.normalize = bool(normalize)
         self.gather_distributed = bool(gather_distributed)
+        self.tile_size = check_tile_size(tile_size)
 
     def forward(self, z1: Tensor, z2: Tensor) -> Tensor:
         """Loss of two views. Shape: ``z1``, ``z2``: ``(B, D)``; returns a scalar."""
-        return info_nce_loss(z1, z2, self.temperature, self.normalize, self.gather_distributed)
+        return info_nce_loss(z1, z2, self.temperature, self.normalize, self.gather_distributed, self.tile_size)
 
     def get_config_dict(self) -> dict[str, Any]:
         """Hyperparameters, for model cards."""
-        return {"temperature": self.temperature, "normalize": self.normalize, "gather_distributed": self.gather_distributed}
+        return {
+            "temperature": self.temperature,
+            "normalize": self.normalize,
+            "gather_distributed": self.gather_distributed,
+            "tile_size": self.tile_size,
+        }
 
     def extra_repr(self) -> str:
-        return f"temperature={self.temperature}, normalize={self.normalize}, gather_distributed={self.gather_distributed}"
+        return ", ".join(f"{k}={v}" for k, v in self.get_config_dict().items())

@@ -26,6 +26,7 @@ def ocl_loss(
     temperature: float = 0.1,
     normalize: bool = True,
     gather_distributed: bool = False,
+    tile_size: int | None = None,
 ) -> Tensor:
     """Orthonormal contrastive loss (OCL) of labelled embeddings.
 
@@ -50,6 +51,9 @@ def ocl_loss(
         gather_distributed: Compare the local anchors with the embeddings and labels of *all*
             processes; the mean over processes equals the global-batch loss (see
             :func:`~hf_contrast.losses.supcon_loss`). Gradient accumulation does not add negatives.
+        tile_size: ``None`` (automatic: tiled when ``N · N_global > 4096²``), ``0`` (dense) or the
+            tile edge of the memory-linear form (:mod:`hf_contrast.losses.tiled`); same value and
+            gradients either way.
 
     Returns:
         Scalar loss tensor (float32, or float64 for float64 inputs).
@@ -57,13 +61,13 @@ def ocl_loss(
     Raises:
         ValueError: If ``z`` is not a floating-point ``(N, D)`` tensor, has NaN/inf (checked on
             CPU only), ``labels`` is not an integer ``(N,)`` tensor, ``temperature <= 0``, or no
-            anchor in the batch has a positive.
+            anchor in the batch has a positive, or ``tile_size`` is not ``None`` or an int ``>= 0``.
 
     >>> import torch
     >>> z = torch.randn(8, 16)
     >>> loss = ocl_loss(z, torch.tensor([0, 0, 1, 1, 2, 2, 3, 3]))
     """
-    return _supervised_contrastive_loss(z, labels, temperature, normalize, gather_distributed, abs_negatives=True)
+    return _supervised_contrastive_loss(z, labels, temperature, normalize, gather_distributed, True, tile_size)
 
 
 class OCLoss(SupConLoss):
@@ -73,6 +77,7 @@ class OCLoss(SupConLoss):
         temperature: Softmax temperature ``τ > 0``.
         normalize: L2-normalise the embeddings first.
         gather_distributed: Use the candidates of all processes (see :func:`ocl_loss`).
+        tile_size: ``None`` (automatic), ``0`` (dense) or the tile edge (see :func:`ocl_loss`).
 
     Raises:
         ValueError: If ``temperature <= 0``.
@@ -85,4 +90,4 @@ class OCLoss(SupConLoss):
 
     def forward(self, z: Tensor, labels: Tensor) -> Tensor:
         """Loss of labelled embeddings. Shape: ``z``: ``(N, D)``, ``labels``: ``(N,)``; returns a scalar."""
-        return ocl_loss(z, labels, self.temperature, self.normalize, self.gather_distributed)
+        return ocl_loss(z, labels, self.temperature, self.normalize, self.gather_distributed, self.tile_size)

@@ -15,6 +15,7 @@ from torch import Tensor, nn
 
 from ..distributed import gather, gather_with_offset, world_size
 from ._checks import compute_dtype, check_embeddings, check_labels, check_positive, float32_math, l2_normalize
+from .tiled import check_tile_size, resolve_tile_size, tiled_row_logsumexp
 
 __all__ = ["supcon_loss", "SupConLoss", "flatten_views"]
 
@@ -74,6 +75,7 @@ def _supervised_contrastive_loss(
     normalize: bool,
     gather_distributed: bool,
     abs_negatives: bool,
+    tile_size: int | None = None,
 ) -> Tensor:
     """Core of SupCon (``abs_negatives=False``) and OCL (``abs_negatives=True``).
 
@@ -81,10 +83,13 @@ def _supervised_contrastive_loss(
     ``s' = |s|`` for other-class candidates when ``abs_negatives`` (the absolute value is taken
     before the log-sum-exp's max-subtraction); ``ℓ_i = −mean_{p∈P(i)} lp_ip``; the loss is the mean
     over anchors with at least one positive. See :func:`supcon_loss` for arguments and errors.
+    With tiles (``tile_size``, :mod:`hf_contrast.losses.tiled`) no ``(N, N_global)`` tensor is
+    built: ``|P(i)|`` comes from sorted labels and the log-sum-exp and positive sums from blocks.
     """
     z = check_embeddings("z", z, shape_doc="(N, D)")
     labels = check_labels(labels, z.shape[0]).to(z.device)
     temperature = check_positive("temperature", temperature)
+    tile_size = check_tile_size(tile_size)
 
     with float32_math(z.device.type):
         z = z.to(compute_dtype(z))
@@ -98,12 +103,20 @@ def _supervised_contrastive_loss(
             candidates, offset, candidate_labels = z, 0, labels
 
         n_local = z.shape[0]
-        rows = torch.arange(n_local, device=z.device)
-        self_cols = offset + rows
-        same_class = labels[:, None] == candidate_labels[None, :]  # (N, N_global)
-        positive_mask = same_class.clone()
-        positive_mask[rows, self_cols] = False
-        n_positives = positive_mask.sum(dim=1)
+        tile = resolve_tile_size(tile_size, n_local, candidates.shape[0])
+        if tile:
+            # |P(i)| = (#candidates with label y_i) − 1 (the anchor itself), by binary search: O(N log N).
+            sorted_labels = candidate_labels.sort().values
+            n_positives = (
+                torch.searchsorted(sorted_labels, labels, right=True) - torch.searchsorted(sorted_labels, labels) - 1
+            )
+        else:
+            rows = torch.arange(n_local, device=z.device)
+            self_cols = offset + rows
+            same_class = labels[:, None] == candidate_labels[None, :]  # (N, N_global)
+            positive_mask = same_class.clone()
+            positive_mask[rows, self_cols] = False
+            n_positives = positive_mask.sum(dim=1)
         has_positive = n_positives > 0
         n_valid = has_positive.sum()
         if distributed:  # anchors with a positive over all processes, so every rank agrees
@@ -118,15 +131,21 @@ def _supervised_contrastive_loss(
                 "samples in the batch (use several views per sample, see `flatten_views`, or a class-balanced sampler)."
             )
 
-        logits = (z / temperature) @ candidates.T  # (N, N_global); scale the (N, D) side
-        if abs_negatives:
-            logits = torch.where(same_class, logits, logits.abs())
-        # In place (the backward of the op producing `logits` does not need its output): self
-        # is excluded from the denominator without a mask or a copy of the (N, N_global) logits.
-        logits[rows, self_cols] = float("-inf")
-        log_denominator = torch.logsumexp(logits, dim=1)  # max-subtracted
+        if tile:
+            log_denominator, sum_pos_logits = tiled_row_logsumexp(
+                z / temperature, candidates, labels, candidate_labels, offset, abs_negatives, tile
+            )
+        else:
+            logits = (z / temperature) @ candidates.T  # (N, N_global); scale the (N, D) side
+            if abs_negatives:
+                logits = torch.where(same_class, logits, logits.abs())
+            # In place (the backward of the op producing `logits` does not need its output): self
+            # is excluded from the denominator without a mask or a copy of the (N, N_global) logits.
+            logits[rows, self_cols] = float("-inf")
+            log_denominator = torch.logsumexp(logits, dim=1)  # max-subtracted
+            sum_pos_logits = torch.where(positive_mask, logits, 0.0).sum(dim=1)
         # Σ_p lp_ip = Σ_p s_ip − |P(i)|·log_denominator_i: no log-prob matrix is materialised.
-        sum_log_prob_pos = torch.where(positive_mask, logits, 0.0).sum(dim=1) - n_positives * log_denominator
+        sum_log_prob_pos = sum_pos_logits - n_positives * log_denominator
         per_anchor = -sum_log_prob_pos / n_positives.clamp(min=1)
         total = torch.where(has_positive, per_anchor, torch.zeros_like(per_anchor)).sum()
         if distributed:  # this process's share: the mean over processes is the global-batch mean
@@ -140,6 +159,7 @@ def supcon_loss(
     temperature: float = 0.1,
     normalize: bool = True,
     gather_distributed: bool = False,
+    tile_size: int | None = None,
 ) -> Tensor:
     """Supervised contrastive loss (SupCon, the "L_out" form, no ``base_temperature``).
 
@@ -151,7 +171,8 @@ def supcon_loss(
 
     Multi-view input: flatten it view-major first (:func:`flatten_views`). Logits are computed in
     float32 (float64 stays float64) even under fp16/bf16 autocast, with a max-subtracted
-    log-sum-exp; memory is ``O(N²)``.
+    log-sum-exp. The dense form's memory is ``O(N²)``; the tiled form (Inf-CL,
+    :mod:`hf_contrast.losses.tiled`) uses ``O(N·D + tile²)`` with the same value and gradients.
 
     Note:
         Checking that the batch has a positive pair reads one value from the device (one sync per
@@ -168,19 +189,22 @@ def supcon_loss(
             the ``W`` processes (what DDP/Accelerate average) is exactly the loss of one process on
             the concatenated batch, whatever the local sizes. Identity when not distributed.
             Gradient accumulation does not add negatives.
+        tile_size: ``None`` (default): tiled with 1024-row blocks when ``N · N_global > 4096²``
+            (``N > 4096`` on one process), dense below; ``0``: always dense; ``k > 0``: always
+            tiled with ``k × k`` blocks.
 
     Returns:
         Scalar loss tensor (float32, or float64 for float64 inputs).
 
     Raises:
         ValueError: If ``z`` is not a floating-point ``(N, D)`` tensor, has NaN/inf (checked on
-            CPU only), ``labels`` is not an integer ``(N,)`` tensor, ``temperature <= 0``, or no
-            anchor in the batch has a positive.
+            CPU only), ``labels`` is not an integer ``(N,)`` tensor, ``temperature <= 0``, no
+            anchor in the batch has a positive, or ``tile_size`` is not ``None`` or an int ``>= 0``.
 
     >>> z = torch.randn(8, 16)
     >>> loss = supcon_loss(z, torch.tensor([0, 0, 1, 1, 2, 2, 3, 3]))
     """
-    return _supervised_contrastive_loss(z, labels, temperature, normalize, gather_distributed, abs_negatives=False)
+    return _supervised_contrastive_loss(z, labels, temperature, normalize, gather_distributed, False, tile_size)
 
 
 class SupConLoss(nn.Module):
@@ -190,28 +214,42 @@ class SupConLoss(nn.Module):
         temperature: Softmax temperature ``τ > 0``.
         normalize: L2-normalise the embeddings first.
         gather_distributed: Use the candidates of all processes (see :func:`supcon_loss`).
+        tile_size: ``None`` (automatic), ``0`` (dense) or the tile edge of the memory-linear
+            form (see :func:`supcon_loss`).
 
     Raises:
-        ValueError: If ``temperature <= 0``.
+        ValueError: If ``temperature <= 0`` or ``tile_size`` is not ``None`` or an integer ``>= 0``.
 
     >>> loss = SupConLoss()(torch.randn(6, 16), torch.tensor([0, 0, 1, 1, 2, 2]))
     """
 
     citation: str = _SUPCON_BIBTEX
 
-    def __init__(self, temperature: float = 0.1, normalize: bool = True, gather_distributed: bool = False) -> None:
+    def __init__(
+        self,
+        temperature: float = 0.1,
+        normalize: bool = True,
+        gather_distributed: bool = False,
+        tile_size: int | None = None,
+    ) -> None:
         super().__init__()
         self.temperature = check_positive("temperature", temperature)
         self.normalize = bool(normalize)
         self.gather_distributed = bool(gather_distributed)
+        self.tile_size = check_tile_size(tile_size)
 
     def forward(self, z: Tensor, labels: Tensor) -> Tensor:
         """Loss of labelled embeddings. Shape: ``z``: ``(N, D)``, ``labels``: ``(N,)``; returns a scalar."""
-        return supcon_loss(z, labels, self.temperature, self.normalize, self.gather_distributed)
+        return supcon_loss(z, labels, self.temperature, self.normalize, self.gather_distributed, self.tile_size)
 
     def get_config_dict(self) -> dict[str, Any]:
         """Hyperparameters, for model cards."""
-        return {"temperature": self.temperature, "normalize": self.normalize, "gather_distributed": self.gather_distributed}
+        return {
+            "temperature": self.temperature,
+            "normalize": self.normalize,
+            "gather_distributed": self.gather_distributed,
+            "tile_size": self.tile_size,
+        }
 
     def extra_repr(self) -> str:
-        return f"temperature={self.temperature}, normalize={self.normalize}, gather_distributed={self.gather_distributed}"
+        return ", ".join(f"{k}={v}" for k, v in self.get_config_dict().items())

@@ -1,0 +1,347 @@
+"""Tiled similarity reductions: the in-batch-negative losses in memory linear in the batch.
+
+The dense losses materialise the ``(N, M)`` similarity matrix of ``N`` anchors against ``M``
+candidates (InfoNCE at ``B = 65,536``: a ``131,072²`` float32 matrix, 64 GiB, several times over
+for autograd). Following Inf-CL (Cheng et al. 2024, "Breaking the Memory Barrier: Near Infinite
+Batch Size Scaling for Contrastive Loss", https://arxiv.org/abs/2410.17243), the functions below
+walk over square ``tile × tile`` blocks of that matrix, reduce each block at once (an online,
+max-subtracted log-sum-exp, or a plain sum) and keep only per-row statistics. Their backward is
+a custom :class:`torch.autograd.Function` that *recomputes* each block from the inputs and the
+saved per-row log-sum-exp, so nothing of size ``N × M`` is ever stored:
+
+- peak memory ``O((N + M)·D + tile²)`` (inputs, their gradients, a few blocks);
+- compute: one extra block matmul (the recomputation) on top of the dense form's three;
+- no host synchronisation (the loops run over Python integers known from the shapes), so the
+  same code runs on CPU and accelerators.
+
+Every function takes the *already scaled* anchors (``z / τ``) so that gradients with respect to
+a learnable temperature flow through ordinary autograd outside the tiles. They compute in the
+dtype of their inputs (the callers cast to float32, or keep float64) with autocast disabled, in
+the forward and in the backward.
+
+Which path runs: :func:`resolve_tile_size` (``tile_size=None`` tiles above
+:data:`AUTO_TILE_MIN_LOGITS` similarities, ``0`` forces the dense form, a positive integer forces
+tiles of that size).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+__all__ = [
+    "DEFAULT_TILE_SIZE",
+    "AUTO_TILE_MIN_LOGITS",
+    "check_tile_size",
+    "resolve_tile_size",
+    "tiled_row_logsumexp",
+    "tiled_uniformity_logsumexp",
+    "tiled_binary_nce_sum",
+]
+
+#: Tile edge used when ``tile_size=None`` selects the tiled path: a ``1024²`` float32 block is
+#: 4 MiB, a few of them live at once; large enough that the per-block Python overhead is small.
+DEFAULT_TILE_SIZE = 1024
+#: ``tile_size=None`` tiles when the similarity matrix has more than this many entries
+#: (``4096²`` = 16.8 M, a 64 MiB float32 matrix, i.e. InfoNCE above ``B = 2048``, SupCon above
+#: ``N = 4096``). Below it the dense form is as fast and its memory is small anyway.
+AUTO_TILE_MIN_LOGITS = 4096 * 4096
+
+
+def check_tile_size(tile_size: object) -> int | None:
+    """Validate a ``tile_size`` argument: ``None`` (automatic), ``0`` (dense) or a positive int."""
+    if tile_size is None:
+        return None
+    if isinstance(tile_size, bool) or not isinstance(tile_size, int) or tile_size < 0:
+        raise ValueError(
+            f"`tile_size` must be None (tile automatically above {AUTO_TILE_MIN_LOGITS} similarities), "
+            f"0 (always the dense form) or a positive integer (the tile edge), got {tile_size!r}."
+        )
+    return int(tile_size)
+
+
+def resolve_tile_size(tile_size: int | None, n_rows: int, n_cols: int) -> int:
+    """The tile edge to use for an ``(n_rows, n_cols)`` similarity matrix; ``0`` means dense.
+
+    >>> resolve_tile_size(None, 512, 512), resolve_tile_size(None, 8192, 8192), resolve_tile_size(64, 8, 8)
+    (0, 1024, 64)
+    """
+    tile_size = check_tile_size(tile_size)
+    if tile_size is None:
+        return DEFAULT_TILE_SIZE if n_rows * n_cols > AUTO_TILE_MIN_LOGITS else 0
+    return tile_size
+
+
+def _self_index(r0: int, r1: int, c0: int, c1: int, offset: int, device: torch.device) -> tuple[Tensor, Tensor] | None:
+    """Block-local ``(rows, cols)`` of the anchors' own columns (column ``offset + i`` for row ``i``)."""
+    lo, hi = max(r0, c0 - offset), min(r1, c1 - offset)
+    if lo >= hi:
+        return None
+    rows = torch.arange(lo - r0, hi - r0, device=device)
+    return rows, rows + (r0 + offset - c0)
+
+
+def _blocks(n: int, tile: int) -> list[tuple[int, int]]:
+    return [(start, min(start + tile, n)) for start in range(0, n, tile)]
+
+
+# --------------------------------------------------------------------------------------------
+# InfoNCE / SupCon / OCL: per-row log-sum-exp over the candidates except the anchor itself
+# --------------------------------------------------------------------------------------------
+def _contrastive_block(
+    a: Tensor, c: Tensor, ya: Tensor | None, yc: Tensor | None, abs_negatives: bool, self_idx: tuple[Tensor, Tensor] | None
+) -> tuple[Tensor, Tensor, Tensor | None]:
+    """Raw logits ``s``, denominator logits ``s'`` (self at -inf) and the positive mask of one block."""
+    s = a @ c.T
+    same = None
+    if ya is not None and yc is not None:
+        same = ya[:, None] == yc[None, :]
+        if self_idx is not None:
+            same[self_idx] = False
+    s_den = torch.where(same, s, s.abs()) if abs_negatives and same is not None else s.clone()
+    if self_idx is not None:
+        s_den[self_idx] = float("-inf")
+    return s, s_den, same
+
+
+class _TiledRowLogSumExp(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, anchors, candidates, anchor_labels, candidate_labels, offset, abs_negatives, tile):  # type: ignore[override]
+        n, m = anchors.shape[0], candidates.shape[0]
+        device = anchors.device
+        with torch.autocast(device_type=device.type, enabled=False):
+            lse = anchors.new_empty(n)
+            pos_sum = anchors.new_zeros(n)
+            labelled = anchor_labels is not None
+            for r0, r1 in _blocks(n, tile):
+                a = anchors[r0:r1]
+                ya = anchor_labels[r0:r1] if labelled else None
+                run_max = anchors.new_full((r1 - r0,), float("-inf"))
+                run_sum = anchors.new_zeros(r1 - r0)
+                for c0, c1 in _blocks(m, tile):
+                    yc = candidate_labels[c0:c1] if labelled else None
+                    s, s_den, same = _contrastive_block(
+                        a, candidates[c0:c1], ya, yc, abs_negatives, _self_index(r0, r1, c0, c1, offset, device)
+                    )
+                    if same is not None:
+                        pos_sum[r0:r1] += torch.where(same, s, 0.0).sum(dim=1)
+                    new_max = torch.maximum(run_max, s_den.amax(dim=1))
+                    shift = torch.where(torch.isfinite(new_max), new_max, 0.0)  # a row still all -inf
+                    run_sum = run_sum * torch.exp(run_max - shift) + torch.exp(s_den - shift[:, None]).sum(dim=1)
+                    run_max = new_max
+                lse[r0:r1] = torch.where(torch.isfinite(run_max), run_max, 0.0) + torch.log(run_sum)
+        ctx.save_for_backward(anchors, candidates, anchor_labels, candidate_labels, lse)
+        ctx.offset, ctx.abs_negatives, ctx.tile, ctx.labelled = offset, abs_negatives, tile, labelled
+        if not labelled:
+            ctx.mark_non_differentiable(pos_sum)
+        return lse, pos_sum
+
+    @staticmethod
+    def backward(ctx, grad_lse, grad_pos):  # type: ignore[override]
+        anchors, candidates, anchor_labels, candidate_labels, lse = ctx.saved_tensors
+        n, m = anchors.shape[0], candidates.shape[0]
+        device = anchors.device
+        tile, labelled = ctx.tile, ctx.labelled
+        with torch.autocast(device_type=device.type, enabled=False):
+            grad_a = torch.zeros_like(anchors)
+            grad_c = torch.zeros_like(candidates)
+            g_lse = grad_lse if grad_lse is not None else anchors.new_zeros(n)
+            g_pos = grad_pos if (labelled and grad_pos is not None) else None
+            for r0, r1 in _blocks(n, tile):
+                a = anchors[r0:r1]
+                ya = anchor_labels[r0:r1] if labelled else None
+                for c0, c1 in _blocks(m, tile):
+                    c = candidates[c0:c1]
+                    yc = candidate_labels[c0:c1] if labelled else None
+                    s, s_den, same = _contrastive_block(
+                        a, c, ya, yc, ctx.abs_negatives, _self_index(r0, r1, c0, c1, ctx.offset, device)
+                    )
+                    # d lse_i / d s'_ij = softmax_ij (0 on the anchor itself).
+                    g = torch.exp(s_den - lse[r0:r1, None]) * g_lse[r0:r1, None]
+                    if ctx.abs_negatives and same is not None:  # d|s|/ds = sign(s) on the negatives
+                        g = torch.where(same, g, g * torch.sign(s))
+                    if g_pos is not None:
+                        g = g + torch.where(same, g_pos[r0:r1, None], 0.0)
+                    grad_a[r0:r1].addmm_(g, c)
+                    grad_c[c0:c1].addmm_(g.T, a)
+        return grad_a, grad_c, None, None, None, None, None
+
+
+def tiled_row_logsumexp(
+    anchors: Tensor,
+    candidates: Tensor,
+    anchor_labels: Tensor | None = None,
+    candidate_labels: Tensor | None = None,
+    offset: int = 0,
+    abs_negatives: bool = False,
+    tile_size: int = DEFAULT_TILE_SIZE,
+) -> tuple[Tensor, Tensor]:
+    """Per-anchor log-sum-exp over all candidates but itself, and the sum of positive logits.
+
+    With ``s_ij = anchors_i · candidates_j`` (pass ``n(z) / τ`` as ``anchors``), the anchor's own
+    column ``j = offset + i`` excluded, and "positive" meaning ``j ≠ offset + i`` with
+    ``anchor_labels_i == candidate_labels_j``:
+
+    - ``lse_i = log Σ_{j ≠ offset+i} exp(s'_ij)`` with ``s'_ij = s_ij`` for positives and, for
+      the other candidates, ``|s_ij|`` if ``abs_negatives`` (OCL, the absolute value taken before
+      the max-subtraction) else ``s_ij``;
+    - ``pos_i = Σ_{positives j} s_ij`` (zeros, without gradient, when no labels are given).
+
+    Memory ``O((N + M)·D + tile²)``; the backward recomputes each block.
+
+    Args:
+        anchors: Scaled anchor embeddings. Shape: ``(N, D)``.
+        candidates: Candidate embeddings; ``candidates[offset:offset + N]`` are the anchors
+            themselves (unscaled). Shape: ``(M, D)``.
+        anchor_labels: Integer labels of the anchors, or ``None``. Shape: ``(N,)``.
+        candidate_labels: Integer labels of the candidates, or ``None``. Shape: ``(M,)``.
+        offset: Row of ``candidates`` at which the anchors start.
+        abs_negatives: Use ``|s|`` for the non-positive candidates in the log-sum-exp (OCL).
+        tile_size: Block edge, ``>= 1``.
+
+    Returns:
+        ``(lse, pos)``, each of shape ``(N,)``.
+    """
+    if (anchor_labels is None) != (candidate_labels is None):
+        raise ValueError("`anchor_labels` and `candidate_labels` must both be given or both be None.")
+    if tile_size < 1:
+        raise ValueError(f"`tile_size` must be >= 1 for the tiled path, got {tile_size}.")
+    return _TiledRowLogSumExp.apply(
+        anchors, candidates, anchor_labels, candidate_labels, int(offset), bool(abs_negatives), int(tile_size)
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# Uniformity: per-row log-sum-exp of −t·max(‖a_i‖² + ‖c_j‖² − 2 a_i·c_j, 0), self excluded
+# --------------------------------------------------------------------------------------------
+def _uniformity_block(
+    a: Tensor, c: Tensor, sq_a: Tensor, sq_c: Tensor, t: float, self_idx: tuple[Tensor, Tensor] | None
+) -> tuple[Tensor, Tensor]:
+    raw = torch.addmm(sq_a[:, None] + sq_c[None, :], a, c.T, alpha=-2.0)  # squared distances
+    logits = raw.clamp_min(0.0) * -t
+    if self_idx is not None:
+        logits[self_idx] = float("-inf")
+    return raw, logits
+
+
+class _TiledUniformity(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, a, c, sq_a, sq_c, offset, t, tile):  # type: ignore[override]
+        n, m = a.shape[0], c.shape[0]
+        device = a.device
+        with torch.autocast(device_type=device.type, enabled=False):
+            lse = a.new_empty(n)
+            for r0, r1 in _blocks(n, tile):
+                run_max = a.new_full((r1 - r0,), float("-inf"))
+                run_sum = a.new_zeros(r1 - r0)
+                for c0, c1 in _blocks(m, tile):
+                    _, logits = _uniformity_block(
+                        a[r0:r1], c[c0:c1], sq_a[r0:r1], sq_c[c0:c1], t, _self_index(r0, r1, c0, c1, offset, device)
+                    )
+                    new_max = torch.maximum(run_max, logits.amax(dim=1))
+                    shift = torch.where(torch.isfinite(new_max), new_max, 0.0)
+                    run_sum = run_sum * torch.exp(run_max - shift) + torch.exp(logits - shift[:, None]).sum(dim=1)
+                    run_max = new_max
+                lse[r0:r1] = torch.where(torch.isfinite(run_max), run_max, 0.0) + torch.log(run_sum)
+        ctx.save_for_backward(a, c, sq_a, sq_c, lse)
+        ctx.offset, ctx.t, ctx.tile = offset, t, tile
+        return lse
+
+    @staticmethod
+    def backward(ctx, grad_lse):  # type: ignore[override]
+        a, c, sq_a, sq_c, lse = ctx.saved_tensors
+        n, m = a.shape[0], c.shape[0]
+        device = a.device
+        with torch.autocast(device_type=device.type, enabled=False):
+            grad_a, grad_c = torch.zeros_like(a), torch.zeros_like(c)
+            grad_sq_a, grad_sq_c = torch.zeros_like(sq_a), torch.zeros_like(sq_c)
+            for r0, r1 in _blocks(n, ctx.tile):
+                for c0, c1 in _blocks(m, ctx.tile):
+                    raw, logits = _uniformity_block(
+                        a[r0:r1], c[c0:c1], sq_a[r0:r1], sq_c[c0:c1], ctx.t,
+                        _self_index(r0, r1, c0, c1, ctx.offset, device),
+                    )  # fmt: skip
+                    # d lse_i / d raw_ij = softmax_ij · (−t) where the clamp passes (raw >= 0).
+                    g = torch.exp(logits - lse[r0:r1, None]) * grad_lse[r0:r1, None]
+                    g = torch.where(raw >= 0, g * -ctx.t, 0.0)
+                    grad_sq_a[r0:r1] += g.sum(dim=1)
+                    grad_sq_c[c0:c1] += g.sum(dim=0)
+                    grad_a[r0:r1].addmm_(g, c[c0:c1], alpha=-2.0)
+                    grad_c[c0:c1].addmm_(g.T, a[r0:r1], alpha=-2.0)
+        return grad_a, grad_c, grad_sq_a, grad_sq_c, None, None, None
+
+
+def tiled_uniformity_logsumexp(
+    a: Tensor, c: Tensor, sq_a: Tensor, sq_c: Tensor, offset: int, t: float, tile_size: int = DEFAULT_TILE_SIZE
+) -> Tensor:
+    """Per-row ``log Σ_{j ≠ offset+i} exp(−t·max(sq_a_i + sq_c_j − 2 a_i·c_j, 0))``.
+
+    The log-mean-exp of the uniformity loss is ``logsumexp`` of the result minus the log of the
+    pair count. Memory ``O((N + M)·D + tile²)``.
+
+    Args:
+        a: Local embeddings. Shape: ``(N, D)``.
+        c: All candidates; ``c[offset:offset + N]`` are ``a``. Shape: ``(M, D)``.
+        sq_a: ``‖a_i‖²``. Shape: ``(N,)``.
+        sq_c: ``‖c_j‖²``. Shape: ``(M,)``.
+        offset: Row of ``c`` at which ``a`` starts.
+        t: Scale ``t > 0``.
+        tile_size: Block edge, ``>= 1``.
+
+    Returns:
+        Shape: ``(N,)``.
+    """
+    if tile_size < 1:
+        raise ValueError(f"`tile_size` must be >= 1 for the tiled path, got {tile_size}.")
+    return _TiledUniformity.apply(a, c, sq_a, sq_c, int(offset), float(t), int(tile_size))
+
+
+# --------------------------------------------------------------------------------------------
+# Binary NCE ("all"): Σ_ij log σ(−(a_i·c_j + b))
+# --------------------------------------------------------------------------------------------
+class _TiledBinaryNCE(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, a, c, bias, tile):  # type: ignore[override]
+        device = a.device
+        with torch.autocast(device_type=device.type, enabled=False):
+            total = a.new_zeros(())
+            for r0, r1 in _blocks(a.shape[0], tile):
+                for c0, c1 in _blocks(c.shape[0], tile):
+                    total += torch.nn.functional.logsigmoid(-(a[r0:r1] @ c[c0:c1].T + bias)).sum()
+        ctx.save_for_backward(a, c, bias)
+        ctx.tile = tile
+        return total
+
+    @staticmethod
+    def backward(ctx, grad_total):  # type: ignore[override]
+        a, c, bias = ctx.saved_tensors
+        device = a.device
+        with torch.autocast(device_type=device.type, enabled=False):
+            grad_a, grad_c = torch.zeros_like(a), torch.zeros_like(c)
+            grad_bias = torch.zeros_like(bias)
+            for r0, r1 in _blocks(a.shape[0], ctx.tile):
+                for c0, c1 in _blocks(c.shape[0], ctx.tile):
+                    # d log σ(−l) / dl = −σ(l)
+                    g = torch.sigmoid(a[r0:r1] @ c[c0:c1].T + bias) * -grad_total
+                    grad_bias += g.sum()
+                    grad_a[r0:r1].addmm_(g, c[c0:c1])
+                    grad_c[c0:c1].addmm_(g.T, a[r0:r1])
+        return grad_a, grad_c, grad_bias if ctx.needs_input_grad[2] else None, None
+
+
+def tiled_binary_nce_sum(a: Tensor, c: Tensor, bias: Tensor, tile_size: int = DEFAULT_TILE_SIZE) -> Tensor:
+    """``Σ_ij log σ(−(a_i·c_j + bias))`` over all pairs, block by block.
+
+    Args:
+        a: Scaled first view (``n(z1) / τ``). Shape: ``(B, D)``.
+        c: Second view. Shape: ``(B', D)``.
+        bias: The logit bias, a 0-dim tensor (may require grad).
+        tile_size: Block edge, ``>= 1``.
+
+    Returns:
+        Scalar tensor.
+    """
+    if tile_size < 1:
+        raise ValueError(f"`tile_size` must be >= 1 for the tiled path, got {tile_size}.")
+    return _TiledBinaryNCE.apply(a, c, bias, int(tile_size))
+
