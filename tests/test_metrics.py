@@ -5,12 +5,10 @@ from __future__ import annotations
 import math
 import subprocess
 import sys
-from dataclasses import dataclass
 
 import numpy as np
 import pytest
 import torch
-from torch import nn
 
 from hf_contrast.metrics import (
     alignment,
@@ -18,6 +16,7 @@ from hf_contrast.metrics import (
     effective_rank,
     knn_accuracy,
     linear_probe_accuracy,
+    mean_cosine,
     relative_rotational_equivariance,
     spearman_correlation,
     sts_spearman,
@@ -242,6 +241,23 @@ def test_effective_rank_closed_forms(gen: torch.Generator) -> None:
     assert effective_rank(z) == pytest.approx(math.exp(-(p * np.log(p)).sum()), rel=1e-12)
 
 
+def test_mean_cosine_matches_pairwise_loop(gen: torch.Generator) -> None:
+    z = torch.randn(17, 5, generator=gen, dtype=torch.float64)
+    z[3] = 0.0  # a zero row has cosine 0 with every row
+    u = z.numpy()
+    norms = np.linalg.norm(u, axis=1)
+    loop = [
+        0.0 if norms[i] == 0 or norms[j] == 0 else float(u[i] @ u[j] / (norms[i] * norms[j]))
+        for i in range(17) for j in range(17) if i != j
+    ]
+    assert mean_cosine(z) == pytest.approx(float(np.mean(loop)), abs=1e-12)
+    same = torch.randn(1, 5, generator=gen).repeat(8, 1) * torch.arange(1, 9).unsqueeze(1)
+    assert mean_cosine(same) == pytest.approx(1.0)  # collapsed to one direction
+    assert mean_cosine(torch.eye(4)) == 0.0
+    with pytest.raises(ValueError, match="at least 2 rows"):
+        mean_cosine(torch.randn(1, 3))
+
+
 # -------------------------------------------------------------------------------- kNN
 def _knn_loop(train: np.ndarray, ytr: np.ndarray, test: np.ndarray, yte: np.ndarray, k: int, t: float, loo: bool) -> float:
     train = train / np.linalg.norm(train, axis=1, keepdims=True)
@@ -295,21 +311,43 @@ def test_knn_errors() -> None:
 
 
 # ------------------------------------------------------------------------- linear probe
-def test_linear_probe_matches_sklearn(gen: torch.Generator) -> None:
-    sklearn_linear = pytest.importorskip("sklearn.linear_model")
+def _logistic_reference(x: np.ndarray, y: np.ndarray, C: float) -> tuple[np.ndarray, np.ndarray]:
+    """Minimise C·Σ CE(W x + b, y) + ½‖W‖² with scipy's L-BFGS (an independent multinomial fit)."""
+    from scipy.optimize import minimize
+    from scipy.special import logsumexp
+
+    n, d = x.shape
+    k = int(y.max()) + 1
+    onehot = np.eye(k)[y]
+
+    def objective(theta: np.ndarray) -> tuple[float, np.ndarray]:
+        w, b = theta[: k * d].reshape(k, d), theta[k * d :]
+        logits = x @ w.T + b
+        log_p = logits - logsumexp(logits, axis=1, keepdims=True)
+        loss = -C * (onehot * log_p).sum() + 0.5 * (w * w).sum()
+        residual = C * (np.exp(log_p) - onehot)
+        return loss, np.concatenate([(residual.T @ x + w).ravel(), residual.sum(0)])
+
+    theta = minimize(objective, np.zeros(k * d + k), jac=True, method="L-BFGS-B", options={"gtol": 1e-10, "maxiter": 10_000}).x
+    return theta[: k * d].reshape(k, d), theta[k * d :]
+
+
+def test_linear_probe_matches_scipy_reference(gen: torch.Generator) -> None:
     centres = torch.randn(3, 6, generator=gen, dtype=torch.float64)
     labels = torch.arange(150) % 3
     z = centres[labels] + 1.2 * torch.randn(150, 6, generator=gen, dtype=torch.float64)
     z[:, 0] = 5.0 * z[:, 0] + 3.0  # badly scaled feature: standardisation matters
     tr, te = slice(0, 100), slice(100, 150)
-    l2 = 1e-2
-    ours = linear_probe_accuracy(z[tr], labels[tr], z[te], labels[te], l2=l2)
-    mean, std = z[tr].mean(0), z[tr].std(0, correction=0)
-    clf = sklearn_linear.LogisticRegression(C=1.0 / (l2 * 100), tol=1e-12, max_iter=10_000)
-    clf.fit(((z[tr] - mean) / std).numpy(), labels[tr].numpy())
-    reference = float(np.mean(clf.predict(((z[te] - mean) / std).numpy()) == labels[te].numpy()))
+    ours = linear_probe_accuracy(z[tr], labels[tr], z[te], labels[te], C=0.5)
+    mean, std = z[tr].mean(0).numpy(), z[tr].std(0, correction=0).numpy()
+    w, b = _logistic_reference((z[tr].numpy() - mean) / std, labels[tr].numpy(), C=0.5)
+    predicted = (((z[te].numpy() - mean) / std) @ w.T + b).argmax(1)
+    reference = float(np.mean(predicted == labels[te].numpy()))
     assert ours == pytest.approx(reference)
     assert 0.4 < ours < 1.0
+    unscaled = linear_probe_accuracy(z[tr], labels[tr], z[te], labels[te], C=0.5, standardize=False)
+    w, b = _logistic_reference(z[tr].numpy(), labels[tr].numpy(), C=0.5)
+    assert unscaled == pytest.approx(float(np.mean((z[te].numpy() @ w.T + b).argmax(1) == labels[te].numpy())))
 
 
 def test_linear_probe_separable_and_unseen_labels(gen: torch.Generator) -> None:
@@ -325,8 +363,8 @@ def test_linear_probe_errors() -> None:
     z = torch.randn(6, 3)
     with pytest.raises(ValueError, match="`train_y` must contain at least two classes"):
         linear_probe_accuracy(z, torch.zeros(6, dtype=torch.long), z, torch.zeros(6, dtype=torch.long))
-    with pytest.raises(ValueError, match="`l2` must be >= 0"):
-        linear_probe_accuracy(z, torch.arange(6) % 2, z, torch.arange(6) % 2, l2=-1.0)
+    with pytest.raises(ValueError, match="`C` must be > 0"):
+        linear_probe_accuracy(z, torch.arange(6) % 2, z, torch.arange(6) % 2, C=0.0)
     with pytest.raises(ValueError, match=r"`test_y` must have shape \(6,\)"):
         linear_probe_accuracy(z, torch.arange(6) % 2, z, torch.arange(5) % 2)
 
@@ -361,131 +399,6 @@ def test_metrics_import_does_not_load_evaluate() -> None:
     code = "import sys, hf_contrast.metrics; print('evaluate' in sys.modules, 'matplotlib' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
     assert out.stdout.split() == ["False", "False"]
-
-
-# ----------------------------------------------------------------------------- callback
-@dataclass
-class _Output:
-    embeddings: torch.Tensor
-    projections: torch.Tensor
-
-
-class _Identity(nn.Module):
-    """Stand-in encoder: projections are the flattened input (so input rotations are exact)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.scale = nn.Parameter(torch.ones(()))
-
-    def forward(self, pixel_values: torch.Tensor) -> _Output:
-        z = pixel_values.flatten(1) * self.scale
-        return _Output(embeddings=z, projections=z)
-
-
-def _rotate_batch(x: torch.Tensor) -> torch.Tensor:
-    """One random rotation (from the global RNG) applied to every flattened row."""
-    q, r = torch.linalg.qr(torch.randn(x[0].numel(), x[0].numel()))
-    q = q * torch.sign(torch.diagonal(r))
-    if torch.linalg.det(q) < 0:
-        q[:, 0] = -q[:, 0]
-    return (x.flatten(1) @ q.T).reshape(x.shape)
-
-
-def _jitter(x: torch.Tensor) -> torch.Tensor:
-    return x + 0.3 * torch.randn_like(x)
-
-
-@pytest.fixture
-def probe() -> dict[str, torch.Tensor]:
-    generator = torch.Generator().manual_seed(1)
-    return {"pixel_values": torch.randn(16, 1, 2, 3, generator=generator)}
-
-
-def test_callback_exact_equivariance_and_determinism(probe: dict[str, torch.Tensor]) -> None:
-    from hf_contrast.metrics import GeometryMetricsCallback
-
-    labels = torch.arange(16) % 2
-    callback = GeometryMetricsCallback(probe, labels=labels, augment=_rotate_batch, num_augmentations=3, knn_k=3)
-    model = _Identity().train()
-    rng_before = torch.get_rng_state()
-    values = callback.compute(model, step=7)
-    assert torch.equal(torch.get_rng_state(), rng_before)  # training randomness untouched
-    assert model.training  # mode restored
-    assert values["wahba_error"] < 1e-5 and values["relative_rotational_equivariance"] < 1e-10
-    f = torch.nn.functional.normalize(probe["pixel_values"].flatten(1), dim=1)
-    assert values["uniformity"] == pytest.approx(uniformity(f))
-    assert values["knn_accuracy"] == pytest.approx(knn_accuracy(f, labels, k=3))
-    assert values["class_orthogonality"] == pytest.approx(class_orthogonality(f, labels))
-    assert [h["augmentation"] for h in callback.history] == [0.0, 1.0, 2.0]
-    assert callback.history[0]["step"] == 7.0
-    noisy = GeometryMetricsCallback(probe, augment=_jitter, num_augmentations=2, seed=3)
-    first, second = noisy.compute(model), noisy.compute(model)
-    assert first == second  # the same augmentations at every evaluation
-    assert first["wahba_error"] > 0.1 and first["relative_rotational_equivariance"] > 1e-3
-    assert first["wahba_error_max"] >= first["wahba_error"]
-
-
-def test_callback_on_evaluate_updates_metrics_and_log_history(tmp_path, probe: dict[str, torch.Tensor]) -> None:
-    from transformers import TrainerControl, TrainerState, TrainingArguments
-
-    from hf_contrast.metrics import GeometryMetricsCallback
-
-    callback = GeometryMetricsCallback(probe, augment=_jitter, num_augmentations=2)
-    args = TrainingArguments(output_dir=str(tmp_path), report_to="none", use_cpu=True)
-    state = TrainerState()
-    state.global_step = 5
-    state.log_history = [{"loss": 1.0, "step": 5}, {"test_loss": 0.5, "test_runtime": 0.1, "step": 5}]
-    metrics = {"test_loss": 0.5, "test_runtime": 0.1}
-    callback.on_evaluate(args, state, TrainerControl(), metrics=metrics, model=_Identity())
-    expected = {f"test_{k}" for k in ("uniformity", "effective_rank", "wahba_error", "relative_rotational_equivariance")}
-    assert expected <= set(metrics)
-    assert expected <= set(state.log_history[-1]) and "test_wahba_error" not in state.log_history[0]
-    assert all(math.isfinite(metrics[k]) for k in expected)
-    with pytest.raises(ValueError, match="`model` must be passed"):
-        callback.on_evaluate(args, state, TrainerControl(), metrics={})
-
-
-def test_callback_with_real_trainer_evaluate(tmp_path, probe: dict[str, torch.Tensor]) -> None:
-    from torch.utils.data import Dataset
-    from transformers import Trainer, TrainingArguments
-
-    from hf_contrast.metrics import GeometryMetricsCallback
-
-    class _LossModel(_Identity):
-        def forward(self, pixel_values: torch.Tensor) -> dict[str, torch.Tensor]:  # type: ignore[override]
-            z = pixel_values.flatten(1) * self.scale
-            return {"loss": z.pow(2).mean(), "embeddings": z, "projections": z}
-
-    class _Images(Dataset):
-        def __len__(self) -> int:
-            return 8
-
-        def __getitem__(self, i: int) -> dict[str, torch.Tensor]:
-            return {"pixel_values": probe["pixel_values"][i]}
-
-    callback = GeometryMetricsCallback(probe, augment=_jitter, num_augmentations=1)
-    args = TrainingArguments(output_dir=str(tmp_path), report_to="none", use_cpu=True, per_device_eval_batch_size=4)
-    trainer = Trainer(model=_LossModel(), args=args, eval_dataset=_Images(), callbacks=[callback])
-    metrics = trainer.evaluate()
-    assert "eval_runtime" in metrics and "eval_wahba_error" in metrics
-    assert trainer.state.log_history[-1]["eval_wahba_error"] == metrics["eval_wahba_error"]
-
-
-def test_callback_errors(probe: dict[str, torch.Tensor]) -> None:
-    from hf_contrast.metrics import GeometryMetricsCallback
-
-    with pytest.raises(ValueError, match="`knn_k` must be in"):
-        GeometryMetricsCallback(probe, labels=torch.arange(16) % 2, knn_k=16)
-    with pytest.raises(ValueError, match="`augment_key` 'input_ids' is not a key"):
-        GeometryMetricsCallback(probe, augment=_jitter, augment_key="input_ids")
-    with pytest.raises(ValueError, match="`probe_batch` needs at least 2 samples"):
-        GeometryMetricsCallback({"pixel_values": torch.randn(1, 3)})
-    with pytest.raises(ValueError, match=r"`labels` must have shape \(16,\)"):
-        GeometryMetricsCallback(probe, labels=torch.arange(3))
-    with pytest.raises(ValueError, match="`representation` 'pooled' is not a tensor output"):
-        GeometryMetricsCallback(probe, representation="pooled").compute(_Identity())
-    with pytest.raises(ValueError, match="`augment` must keep the batch size"):
-        GeometryMetricsCallback(probe, augment=lambda x: x[:4]).compute(_Identity())
 
 
 def test_macro_f1_matches_sklearn_and_rejects_bad_input() -> None:

@@ -1,8 +1,8 @@
 """Geometry metrics, probes and STS evaluation of embedding spaces (``docs/methods.md`` §7).
 
-Plain functions (torch or numpy in, Python floats out), offline ``evaluate`` modules
-(:mod:`.evaluate_modules`) and a ``TrainerCallback`` that logs them during evaluation
-(:mod:`.callback`).
+Plain functions (torch or numpy in, Python floats out), each the one definition of its metric,
+and offline ``evaluate`` modules over them (:mod:`.evaluate_modules`). What runs them on a model or
+an evaluation set (``EmbeddingMetrics``, the evaluators) is :mod:`hf_contrast.evaluation`.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from .geometry import (
     alignment,
     class_orthogonality,
     effective_rank,
+    mean_cosine,
     relative_rotational_equivariance,
     uniformity,
     wahba_error,
@@ -22,7 +23,6 @@ from .probes import knn_accuracy, linear_probe_accuracy, macro_f1
 from .sts import spearman_correlation, sts_spearman
 
 if TYPE_CHECKING:
-    from .callback import GeometryMetricsCallback
     from .evaluate_modules import ClassOrthogonalityMetric, GeometryMetric, KNNAccuracyMetric, WahbaMetric
 
 # `evaluate` takes seconds to import: the modules below load on first access only.
@@ -31,7 +31,6 @@ _LAZY = {
     "WahbaMetric": "evaluate_modules",
     "KNNAccuracyMetric": "evaluate_modules",
     "ClassOrthogonalityMetric": "evaluate_modules",
-    "GeometryMetricsCallback": "callback",
 }
 
 
@@ -50,6 +49,7 @@ __all__ = [
     "uniformity",
     "class_orthogonality",
     "effective_rank",
+    "mean_cosine",
     "knn_accuracy",
     "linear_probe_accuracy",
     "macro_f1",
@@ -59,5 +59,4 @@ __all__ = [
     "WahbaMetric",
     "KNNAccuracyMetric",
     "ClassOrthogonalityMetric",
-    "GeometryMetricsCallback",
 ]

@@ -7,7 +7,7 @@ Instantiate them directly — nothing is fetched from the Hub:
 >>> for z1, z2 in batches:  # doctest: +SKIP
 ...     metric.add_batch(predictions=z1, references=z2)
 >>> metric.compute()  # doctest: +SKIP
-{'alignment': ..., 'uniformity': ..., 'effective_rank': ...}
+{'alignment': ..., 'uniformity': ..., 'mean_cosine': ..., 'effective_rank': ...}
 
 Embeddings are stored as ``datasets.Sequence(datasets.Value("float32"))`` rows (pass numpy
 arrays, lists, or CPU tensors); the metric is computed on all accumulated rows at ``compute()``,
@@ -29,6 +29,7 @@ from .geometry import (
     alignment,
     class_orthogonality,
     effective_rank,
+    mean_cosine,
     relative_rotational_equivariance,
     uniformity,
     wahba_error,
@@ -82,12 +83,13 @@ def _info(description: str, features: dict[str, Any], inputs: str, homepage: str
 
 
 class GeometryMetric(evaluate.Metric):
-    """Alignment, uniformity and effective rank of two views (Wang & Isola 2020, §6–§7).
+    """Alignment, uniformity, mean cosine and effective rank of two views (``docs/methods.md`` §6–§7).
 
     ``predictions`` are the embeddings of view 1, ``references`` those of view 2 (row ``i`` of
-    both is the same sample). Returns ``alignment`` (``α = 2``), ``uniformity`` (``t = 2``, mean of
-    the two views, the training form of §6) and ``effective_rank`` (of the view-1 embeddings).
-    ``compute(normalize=False)`` skips the L2 normalisation.
+    both is the same sample). Returns ``alignment`` (``α = 2``) of the pairs and ``uniformity``
+    (``t = 2``), ``mean_cosine`` and ``effective_rank`` of the view-1 embeddings: the functions and
+    names of :class:`hf_contrast.evaluation.EmbeddingMetrics`, so both report the same values.
+    ``compute(normalize=False)`` skips the L2 normalisation of alignment and uniformity.
     """
 
     def _info(self) -> evaluate.MetricInfo:
@@ -98,7 +100,7 @@ class GeometryMetric(evaluate.Metric):
     predictions: embeddings of view 1, one list of D floats per sample.
     references: embeddings of view 2 of the same samples.
     normalize (bool, compute kwarg, default True): L2-normalise before alignment/uniformity.
-Returns: {"alignment": float, "uniformity": float, "effective_rank": float}
+Returns: {"alignment": float, "uniformity": float, "mean_cosine": float, "effective_rank": float}
 """,
         )
 
@@ -106,7 +108,8 @@ Returns: {"alignment": float, "uniformity": float, "effective_rank": float}
         z1, z2 = _matrix("predictions", predictions), _matrix("references", references)
         return {
             "alignment": alignment(z1, z2, normalize=normalize),
-            "uniformity": (uniformity(z1, normalize=normalize) + uniformity(z2, normalize=normalize)) / 2,
+            "uniformity": uniformity(z1, normalize=normalize),
+            "mean_cosine": mean_cosine(z1),
             "effective_rank": effective_rank(z1),
         }
 

@@ -25,6 +25,7 @@ __all__ = [
     "uniformity",
     "class_orthogonality",
     "effective_rank",
+    "mean_cosine",
 ]
 
 
@@ -240,3 +241,30 @@ def effective_rank(z: object) -> float:
         return 0.0
     p = s / total
     return float(torch.exp(-torch.special.xlogy(p, p).sum()))
+
+
+@torch.no_grad()
+def mean_cosine(z: object) -> float:
+    """Mean pairwise cosine similarity ``mean_{i≠j} cos(z_i, z_j)`` (1 = every row points the same way).
+
+    Computed in ``O(nD)`` as ``(‖Σ u_i‖² − Σ ‖u_i‖²) / (n(n − 1))`` with ``u_i = z_i / ‖z_i‖`` (an
+    all-zero row has ``u_i = 0``, cosine 0 with every row). A value near 1 means the representation
+    has collapsed to one direction (see :class:`hf_contrast.evaluation.EmbeddingMetrics`).
+
+    Args:
+        z: Embeddings. Shape: ``(n, D)``, ``n >= 2``.
+
+    Returns:
+        The mean cosine over the ``n(n − 1)`` ordered pairs of distinct rows, in ``[-1/(n−1), 1]``.
+
+    Raises:
+        ValueError: if ``z`` is not a finite float array of shape ``(n, D)`` with ``n >= 2``.
+
+    Example:
+        >>> mean_cosine(torch.tensor([[1.0, 0.0], [2.0, 0.0], [0.0, 3.0]]))
+        0.3333333333333333
+    """
+    u = l2_normalize(as_embeddings("z", z, min_rows=2))
+    n = u.shape[0]
+    total = u.sum(dim=0)
+    return float(((total * total).sum() - (u * u).sum()) / (n * (n - 1)))

@@ -1,0 +1,37 @@
+"""One evaluation path: embedding metrics for the Trainer, evaluators, and dataset encoding.
+
+- :class:`EmbeddingMetrics` — ``compute_metrics`` for ``transformers.Trainer``: alignment,
+  uniformity, mean cosine, effective rank, kNN and linear-probe accuracy, class orthogonality
+  (the functions of :mod:`hf_contrast.metrics`, ``docs/methods.md`` §6–7), class-balanced
+  subsampling, a warning on collapse.
+- Evaluators (sentence-transformers style, ``evaluator(model) -> {"<name>_<metric>": float}``):
+  :class:`STSEvaluator`, :class:`EmbeddingEvaluator`, :class:`EquivarianceEvaluator`,
+  :class:`SequentialEvaluator`, base :class:`Evaluator`.
+- :func:`encode_dataset` — embed a dataset with a model; :func:`balanced_subset` /
+  :func:`balanced_split` — seeded class-balanced rows.
+"""
+
+from __future__ import annotations
+
+from .collapse import RepresentationCollapseWarning, collapse_message
+from .embedding_evaluator import EmbeddingEvaluator
+from .embedding_metrics import EmbeddingMetrics
+from .encode import encode_dataset
+from .equivariance import EquivarianceEvaluator
+from .evaluator import Evaluator, SequentialEvaluator
+from .sampling import balanced_split, balanced_subset
+from .sts import STSEvaluator
+
+__all__ = [
+    "EmbeddingMetrics",
+    "Evaluator",
+    "SequentialEvaluator",
+    "STSEvaluator",
+    "EmbeddingEvaluator",
+    "EquivarianceEvaluator",
+    "encode_dataset",
+    "balanced_subset",
+    "balanced_split",
+    "RepresentationCollapseWarning",
+    "collapse_message",
+]

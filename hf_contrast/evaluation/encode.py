@@ -1,0 +1,176 @@
+"""``encode_dataset``: the one helper that embeds a dataset with a model (no gradient, eval mode)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+from torch.utils.data import DataLoader
+from tqdm.auto import tqdm
+
+from ._model import eval_mode, model_device, model_output, to_device, unwrap_model
+
+__all__ = ["encode_dataset"]
+
+_NO_VALUE = object()
+
+
+def _field(row: Any, column: str | None, position: int) -> Any:
+    """``row[column]`` of a dict row, ``row[position]`` of an ``(input, label)`` tuple, the row itself otherwise."""
+    if isinstance(row, Mapping):
+        if column not in row:
+            return _NO_VALUE
+        return row[column]
+    if isinstance(row, tuple):
+        return row[position] if position < len(row) else _NO_VALUE
+    return row if position == 0 else _NO_VALUE
+
+
+def _default_collate(model: nn.Module, input_column: str | None, max_length: int | None) -> tuple[Callable, str]:
+    """Tokenise texts (a model with a ``tokenizer``) or apply the eval transform of its ``data_config``."""
+    inner = unwrap_model(model)
+    tokenizer = getattr(inner, "tokenizer", None)
+    if tokenizer is not None:
+        column = input_column or "text"
+
+        def tokenize(inputs: list[Any]) -> dict[str, Tensor]:
+            bad = [type(x).__name__ for x in inputs if not isinstance(x, str)]
+            if bad:
+                raise ValueError(f"`{column}` must hold strings for a text model, got {bad[0]}.")
+            options: dict[str, Any] = {"padding": True, "truncation": True, "return_tensors": "pt"}
+            if max_length is not None:
+                options["max_length"] = max_length
+            return dict(tokenizer(inputs, **options))
+
+        return tokenize, column
+    data_config = getattr(inner, "data_config", None)
+    if data_config is not None:
+        from ..augment import eval_transform_from_data_config
+
+        return _stack(eval_transform_from_data_config(data_config)), input_column or "image"
+    raise ValueError(
+        f"encode_dataset cannot tell how to batch inputs for {type(inner).__name__} (no `tokenizer`, no "
+        "`data_config`): pass `collate_fn=` (rows -> model inputs) or `transform=` (image -> (C, H, W) tensor)."
+    )
+
+
+def _stack(transform: Callable[[Any], Tensor]) -> Callable[[list[Any]], dict[str, Tensor]]:
+    def collate(inputs: list[Any]) -> dict[str, Tensor]:
+        return {"pixel_values": torch.stack([transform(x) for x in inputs])}
+
+    return collate
+
+
+def encode_dataset(
+    model: nn.Module,
+    dataset: Any,
+    *,
+    collate_fn: Callable[[list[Any]], Mapping[str, Any]] | None = None,
+    transform: Callable[[Any], Tensor] | None = None,
+    input_column: str | None = None,
+    label_column: str | None = "label",
+    batch_size: int = 64,
+    output: str = "embeddings",
+    device: torch.device | str | None = None,
+    max_length: int | None = None,
+    progress: bool = True,
+) -> tuple[Tensor, Tensor | None]:
+    """Embed every row of ``dataset`` with ``model`` (eval mode, no gradient, mode restored after).
+
+    Rows are read in order, ``batch_size`` at a time (a ``datasets.Dataset`` or
+    ``IterableDataset``, a torch dataset, or a list). How a batch of rows becomes model inputs:
+
+    - ``collate_fn(rows)`` → a dict of model inputs (its ``"labels"`` entry, if any, is taken as
+      the labels and not passed to the model);
+    - else ``transform(row[input_column])`` per row, stacked as ``pixel_values``;
+    - else, for a model with a ``tokenizer`` (text ``ContrastiveEncoder``), the strings of
+      ``row[input_column or "text"]`` are tokenised (padding, truncation at ``max_length``); for a
+      model with a ``data_config`` (timm ``ContrastiveEncoder``), the images of
+      ``row[input_column or "image"]`` go through its deterministic evaluation transform
+      (:func:`hf_contrast.augment.eval_transform_from_data_config`).
+
+    A row may be a dict, an ``(input, label)`` tuple (torchvision datasets) or the input itself
+    (a list of sentences or images).
+
+    Args:
+        model: The encoder; ``model(**inputs)`` returns ``output`` (``ContrastiveEncoderOutput``).
+        dataset: The rows.
+        collate_fn: Rows → model inputs (excludes ``transform``).
+        transform: One image → ``(C, H, W)`` tensor (excludes ``collate_fn``).
+        input_column: Column of the inputs (default ``"text"`` / ``"image"``).
+        label_column: Column of the integer labels (``None``: no labels). Rows without it give
+            no labels.
+        batch_size: Rows per forward pass.
+        output: Model output to keep: ``"embeddings"`` (backbone features) or ``"projections"``.
+        device: Device the inputs are moved to (default: the model's).
+        max_length: Token limit of the default text collation (default: the tokenizer's).
+        progress: Show a progress bar.
+
+    Returns:
+        ``(embeddings, labels)``: float32 CPU ``(N, D)`` and int64 ``(N,)`` or ``None``.
+
+    Raises:
+        ValueError: on an empty dataset, both ``collate_fn`` and ``transform``, inputs the model
+            cannot take, labels on some rows only, or a missing ``output``.
+    """
+    if collate_fn is not None and transform is not None:
+        raise ValueError("Pass either `collate_fn` (rows -> model inputs) or `transform` (one image -> tensor), not both.")
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise ValueError(f"`batch_size` must be an integer >= 1, got {batch_size!r}.")
+    if transform is not None:
+        make_inputs, column = _stack(transform), input_column or "image"
+    elif collate_fn is None:
+        make_inputs, column = _default_collate(model, input_column, max_length)
+    else:
+        make_inputs, column = None, input_column
+    target = torch.device(device) if device is not None else model_device(model)
+    loader = DataLoader(dataset, batch_size=batch_size, collate_fn=list, shuffle=False)
+    try:
+        total = len(loader)
+    except TypeError:  # an IterableDataset without a length
+        total = None
+    chunks: list[Tensor] = []
+    labels: list[Tensor] = []
+    rows_seen = rows_labelled = 0
+    with eval_mode(model):
+        for rows in tqdm(loader, total=total, desc="Encoding", unit="batch", disable=not progress, leave=False):
+            if make_inputs is None:
+                inputs = dict(collate_fn(rows))
+                batch_labels = inputs.pop("labels", None)
+            else:
+                values = [_field(row, column, 0) for row in rows]
+                if any(value is _NO_VALUE for value in values):
+                    keys = sorted(rows[0]) if isinstance(rows[0], Mapping) else type(rows[0]).__name__
+                    raise ValueError(f"`input_column` {column!r} is not in the rows (got {keys}); pass `input_column=`.")
+                inputs = make_inputs(values)
+                batch_labels = None
+            if batch_labels is None and label_column is not None:
+                found = [_field(row, label_column, 1) for row in rows]
+                if all(value is not _NO_VALUE for value in found):
+                    batch_labels = torch.as_tensor(found)
+            rows_seen += len(rows)
+            if batch_labels is not None:
+                rows_labelled += len(rows)
+                labels.append(torch.as_tensor(batch_labels).detach().cpu().long().reshape(-1))
+            chunks.append(model_output(model(**to_device(inputs, target)), output, len(rows)))
+    if not chunks:
+        raise ValueError("`dataset` is empty: there is nothing to encode.")
+    if 0 < rows_labelled < rows_seen:
+        raise ValueError(
+            f"Only {rows_labelled} of {rows_seen} rows have labels (`label_column`={label_column!r}); "
+            "label every row or pass `label_column=None`."
+        )
+    return torch.cat(chunks), (torch.cat(labels) if labels else None)
+
+
+def encode_texts(
+    model: nn.Module, texts: Sequence[str], *, batch_size: int = 64, output: str = "embeddings",
+    max_length: int | None = None, progress: bool = False,
+) -> Tensor:
+    """Embeddings of sentences (:func:`encode_dataset` on a list of strings). Shape: ``(n, D)``."""
+    z, _ = encode_dataset(
+        model, list(texts), label_column=None, batch_size=batch_size, output=output, max_length=max_length, progress=progress
+    )
+    return z

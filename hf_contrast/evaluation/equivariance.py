@@ -1,0 +1,194 @@
+"""``EquivarianceEvaluator``: Wahba error and γ_f of a fixed batch under sampled augmentations (CARE)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from ..metrics import relative_rotational_equivariance, wahba_error
+from ..metrics._inputs import as_labels
+from ._model import model_device, model_output, to_device
+from .evaluator import Evaluator
+from .sampling import balanced_subset
+
+__all__ = ["EquivarianceEvaluator"]
+
+
+def _batch_size(batch: Mapping[str, Any]) -> int:
+    for value in batch.values():
+        if isinstance(value, Tensor) and value.ndim > 0:
+            return int(value.shape[0])
+    raise ValueError("`batch` must contain at least one tensor with a batch axis, e.g. `pixel_values`.")
+
+
+class EquivarianceEvaluator(Evaluator):
+    """How well one rotation maps ``f(x)`` to ``f(a(x))`` on a fixed batch (CARE, https://arxiv.org/abs/2306.13924).
+
+    At each call the model embeds the fixed ``batch`` (``f(x)``) and, for each of
+    ``num_augmentations`` augmentations ``a_k`` — each ONE draw applied to the whole batch, the
+    chunk-shared augmentation of CARE — ``f(a_k(x))``. The augmentations are drawn under
+    ``seed`` in a forked CPU RNG: every evaluation sees the same ones and the training randomness
+    is untouched. Keys (prefixed with ``name``):
+
+    - ``wahba_error`` (primary, lower is better): mean over ``k`` of
+      :func:`~hf_contrast.metrics.wahba_error` ``W``; ``wahba_error_per_sample``: mean ``W/√n``;
+      ``wahba_error_max``: the largest ``W``;
+    - ``relative_rotational_equivariance``: mean ``γ_f`` over the augmentations where it is
+      defined (``nan`` if none) — :func:`~hf_contrast.metrics.relative_rotational_equivariance`;
+    - ``augmentation_cosine_mean``: mean ``cos(f(x_i), f(a_k(x_i)))``.
+
+    Each augmentation's values are appended to :attr:`history` (``call``, ``augmentation``,
+    ``wahba_error``, ``wahba_error_per_sample``, ``relative_rotational_equivariance``) for
+    Figure-2c-style plots; the trainer logs the means in ``log_history`` as ``eval_<key>``.
+
+    Args:
+        batch: Model inputs of the fixed batch, e.g. ``{"pixel_values": (n, C, H, W)}``; kept on
+            the CPU and moved to the model's device at each call. ``n >= 2``.
+        augment: ``augment(x) -> x`` sampling ONE augmentation per call and applying it to every
+            row (``torchvision.transforms.v2`` on a batched tensor does this). It receives
+            ``batch[augment_key]`` (CPU), or the whole dict when ``augment_key`` is ``None``.
+        augment_key: The input ``augment`` transforms (``None``: the whole dict).
+        num_augmentations: Augmentations per call (>= 1).
+        output: Model output measured: ``"projections"`` (what CARE's loss sees) or ``"embeddings"``.
+        normalize: L2-normalise the outputs first (CARE's ``f`` maps to the unit sphere).
+        seed: Seed of the augmentation draws.
+        name: Metric-key prefix.
+
+    Raises:
+        ValueError: at construction on an empty batch, ``n < 2``, a bad count or an unknown
+            ``augment_key``; at call on a missing ``output`` or an ``augment`` that changes the
+            batch size.
+    """
+
+    def __init__(
+        self,
+        batch: Mapping[str, Any],
+        augment: Callable[[Any], Any],
+        augment_key: str | None = "pixel_values",
+        num_augmentations: int = 4,
+        output: str = "projections",
+        normalize: bool = True,
+        seed: int = 0,
+        name: str = "equivariance",
+    ) -> None:
+        super().__init__(name, "wahba_error", greater_is_better=False)
+        if not isinstance(batch, Mapping) or not batch:
+            raise ValueError(f"`batch` must be a non-empty dict of model inputs, got {type(batch).__name__}.")
+        self.batch = {k: v.detach().cpu() if isinstance(v, Tensor) else v for k, v in batch.items()}
+        self.n = _batch_size(self.batch)
+        if self.n < 2:
+            raise ValueError(f"`batch` needs at least 2 samples for the pairwise metrics, got {self.n}.")
+        if not callable(augment):
+            raise ValueError(f"`augment` must be callable (x -> augmented x), got {type(augment).__name__}.")
+        if augment_key is not None and augment_key not in self.batch:
+            raise ValueError(
+                f"`augment_key` {augment_key!r} is not a key of `batch` ({sorted(self.batch)}); "
+                "pass the key of the input to augment, or None to augment the whole dict."
+            )
+        if isinstance(num_augmentations, bool) or not isinstance(num_augmentations, int) or num_augmentations < 1:
+            raise ValueError(f"`num_augmentations` must be an integer >= 1, got {num_augmentations!r}.")
+        self.augment, self.augment_key, self.num_augmentations = augment, augment_key, num_augmentations
+        self.output, self.normalize, self.seed = output, normalize, seed
+        self.history: list[dict[str, float]] = []
+        self._calls = 0
+
+    @classmethod
+    def from_image_dataset(
+        cls,
+        dataset: Any,
+        data_config: Mapping[str, Any],
+        *,
+        num_samples: int = 128,
+        image_column: str = "image",
+        label_column: str | None = "label",
+        seed: int = 0,
+        **kwargs: Any,
+    ) -> EquivarianceEvaluator:
+        """An evaluator on ``num_samples`` images of ``dataset`` under SimCLR augmentations.
+
+        The rows are a seeded class-balanced subset (:func:`balanced_subset`; a seeded random one
+        without ``label_column``), resized to the ``input_size`` of ``data_config`` (no crop) and
+        normalised with its ``mean``/``std``; each augmentation un-normalises the batch, applies
+        one draw of :func:`hf_contrast.augment.simclr_transform_from_data_config` to all of it,
+        and normalises again.
+
+        Args:
+            dataset: Image rows (``datasets.Dataset`` or a list of dicts).
+            data_config: The encoder's ``data_config`` (``input_size`` ``(C, H, W)``, ``mean``, ``std``).
+            num_samples: Rows in the fixed batch (at most ``len(dataset)``).
+            image_column, label_column: Columns of the images and labels.
+            seed: Seed of the row selection and of the augmentations.
+            **kwargs: Other :class:`EquivarianceEvaluator` arguments.
+        """
+        from torchvision.transforms import v2
+
+        from ..augment import simclr_transform_from_data_config
+        from ..augment._common import channel_step
+
+        n_rows = len(dataset)
+        if isinstance(num_samples, bool) or not isinstance(num_samples, int) or not 2 <= num_samples <= n_rows:
+            raise ValueError(f"`num_samples` must be an integer in [2, {n_rows}] (the dataset size), got {num_samples!r}.")
+        if label_column is not None:
+            rows = balanced_subset(torch.as_tensor(list(dataset[label_column])), num_samples, seed)
+        else:
+            rows = torch.sort(torch.randperm(n_rows, generator=torch.Generator().manual_seed(seed))[:num_samples]).values
+        channels, height, width = (int(v) for v in data_config["input_size"])
+        raw = v2.Compose([v2.ToImage(), *channel_step(channels), v2.Resize((height, width), antialias=True),
+                          v2.ToDtype(torch.float32, scale=True)])
+        images = torch.stack([raw(dataset[int(i)][image_column]) for i in rows])
+        mean = torch.tensor(data_config["mean"], dtype=torch.float32).view(1, -1, 1, 1)
+        std = torch.tensor(data_config["std"], dtype=torch.float32).view(1, -1, 1, 1)
+        simclr = simclr_transform_from_data_config(data_config)
+
+        def augment(x: Tensor) -> Tensor:  # normalised in, one SimCLR draw for the whole batch, normalised out
+            return simclr((x * std + mean).clamp(0, 1))
+
+        return cls({"pixel_values": (images - mean) / std}, augment, augment_key="pixel_values", seed=seed, **kwargs)
+
+    def _embed(self, model: nn.Module, batch: Mapping[str, Any]) -> Tensor:
+        try:
+            return model_output(model(**to_device(batch, model_device(model))), self.output, self.n)
+        except ValueError as error:
+            raise ValueError(f"{error} (`augment` must keep the batch size)") from None
+
+    def _augmented(self) -> Mapping[str, Any]:
+        if self.augment_key is None:
+            return self.augment(dict(self.batch))
+        return {**self.batch, self.augment_key: self.augment(self.batch[self.augment_key])}
+
+    def compute(self, model: nn.Module) -> dict[str, float]:
+        f = self._embed(model, self.batch)
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(self.seed)
+            augmented = [self._augmented() for _ in range(self.num_augmentations)]
+        errors, per_sample, gammas, cosines = [], [], [], []
+        for index, batch in enumerate(augmented):
+            f_a = self._embed(model, batch)
+            wahba = wahba_error(f, f_a, normalize=self.normalize)
+            gamma = relative_rotational_equivariance(f, f_a, normalize=self.normalize)
+            errors.append(wahba.error)
+            per_sample.append(wahba.error_per_sample)
+            gammas.append(gamma)
+            cosines.append(float(torch.nn.functional.cosine_similarity(f, f_a, dim=1).double().mean()))
+            self.history.append(
+                {
+                    "call": float(self._calls),
+                    "augmentation": float(index),
+                    "wahba_error": wahba.error,
+                    "wahba_error_per_sample": wahba.error_per_sample,
+                    "relative_rotational_equivariance": gamma,
+                }
+            )
+        self._calls += 1
+        finite = [g for g in gammas if not math.isnan(g)]
+        return {
+            "wahba_error": sum(errors) / len(errors),
+            "wahba_error_per_sample": sum(per_sample) / len(per_sample),
+            "wahba_error_max": max(errors),
+            "relative_rotational_equivariance": sum(finite) / len(finite) if finite else float("nan"),
+            "augmentation_cosine_mean": sum(cosines) / len(cosines),
+        }

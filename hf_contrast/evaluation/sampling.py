@@ -1,0 +1,106 @@
+"""Seeded, class-balanced row selection: what the metrics, probes and plots sample from a test split.
+
+Taking "the first rows" of a split sorted by class (an image folder) gives one class; these
+helpers take every class in turn instead.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from torch import Tensor
+
+__all__ = ["balanced_subset", "balanced_split"]
+
+
+def _labels(labels: object) -> Tensor:
+    if isinstance(labels, np.ndarray):
+        labels = torch.from_numpy(labels)
+    elif isinstance(labels, (list, tuple)):
+        labels = torch.tensor(labels)
+    if not isinstance(labels, Tensor) or labels.ndim != 1 or labels.dtype.is_floating_point or labels.dtype == torch.bool:
+        raise ValueError(
+            f"`labels` must be a 1-D integer tensor/array of shape (N,), got "
+            f"{getattr(labels, 'dtype', type(labels).__name__)} of shape {tuple(getattr(labels, 'shape', ()))}."
+        )
+    if labels.numel() == 0:
+        raise ValueError("`labels` is empty: there is nothing to sample from.")
+    return labels.detach().cpu().long()
+
+
+def _class_ranks(labels: Tensor, seed: int) -> tuple[Tensor, Tensor, Tensor]:
+    """A seeded shuffle of the rows, each row's rank inside its class, and its class index.
+
+    Returns ``(order, rank, klass)``, all ``(N,)``: row ``order[i]`` is the ``rank[i]``-th row of
+    class ``klass[i]`` in the shuffled order.
+    """
+    generator = torch.Generator().manual_seed(int(seed))
+    order = torch.randperm(labels.numel(), generator=generator)
+    _, klass = torch.unique(labels[order], return_inverse=True)
+    by_class = torch.sort(klass, stable=True)
+    counts = torch.bincount(klass)
+    starts = torch.cumsum(counts, 0) - counts
+    rank = torch.empty_like(klass)
+    rank[by_class.indices] = torch.arange(klass.numel()) - starts[by_class.values]
+    return order, rank, klass
+
+
+def balanced_subset(labels: object, n: int, seed: int = 0) -> Tensor:
+    """Indices of ``n`` rows drawn class by class (round robin), seeded.
+
+    Every class gives ``⌊n / C⌋`` or ``⌈n / C⌉`` rows (which classes give the extra one is drawn
+    with the seed); a class with fewer rows gives all it has and the others make up the rest.
+
+    Args:
+        labels: Integer class of each row. Shape: ``(N,)``.
+        n: Rows to keep, ``1 <= n <= N``.
+        seed: Seed of the draw (the same seed gives the same rows).
+
+    Returns:
+        Sorted row indices, int64. Shape: ``(n,)``.
+
+    Raises:
+        ValueError: on bad labels or ``n`` outside ``[1, N]``.
+
+    Example:
+        >>> labels = torch.tensor([0, 0, 0, 0, 0, 0, 1, 1, 1, 1])  # sorted by class
+        >>> labels[balanced_subset(labels, 4)].tolist()
+        [0, 0, 1, 1]
+    """
+    y = _labels(labels)
+    if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= y.numel():
+        raise ValueError(f"`n` must be an integer in [1, {y.numel()}] (the number of rows), got {n!r}.")
+    order, rank, klass = _class_ranks(y, seed)
+    generator = torch.Generator().manual_seed(int(seed) + 1)
+    priority = torch.randperm(int(klass.max()) + 1, generator=generator)  # who gets the extra rows
+    key = rank * (int(klass.max()) + 1) + priority[klass]
+    chosen = order[torch.argsort(key)[:n]]
+    return torch.sort(chosen).values
+
+
+def balanced_split(labels: object, test_fraction: float = 0.25, seed: int = 0) -> tuple[Tensor, Tensor]:
+    """A seeded stratified train/test split: ``round(test_fraction · n_c)`` test rows per class ``c``.
+
+    Each class with at least two rows keeps at least one row on each side; a class with a single
+    row goes to training.
+
+    Args:
+        labels: Integer class of each row. Shape: ``(N,)``.
+        test_fraction: Fraction of each class held out, in ``(0, 1)``.
+        seed: Seed of the split.
+
+    Returns:
+        ``(train_indices, test_indices)``, sorted int64, disjoint, covering every row.
+
+    Raises:
+        ValueError: on bad labels or ``test_fraction`` outside ``(0, 1)``.
+    """
+    y = _labels(labels)
+    if isinstance(test_fraction, bool) or not isinstance(test_fraction, (int, float)) or not 0 < test_fraction < 1:
+        raise ValueError(f"`test_fraction` must be a number in (0, 1), got {test_fraction!r}.")
+    order, rank, klass = _class_ranks(y, seed)
+    counts = torch.bincount(klass)
+    n_test = torch.round(counts.double() * test_fraction).long()
+    n_test = torch.where(counts >= 2, n_test.clamp(1, None).minimum(counts - 1), torch.zeros_like(counts))
+    is_test = rank < n_test[klass]
+    return torch.sort(order[~is_test]).values, torch.sort(order[is_test]).values
