@@ -1,45 +1,38 @@
-"""Contrastive training on ``transformers.Trainer``: arguments, trainers, collators, samplers.
+"""Contrastive training on ``transformers.Trainer``: arguments, the trainer, named trainers, collators.
 
-Swap ``Trainer`` for a method trainer, ``TrainingArguments`` for
-:class:`ContrastiveTrainingArguments`, pass a ``datasets.Dataset`` and a ``ContrastiveEncoder``.
+Swap ``Trainer`` for a named trainer (or :class:`ContrastiveTrainer` with ``objective=``),
+``TrainingArguments`` for :class:`ContrastiveTrainingArguments`, pass a dataset and a ``ContrastiveEncoder``.
+Names are imported on first use, so ``hf_contrast.training.collators`` can be imported without the trainer.
 """
 
 from __future__ import annotations
 
-from .align_uniform import AlignUniformTrainer
-from .arguments import ContrastiveTrainingArguments
-from .care import CARETrainer
-from .local import LOCALTrainer, PairedImageCollator
-from .collators import ImageViewCollator, TextViewCollator, raw_image_transform
-from .local import LOCALTrainer, PairedImageCollator
-from .moco import CAREMoCoLoss, MoCoState, MomentumUpdateCallback, moco_info_nce_loss
-from .samplers import AFCLBatchSampler
-from .simclr import PAIR_LOSSES, SimCLRTrainer
-from .simo import SimOTrainer
-from .supervised import OCLTrainer, SupConTrainer
-from .trainer import CONTRASTIVE_STATE_NAME, ContrastiveTrainer
+from importlib import import_module
+from typing import Any
 
-__all__ = [
-    "AFCLBatchSampler",
-    "AlignUniformTrainer",
-    "CAREMoCoLoss",
-    "CARETrainer",
-    "CONTRASTIVE_STATE_NAME",
-    "ContrastiveTrainer",
-    "ContrastiveTrainingArguments",
-    "ImageViewCollator",
-    "LOCALTrainer",
-    "LOCALTrainer",
-    "PairedImageCollator",
-    "MoCoState",
-    "MomentumUpdateCallback",
-    "OCLTrainer",
-    "PairedImageCollator",
-    "PAIR_LOSSES",
-    "SimCLRTrainer",
-    "SimOTrainer",
-    "SupConTrainer",
-    "TextViewCollator",
-    "moco_info_nce_loss",
-    "raw_image_transform",
-]
+_LAZY = {
+    "ContrastiveTrainingArguments": "arguments",
+    "NONFINITE_POLICIES": "arguments",
+    "ContrastiveTrainer": "trainer",
+    "NonFiniteLossError": "trainer",
+    "SimCLRTrainer": "trainers",
+    "CARETrainer": "trainers",
+    "SupConTrainer": "trainers",
+    "OCLTrainer": "trainers",
+    "SimOTrainer": "trainers",
+    "AlignUniformTrainer": "trainers",
+    "LOCALTrainer": "trainers",
+    "ImageViewCollator": "collators",
+    "TextViewCollator": "collators",
+    "PairedImageCollator": "collators",
+    "raw_image_transform": "collators",
+    "AFCLBatchSampler": "samplers",
+}
+
+__all__ = sorted(_LAZY)
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        return getattr(import_module(f".{_LAZY[name]}", __name__), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -57,7 +57,6 @@ def training_args(output_dir: str | Path, **overrides: Any) -> ContrastiveTraini
         "disable_tqdm": True,
         "dataloader_num_workers": 0,
         "image_size": 16,
-        "n_splits": 2,
         "seed": 0,
     }
     options.update(overrides)

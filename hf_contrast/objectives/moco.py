@@ -6,7 +6,7 @@ against a queue of ``K`` keys from earlier batches. After every optimizer step
 ``θ_k ← m·θ_k + (1 − m)·θ_q``. The CARE equivariance views both go through ``f_q``.
 
 - :func:`moco_info_nce_loss` — the queue InfoNCE (pure function);
-- :class:`MoCoState` — key encoder + queue (saved in checkpoints by ``CARETrainer``);
+- :class:`MoCoState` — key encoder + queue (part of the objective's ``state_dict``, so checkpointed);
 - :class:`CAREMoCoLoss` — ``{"invariance", "equivariance", "loss"}`` from queries, keys, queue
   and the equivariance views;
 - :class:`MomentumUpdateCallback` — the EMA update once per optimizer step (so gradient
@@ -155,18 +155,16 @@ class MoCoState(nn.Module):
         self.queue_ptr = (self.queue_ptr + n) % self.queue_size
         self.num_enqueued += n
 
-    def state(self) -> dict[str, Any]:
-        """Key encoder, queue and pointers, for checkpoints."""
+    def get_extra_state(self) -> dict[str, Any]:
+        """Queue and pointers (the key encoder is in the ``state_dict`` as a submodule)."""
         return {
-            "key_encoder": self.key_encoder.state_dict(),
             "queue": self.queue,
             "queue_ptr": torch.tensor(self.queue_ptr),
             "num_enqueued": torch.tensor(self.num_enqueued),
         }
 
-    def load_state(self, state: dict[str, Any]) -> None:
-        """Restore :meth:`state`."""
-        self.key_encoder.load_state_dict(state["key_encoder"])
+    def set_extra_state(self, state: dict[str, Any]) -> None:
+        """Restore :meth:`get_extra_state`."""
         self.queue = None if state["queue"] is None else state["queue"].clone()
         self.queue_ptr = int(state["queue_ptr"])
         self.num_enqueued = int(state["num_enqueued"])

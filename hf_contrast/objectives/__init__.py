@@ -1,0 +1,63 @@
+"""Methods as registered objectives: each declares its views and turns model outputs into loss terms.
+
+``get_objective("care")`` / ``build_objective("care", n_splits=8)`` resolve a method by name;
+:func:`available_objectives` lists them. To add a method: write one file with an :class:`Objective`
+subclass (and its :class:`ObjectiveConfig` dataclass) decorated by ``@register_objective("name")``,
+and import it below.
+"""
+
+from __future__ import annotations
+
+from .base import Objective, ObjectiveConfig
+from .registry import available_objectives, build_objective, get_objective, register_objective
+from .views import ViewBuilder
+
+# Registration: importing a module registers its objectives.
+from .align_uniform import AlignUniformConfig, AlignUniformObjective
+from .care import CAREConfig, CAREMoCoConfig, CAREMoCoObjective, CAREObjective
+from .local import LOCALConfig, LOCALObjective
+from .pair import (
+    BinaryNCEConfig,
+    BinaryNCEObjective,
+    CustomPairObjective,
+    PairObjective,
+    SimCLRConfig,
+    SimCLRObjective,
+    SpectralObjective,
+    VICRegConfig,
+    VICRegObjective,
+)
+from .simo import SimOConfig, SimOObjective
+from .supervised import OCLObjective, SupConConfig, SupConObjective
+
+__all__ = [
+    "AlignUniformConfig",
+    "AlignUniformObjective",
+    "BinaryNCEConfig",
+    "BinaryNCEObjective",
+    "CAREConfig",
+    "CAREMoCoConfig",
+    "CAREMoCoObjective",
+    "CAREObjective",
+    "CustomPairObjective",
+    "LOCALConfig",
+    "LOCALObjective",
+    "OCLObjective",
+    "Objective",
+    "ObjectiveConfig",
+    "PairObjective",
+    "SimCLRConfig",
+    "SimCLRObjective",
+    "SimOConfig",
+    "SimOObjective",
+    "SpectralObjective",
+    "SupConConfig",
+    "SupConObjective",
+    "VICRegConfig",
+    "VICRegObjective",
+    "ViewBuilder",
+    "available_objectives",
+    "build_objective",
+    "get_objective",
+    "register_objective",
+]

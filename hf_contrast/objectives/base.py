@@ -1,0 +1,159 @@
+"""``Objective``: one contrastive method — the views it needs and how model outputs become loss terms.
+
+An objective is an ``nn.Module`` that owns its hyperparameters (a dataclass, :attr:`Objective.config_class`,
+whose fields are also command-line flags through ``HfArgumentParser``), its loss modules and any trainable
+or persistent state (a learnable temperature, LOCAL's pair classifier, the MoCo key encoder and queue).
+The trainer only calls the hooks below; it never branches on a method name.
+
+Lifecycle (driven by :class:`~hf_contrast.training.ContrastiveTrainer`):
+
+1. ``setup(views, train_dataset)`` once, when the trainer is built: build losses and augmentations from
+   the encoder (via :class:`~hf_contrast.objectives.views.ViewBuilder`) and the training data;
+2. ``train_collator(views)`` / ``eval_collator(views)`` / ``train_batch_sampler(dataset, views)``: how rows
+   become batches of views;
+3. ``forward(model, inputs, views)`` every step: a dict of named, already-weighted terms with their total
+   under ``"loss"`` (each term is logged as ``loss_<term>``);
+4. ``eval_embeddings(model, inputs, views)`` at evaluation: the representations the metrics use.
+
+Its ``state_dict`` (parameters, buffers, ``get_extra_state``) is saved in every checkpoint.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from torch import Tensor, nn
+
+if TYPE_CHECKING:
+    from transformers import TrainerCallback
+
+    from .views import ViewBuilder
+
+__all__ = ["Objective", "ObjectiveConfig", "require", "is_int", "is_real"]
+
+
+def require(condition: bool, name: str, value: object, expected: str) -> None:
+    """Raise ``ValueError("`name` must be expected, got value")`` unless ``condition``."""
+    if not condition:
+        raise ValueError(f"`{name}` must be {expected}, got {value!r}.")
+
+
+def is_int(value: object) -> bool:
+    """Whether ``value`` is an int (not a bool)."""
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def is_real(value: object) -> bool:
+    """Whether ``value`` is a finite real number (not a bool)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+@dataclasses.dataclass
+class ObjectiveConfig:
+    """Hyperparameters of an objective. Subclasses add fields (with ``metadata={"help": ...}``, which
+    ``HfArgumentParser`` turns into ``--flag`` help) and check them in :meth:`validate`."""
+
+    def validate(self) -> None:
+        """Raise ``ValueError`` naming the field on an out-of-range value."""
+
+    def __post_init__(self) -> None:
+        self.validate()
+
+
+class Objective(nn.Module):
+    """Base class of the contrastive methods (see the module docstring for the hooks).
+
+    Args:
+        config: The hyperparameters, an instance of :attr:`config_class`.
+        **hyperparameters: Or the fields of :attr:`config_class` (not both).
+
+    Raises:
+        ValueError: on an unknown or out-of-range hyperparameter.
+    """
+
+    #: Registered name (set by :func:`~hf_contrast.objectives.register_objective`).
+    name: ClassVar[str] = "objective"
+    #: The hyperparameter dataclass.
+    config_class: ClassVar[type[ObjectiveConfig]] = ObjectiveConfig
+    #: Whether the batches need integer class labels.
+    needs_labels: ClassVar[bool] = False
+    #: Whether ``forward`` can score any evaluation batch (``eval_loss``).
+    has_eval_loss: ClassVar[bool] = True
+
+    def __init__(self, config: ObjectiveConfig | None = None, **hyperparameters: Any) -> None:
+        super().__init__()
+        if config is not None and hyperparameters:
+            raise ValueError(f"Pass either `config` or hyperparameters to {type(self).__name__}, not both.")
+        if config is None:
+            fields = {f.name for f in dataclasses.fields(self.config_class)}
+            unknown = sorted(set(hyperparameters) - fields)
+            if unknown:
+                raise ValueError(
+                    f"{type(self).__name__} has no hyperparameter(s) {unknown}; its hyperparameters are {sorted(fields)}."
+                )
+            config = self.config_class(**hyperparameters)
+        elif not isinstance(config, self.config_class):
+            raise ValueError(f"`config` must be a {self.config_class.__name__}, got {type(config).__name__}.")
+        self.config = config
+
+    # ---- description --------------------------------------------------------------------------
+
+    def get_config_dict(self) -> dict[str, Any]:
+        """The hyperparameters as a plain dict (model cards, logs)."""
+        return dataclasses.asdict(self.config)
+
+    @property
+    def citation(self) -> str:
+        """BibTeX of the method (from the loss modules it owns)."""
+        seen: list[str] = []
+        for module in self.modules():
+            text = getattr(type(module), "citation", None)
+            if isinstance(text, str) and text and text not in seen:
+                seen.append(text)
+        return "\n".join(seen)
+
+    @property
+    def batch_multiple(self) -> int:
+        """Training batches must hold a multiple of this many samples (chunked methods: ``n_splits``)."""
+        return 1
+
+    # ---- hooks --------------------------------------------------------------------------------
+
+    def setup(self, views: ViewBuilder, train_dataset: Any) -> None:
+        """Build losses and augmentations from the encoder and the training data (called once)."""
+
+    def train_collator(self, views: ViewBuilder) -> Callable[[list[dict[str, Any]]], dict[str, Any]]:
+        """Training collator: two random views per sample (images) or the tokenised text."""
+        return views.collator(n_views=2)
+
+    def eval_collator(self, views: ViewBuilder) -> Callable[[list[dict[str, Any]]], dict[str, Any]]:
+        """Evaluation collator: what :meth:`forward` needs plus a deterministic view."""
+        return views.collator(n_views=2, deterministic=True)
+
+    def train_batch_sampler(self, dataset: Any, views: ViewBuilder) -> Any:
+        """A batch sampler for training (e.g. class-major AFCL batches), or ``None`` for the Trainer's."""
+        return None
+
+    def callbacks(self) -> list[TrainerCallback]:
+        """Trainer callbacks the method needs (e.g. MoCo's momentum update)."""
+        return []
+
+    def forward(self, model: nn.Module, inputs: Mapping[str, Any], views: ViewBuilder) -> dict[str, Tensor]:
+        """Named loss terms of one batch, total under ``"loss"``."""
+        raise NotImplementedError
+
+    def eval_loss(self, model: nn.Module, inputs: Mapping[str, Any], views: ViewBuilder) -> Tensor | None:
+        """The loss on an evaluation batch, or ``None`` when this batch cannot be scored (e.g. a ragged
+        last batch of a chunked method); ``eval_loss`` is the mean over the scored batches."""
+        if not self.has_eval_loss:
+            return None
+        return self(model, inputs, views)["loss"]
+
+    def eval_embeddings(
+        self, model: nn.Module, inputs: Mapping[str, Any], views: ViewBuilder
+    ) -> tuple[Tensor, ...]:
+        """``(representation of the deterministic view[, view 1, view 2])`` of an evaluation batch."""
+        return views.eval_representations(model, inputs)

@@ -1,0 +1,182 @@
+"""CARE and CARE-MoCo: InfoNCE (or MoCo's queue InfoNCE) + λ · rotational equivariance on chunk-shared views.
+
+CARE (https://arxiv.org/abs/2306.13924, docs/methods.md §4). Per batch: two per-sample SimCLR views
+(invariance, built by the CPU collator) and two equivariance views: the collator passes the resized
+un-normalised images (``pixel_values_eq``) and :class:`hf_contrast.augment.ChunkedAugmentation` draws one
+augmentation pair per chunk of ``n_splits`` on the training device. Text uses SimCSE dropout views (or
+``text_pair_column``) for invariance and :class:`hf_contrast.augment.ChunkedTextAugmentation` for
+equivariance. All views share one forward pass. ``share_views=True`` computes InfoNCE on the equivariance
+views (two forward passes fewer, weaker invariance views).
+
+Ragged batches: chunks must be whole, so training batches must be a multiple of ``n_splits`` — the trainer
+checks ``per_device_train_batch_size`` before training and drops a ragged last batch of an epoch (see
+:attr:`Objective.batch_multiple`); a ragged evaluation batch is not scored (:meth:`eval_loss` returns None).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from torch import Tensor, nn
+
+from .. import distributed
+from ..augment.chunked import ChunkedAugmentation
+from ..augment.text import ChunkedTextAugmentation
+from ..losses import CARELoss
+from .base import Objective, ObjectiveConfig, is_int, is_real, require
+from .moco import CAREMoCoLoss, MoCoState, MomentumUpdateCallback
+from .registry import register_objective
+from .views import ViewBuilder
+
+__all__ = ["CAREConfig", "CAREObjective", "CAREMoCoConfig", "CAREMoCoObjective"]
+
+
+@dataclass
+class CAREConfig(ObjectiveConfig):
+    temperature: float = field(default=0.5, metadata={"help": "CARE: InfoNCE temperature τ > 0."})
+    care_weight: float = field(default=0.01, metadata={"help": "CARE: weight λ >= 0 of the equivariance term."})
+    n_splits: int = field(
+        default=8,
+        metadata={"help": "CARE: chunks S sharing one augmentation pair; must divide the per-device batch size."},
+    )
+    share_views: bool = field(
+        default=False,
+        metadata={"help": "CARE: InfoNCE on the chunk-shared views (two forward passes fewer, weaker invariance)."},
+    )
+
+    def validate(self) -> None:
+        require(is_real(self.temperature) and self.temperature > 0, "temperature", self.temperature, "> 0")
+        require(is_real(self.care_weight) and self.care_weight >= 0, "care_weight", self.care_weight, "a finite number >= 0")
+        require(is_int(self.n_splits) and self.n_splits >= 1, "n_splits", self.n_splits, "an int >= 1")
+
+
+class _ChunkedObjective(Objective):
+    """Shared machinery of the chunked methods: the equivariance augmentation and views."""
+
+    config: CAREConfig
+
+    def __init__(
+        self,
+        config: ObjectiveConfig | None = None,
+        equivariance_augmentation: Callable[..., tuple[Any, Any]] | None = None,
+        **hyperparameters: Any,
+    ) -> None:
+        super().__init__(config, **hyperparameters)
+        self.equivariance_augmentation = equivariance_augmentation
+
+    @property
+    def batch_multiple(self) -> int:
+        return self.config.n_splits
+
+    def setup(self, views: ViewBuilder, train_dataset: Any) -> None:
+        if self.equivariance_augmentation is None:
+            if views.is_text:
+                self.equivariance_augmentation = ChunkedTextAugmentation.from_tokenizer(
+                    views.processing_class, self.config.n_splits
+                )
+            else:
+                self.equivariance_augmentation = ChunkedAugmentation.from_data_config(
+                    self.config.n_splits, views.data_config()
+                )
+
+    def train_collator(self, views: ViewBuilder) -> Callable[[list[dict[str, Any]]], dict[str, Any]]:
+        return views.collator(n_views=0 if self.config.share_views else 2, raw=True)
+
+    def eval_collator(self, views: ViewBuilder) -> Callable[[list[dict[str, Any]]], dict[str, Any]]:
+        return views.collator(n_views=2, deterministic=True, raw=True)
+
+    def equivariance_views(self, inputs: Mapping[str, Any], views: ViewBuilder) -> list[dict[str, Tensor]]:
+        """The two chunk-shared views of the batch, built on its device."""
+        augment = self.equivariance_augmentation
+        if views.is_text:
+            view1, view2 = augment(views.view(inputs, ""))  # type: ignore[misc]
+            return [dict(view1), dict(view2)]
+        if "pixel_values_eq" not in inputs:
+            raise ValueError(
+                f"The batch has no `pixel_values_eq` (keys: {sorted(inputs)}): CARE's collator must pass the "
+                "resized un-normalised images (ImageViewCollator(raw_transform=...))."
+            )
+        view1, view2 = augment(inputs["pixel_values_eq"])  # type: ignore[misc]
+        return [{"pixel_values": view1}, {"pixel_values": view2}]
+
+    def eval_loss(self, model: nn.Module, inputs: Mapping[str, Any], views: ViewBuilder) -> Tensor | None:
+        first = next(iter(views.view(inputs, "").values())) if views.is_text else inputs.get("pixel_values_eq")
+        if first is None or first.shape[0] % self.config.n_splits or first.shape[0] // self.config.n_splits < 2:
+            return None  # a ragged evaluation batch has no whole chunks
+        return super().eval_loss(model, inputs, views)
+
+
+@register_objective("care")
+class CAREObjective(_ChunkedObjective):
+    """CARE-SimCLR: ``InfoNCE(z1, z2) + care_weight · L_equi`` (terms ``invariance``, ``equivariance``).
+
+    Args:
+        equivariance_augmentation: Replaces the default chunked augmentation. Images: a callable
+            ``(B, C, H, W) uint8 → (view1, view2)`` normalised; text: ``batch dict → (view1, view2)``.
+        **hyperparameters: :class:`CAREConfig` fields.
+    """
+
+    config_class = CAREConfig
+
+    def setup(self, views: ViewBuilder, train_dataset: Any) -> None:
+        super().setup(views, train_dataset)
+        c = self.config
+        self.loss = CARELoss(c.temperature, c.care_weight, c.n_splits, gather_distributed=views.gather_distributed)
+
+    def forward(self, model: nn.Module, inputs: Mapping[str, Any], views: ViewBuilder) -> dict[str, Tensor]:
+        eq1, eq2 = self.equivariance_views(inputs, views)
+        if self.config.share_views:
+            z1, z2 = views.projections(model, [eq1, eq2])
+            return self.loss(z1, z2)
+        z1, z2, e1, e2 = views.projections(model, [*views.augmented(inputs, 2), eq1, eq2])
+        return self.loss(z1, z2, e1, e2)
+
+
+@dataclass
+class CAREMoCoConfig(CAREConfig):
+    temperature: float = field(default=0.2, metadata={"help": "CARE-MoCo: temperature of the queue InfoNCE."})
+    moco_momentum: float = field(default=0.99, metadata={"help": "CARE-MoCo: EMA momentum m in [0, 1)."})
+    moco_queue_size: int = field(default=4096, metadata={"help": "CARE-MoCo: number of negative keys in the queue."})
+
+    def validate(self) -> None:
+        super().validate()
+        require(is_real(self.moco_momentum) and 0 <= self.moco_momentum < 1, "moco_momentum", self.moco_momentum, "in [0, 1)")
+        require(
+            is_int(self.moco_queue_size) and self.moco_queue_size >= 1, "moco_queue_size", self.moco_queue_size, "an int >= 1"
+        )
+
+
+@register_objective("care_moco")
+class CAREMoCoObjective(_ChunkedObjective):
+    """CARE with a MoCo-v2 invariance term: a momentum key encoder and a queue of negatives (both part of
+    this objective's ``state_dict``, so checkpointed). Terms ``invariance``, ``equivariance``."""
+
+    config_class = CAREMoCoConfig
+    config: CAREMoCoConfig
+
+    def setup(self, views: ViewBuilder, train_dataset: Any) -> None:
+        super().setup(views, train_dataset)
+        c = self.config
+        self.loss = CAREMoCoLoss(c.temperature, c.care_weight, c.n_splits)
+        self.moco = MoCoState(views.model, queue_size=c.moco_queue_size, momentum=c.moco_momentum, seed=views.seed)
+
+    def callbacks(self) -> list[Any]:
+        return [MomentumUpdateCallback(self.moco)]
+
+    def forward(self, model: nn.Module, inputs: Mapping[str, Any], views: ViewBuilder) -> dict[str, Tensor]:
+        eq1, eq2 = self.equivariance_views(inputs, views)
+        if self.config.share_views:
+            e1, e2 = views.projections(model, [eq1, eq2])
+            q, key_view = e1, eq2
+        else:
+            view1, key_view = views.augmented(inputs, 2)
+            q, e1, e2 = views.projections(model, [view1, eq1, eq2])
+        self.moco.key_encoder.train(model.training)
+        k = self.moco.keys(**key_view)
+        queue = self.moco.queue_for(k.shape[1], k.device)
+        terms = self.loss(q, k, queue, e1, e2)
+        if model.training:  # MoCo enqueues the keys of all processes
+            self.moco.enqueue(distributed.gather(k))
+        return terms

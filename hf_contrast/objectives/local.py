@@ -1,0 +1,159 @@
+"""LOCAL: the paired-input framework (docs/methods.md §3a) — ``α·(OCL(z) + β·OCL(l)) + (1 − α)·WCE``.
+
+Rows hold a pair of images (``image_pre``, ``image_post``) and the class of the pair (e.g. the kind of
+change between them). Both images go through the shared encoder in one forward pass with their stage
+feature maps; :class:`hf_contrast.losses.LOCALLoss` combines OCL on the projection difference, β · OCL on
+the latent feature-correlation embedding, and the class-weighted cross-entropy of its pair classifier,
+weighted by α (``alpha_schedule``: ``"inverse_epoch"`` α = alpha / (1 + e) at the integer epoch e, or
+``"constant"``). ``contrastive="supcon"`` gives the paper's L-SCL baseline. Class weights are
+1/frequency over the training set. The pair classifier is part of this objective (trained,
+checkpointed, used by :meth:`predict_pairs`), not of the saved encoder.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from ..augment.paired import paired_transform
+from ..losses.local import LOCALLoss, local_alpha, pair_difference
+from ..training.collators import PairedImageCollator
+from .base import Objective, ObjectiveConfig, is_int, is_real, require
+from .registry import register_objective
+from .views import ViewBuilder
+
+__all__ = ["LOCALConfig", "LOCALObjective"]
+
+_ALPHA_SCHEDULES = ("inverse_epoch", "constant")
+_CONTRASTIVE = ("ocl", "supcon")
+
+
+@dataclass
+class LOCALConfig(ObjectiveConfig):
+    temperature: float = field(default=0.1, metadata={"help": "LOCAL: temperature τ > 0 of the OCL terms."})
+    beta: float = field(default=1.0, metadata={"help": "LOCAL: weight β >= 0 of the latent OCL term."})
+    alpha: float = field(default=1.0, metadata={"help": "LOCAL: initial / constant α in [0, 1]."})
+    alpha_schedule: str = field(
+        default="inverse_epoch", metadata={"help": "LOCAL: schedule of α, 'inverse_epoch' or 'constant'."}
+    )
+    contrastive: str = field(default="ocl", metadata={"help": "LOCAL: 'ocl' (LOCAL) or 'supcon' (L-SCL baseline)."})
+    num_labels: int | None = field(
+        default=None, metadata={"help": "LOCAL: pair classes; default from the training set's ClassLabel or max+1."}
+    )
+    pre_column: str = field(default="image_pre", metadata={"help": "LOCAL: column of the first image of a pair."})
+    post_column: str = field(default="image_post", metadata={"help": "LOCAL: column of the second image of a pair."})
+
+    def validate(self) -> None:
+        require(is_real(self.temperature) and self.temperature > 0, "temperature", self.temperature, "> 0")
+        require(is_real(self.beta) and self.beta >= 0, "beta", self.beta, "a finite number >= 0")
+        require(is_real(self.alpha) and 0 <= self.alpha <= 1, "alpha", self.alpha, "in [0, 1]")
+        require(self.alpha_schedule in _ALPHA_SCHEDULES, "alpha_schedule", self.alpha_schedule, f"one of {_ALPHA_SCHEDULES}")
+        require(self.contrastive in _CONTRASTIVE, "contrastive", self.contrastive, f"one of {_CONTRASTIVE}")
+        require(
+            self.num_labels is None or (is_int(self.num_labels) and self.num_labels >= 2),
+            "num_labels",
+            self.num_labels,
+            "an int >= 2 or None",
+        )
+
+
+class _EachImage:
+    """Apply one deterministic transform to both images of a pair (evaluation)."""
+
+    def __init__(self, transform: Callable[[Any], Tensor]) -> None:
+        self.transform = transform
+
+    def __call__(self, pre: Any, post: Any) -> tuple[Tensor, Tensor]:
+        return self.transform(pre), self.transform(post)
+
+
+@register_objective("local")
+class LOCALObjective(Objective):
+    """LOCAL on paired images (a timm encoder: its stage maps feed the latent correlation module)."""
+
+    config_class = LOCALConfig
+    config: LOCALConfig
+    needs_labels = True
+
+    def setup(self, views: ViewBuilder, train_dataset: Any) -> None:
+        if views.is_text:
+            raise ValueError("LOCAL needs a timm image encoder (stage feature maps); got a text encoder.")
+        column = views.args.label_column
+        if train_dataset is None or not hasattr(train_dataset, "column_names") or column not in train_dataset.column_names:
+            raise ValueError(
+                f"LOCAL needs a training `datasets.Dataset` with the label column `label_column`={column!r} (the class "
+                "weights are 1/frequency over it)."
+            )
+        labels = list(train_dataset[column])
+        num_labels = self.config.num_labels
+        if num_labels is None:
+            feature = getattr(train_dataset, "features", {}).get(column)
+            num_labels = getattr(feature, "num_classes", None) or max(labels) + 1
+        counts = torch.bincount(torch.tensor(labels, dtype=torch.long), minlength=num_labels)
+        if counts.numel() != num_labels:
+            raise ValueError(f"`num_labels`={num_labels} is smaller than the largest training label {max(labels)}.")
+        c = self.config
+        self.loss = LOCALLoss(
+            embedding_dim=views.model.embedding_dim,
+            num_classes=num_labels,
+            class_counts=counts.tolist(),
+            beta=c.beta,
+            temperature=c.temperature,
+            contrastive=c.contrastive,
+        )
+
+    def _collator(self, views: ViewBuilder, transform: Callable[[Any, Any], tuple[Tensor, Tensor]]) -> PairedImageCollator:
+        return PairedImageCollator(
+            transform=transform,
+            pre_column=self.config.pre_column,
+            post_column=self.config.post_column,
+            label_column=views.args.label_column,
+            seed=views.seed,
+        )
+
+    def train_collator(self, views: ViewBuilder) -> PairedImageCollator:
+        """Training pairs: one shared random crop/flip per pair (:func:`~hf_contrast.augment.paired_transform`)."""
+        config = views.data_config()
+        return self._collator(views, paired_transform(config["input_size"][1:], config["mean"], config["std"]))
+
+    def eval_collator(self, views: ViewBuilder) -> PairedImageCollator:
+        """Evaluation pairs: the deterministic resize / centre-crop / normalise of each image."""
+        return self._collator(views, _EachImage(views.deterministic_transform()))
+
+    def alpha(self, views: ViewBuilder) -> float:
+        """α at the current integer epoch."""
+        return local_alpha(int(views.epoch), self.config.alpha_schedule, self.config.alpha)
+
+    def _encode(self, model: nn.Module, inputs: Mapping[str, Any], views: ViewBuilder, maps: bool) -> list[dict[str, Any]]:
+        pair = [{"pixel_values": inputs["pixel_values_pre"]}, {"pixel_values": inputs["pixel_values_post"]}]
+        return views.encode(model, pair, output_feature_maps=maps)
+
+    def forward(self, model: nn.Module, inputs: Mapping[str, Any], views: ViewBuilder) -> dict[str, Tensor]:
+        labels = views.labels(inputs)
+        pre, post = self._encode(model, inputs, views, maps=self.config.beta > 0)
+        return self.loss(
+            pre["embeddings"],
+            post["embeddings"],
+            pre["projections"],
+            post["projections"],
+            labels,
+            pre.get("feature_maps"),
+            post.get("feature_maps"),
+            alpha=self.alpha(views),
+        )
+
+    def eval_embeddings(self, model: nn.Module, inputs: Mapping[str, Any], views: ViewBuilder) -> tuple[Tensor, ...]:
+        """The pair representation ``z = n(n(e_pre) − n(e_post))`` OCL shapes, and the classifier's logits."""
+        pre, post = self._encode(model, inputs, views, maps=False)
+        z = pair_difference(pre["projections"], post["projections"]).float()
+        return (z,)
+
+    @torch.no_grad()
+    def classify(self, model: nn.Module, inputs: Mapping[str, Any], views: ViewBuilder) -> Tensor:
+        """Pair-classifier logits ``(B, K)`` of a batch."""
+        pre, post = self._encode(model, inputs, views, maps=False)
+        return self.loss.classify(pre["embeddings"], post["embeddings"]).float()

@@ -1,0 +1,143 @@
+"""Pair objectives on two per-sample random views: SimCLR (InfoNCE), spectral, VICReg, binary NCE.
+
+Images get two independent SimCLR augmentations; text gets the same sentence twice, so the encoder's
+dropout makes the views (SimCSE, https://arxiv.org/abs/2104.08821), or the ``text_pair_column``
+sentence as the second view. docs/methods.md §1 and §9.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from torch import Tensor, nn
+
+from ..losses import BinaryNCELoss, InfoNCELoss, SpectralContrastiveLoss, VICRegLoss
+from .base import Objective, ObjectiveConfig, is_real, require
+from .registry import register_objective
+from .views import ViewBuilder
+
+__all__ = [
+    "PairObjective",
+    "SimCLRObjective",
+    "SimCLRConfig",
+    "SpectralObjective",
+    "VICRegObjective",
+    "VICRegConfig",
+    "BinaryNCEObjective",
+    "BinaryNCEConfig",
+]
+
+
+def as_terms(result: Tensor | Mapping[str, Tensor]) -> dict[str, Tensor]:
+    """A loss result as a dict of terms with the total under ``"loss"``."""
+    return dict(result) if isinstance(result, Mapping) else {"loss": result}
+
+
+class PairObjective(Objective):
+    """``loss(z1, z2)`` on the projections of two random views of each sample.
+
+    Subclasses build ``self.loss`` in :meth:`build_loss`; pass ``loss=`` to use any module called as
+    ``loss(z1, z2)`` (returning a scalar or a dict of terms with ``"loss"``).
+    """
+
+    def __init__(self, config: ObjectiveConfig | None = None, loss: nn.Module | None = None, **hyperparameters: Any):
+        super().__init__(config, **hyperparameters)
+        self.loss = loss
+
+    def build_loss(self, views: ViewBuilder) -> nn.Module:
+        raise ValueError(f"{type(self).__name__} needs `loss=`: a module called as loss(z1, z2).")
+
+    def setup(self, views: ViewBuilder, train_dataset: Any) -> None:
+        if self.loss is None:
+            self.loss = self.build_loss(views)
+
+    def forward(self, model: nn.Module, inputs: Mapping[str, Any], views: ViewBuilder) -> dict[str, Tensor]:
+        z1, z2 = views.projections(model, views.augmented(inputs, 2))
+        return as_terms(self.loss(z1, z2))
+
+
+@register_objective("pair")
+class CustomPairObjective(PairObjective):
+    """Any pair loss module: ``ContrastiveTrainer(objective=CustomPairObjective(loss=MyLoss()))``."""
+
+
+@dataclass
+class SimCLRConfig(ObjectiveConfig):
+    temperature: float = field(default=0.5, metadata={"help": "InfoNCE temperature τ > 0 (SimCLR 0.5, SimCSE 0.05)."})
+
+    def validate(self) -> None:
+        require(is_real(self.temperature) and self.temperature > 0, "temperature", self.temperature, "> 0")
+
+
+@register_objective("simclr")
+class SimCLRObjective(PairObjective):
+    """SimCLR (https://arxiv.org/abs/2002.05709): InfoNCE between two random views of each sample."""
+
+    config_class = SimCLRConfig
+    config: SimCLRConfig
+
+    def build_loss(self, views: ViewBuilder) -> nn.Module:
+        return InfoNCELoss(temperature=self.config.temperature, gather_distributed=views.gather_distributed)
+
+
+@register_objective("spectral")
+class SpectralObjective(PairObjective):
+    """Spectral contrastive loss (HaoChen et al. 2021, docs/methods.md §9)."""
+
+    def build_loss(self, views: ViewBuilder) -> nn.Module:
+        return SpectralContrastiveLoss(gather_distributed=views.gather_distributed)
+
+
+@dataclass
+class VICRegConfig(ObjectiveConfig):
+    invariance_weight: float = field(default=25.0, metadata={"help": "VICReg: weight λ of the invariance term."})
+    variance_weight: float = field(default=25.0, metadata={"help": "VICReg: weight μ of the variance term."})
+    covariance_weight: float = field(default=1.0, metadata={"help": "VICReg: weight ν of the covariance term."})
+
+    def validate(self) -> None:
+        for name in ("invariance_weight", "variance_weight", "covariance_weight"):
+            value = getattr(self, name)
+            require(is_real(value) and value >= 0, name, value, "a finite number >= 0")
+
+
+@register_objective("vicreg")
+class VICRegObjective(PairObjective):
+    """VICReg (Bardes et al. 2022, docs/methods.md §9); logs its three terms."""
+
+    config_class = VICRegConfig
+    config: VICRegConfig
+
+    def build_loss(self, views: ViewBuilder) -> nn.Module:
+        c = self.config
+        return VICRegLoss(c.invariance_weight, c.variance_weight, c.covariance_weight)
+
+
+@dataclass
+class BinaryNCEConfig(ObjectiveConfig):
+    temperature: float = field(default=0.1, metadata={"help": "Binary NCE: initial temperature τ > 0."})
+    negatives: str = field(default="all", metadata={"help": "Binary NCE: 'all' in-batch negatives or 'shifted'."})
+    learnable_temperature: bool = field(default=False, metadata={"help": "Binary NCE: learn the temperature."})
+    learnable_bias: bool = field(default=False, metadata={"help": "Binary NCE: learn the bias."})
+
+    def validate(self) -> None:
+        require(is_real(self.temperature) and self.temperature > 0, "temperature", self.temperature, "> 0")
+        require(self.negatives in ("all", "shifted"), "negatives", self.negatives, "'all' or 'shifted'")
+
+
+@register_objective("binary_nce")
+class BinaryNCEObjective(PairObjective):
+    """Sigmoid (binary) NCE (docs/methods.md §9); a learnable temperature/bias is trained and checkpointed."""
+
+    config_class = BinaryNCEConfig
+    config: BinaryNCEConfig
+
+    def build_loss(self, views: ViewBuilder) -> nn.Module:
+        c = self.config
+        return BinaryNCELoss(
+            temperature=c.temperature,
+            negatives=c.negatives,
+            learnable_temperature=c.learnable_temperature,
+            learnable_bias=c.learnable_bias,
+        )

@@ -1,0 +1,118 @@
+"""SimO / AFCL: anchor-free similarity–orthogonality over class-major batches (docs/methods.md §5).
+
+Training batches come from :class:`~hf_contrast.training.AFCLBatchSampler`: ``C = classes_per_batch``
+classes × ``k = samples_per_class`` samples, class-major, ``2C <`` the number of classes;
+``per_device_train_batch_size`` must equal ``C·k``. The raw projections (SimO does not normalise) of
+``n_views`` views (default 1; with 2 the views of a class form a group of ``2k``) go to
+:class:`~hf_contrast.losses.AFCLLoss`, which logs ``same``, ``mean`` and ``diff``. ``gather_distributed``
+does not apply: each process's AFCL batch is its own set of groups. There is no ``eval_loss`` (evaluation
+batches are not class-major): choose the best checkpoint with a metric (``metric_for_best_model``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from ..losses import AFCLLoss
+from ..training.samplers import AFCLBatchSampler
+from .base import Objective, ObjectiveConfig, is_int, is_real, require
+from .registry import register_objective
+from .views import ViewBuilder
+
+__all__ = ["SimOConfig", "SimOObjective"]
+
+
+@dataclass
+class SimOConfig(ObjectiveConfig):
+    classes_per_batch: int = field(
+        default=4, metadata={"help": "SimO/AFCL: classes C per batch (fewer than half the classes)."}
+    )
+    samples_per_class: int = field(default=8, metadata={"help": "SimO/AFCL: samples k per class in a batch (>= 2)."})
+    olean: float = field(default=0.01, metadata={"help": "SimO/AFCL: orthogonality leaning in [0, 1]."})
+    n_views: int = field(default=1, metadata={"help": "SimO: augmented views per sample (1 or 2)."})
+
+    def validate(self) -> None:
+        require(
+            is_int(self.classes_per_batch) and self.classes_per_batch >= 2,
+            "classes_per_batch",
+            self.classes_per_batch,
+            "an int >= 2",
+        )
+        require(
+            is_int(self.samples_per_class) and self.samples_per_class >= 2,
+            "samples_per_class",
+            self.samples_per_class,
+            "an int >= 2",
+        )
+        require(is_real(self.olean) and 0 <= self.olean <= 1, "olean", self.olean, "in [0, 1]")
+        require(is_int(self.n_views) and self.n_views in (1, 2), "n_views", self.n_views, "1 or 2")
+
+
+@register_objective("simo")
+class SimOObjective(Objective):
+    """SimO / AFCL (https://arxiv.org/abs/2410.05233) on class-major ``C × k`` batches."""
+
+    config_class = SimOConfig
+    config: SimOConfig
+    needs_labels = True
+    has_eval_loss = False
+
+    @property
+    def batch_size(self) -> int:
+        """``C · k``: the per-device training batch size it needs."""
+        return self.config.classes_per_batch * self.config.samples_per_class
+
+    def setup(self, views: ViewBuilder, train_dataset: Any) -> None:
+        per_device = views.args.per_device_train_batch_size
+        if per_device != self.batch_size:
+            c, k = self.config.classes_per_batch, self.config.samples_per_class
+            raise ValueError(
+                f"`per_device_train_batch_size`={per_device} must equal `classes_per_batch` × `samples_per_class` = "
+                f"{c} × {k} = {self.batch_size} (AFCL batches are class-major)."
+            )
+        self.loss = AFCLLoss(n_classes=self.config.classes_per_batch, olean=self.config.olean)
+
+    def train_collator(self, views: ViewBuilder) -> Any:
+        return views.collator(n_views=self.config.n_views)
+
+    def train_batch_sampler(self, dataset: Any, views: ViewBuilder) -> AFCLBatchSampler:
+        """Class-major ``C × k`` batches, epoch-aware; Accelerate shards them over processes.
+
+        Raises:
+            ValueError: if the dataset is not a ``datasets.Dataset`` with the label column.
+        """
+        column = views.args.label_column
+        if not hasattr(dataset, "column_names"):
+            raise ValueError(
+                "SimO builds class-major batches from the labels of a `datasets.Dataset` (it reads "
+                f"`train_dataset[label_column]`); got a {type(dataset).__name__}. Wrap your data with "
+                "`datasets.Dataset.from_dict(...)` or pass a `datasets.Dataset`."
+            )
+        if column not in dataset.column_names:
+            raise ValueError(f"SimO needs class labels: the training dataset has no `label_column`={column!r}.")
+        return AFCLBatchSampler(
+            list(dataset[column]),
+            classes_per_batch=self.config.classes_per_batch,
+            samples_per_class=self.config.samples_per_class,
+            shuffle=True,
+            seed=views.seed,
+            drop_last=True,
+            num_replicas=1,
+            rank=0,
+        )
+
+    def forward(self, model: nn.Module, inputs: Mapping[str, Any], views: ViewBuilder) -> dict[str, Tensor]:
+        z_views = views.projections(model, views.augmented(inputs, self.config.n_views))
+        c = self.config.classes_per_batch
+        if len(z_views) == 1:
+            e = z_views[0]
+        else:  # (V, C·k, D) -> (C, V·k, D): each class's group holds all its views
+            stacked = torch.stack(z_views)
+            v, n, d = stacked.shape
+            e = stacked.reshape(v, c, n // c, d).transpose(0, 1).reshape(n * v, d)
+        return self.loss(e)

@@ -1,0 +1,90 @@
+"""SupCon and OCL: supervised contrastive losses over ``n_views`` labelled views (docs/methods.md §2–3).
+
+The views of a batch are flattened view-major with their labels repeated, so with ``n_views=2``
+(default) every anchor has a positive (its other view). With ``n_views=1`` a batch whose labels all
+differ has no positive pair: it is skipped (zero loss connected to the graph, counted in the logged
+``skipped_batches``), never a crash.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from .. import distributed
+from ..losses import OCLoss, SupConLoss
+from .base import Objective, ObjectiveConfig, is_int, is_real, require
+from .registry import register_objective
+from .views import ViewBuilder
+
+__all__ = ["SupConConfig", "SupConObjective", "OCLObjective"]
+
+
+@dataclass
+class SupConConfig(ObjectiveConfig):
+    temperature: float = field(default=0.1, metadata={"help": "SupCon/OCL: temperature τ > 0."})
+    n_views: int = field(default=2, metadata={"help": "SupCon/OCL: augmented views per sample (1 or 2)."})
+
+    def validate(self) -> None:
+        require(is_real(self.temperature) and self.temperature > 0, "temperature", self.temperature, "> 0")
+        require(is_int(self.n_views) and self.n_views in (1, 2), "n_views", self.n_views, "1 or 2")
+
+
+@register_objective("supcon")
+class SupConObjective(Objective):
+    """SupCon (https://arxiv.org/abs/2004.11362) on the flattened views; needs ``label_column``."""
+
+    config_class = SupConConfig
+    config: SupConConfig
+    needs_labels = True
+    loss_class: type[nn.Module] = SupConLoss
+
+    def __init__(self, config: ObjectiveConfig | None = None, **hyperparameters: Any) -> None:
+        super().__init__(config, **hyperparameters)
+        self.skipped_batches = 0
+
+    def setup(self, views: ViewBuilder, train_dataset: Any) -> None:
+        self.loss = self.loss_class(temperature=self.config.temperature, gather_distributed=views.gather_distributed)
+
+    def train_collator(self, views: ViewBuilder) -> Any:
+        return views.collator(n_views=self.config.n_views)
+
+    def eval_collator(self, views: ViewBuilder) -> Any:
+        return views.collator(n_views=max(2, self.config.n_views), deterministic=True)
+
+    def has_positive_pair(self, labels: Tensor, views: ViewBuilder) -> bool:
+        """Whether some label occurs twice (over all processes when gathering: every process agrees)."""
+        if views.gather_distributed and distributed.world_size() > 1:
+            labels = distributed.gather(labels)
+        return bool(torch.unique(labels).numel() < labels.numel())
+
+    def forward(self, model: nn.Module, inputs: Mapping[str, Any], views: ViewBuilder) -> dict[str, Tensor]:
+        labels = views.labels(inputs)
+        z_views = views.projections(model, views.augmented(inputs, self.config.n_views))
+        z = torch.cat(z_views)
+        y = labels.repeat(len(z_views))
+        # With two views every anchor has a positive (its other view): no check, no host sync.
+        if len(z_views) == 1 and not self.has_positive_pair(y, views):
+            self.skipped_batches += 1
+            warnings.warn(
+                f"{type(self).__name__}: skipped a batch with no positive pair ({y.numel()} samples, all of different "
+                "classes); use larger batches or two views per sample (`n_views=2`). Training continues; the count "
+                "is logged as `skipped_batches`.",
+                RuntimeWarning,
+                stacklevel=2,
+            )
+            return {"loss": z.sum() * 0.0, "skipped": torch.ones((), device=z.device)}
+        return {"loss": self.loss(z, y)}
+
+
+@register_objective("ocl")
+class OCLObjective(SupConObjective):
+    """OCL, the orthonormal contrastive loss of LOCAL (docs/methods.md §3): SupCon with every negative
+    entering the denominator through ``|cos|``."""
+
+    loss_class = OCLoss
