@@ -133,7 +133,8 @@ class EquivarianceEvaluator(Evaluator):
         if isinstance(num_samples, bool) or not isinstance(num_samples, int) or not 2 <= num_samples <= n_rows:
             raise ValueError(f"`num_samples` must be an integer in [2, {n_rows}] (the dataset size), got {num_samples!r}.")
         if label_column is not None:
-            rows = balanced_subset(torch.as_tensor(list(dataset[label_column])), num_samples, seed)
+            labels = dataset[label_column] if hasattr(dataset, "column_names") else [row[label_column] for row in dataset]
+            rows = balanced_subset(torch.as_tensor(list(labels)), num_samples, seed)
         else:
             rows = torch.sort(torch.randperm(n_rows, generator=torch.Generator().manual_seed(seed))[:num_samples]).values
         channels, height, width = (int(v) for v in data_config["input_size"])

@@ -1,0 +1,314 @@
+"""Tests of hf_contrast.evaluation: EmbeddingMetrics, the evaluators, encode_dataset and balanced sampling."""
+
+from __future__ import annotations
+
+import logging
+import warnings
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+from transformers import EvalPrediction
+
+from hf_contrast.evaluation import (
+    EmbeddingEvaluator,
+    EmbeddingMetrics,
+    EquivarianceEvaluator,
+    Evaluator,
+    RepresentationCollapseWarning,
+    SequentialEvaluator,
+    STSEvaluator,
+    balanced_split,
+    balanced_subset,
+    encode_dataset,
+)
+from hf_contrast.metrics import class_orthogonality, effective_rank, knn_accuracy
+
+from _tiny import tiny_text_encoder
+
+
+def _clusters(n_per_class: int, classes: int = 3, dim: int = 6, noise: float = 0.3, seed: int = 0):
+    """Class-sorted embeddings: ``n_per_class`` rows of class 0, then class 1, …"""
+    g = torch.Generator().manual_seed(seed)
+    labels = torch.arange(classes).repeat_interleave(n_per_class)
+    centres = 3.0 * torch.randn(classes, dim, generator=g, dtype=torch.float64)
+    return centres[labels] + noise * torch.randn(labels.numel(), dim, generator=g, dtype=torch.float64), labels
+
+
+# ----------------------------------------------------------------------------- sampling
+def test_balanced_subset_takes_every_class_of_a_sorted_split() -> None:
+    labels = torch.tensor([0] * 50 + [1] * 30 + [2] * 3)
+    rows = balanced_subset(labels, 20, seed=0)
+    assert rows.tolist() == sorted(set(rows.tolist())) and len(rows) == 20
+    assert sorted(torch.bincount(labels[rows]).tolist()) == [3, 8, 9]  # class 2 gives all 3, the rest share 17
+    assert torch.equal(rows, balanced_subset(labels.numpy(), 20, seed=0))  # seeded, numpy accepted
+    assert not torch.equal(rows, balanced_subset(labels, 20, seed=1))
+    assert torch.bincount(labels[balanced_subset(labels, 9, seed=3)]).tolist() == [3, 3, 3]
+    with pytest.raises(ValueError, match=r"`n` must be an integer in \[1, 83\]"):
+        balanced_subset(labels, 84)
+    with pytest.raises(ValueError, match="`labels` must be a 1-D integer"):
+        balanced_subset(torch.rand(5), 2)
+
+
+def test_balanced_split_is_stratified_disjoint_and_complete() -> None:
+    labels = torch.tensor([0] * 40 + [1] * 20 + [2] * 2 + [3])
+    train, test = balanced_split(labels, 0.25, seed=0)
+    assert sorted(train.tolist() + test.tolist()) == list(range(len(labels)))
+    assert torch.bincount(labels[test], minlength=4).tolist() == [10, 5, 1, 0]  # a single-row class trains only
+    with pytest.raises(ValueError, match="`test_fraction` must be a number in"):
+        balanced_split(labels, 1.0)
+
+
+# ----------------------------------------------------------------------- EmbeddingMetrics
+def test_embedding_metrics_match_independent_references() -> None:
+    z, y = _clusters(20, noise=1.5)
+    g = torch.Generator().manual_seed(5)
+    v1, v2 = z + 0.5 * torch.randn(z.shape, generator=g, dtype=torch.float64), z + 0.5 * torch.randn(z.shape, generator=g, dtype=torch.float64)
+    metrics = EmbeddingMetrics(knn_k=5, knn_temperature=0.1, max_samples=None, progress=False)
+    out = metrics(EvalPrediction(predictions=(z.numpy(), v1.numpy(), v2.numpy()), label_ids=y.numpy()))
+    assert set(out) == {"alignment", "uniformity", "mean_cosine", "effective_rank", "knn_accuracy",
+                        "linear_probe_accuracy", "class_orthogonality"}
+    u, a, b = (x.numpy() / np.linalg.norm(x.numpy(), axis=1, keepdims=True) for x in (z, v1, v2))
+    n = len(u)
+    assert out["alignment"] == pytest.approx(np.mean(np.sum((a - b) ** 2, axis=1)), rel=1e-10)
+    pairs = [(i, j) for i in range(n) for j in range(i + 1, n)]
+    assert out["uniformity"] == pytest.approx(np.log(np.mean([np.exp(-2 * np.sum((u[i] - u[j]) ** 2)) for i, j in pairs])), rel=1e-10)
+    assert out["mean_cosine"] == pytest.approx(np.mean([u[i] @ u[j] for i, j in pairs]), rel=1e-10)
+    assert out["effective_rank"] == pytest.approx(effective_rank(z))
+    assert out["knn_accuracy"] == pytest.approx(knn_accuracy(z, y, k=5, temperature=0.1))
+    assert out["class_orthogonality"] == pytest.approx(class_orthogonality(z, y))
+    # the probe: scikit-learn on the seeded stratified split, fitted independently here
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.preprocessing import StandardScaler
+
+    train, test = balanced_split(y, 0.25, seed=0)
+    scaler = StandardScaler().fit(z[train].numpy())
+    clf = LogisticRegression(max_iter=1000, random_state=0).fit(scaler.transform(z[train].numpy()), y[train].numpy())
+    assert out["linear_probe_accuracy"] == pytest.approx(np.mean(clf.predict(scaler.transform(z[test].numpy())) == y[test].numpy()))
+    unlabelled = metrics(EvalPrediction(predictions=z, label_ids=None))  # tensors, no labels, no views
+    assert set(unlabelled) == {"uniformity", "mean_cosine", "effective_rank"}
+
+
+def test_embedding_metrics_subsample_a_class_sorted_split_class_balanced() -> None:
+    z, y = _clusters(200)  # 600 rows sorted by class: the first 90 rows are all class 0
+    out = EmbeddingMetrics(knn_k=10, max_samples=90, seed=3, progress=False)((z, y))
+    rows = balanced_subset(y, 90, seed=3)
+    assert torch.bincount(y[rows]).tolist() == [30, 30, 30]
+    assert out["knn_accuracy"] == pytest.approx(knn_accuracy(z[rows], y[rows], k=10)) and out["knn_accuracy"] == 1.0
+    assert out["linear_probe_accuracy"] == 1.0
+    assert out["class_orthogonality"] == pytest.approx(class_orthogonality(z[rows], y[rows]))
+    assert out == EmbeddingMetrics(knn_k=10, max_samples=90, seed=3, progress=False)((z, y))  # seeded
+
+
+def test_embedding_metrics_collapse_warning_fires_only_on_collapse(caplog: pytest.LogCaptureFixture) -> None:
+    g = torch.Generator().manual_seed(0)
+    collapsed = torch.ones(64, 8) + 0.01 * torch.randn(64, 8, generator=g)
+    metrics = EmbeddingMetrics(progress=False)
+    with caplog.at_level(logging.WARNING, logger="hf_contrast.evaluation.collapse"):
+        with pytest.warns(RepresentationCollapseWarning, match=r"mean pairwise cosine .* > 0\.95.*learning rate.*temperature.*BatchNorm"):
+            metrics((collapsed, None))
+    assert any("has collapsed" in record.message for record in caplog.records)
+    line = torch.randn(64, 1, generator=g) @ torch.randn(1, 8, generator=g) + 1e-3 * torch.randn(64, 8, generator=g)
+    with pytest.warns(RepresentationCollapseWarning, match=r"effective rank .* < 2"):
+        metrics((line, None))
+    healthy, labels = _clusters(30, classes=4, dim=16, noise=1.0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RepresentationCollapseWarning)
+        metrics((healthy, labels))
+    EmbeddingMetrics(progress=False, warn_collapse=False)((collapsed, None))  # no warning when switched off
+
+
+def test_embedding_metrics_bad_input_and_small_sets() -> None:
+    z, y = _clusters(3)
+    with pytest.raises(ValueError, match="tuple \\(embeddings, view1, view2\\)"):
+        EmbeddingMetrics(progress=False)(EvalPrediction(predictions=(z, z), label_ids=y))
+    with pytest.raises(ValueError, match=r"`label_ids` must have shape \(9,\)"):
+        EmbeddingMetrics(progress=False)((z, y[:4]))
+    with pytest.raises(ValueError, match="`knn_k` must be an integer >= 1"):
+        EmbeddingMetrics(knn_k=0)
+    with pytest.warns(UserWarning, match="knn_k=20 exceeds the 8 other rows; using k=8"):
+        out = EmbeddingMetrics(progress=False)((z, y))
+    assert out["knn_accuracy"] == pytest.approx(knn_accuracy(z, y, k=8))
+    with pytest.warns(UserWarning, match="linear_probe_accuracy left out"):
+        out = EmbeddingMetrics(knn_k=2, progress=False)((z[:4], torch.tensor([0, 1, 2, 3])))  # no class has 2 rows
+    assert "linear_probe_accuracy" not in out
+
+
+def test_embedding_metrics_as_trainer_compute_metrics(tmp_path) -> None:
+    from torch.utils.data import Dataset
+    from transformers import Trainer, TrainingArguments
+
+    z, y = _clusters(12)  # class-sorted
+
+    class _Embed(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.scale = nn.Parameter(torch.ones(()))
+
+        def forward(self, pixel_values: torch.Tensor, labels: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
+            e = pixel_values * self.scale
+            return {"loss": e.pow(2).mean(), "embeddings": e}
+
+    class _Rows(Dataset):
+        def __len__(self) -> int:
+            return len(y)
+
+        def __getitem__(self, i: int) -> dict[str, torch.Tensor]:
+            return {"pixel_values": z[i].float(), "labels": y[i]}
+
+    args = TrainingArguments(output_dir=str(tmp_path), report_to="none", use_cpu=True, per_device_eval_batch_size=5)
+    trainer = Trainer(model=_Embed(), args=args, eval_dataset=_Rows(),
+                      compute_metrics=EmbeddingMetrics(knn_k=5, max_samples=30, progress=False))
+    metrics = trainer.evaluate()
+    expected = EmbeddingMetrics(knn_k=5, max_samples=30, progress=False)((z.float(), y))
+    for key, value in expected.items():
+        assert metrics[f"eval_{key}"] == pytest.approx(value, rel=1e-5), key
+    assert trainer.state.log_history[-1]["eval_knn_accuracy"] == metrics["eval_knn_accuracy"]
+
+
+# --------------------------------------------------------------------------- encode_dataset
+def test_encode_dataset_texts_labels_iterable_and_errors() -> None:
+    import datasets
+
+    encoder = tiny_text_encoder().train()
+    rows = {"text": ["the cat sat", "a dog", "hello world", "the red car", "a man"], "label": [0, 1, 0, 1, 1]}
+    z, labels = encode_dataset(encoder, datasets.Dataset.from_dict(rows), batch_size=2, progress=False)
+    assert z.shape == (5, encoder.embedding_dim) and labels.tolist() == rows["label"] and encoder.training
+    with torch.no_grad():
+        encoder.eval()
+        direct = encoder(**encoder.tokenizer(rows["text"][:2], padding=True, return_tensors="pt")).embeddings
+    assert torch.allclose(z[:2], direct, atol=1e-5)
+    streamed, streamed_labels = encode_dataset(
+        encoder, datasets.Dataset.from_dict(rows).to_iterable_dataset(), batch_size=2, progress=False
+    )
+    assert torch.allclose(streamed, z, atol=1e-6) and torch.equal(streamed_labels, labels)
+    projections, none = encode_dataset(encoder, rows["text"], output="projections", label_column=None, progress=False)
+    assert projections.shape == (5, 16) and none is None
+    with pytest.raises(ValueError, match="`dataset` is empty"):
+        encode_dataset(encoder, [], progress=False)
+    with pytest.raises(ValueError, match="either `collate_fn`"):
+        encode_dataset(encoder, rows["text"], collate_fn=list, transform=str)
+    with pytest.raises(ValueError, match="`input_column` 'sentence' is not in the rows"):
+        encode_dataset(encoder, [{"text": "a"}], input_column="sentence", progress=False)
+    with pytest.raises(ValueError, match="Only 1 of 2 rows have labels"):
+        encode_dataset(encoder, [{"text": "a", "label": 0}, {"text": "b"}], batch_size=1, progress=False)
+
+
+# ------------------------------------------------------------------------------ evaluators
+def test_sts_evaluator_equals_scipy_spearman_of_cosine() -> None:
+    from scipy.stats import spearmanr
+
+    encoder = tiny_text_encoder()
+    s1 = ["the cat sat on the mat", "a dog", "hello world", "the red car", "a man and a woman", "the dog sat"]
+    s2 = ["the cat is on a mat", "a red dog", "world", "a car", "the woman", "a cat sat"]
+    scores = [4.5, 3.0, 2.0, 3.5, 1.0, 2.5]
+    encoder.train()
+    result = STSEvaluator(s1, s2, scores, batch_size=4)(encoder)
+    assert encoder.training  # mode restored
+    encoder.eval()
+    with torch.no_grad():
+        a = encoder(**encoder.tokenizer(s1, padding=True, return_tensors="pt")).embeddings.numpy()
+        b = encoder(**encoder.tokenizer(s2, padding=True, return_tensors="pt")).embeddings.numpy()
+    cos = (a * b).sum(1) / (np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1))
+    assert list(result) == ["sts_spearman"]
+    assert result["sts_spearman"] == pytest.approx(spearmanr(cos, scores).statistic, abs=1e-6)
+    evaluator = STSEvaluator.from_dataset({"s1": s1, "s2": s2, "y": scores}, "s1", "s2", "y", name="sick")
+    assert evaluator.primary_metric == "sick_spearman" and evaluator.greater_is_better
+    with pytest.raises(ValueError, match="must have the same length"):
+        STSEvaluator(s1, s2[:3], scores)
+    with pytest.raises(ValueError, match=r"no column\(s\) \['score'\]"):
+        STSEvaluator.from_dataset({"sentence1": s1, "sentence2": s2})
+
+
+def test_embedding_evaluator_prefixes_metrics_and_restores_mode() -> None:
+    encoder = tiny_text_encoder().train()
+    texts = ["the cat", "a cat sat", "the cat sat", "a dog", "the dog", "a red dog"] * 2
+    labels = [0, 0, 0, 1, 1, 1] * 2
+    evaluator = EmbeddingEvaluator([{"text": t, "label": l} for t, l in zip(texts, labels)],
+                                   metrics=EmbeddingMetrics(knn_k=3, progress=False, warn_collapse=False), progress=False)
+    out = evaluator(encoder)
+    assert encoder.training
+    expected = EmbeddingMetrics(knn_k=3, progress=False, warn_collapse=False)(
+        (encode_dataset(encoder, texts, label_column=None, progress=False)[0], torch.tensor(labels))
+    )
+    assert out == pytest.approx({f"embedding_{k}": v for k, v in expected.items()})
+    assert evaluator.primary_metric == "embedding_knn_accuracy"
+
+
+class _Flatten(nn.Module):
+    """Stand-in encoder: projections are the flattened input (input rotations are exact)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.scale = nn.Parameter(torch.ones(()))
+
+    def forward(self, pixel_values: torch.Tensor) -> dict[str, torch.Tensor]:
+        z = pixel_values.flatten(1) * self.scale
+        return {"embeddings": z, "projections": z}
+
+
+def _rotate_batch(x: torch.Tensor) -> torch.Tensor:
+    """One random rotation (global RNG) applied to every flattened row."""
+    q, r = torch.linalg.qr(torch.randn(x[0].numel(), x[0].numel()))
+    q = q * torch.sign(torch.diagonal(r))
+    return (x.flatten(1) @ q.T).reshape(x.shape)
+
+
+def _jitter(x: torch.Tensor) -> torch.Tensor:
+    return x + 0.3 * torch.randn_like(x)
+
+
+def test_equivariance_evaluator_exact_rotation_determinism_and_mode() -> None:
+    batch = {"pixel_values": torch.randn(16, 1, 2, 3, generator=torch.Generator().manual_seed(1))}
+    model = _Flatten().train()
+    rng_before = torch.get_rng_state()
+    exact = EquivarianceEvaluator(batch, _rotate_batch, num_augmentations=3)(model)
+    assert torch.equal(torch.get_rng_state(), rng_before) and model.training
+    assert exact["equivariance_wahba_error"] < 1e-5 and exact["equivariance_relative_rotational_equivariance"] < 1e-10
+    noisy = EquivarianceEvaluator(batch, _jitter, num_augmentations=2, seed=3)
+    first, second = noisy(model), noisy(model)
+    assert first == second  # the same augmentations at every call
+    assert first["equivariance_wahba_error"] > 0.1 and first["equivariance_wahba_error_max"] >= first["equivariance_wahba_error"]
+    assert [h["call"] for h in noisy.history] == [0.0, 0.0, 1.0, 1.0]
+    assert noisy.primary_metric == "equivariance_wahba_error" and not noisy.greater_is_better
+    with pytest.raises(ValueError, match="`augment_key` 'input_ids' is not a key"):
+        EquivarianceEvaluator(batch, _jitter, augment_key="input_ids")
+    with pytest.raises(ValueError, match="augment` must keep the batch size"):
+        EquivarianceEvaluator(batch, lambda x: x[:4])(model)
+    assert model.training  # restored after an error too
+
+
+def test_equivariance_evaluator_from_a_class_sorted_image_dataset() -> None:
+    from PIL import Image
+
+    g = np.random.default_rng(0)
+    images = [Image.fromarray(g.integers(0, 255, (12, 12, 3), dtype=np.uint8)) for _ in range(12)]
+    rows = [{"image": im, "label": i // 4} for i, im in enumerate(images)]  # sorted by class
+    config = {"input_size": (3, 8, 8), "mean": (0.5, 0.5, 0.5), "std": (0.25, 0.25, 0.25)}
+    evaluator = EquivarianceEvaluator.from_image_dataset(rows, config, num_samples=6, num_augmentations=2)
+    assert evaluator.batch["pixel_values"].shape == (6, 3, 8, 8)
+    chosen = balanced_subset(torch.tensor([r["label"] for r in rows]), 6, 0)
+    assert torch.bincount(torch.tensor([rows[i]["label"] for i in chosen])).tolist() == [2, 2, 2]
+    out = evaluator(_Flatten())
+    assert np.isfinite(out["equivariance_wahba_error"]) and out["equivariance_wahba_error"] > 0
+
+
+def test_sequential_evaluator_merges_and_rejects_clashes() -> None:
+    class _Const(Evaluator):
+        def __init__(self, name: str, value: float) -> None:
+            super().__init__(name, "value", greater_is_better=False)
+            self.value = value
+
+        def compute(self, model: nn.Module) -> dict[str, float]:
+            assert not model.training
+            return {"value": self.value}
+
+    model = _Flatten().train()
+    both = SequentialEvaluator([_Const("a", 1.0), _Const("b", 2.0)], primary=1)
+    assert both(model) == {"a_value": 1.0, "b_value": 2.0} and model.training
+    assert both.primary_metric == "b_value" and not both.greater_is_better
+    with pytest.raises(ValueError, match="distinct names"):
+        SequentialEvaluator([_Const("a", 1.0), _Const("a", 2.0)])
+    with pytest.raises(ValueError, match="`primary` must be an index"):
+        SequentialEvaluator([_Const("a", 1.0)], primary=1)
