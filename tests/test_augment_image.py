@@ -60,11 +60,11 @@ def test_simclr_transform_composition_matches_simclr_recipe() -> None:
     t = simclr_transform(32, MEAN, STD)
     names = [type(s).__name__ for s in t.transforms]
     assert names == [
-        "ToImage", "RGB", "RandomResizedCrop", "RandomHorizontalFlip", "RandomApply", "RandomGrayscale",
+        "ConvertImageMode", "ToImage", "RGB", "RandomResizedCrop", "RandomHorizontalFlip", "RandomApply", "RandomGrayscale",
         "RandomApply", "ToDtype", "Normalize", "ToPureTensor",
     ]
-    jitter_apply, blur_apply = t.transforms[4], t.transforms[6]
-    assert jitter_apply.p == 0.8 and blur_apply.p == 0.5 and t.transforms[5].p == 0.2
+    jitter_apply, blur_apply = t.transforms[5], t.transforms[7]
+    assert jitter_apply.p == 0.8 and blur_apply.p == 0.5 and t.transforms[6].p == 0.2
     jitter = jitter_apply.transforms[0]
     assert jitter.brightness == (0.6, 1.4) and jitter.hue == (-0.1, 0.1)  # ColorJitter(0.4, 0.4, 0.4, 0.1)
     assert blur_apply.transforms[0].kernel_size == (3, 3)
@@ -87,10 +87,10 @@ def test_simclr_transform_random_and_seedable() -> None:
 def test_from_data_config_uses_size_mean_std_and_interpolation() -> None:
     t = simclr_transform_from_data_config(DATA_CONFIG, blur_p=0)
     assert t(torch.rand(3, 40, 40)).shape == (3, 24, 24)
-    assert t.transforms[2].interpolation == v2.InterpolationMode.BICUBIC
+    assert t.transforms[3].interpolation == v2.InterpolationMode.BICUBIC
     e = eval_transform_from_data_config(DATA_CONFIG)
-    assert [type(s).__name__ for s in e.transforms][2:4] == ["Resize", "CenterCrop"]
-    assert e.transforms[2].size == [32]  # 24 / crop_pct 0.75
+    assert [type(s).__name__ for s in e.transforms][3:5] == ["Resize", "CenterCrop"]
+    assert e.transforms[3].size == [32]  # 24 / crop_pct 0.75
 
 
 def test_eval_transform_is_deterministic_center_crop() -> None:

@@ -6,6 +6,8 @@ from collections.abc import Sequence
 
 from torchvision.transforms import InterpolationMode, v2
 
+from hf_contrast.augment.decode import ConvertImageMode
+
 __all__ = [
     "ImageSize",
     "check_size",
@@ -14,6 +16,7 @@ __all__ = [
     "check_range",
     "interpolation_mode",
     "channel_step",
+    "to_image_steps",
 ]
 
 ImageSize = int | tuple[int, int]
@@ -77,3 +80,12 @@ def channel_step(n_channels: int) -> list[v2.Transform]:
     if n_channels == 1:
         return [v2.Grayscale(num_output_channels=1)]
     return []
+
+
+def to_image_steps(n_channels: int) -> list[object]:
+    """First steps of every image transform: decode + convert any PIL mode, ``ToImage``, channel fix.
+
+    :class:`~hf_contrast.augment.decode.ConvertImageMode` turns PIL images of any mode (RGBA,
+    palette, 16-bit, CMYK...) into ``RGB`` / ``L``; :func:`channel_step` then fixes tensors.
+    """
+    return [ConvertImageMode(n_channels if n_channels in (1, 3) else None), v2.ToImage(), *channel_step(n_channels)]

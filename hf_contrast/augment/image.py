@@ -22,12 +22,12 @@ from torchvision.transforms import InterpolationMode, v2
 
 from hf_contrast.augment._common import (
     ImageSize,
-    channel_step,
     check_mean_std,
     check_probability,
     check_range,
     check_size,
     interpolation_mode,
+    to_image_steps,
 )
 
 __all__ = [
@@ -124,7 +124,7 @@ def simclr_transform(
     kernel = default_blur_kernel(size) if blur_kernel is None else blur_kernel
     if not isinstance(kernel, int) or kernel <= 0 or kernel % 2 == 0:
         raise ValueError(f"`blur_kernel` must be a positive odd int, got {blur_kernel!r}.")
-    steps: list[v2.Transform] = [v2.ToImage(), *channel_step(len(mean_list))]
+    steps: list[Any] = to_image_steps(len(mean_list))
     mode = interpolation_mode(interpolation)
     steps.append(v2.RandomResizedCrop(size, scale=scale, ratio=ratio, interpolation=mode, antialias=True))
     if check_probability("hflip_p", hflip_p) > 0:
@@ -194,8 +194,7 @@ def eval_transform(
     resize = math.floor(min(size) / crop_pct) if size[0] == size[1] else tuple(math.floor(s / crop_pct) for s in size)
     return v2.Compose(
         [
-            v2.ToImage(),
-            *channel_step(len(mean_list)),
+            *to_image_steps(len(mean_list)),
             v2.Resize(resize, interpolation=interpolation_mode(interpolation), antialias=True),
             v2.CenterCrop(size),
             v2.ToDtype(torch.float32, scale=True),

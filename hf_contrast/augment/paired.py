@@ -27,6 +27,7 @@ from hf_contrast.augment._common import (
     check_size,
     interpolation_mode,
 )
+from hf_contrast.augment.decode import ConvertImageMode
 
 __all__ = ["PairedTransform", "paired_transform"]
 
@@ -47,6 +48,8 @@ class PairedTransform:
         photometric: Optional transform called separately on each image (independent draws).
         finalize: Optional deterministic transform applied to each image last; default converts
             to a plain float32 tensor in ``[0, 1]``.
+        n_channels: Convert PIL images of any mode to ``RGB`` (3) or ``L`` (1) first
+            (:class:`~hf_contrast.augment.decode.ConvertImageMode`); ``None``: decode only.
 
     Raises:
         ValueError: if a given transform is not callable.
@@ -64,6 +67,7 @@ class PairedTransform:
         photometric: Transform | None = None,
         *,
         finalize: Transform | None = None,
+        n_channels: int | None = None,
     ) -> None:
         for name, value in (("geometric", geometric), ("photometric", photometric), ("finalize", finalize)):
             if value is not None and not callable(value):
@@ -73,7 +77,8 @@ class PairedTransform:
         self.finalize = finalize if finalize is not None else v2.Compose(
             [v2.ToDtype(torch.float32, scale=True), v2.ToPureTensor()]
         )
-        self._to_image = v2.ToImage()
+        self.n_channels = n_channels
+        self._to_image = v2.Compose([ConvertImageMode(n_channels), v2.ToImage()])
 
     def __call__(self, pre: Any, post: Any) -> tuple[Tensor, Tensor]:
         """Return the augmented pair.
@@ -166,4 +171,5 @@ def paired_transform(
         jitter = v2.ColorJitter(brightness=0.8 * s, contrast=0.8 * s, saturation=0.8 * s, hue=min(0.2 * s, 0.5))
         photometric = v2.RandomApply([jitter], p=jitter_p)
     finalize = v2.Compose([v2.ToDtype(torch.float32, scale=True), v2.Normalize(mean_list, std_list), v2.ToPureTensor()])
-    return PairedTransform(v2.Compose(geometric), photometric, finalize=finalize)
+    n_channels = len(mean_list) if len(mean_list) in (1, 3) else None
+    return PairedTransform(v2.Compose(geometric), photometric, finalize=finalize, n_channels=n_channels)

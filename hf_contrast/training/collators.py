@@ -5,9 +5,24 @@ Batch keys (what the trainers read):
 - images: ``pixel_values_1`` … ``pixel_values_V`` — ``V`` independent per-sample random views;
   ``pixel_values`` — one deterministic (evaluation) view; ``pixel_values_eq`` — the images resized
   to one size, un-normalised ``uint8``, for CARE's chunk-shared views built on the device;
+  ``pixel_values_pre`` / ``pixel_values_post`` — LOCAL's pairs (:class:`PairedImageCollator`);
 - text: ``input_ids`` / ``attention_mask`` (/ ``token_type_ids``) of the text column and
   ``pair_input_ids`` / ``pair_attention_mask`` of an optional positive-pair column;
-- ``labels``: ``int64`` class labels when the label column exists.
+- ``labels``: ``int64`` class labels when the label column exists;
+- ``view_batch_index``: ``int64`` ``(B,)``, the index of the collator batch that drew each row's
+  random views (seeded image collators only, see :class:`ImageViewCollator`); read it with
+  :func:`pop_view_batch_index`.
+
+Every value of a batch is a tensor whose first dimension is the batch, so accelerate can
+concatenate, broadcast and slice batches (its ``DataLoaderDispatcher``, used for
+``IterableDataset`` s, does all three); rows of a streaming ``datasets.IterableDataset`` collate
+like map-style rows.
+
+Images: each image value (a PIL image of any mode, a ``{"path", "bytes"}`` dict from
+``datasets.Image(decode=False)``, a path) is decoded and converted to the encoder's channels
+(:mod:`hf_contrast.augment.decode`). A ``None`` image or an unreadable / truncated file raises a
+``ValueError`` naming the row of the batch and the file, or, with ``on_bad_image="skip"``, the row
+is left out of the batch, counted in ``collator.skipped_images`` and reported with a warning.
 
 Pre-computed inputs pass through: a row that already holds ``pixel_values*`` tensors is stacked
 as is, and rows holding ``input_ids`` are padded with the tokenizer instead of re-tokenised.
@@ -15,8 +30,9 @@ as is, and rows holding ``input_ids`` are padded with the tokenizer instead of r
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager, nullcontext
+import warnings
+from collections.abc import Callable, Iterator, Mapping, MutableMapping, Sequence
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,7 +41,18 @@ import torch
 from torch import Tensor
 from torchvision.transforms import v2
 
-__all__ = ["ImageViewCollator", "TextViewCollator", "raw_image_transform", "pad_and_concat"]
+from ..augment.decode import BadImageError, ConvertImageMode, image_source
+
+__all__ = [
+    "ImageViewCollator",
+    "PairedImageCollator",
+    "TextViewCollator",
+    "pad_and_concat",
+    "pop_view_batch_index",
+    "raw_image_transform",
+]
+
+ON_BAD_IMAGE = ("raise", "skip")
 
 
 def _as_tensor(value: Any) -> Tensor:
@@ -43,8 +70,13 @@ def _collate_labels(features: Sequence[Mapping[str, Any]], label_column: str | N
         return None
     labels = [f[label_column] for f in features]
     if any(isinstance(y, bool) or not isinstance(y, (int, np.integer)) for y in labels):
-        got = next(type(y).__name__ for y in labels if isinstance(y, bool) or not isinstance(y, (int, np.integer)))
-        raise ValueError(f"`{label_column}` (the label column) must hold integer class labels, got a {got}.")
+        row, got = next(
+            (i, type(y).__name__) for i, y in enumerate(labels) if isinstance(y, bool) or not isinstance(y, (int, np.integer))
+        )
+        raise ValueError(
+            f"`{label_column}` (the label column) must hold integer class labels, got a {got} in row {row} of "
+            "the batch; encode string labels with `dataset.class_encode_column(...)`."
+        )
     return torch.tensor(labels, dtype=torch.long)
 
 
@@ -55,21 +87,110 @@ def _seeded_global_rng(seed: int) -> Iterator[None]:
         yield
 
 
+def pop_view_batch_index(inputs: MutableMapping[str, Any]) -> Tensor | None:
+    """Remove ``view_batch_index`` from a batch and return the newest collator batch index in it.
+
+    The index is returned as a 0-d tensor on the batch's device without reading it on the host
+    (no device sync per step); convert it with ``int(...)`` only when needed (e.g. when a
+    checkpoint is written: the next batch to draw is ``int(index) + 1``).
+
+    Args:
+        inputs: A batch of :class:`ImageViewCollator` / :class:`PairedImageCollator`.
+
+    Returns:
+        ``view_batch_index.max()`` (a 0-d int64 tensor), or ``None`` if the batch has no index.
+    """
+    index = inputs.pop("view_batch_index", None)
+    if index is None:
+        return None
+    return torch.as_tensor(index).reshape(-1).max()
+
+
+def _check_on_bad_image(value: str) -> None:
+    if value not in ON_BAD_IMAGE:
+        raise ValueError(f"`on_bad_image` must be one of {ON_BAD_IMAGE}, got {value!r}.")
+
+
+class _SeededViews:
+    """Per-batch seeded randomness and bad-image handling shared by the image collators.
+
+    Mixed into dataclasses that define ``seed``, ``next_index``, ``on_bad_image``,
+    ``n_channels`` and ``skipped_images``.
+    """
+
+    seed: int | None
+    next_index: int
+    on_bad_image: str
+    n_channels: int | None
+    skipped_images: int
+
+    def _batch_rng(self) -> tuple[AbstractContextManager[Any], int | None]:
+        """The context the batch's random views are drawn under, and the batch index (or ``None``)."""
+        if self.seed is None or torch.utils.data.get_worker_info() is not None:
+            return nullcontext(), None
+        index = self.next_index
+        self.next_index += 1
+        batch_seed = int(np.random.SeedSequence([self.seed, index]).generate_state(1, dtype=np.uint64)[0] >> 2)
+        return _seeded_global_rng(batch_seed), index
+
+    def _decode_rows(
+        self, features: Sequence[Mapping[str, Any]], columns: Sequence[str]
+    ) -> tuple[list[Mapping[str, Any]], list[dict[str, Any]]]:
+        """Decode ``columns`` of every row; return the kept rows and their decoded images.
+
+        Raises:
+            ValueError: on a bad image (``on_bad_image="raise"``), naming the row and the file;
+                or when every row of the batch was skipped.
+        """
+        convert = ConvertImageMode(self.n_channels)
+        kept: list[Mapping[str, Any]] = []
+        images: list[dict[str, Any]] = []
+        for row, feature in enumerate(features):
+            decoded: dict[str, Any] = {}
+            for column in columns:
+                try:
+                    decoded[column] = convert(feature[column])
+                except BadImageError as error:
+                    source = image_source(feature[column])
+                    where = f", file {source!r}" if source and source not in str(error) else ""
+                    message = f"Bad image in row {row} of the batch (column {column!r}{where}): {error}."
+                    if self.on_bad_image == "raise":
+                        raise BadImageError(
+                            f"{message} Fix or remove the image, or pass `on_bad_image='skip'` to the collator to "
+                            "leave bad images out of their batch (counted in `collator.skipped_images`)."
+                        ) from error
+                    self.skipped_images += 1
+                    warnings.warn(f"Skipped: {message} ({self.skipped_images} skipped so far)", stacklevel=3)
+                    decoded = {}
+                    break
+            if not decoded:
+                continue
+            kept.append(feature)
+            images.append(decoded)
+        if not kept:
+            raise ValueError(
+                f"Every image of this batch of {len(features)} rows is bad ({self.skipped_images} skipped so far); "
+                "check the image column of the dataset."
+            )
+        return kept, images
+
+
 def raw_image_transform(image_size: int | tuple[int, int], n_channels: int = 3) -> v2.Compose:
     """Resize an image to ``image_size`` and return it un-normalised as ``uint8`` ``(C, H, W)``.
 
     The input of :class:`hf_contrast.augment.ChunkedAugmentation`, which augments and normalises
-    the whole batch on the device.
+    the whole batch on the device. PIL images of any mode are converted to ``n_channels`` first.
     """
+    from ..augment._common import to_image_steps
+
     size = (image_size, image_size) if isinstance(image_size, int) else tuple(image_size)
-    channels = [v2.RGB()] if n_channels == 3 else [v2.Grayscale(num_output_channels=n_channels)]
     return v2.Compose(
-        [v2.ToImage(), *channels, v2.Resize(size, antialias=True), v2.ToDtype(torch.uint8, scale=True), v2.ToPureTensor()]
+        [*to_image_steps(n_channels), v2.Resize(size, antialias=True), v2.ToDtype(torch.uint8, scale=True), v2.ToPureTensor()]
     )
 
 
 @dataclass
-class ImageViewCollator:
+class ImageViewCollator(_SeededViews):
     """Collate image rows into augmented views, an evaluation view and the CARE raw batch.
 
     Each sample gets ``n_views`` independent draws of ``transform`` (per-sample views: SimCLR,
@@ -78,10 +199,11 @@ class ImageViewCollator:
     Randomness: ``torchvision`` draws from torch's global generator. With ``seed`` set and the
     collator running in the main process (``dataloader_num_workers=0``), batch number ``t`` (a
     counter, ``next_index``) runs under a forked global generator seeded from ``(seed, t)``
-    instead, and the batch carries ``view_batch_index = t``: the views depend only on the seed and
-    the batch's position in the run, so a resumed run (the trainers checkpoint the index after
-    the last consumed batch) sees the same views. In ``DataLoader`` workers the (worker-seeded)
-    global generator is used and no index is added.
+    instead, and the batch carries ``view_batch_index``, an ``int64`` tensor ``(B,)`` filled with
+    ``t``: the views depend only on the seed and the batch's position in the run, so a resumed run
+    (the trainers checkpoint the index after the last consumed batch, see
+    :func:`pop_view_batch_index`) sees the same views. In ``DataLoader`` workers the
+    (worker-seeded) global generator is used and no index is added.
 
     Args:
         transform: Random per-sample transform (PIL image / tensor → normalised ``(C, H, W)``),
@@ -93,9 +215,17 @@ class ImageViewCollator:
         eval_transform: Deterministic transform for the ``pixel_values`` key (evaluation).
         raw_transform: Transform for the ``pixel_values_eq`` key (:func:`raw_image_transform`).
         seed: Optional seed of the per-batch draws (see above).
+        next_index: Index of the next batch (restored on resume).
+        on_bad_image: ``"raise"`` (default): a ``None`` / unreadable image raises a ``ValueError``
+            naming the row and file; ``"skip"``: the row is left out, counted in
+            ``skipped_images`` and warned about.
+        n_channels: Convert PIL images to ``RGB`` (3) / ``L`` (1) before the transforms;
+            ``None``: decode only (the transforms of :mod:`hf_contrast.augment` convert anyway).
+        skipped_images: Count of rows skipped so far.
 
     Raises:
-        ValueError: if ``n_views`` is negative, a row lacks the image column, or a label is not an int.
+        ValueError: if ``n_views`` is negative, ``on_bad_image`` is unknown, a row lacks the image
+            column, an image is bad (see ``on_bad_image``) or a label is not an int.
     """
 
     transform: Callable[[Any], Tensor] | None = None
@@ -106,54 +236,117 @@ class ImageViewCollator:
     raw_transform: Callable[[Any], Tensor] | None = None
     seed: int | None = None
     next_index: int = 0
-
-    def _rng(self, batch: dict[str, Any]) -> Any:
-        if self.seed is None or torch.utils.data.get_worker_info() is not None:
-            return nullcontext()
-        index = self.next_index
-        self.next_index += 1
-        batch["view_batch_index"] = index
-        batch_seed = int(np.random.SeedSequence([self.seed, index]).generate_state(1, dtype=np.uint64)[0] >> 2)
-        return _seeded_global_rng(batch_seed)
+    on_bad_image: str = "raise"
+    n_channels: int | None = None
+    skipped_images: int = 0
 
     def __post_init__(self) -> None:
         if not isinstance(self.n_views, int) or self.n_views < 0:
             raise ValueError(f"`n_views` must be an int >= 0, got {self.n_views!r}.")
         if self.n_views > 0 and self.transform is None:
             raise ValueError(f"`transform` is required to build `n_views`={self.n_views} augmented views.")
+        _check_on_bad_image(self.on_bad_image)
+        ConvertImageMode(self.n_channels)  # validates n_channels
 
-    def __call__(self, features: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-        batch: dict[str, Any] = {}
-        precomputed = [k for k in features[0] if k.startswith("pixel_values")]
-        for key in precomputed:
-            batch[key] = _stack([f[key] for f in features])
-        wanted = [f"pixel_values_{v + 1}" for v in range(self.n_views) if f"pixel_values_{v + 1}" not in batch]
-        if self.eval_transform is not None and "pixel_values" not in batch:
+    def __call__(self, features: Sequence[Mapping[str, Any]]) -> dict[str, Tensor]:
+        if len(features) == 0:
+            raise ValueError("Cannot collate an empty batch (0 rows).")
+        batch: dict[str, Tensor] = {}
+        first = features[0]
+        precomputed = [k for k in first if k.startswith("pixel_values")]
+        wanted = [f"pixel_values_{v + 1}" for v in range(self.n_views) if f"pixel_values_{v + 1}" not in first]
+        if self.eval_transform is not None and "pixel_values" not in first:
             wanted.append("pixel_values")
-        if self.raw_transform is not None and "pixel_values_eq" not in batch:
+        if self.raw_transform is not None and "pixel_values_eq" not in first:
             wanted.append("pixel_values_eq")
+        images: list[dict[str, Any]] = []
         if wanted:
-            if self.image_column not in features[0]:
+            if self.image_column not in first:
                 raise ValueError(
                     f"`image_column`={self.image_column!r} is not a column of the dataset (columns: "
-                    f"{sorted(features[0])}); set `image_column` in the training arguments."
+                    f"{sorted(first)}); set `image_column` in the training arguments."
                 )
+            features, images = self._decode_rows(features, [self.image_column])
+        for key in precomputed:
+            batch[key] = _stack([f[key] for f in features])
+        transforms = {"pixel_values": self.eval_transform, "pixel_values_eq": self.raw_transform}
+        index = None
+        if wanted:
+            rng, index = self._batch_rng()
             rows: dict[str, list[Tensor]] = {key: [] for key in wanted}
-            with self._rng(batch):
-                for feature in features:
-                    image = feature[self.image_column]
+            with rng:
+                for decoded in images:
+                    image = decoded[self.image_column]
                     for key in wanted:
-                        if key == "pixel_values":
-                            rows[key].append(self.eval_transform(image))  # type: ignore[misc]
-                        elif key == "pixel_values_eq":
-                            rows[key].append(self.raw_transform(image))  # type: ignore[misc]
-                        else:
-                            rows[key].append(self.transform(image))  # type: ignore[misc]
+                        rows[key].append(transforms.get(key, self.transform)(image))  # type: ignore[misc]
             for key in wanted:
                 batch[key] = torch.stack(rows[key])
         labels = _collate_labels(features, self.label_column)
         if labels is not None:
             batch["labels"] = labels
+        if index is not None:
+            batch["view_batch_index"] = torch.full((len(features),), index, dtype=torch.long)
+        return batch
+
+
+@dataclass
+class PairedImageCollator(_SeededViews):
+    """Collate ``(pre, post)`` image rows into ``pixel_values_pre`` / ``pixel_values_post``.
+
+    Randomness, ``view_batch_index``, bad images and channel conversion work as in
+    :class:`ImageViewCollator` (a bad image leaves out its whole pair under ``"skip"``), so
+    LOCAL's mid-epoch resume draws the same pairs.
+
+    Args:
+        transform: ``(pre, post) -> (pre', post')`` on one pair, e.g.
+            :func:`hf_contrast.augment.paired_transform` (shared geometric draw) for training.
+        pre_column, post_column: Columns holding the two images.
+        label_column: Integer class of the pair (``labels`` in the batch).
+        seed: Optional seed of the per-batch draws.
+        next_index: Index of the next batch (restored on resume).
+        on_bad_image: ``"raise"`` or ``"skip"`` (see :class:`ImageViewCollator`).
+        n_channels: Convert PIL images to ``RGB`` (3) / ``L`` (1) before ``transform``.
+        skipped_images: Count of pairs skipped so far.
+
+    Raises:
+        ValueError: if a row lacks an image column, an image is bad, or a label is not an int.
+    """
+
+    transform: Callable[[Any, Any], tuple[Tensor, Tensor]]
+    pre_column: str = "image_pre"
+    post_column: str = "image_post"
+    label_column: str | None = "label"
+    seed: int | None = None
+    next_index: int = 0
+    on_bad_image: str = "raise"
+    n_channels: int | None = None
+    skipped_images: int = 0
+
+    def __post_init__(self) -> None:
+        _check_on_bad_image(self.on_bad_image)
+        ConvertImageMode(self.n_channels)
+
+    def __call__(self, features: Sequence[Mapping[str, Any]]) -> dict[str, Tensor]:
+        if len(features) == 0:
+            raise ValueError("Cannot collate an empty batch (0 rows).")
+        for name, column in (("pre_column", self.pre_column), ("post_column", self.post_column)):
+            if column not in features[0]:
+                raise ValueError(
+                    f"`{name}`={column!r} is not a column of the dataset (columns: {sorted(features[0])})."
+                )
+        features, images = self._decode_rows(features, [self.pre_column, self.post_column])
+        rng, index = self._batch_rng()
+        with rng:
+            pairs = [self.transform(d[self.pre_column], d[self.post_column]) for d in images]
+        batch = {
+            "pixel_values_pre": torch.stack([p[0] for p in pairs]),
+            "pixel_values_post": torch.stack([p[1] for p in pairs]),
+        }
+        labels = _collate_labels(features, self.label_column)
+        if labels is not None:
+            batch["labels"] = labels
+        if index is not None:
+            batch["view_batch_index"] = torch.full((len(features),), index, dtype=torch.long)
         return batch
 
 
@@ -171,7 +364,8 @@ class TextViewCollator:
         max_length: Truncation length.
 
     Raises:
-        ValueError: if a row lacks the text column, or a label is not an int.
+        ValueError: if a row lacks the text column, a text is not a string (e.g. ``None``, naming
+            the row), or a label is not an int.
     """
 
     tokenizer: Any
@@ -187,12 +381,20 @@ class TextViewCollator:
                 "`text_column` / `text_pair_column` in the training arguments."
             )
         texts = [f[column] for f in features]
+        for row, text in enumerate(texts):
+            if not isinstance(text, str):
+                raise ValueError(
+                    f"Row {row} of the batch holds a {type(text).__name__} in the text column {column!r}, not a "
+                    "string; remove or fill missing texts (e.g. `dataset.filter(lambda r: r[column] is not None)`)."
+                )
         encoded = self.tokenizer(
             texts, padding=True, truncation=True, max_length=self.max_length, return_tensors="pt"
         )
         return dict(encoded)
 
     def __call__(self, features: Sequence[Mapping[str, Any]]) -> dict[str, Tensor]:
+        if len(features) == 0:
+            raise ValueError("Cannot collate an empty batch (0 rows).")
         if "input_ids" in features[0]:  # pre-tokenised rows
             keys = [k for k in ("input_ids", "attention_mask", "token_type_ids") if k in features[0]]
             batch = dict(self.tokenizer.pad([{k: f[k] for k in keys} for f in features], return_tensors="pt"))
