@@ -4,13 +4,23 @@ from __future__ import annotations
 
 from collections import Counter
 
+import json
+from pathlib import Path
+
+import datasets
 import numpy as np
 import pytest
+from PIL import Image
 
 from hf_contrast.data import (
     CHANGE_NAMES,
+    check_dataset,
+    defer_image_decoding,
     load_digits_dataset,
+    load_image_dataset,
     load_sentence_pairs,
+    load_sts_pairs,
+    load_text_dataset,
     long_tailed_counts,
     make_change_pairs,
     make_long_tailed,
@@ -46,6 +56,8 @@ def test_long_tailed_profile_and_subset(digits) -> None:
     assert counts == long_tailed_counts(n_min, 10, 10.0)
     with pytest.raises(ValueError, match="`imbalance_ratio`"):
         make_long_tailed(digits["train"], imbalance_ratio=0.5)
+    balanced = make_long_tailed(digits["train"], imbalance_ratio=1.0)
+    assert set(Counter(balanced["label"]).values()) == {n_min}
     with pytest.raises(ValueError, match="`label_column`"):
         make_long_tailed(digits["train"], 2.0, label_column="y")
 
@@ -78,3 +90,131 @@ def test_sentence_pairs() -> None:
     assert ds["train"].features["label"].num_classes == 4
     scores = set(ds["train"]["score"]) | set(ds["test"]["score"])
     assert {0.0, 5.0} <= scores
+
+
+def test_long_tailed_data_is_used_as_is_without_a_ratio(digits) -> None:
+    already = make_long_tailed(digits["train"], imbalance_ratio=5.0, seed=2)
+    assert make_long_tailed(already, imbalance_ratio=None) is already
+    assert make_long_tailed(digits["train"], None, label_column="not_checked") is digits["train"]
+
+
+def test_check_dataset_empty_small_columns_and_streaming() -> None:
+    data = datasets.Dataset.from_dict({"image": [0, 1, 2], "label": [0, 1, 0]})
+    assert check_dataset(data, min_rows=3, columns=["label", ("image", "pixel_values")]) == 3
+    with pytest.raises(ValueError, match=r"`train_dataset` is empty \(0 rows\).*check the split"):
+        check_dataset(data.select([]))
+    with pytest.raises(ValueError, match=r"`train_dataset` has 3 rows, fewer than the 8 needed \(one CARE batch\).*"
+                       "per_device_train_batch_size"):
+        check_dataset(data, min_rows=8, why="one CARE batch")
+    with pytest.raises(ValueError, match=r"`eval_dataset` has no column 'text' \(its columns: \['image', 'label'\]\)"):
+        check_dataset(data, name="eval_dataset", columns=["text"])
+    with pytest.raises(ValueError, match="no column one of 'img', 'pixel_values'"):
+        check_dataset(data, columns=[("img", "pixel_values")])
+    with pytest.raises(ValueError, match="`train_dataset` is None"):
+        check_dataset(None)
+    streaming = data.to_iterable_dataset()
+    assert check_dataset(streaming, min_rows=1000, columns=["image"]) is None  # no size check, columns checked
+    with pytest.raises(ValueError, match="has no column 'text'"):
+        check_dataset(streaming, columns=["text"])
+    assert check_dataset([{"text": "a"}], columns=["text"]) == 1
+    with pytest.raises(ValueError, match="is empty"):
+        check_dataset([])
+
+
+def _image_folder(root: Path) -> Path:
+    for name, colour in (("cat", (200, 10, 10, 255)), ("dog", (10, 200, 10, 128))):
+        (root / name).mkdir(parents=True)
+        for i in range(3):
+            Image.new("RGBA", (6, 6), colour).save(root / name / f"{i}.png")
+    return root
+
+
+def test_load_image_folder_keeps_class_names(tmp_path: Path) -> None:
+    folder = _image_folder(tmp_path / "pets")
+    data = load_image_dataset(folder, cache_dir=str(tmp_path / "cache"))
+    assert len(data) == 6 and data.features["label"].names == ["cat", "dog"]
+    assert sorted(Counter(data["label"]).items()) == [(0, 3), (1, 3)]
+    assert data[0]["image"].mode == "RGBA"
+    lazy = load_image_dataset(folder, decode=False, cache_dir=str(tmp_path / "cache"))
+    assert str(folder) in lazy[0]["image"]["path"]
+    assert defer_image_decoding(lazy) is lazy
+    with pytest.raises(ValueError, match=r"`label_column`='class' is not a column of .*\['image', 'label'\]"):
+        load_image_dataset(folder, label_column="class", cache_dir=str(tmp_path / "cache"))
+    with pytest.raises(ValueError, match="`image_column`='label' .* not images"):
+        load_image_dataset(folder, image_column="label", cache_dir=str(tmp_path / "cache"))
+    with pytest.raises(ValueError, match=r"`split`='test' is not a split .*\['train'\]"):
+        load_image_dataset(folder, split="test", cache_dir=str(tmp_path / "cache"))
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ValueError, match="No images found in the folder"):
+        load_image_dataset(tmp_path / "empty", cache_dir=str(tmp_path / "cache"))
+
+
+ROWS = [
+    {"premise": 'A "tall" man sings', "hypothesis": "A man sings", "relatedness": 4.5, "judgment": "entail"},
+    {"premise": "A cat sleeps", "hypothesis": "A dog barks", "relatedness": 1.0, "judgment": "neutral"},
+    {"premise": "Kids play, loudly", "hypothesis": "Children play", "relatedness": 4.0, "judgment": "entail"},
+]
+
+
+def _write(path: Path, kind: str) -> Path:
+    keys = list(ROWS[0])
+    if kind in ("csv", "tsv", "txt"):
+        sep = "," if kind == "csv" else "\t"
+
+        def cell(value: object) -> str:
+            text = str(value)
+            if kind == "csv" and ("," in text or '"' in text):
+                return '"' + text.replace('"', '""') + '"'  # CSV quoting
+            return text  # TSV: raw, quotes included
+
+        lines = [sep.join(keys)] + [sep.join(cell(r[k]) for k in keys) for r in ROWS]
+        path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    elif kind == "jsonl":
+        path.write_text("".join(json.dumps(r) + "\n" for r in ROWS), encoding="utf-8")
+    elif kind == "json":
+        path.write_text(json.dumps(ROWS), encoding="utf-8")
+    elif kind == "parquet":
+        datasets.Dataset.from_list(ROWS).to_parquet(str(path))
+    return path
+
+
+@pytest.mark.parametrize("kind", ["csv", "tsv", "txt", "json", "jsonl", "parquet"])
+def test_load_text_dataset_every_format(tmp_path: Path, kind: str) -> None:
+    path = _write(tmp_path / f"pairs.{kind}", kind)
+    data = load_text_dataset(
+        path,
+        text_column="premise",
+        text_pair_column="hypothesis",
+        label_column="judgment",
+        score_column="relatedness",
+        cache_dir=str(tmp_path / "cache"),
+    )
+    assert data["premise"] == [r["premise"] for r in ROWS]  # quotes and commas survive
+    assert data.features["judgment"].names == ["entail", "neutral"] and data["judgment"] == [0, 1, 0]
+    assert data.features["relatedness"].dtype == "float32" and data["relatedness"] == [4.5, 1.0, 4.0]
+    with pytest.raises(ValueError, match=r"`text_pair_column`='sentence2' is not a column .*'premise'"):
+        load_text_dataset(path, text_column="premise", text_pair_column="sentence2", cache_dir=str(tmp_path / "cache"))
+
+
+def test_text_loaders_sentences_errors_and_sts_pairs(tmp_path: Path) -> None:
+    lines = tmp_path / "sentences.txt"
+    lines.write_text("a cat sat\nthe dog ran\n", encoding="utf-8")
+    assert load_text_dataset(lines, cache_dir=str(tmp_path / "cache"))["text"] == ["a cat sat", "the dog ran"]
+    semi = tmp_path / "semi.csv"
+    semi.write_text("s;t\nhello;1\n", encoding="utf-8")
+    with pytest.raises(ValueError, match="or `delimiter=` if the file was split wrongly"):
+        load_text_dataset(semi, text_column="s", cache_dir=str(tmp_path / "cache"))
+    assert load_text_dataset(semi, text_column="s", delimiter=";", cache_dir=str(tmp_path / "cache"))["s"] == ["hello"]
+    missing = tmp_path / "missing.csv"
+    missing.write_text("text,label\nfine,a\n,b\n", encoding="utf-8")
+    with pytest.raises(ValueError, match=r"Row 1 of .* has no text in `text_column`='text'"):
+        load_text_dataset(missing, cache_dir=str(tmp_path / "cache"))
+    with pytest.raises(ValueError, match="Cannot tell the format"):
+        load_text_dataset(semi.rename(tmp_path / "x.xlsx"))
+    sts = load_sts_pairs(
+        _write(tmp_path / "sick.txt", "txt"), "premise", "hypothesis", "relatedness", cache_dir=str(tmp_path / "cache")
+    )
+    assert sts.column_names == ["sentence1", "sentence2", "score"]
+    assert sts["score"] == [4.5, 1.0, 4.0] and sts["sentence1"][0] == 'A "tall" man sings'
+    with pytest.raises(ValueError, match="`score_column`='score' is not a column"):
+        load_sts_pairs(tmp_path / "sick.txt", "premise", "hypothesis", cache_dir=str(tmp_path / "cache"))

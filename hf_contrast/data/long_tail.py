@@ -25,16 +25,31 @@ def long_tailed_counts(n_max: int, num_classes: int, imbalance_ratio: float) -> 
     ]
 
 
-def make_long_tailed(dataset, imbalance_ratio: float, label_column: str = "label", seed: int = 0):
+def make_long_tailed(dataset, imbalance_ratio: float | None, label_column: str = "label", seed: int = 0):
     """Subsample ``dataset`` (a ``datasets.Dataset``) to a long-tailed class distribution.
 
-    Class ``c`` (in label order) keeps ``long_tailed_counts(n_min_available, K, imbalance_ratio)[c]``
-    randomly chosen samples, where ``n_min_available`` is the size of the smallest class, so
-    every class can supply its count.
+    ``imbalance_ratio=None`` returns ``dataset`` unchanged: data that is already long-tailed (or
+    that should stay as it is) is used as is. Otherwise class ``c`` (in label order) keeps
+    ``long_tailed_counts(n_min_available, K, imbalance_ratio)[c]`` randomly chosen samples,
+    where ``n_min_available`` is the size of the smallest class, so every class can supply its
+    count; ``imbalance_ratio=1`` therefore gives a balanced subset of ``n_min_available`` per class.
+
+    Args:
+        dataset: A ``datasets.Dataset`` with an integer label column.
+        imbalance_ratio: Largest / smallest class size of the result (>= 1), or ``None``.
+        label_column: The label column.
+        seed: Seed of the random choice of the kept samples.
+
+    Returns:
+        ``dataset`` (``imbalance_ratio=None``) or the subset, in the original row order.
 
     Raises:
         ValueError: if ``label_column`` is missing or ``imbalance_ratio < 1``.
     """
+    if imbalance_ratio is None:
+        return dataset
+    if not imbalance_ratio >= 1.0:
+        raise ValueError(f"`imbalance_ratio` must be >= 1 (max count / min count) or None, got {imbalance_ratio}.")
     if label_column not in dataset.column_names:
         raise ValueError(f"`label_column` {label_column!r} is not a column of the dataset ({dataset.column_names}).")
     labels = np.asarray(dataset[label_column])

@@ -1,0 +1,120 @@
+"""Load the image data users have: a local image folder or a Hub dataset, with its class names."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+__all__ = ["defer_image_decoding", "load_image_dataset"]
+
+
+def _check_columns(dataset: Any, source: str, columns: dict[str, str | None]) -> None:
+    names = list(dataset.column_names)
+    for option, column in columns.items():
+        if column is not None and column not in names:
+            raise ValueError(
+                f"`{option}`={column!r} is not a column of {source!r} (its columns: {names}); pass "
+                f"`{option}=` with one of them."
+            )
+
+
+def _prepare(dataset: Any, source: str, image_column: str, label_column: str | None, decode: bool) -> Any:
+    import datasets
+
+    _check_columns(dataset, source, {"image_column": image_column, "label_column": label_column})
+    feature = dataset.features[image_column]
+    if not isinstance(feature, datasets.Image):
+        raise ValueError(
+            f"`image_column`={image_column!r} of {source!r} holds {feature!r}, not images; pass the image column."
+        )
+    if label_column is not None:
+        label = dataset.features[label_column]
+        if isinstance(label, datasets.Value) and label.dtype in ("string", "large_string"):
+            dataset = dataset.class_encode_column(label_column)  # names kept as a ClassLabel
+    return dataset if decode else defer_image_decoding(dataset, image_column)
+
+
+def load_image_dataset(
+    path_or_id: str | os.PathLike[str],
+    *,
+    split: str | None = "train",
+    image_column: str = "image",
+    label_column: str | None = "label",
+    decode: bool = True,
+    **load_kwargs: Any,
+) -> Any:
+    """Load an image folder or a Hub image dataset as a ``datasets.Dataset`` (or ``DatasetDict``).
+
+    A local folder is read with datasets' ``imagefolder`` builder: one sub-folder per class
+    (``root/cat/1.png``; optionally ``root/train/cat/...``, ``root/test/cat/...`` for splits),
+    giving an ``image`` column and a ``label`` ``ClassLabel`` named after the folders. Anything
+    else is passed to ``datasets.load_dataset`` as a Hub id. String labels are encoded to a
+    ``ClassLabel`` (names kept), so plots and model cards can name classes.
+
+    Args:
+        path_or_id: A local folder or a Hub dataset id (e.g. ``"uoft-cs/cifar10"``).
+        split: The split to return; ``None``: every split as a ``DatasetDict``.
+        image_column: The column holding the images (``"img"`` for CIFAR-10 on the Hub).
+        label_column: The class column; ``None``: no labels needed.
+        decode: ``False`` keeps images as ``{"path", "bytes"}`` dicts
+            (:func:`defer_image_decoding`), so a bad file is reported by the collator with its row
+            and path instead of failing inside ``datasets``.
+        **load_kwargs: Passed to ``datasets.load_dataset`` (e.g. ``cache_dir``, ``revision``).
+
+    Returns:
+        The dataset (``split`` given) or a ``DatasetDict``.
+
+    Raises:
+        ValueError: if the folder has no images, the split does not exist, or a column is
+            missing or not an image column (the error lists the columns).
+    """
+    import datasets
+
+    source = os.fspath(path_or_id)
+    local = Path(source).expanduser()
+    if local.is_dir():
+        try:
+            loaded = datasets.load_dataset("imagefolder", data_dir=str(local), **load_kwargs)
+        except (FileNotFoundError, datasets.exceptions.DataFilesNotFoundError, ValueError) as error:
+            raise ValueError(
+                f"No images found in the folder {source!r} ({error}); put them in one sub-folder per class "
+                "(root/<class>/<image>)."
+            ) from error
+    elif local.exists():
+        raise ValueError(f"`path_or_id`={source!r} is a file; pass the image folder (root/<class>/<image>).")
+    else:
+        loaded = datasets.load_dataset(source, **load_kwargs)
+    if split is not None:
+        if split not in loaded:
+            raise ValueError(f"`split`={split!r} is not a split of {source!r} (its splits: {list(loaded)}).")
+        return _prepare(loaded[split], source, image_column, label_column, decode)
+    return datasets.DatasetDict(
+        {name: _prepare(part, source, image_column, label_column, decode) for name, part in loaded.items()}
+    )
+
+
+def defer_image_decoding(dataset: Any, image_column: str = "image") -> Any:
+    """Keep ``image_column`` as ``{"path", "bytes"}`` dicts, decoded by the collator instead.
+
+    With ``datasets.Image()`` decoding, a truncated or unreadable file fails inside ``datasets``
+    when the row is read, naming neither the row nor the file. The image collators decode these
+    dicts themselves (:mod:`hf_contrast.augment.decode`) and report the row and the path, or
+    skip and count the image under ``on_bad_image="skip"``. Works for ``Dataset`` and
+    ``IterableDataset`` (``cast_column``); a column that is not an ``Image`` feature (or a
+    dataset without features) is returned unchanged.
+
+    Args:
+        dataset: A ``datasets.Dataset`` or ``datasets.IterableDataset``.
+        image_column: The image column.
+
+    Returns:
+        The dataset with ``Image(decode=False)`` on ``image_column``.
+    """
+    import datasets
+
+    features = getattr(dataset, "features", None) or {}
+    feature = features.get(image_column)
+    if isinstance(feature, datasets.Image) and feature.decode:
+        return dataset.cast_column(image_column, datasets.Image(decode=False))
+    return dataset

@@ -1,0 +1,207 @@
+"""Load the text data users have: a Hub id or a local CSV / TSV / JSON / JSONL / parquet / text file.
+
+Local files are read with datasets' packaged builders (``csv``, ``json``, ``parquet``, ``text``),
+chosen from the extension:
+
+========================  ==========================================================
+``.csv``                  ``csv`` (``delimiter`` default ``","``)
+``.tsv``, ``.tab``        ``csv`` with ``delimiter="\\t"`` and no quote processing
+``.txt``                  tab-separated (as ``.tsv``) when its first line holds a tab or a
+                          ``delimiter`` is given, else ``text`` (one sentence per line,
+                          column ``text``)
+``.json``, ``.jsonl``     ``json`` (JSON Lines or a JSON list of records)
+``.parquet``              ``parquet``
+========================  ==========================================================
+"""
+
+from __future__ import annotations
+
+import csv
+import os
+from pathlib import Path
+from typing import Any
+
+__all__ = ["load_sts_pairs", "load_text_dataset"]
+
+_BUILDERS = {".csv": "csv", ".tsv": "csv", ".tab": "csv", ".json": "json", ".jsonl": "json", ".parquet": "parquet"}
+
+
+def _builder(path: Path, delimiter: str | None) -> tuple[str, dict[str, Any]]:
+    suffix = path.suffix.lower()
+    if suffix == ".txt":
+        if delimiter is None:
+            with path.open(encoding="utf-8", errors="replace") as f:
+                first = f.readline()
+            if "\t" not in first:
+                return "text", {}
+            delimiter = "\t"
+        suffix = ".tsv" if delimiter == "\t" else ".csv"
+    if suffix not in _BUILDERS:
+        raise ValueError(
+            f"Cannot tell the format of {str(path)!r} from its extension {suffix!r}; use one of "
+            f"{sorted([*_BUILDERS, '.txt'])} (or load it with `datasets.load_dataset` yourself)."
+        )
+    builder = _BUILDERS[suffix]
+    kwargs: dict[str, Any] = {}
+    if builder == "csv":
+        tab = suffix in (".tsv", ".tab")
+        kwargs["delimiter"] = delimiter if delimiter is not None else ("\t" if tab else ",")
+        if kwargs["delimiter"] == "\t":
+            kwargs["quoting"] = csv.QUOTE_NONE  # sentences hold quote characters (STS-B, SICK)
+    elif delimiter is not None:
+        raise ValueError(f"`delimiter` applies to CSV / TSV / text files, not to {suffix!r} files; leave it None.")
+    return builder, kwargs
+
+
+def _check_text(dataset: Any, source: str, columns: dict[str, str | None]) -> None:
+    names = list(dataset.column_names)
+    for option, column in columns.items():
+        if column is None:
+            continue
+        if column not in names:
+            raise ValueError(
+                f"`{option}`={column!r} is not a column of {source!r} (its columns: {names}); pass `{option}=` "
+                "with one of them" + (" (or `delimiter=` if the file was split wrongly)." if len(names) == 1 else ".")
+            )
+        if option in ("text_column", "text_pair_column"):
+            for row, text in enumerate(dataset[column]):
+                if not isinstance(text, str):
+                    raise ValueError(
+                        f"Row {row} of {source!r} has no text in `{option}`={column!r} (got {text!r}); fill or "
+                        "remove it (e.g. `dataset.filter(lambda r: r[column] is not None)`)."
+                    )
+
+
+def _prepare(
+    dataset: Any, source: str, text_column: str, text_pair_column: str | None, label_column: str | None,
+    score_column: str | None,
+) -> Any:
+    import datasets
+
+    _check_text(
+        dataset,
+        source,
+        {"text_column": text_column, "text_pair_column": text_pair_column, "label_column": label_column,
+         "score_column": score_column},
+    )
+    if label_column is not None:
+        label = dataset.features[label_column]
+        if isinstance(label, datasets.Value) and label.dtype in ("string", "large_string"):
+            dataset = dataset.class_encode_column(label_column)
+        elif not isinstance(label, datasets.ClassLabel) and not (
+            isinstance(label, datasets.Value) and label.dtype.startswith(("int", "uint"))
+        ):
+            raise ValueError(
+                f"`label_column`={label_column!r} of {source!r} holds {label!r}; class labels must be strings or "
+                "integers (a real-valued similarity goes in `score_column`)."
+            )
+    if score_column is not None:
+        try:
+            dataset = dataset.cast_column(score_column, datasets.Value("float32"))
+        except (ValueError, TypeError) as error:
+            raise ValueError(
+                f"`score_column`={score_column!r} of {source!r} must hold numbers ({error})."
+            ) from error
+    return dataset
+
+
+def load_text_dataset(
+    path_or_id: str | os.PathLike[str],
+    *,
+    split: str | None = "train",
+    text_column: str = "text",
+    text_pair_column: str | None = None,
+    label_column: str | None = None,
+    score_column: str | None = None,
+    delimiter: str | None = None,
+    **load_kwargs: Any,
+) -> Any:
+    """Load sentences (and optional pairs, labels, scores) from a Hub id or a local file.
+
+    Args:
+        path_or_id: A local file (format from the extension, see the module docstring) or a Hub
+            dataset id.
+        split: The split to return (a local file is the ``"train"`` split); ``None``: a
+            ``DatasetDict`` of every split.
+        text_column: Column of the sentences (for ``.txt`` one-sentence-per-line files: ``"text"``).
+        text_pair_column: Optional column of a second sentence per row (positive pairs, STS).
+        label_column: Optional class column; string labels become a ``ClassLabel`` (names kept).
+        score_column: Optional similarity score column (cast to float32).
+        delimiter: Field separator of a CSV / TSV / ``.txt`` file (default from the extension).
+        **load_kwargs: Passed to ``datasets.load_dataset`` (e.g. ``cache_dir``, ``revision``).
+
+    Returns:
+        A ``datasets.Dataset`` (or ``DatasetDict`` for ``split=None``) with the file's columns.
+
+    Raises:
+        ValueError: on an unknown extension, a missing split or column (the error lists the
+            columns), a missing text (naming the row), or non-numeric scores.
+    """
+    import datasets
+
+    source = os.fspath(path_or_id)
+    local = Path(source).expanduser()
+    if local.is_file():
+        builder, kwargs = _builder(local, delimiter)
+        loaded = datasets.load_dataset(builder, data_files={"train": str(local)}, **kwargs, **load_kwargs)
+    elif local.is_dir():
+        raise ValueError(f"`path_or_id`={source!r} is a folder; pass one file (CSV, TSV, JSON, JSONL, parquet, txt).")
+    else:
+        if delimiter is not None:
+            raise ValueError(f"`delimiter` applies to local files; {source!r} is not one (read as a Hub id).")
+        loaded = datasets.load_dataset(source, **load_kwargs)
+    columns = (text_column, text_pair_column, label_column, score_column)
+    if split is not None:
+        if split not in loaded:
+            raise ValueError(f"`split`={split!r} is not a split of {source!r} (its splits: {list(loaded)}).")
+        return _prepare(loaded[split], source, *columns)
+    return datasets.DatasetDict({name: _prepare(part, source, *columns) for name, part in loaded.items()})
+
+
+def load_sts_pairs(
+    path: str | os.PathLike[str],
+    sentence1_column: str = "sentence1",
+    sentence2_column: str = "sentence2",
+    score_column: str = "score",
+    *,
+    split: str = "train",
+    delimiter: str | None = None,
+    **load_kwargs: Any,
+) -> Any:
+    """Load scored sentence pairs (STS-B, SICK relatedness...) with canonical column names.
+
+    Args:
+        path: A local file or Hub id (as :func:`load_text_dataset`).
+        sentence1_column, sentence2_column: Columns of the two sentences.
+        score_column: Column of the gold similarity score.
+        split: The split to read (a local file is ``"train"``).
+        delimiter: Field separator of a CSV / TSV / ``.txt`` file.
+        **load_kwargs: Passed to ``datasets.load_dataset``.
+
+    Returns:
+        A ``datasets.Dataset`` with exactly the columns ``sentence1``, ``sentence2`` (str) and
+        ``score`` (float32), e.g. for :func:`hf_contrast.metrics.sts_spearman`.
+
+    Raises:
+        ValueError: as :func:`load_text_dataset`, or if fewer than 2 pairs are found (a
+            correlation needs two).
+    """
+    pairs = load_text_dataset(
+        path,
+        split=split,
+        text_column=sentence1_column,
+        text_pair_column=sentence2_column,
+        score_column=score_column,
+        delimiter=delimiter,
+        **load_kwargs,
+    )
+    keep = {sentence1_column: "sentence1", sentence2_column: "sentence2", score_column: "score"}
+    if len(set(keep)) != 3:
+        raise ValueError(f"The sentence and score columns must be three different columns, got {list(keep)}.")
+    pairs = pairs.select_columns(list(keep))
+    renames = {old: new for old, new in keep.items() if old != new}
+    if renames:
+        pairs = pairs.rename_columns(renames)
+    if len(pairs) < 2:
+        raise ValueError(f"{str(path)!r} holds {len(pairs)} scored pair(s); an STS correlation needs at least 2.")
+    return pairs
