@@ -88,6 +88,10 @@ def test_embedding_metrics_match_independent_references() -> None:
     assert out["linear_probe_accuracy"] == pytest.approx(np.mean(clf.predict(scaler.transform(z[test].numpy())) == y[test].numpy()))
     unlabelled = metrics(EvalPrediction(predictions=z, label_ids=None))  # tensors, no labels, no views
     assert set(unlabelled) == {"uniformity", "mean_cosine", "effective_rank"}
+    placeholder = metrics(EvalPrediction(predictions=(z,), label_ids=np.full(len(z), -1)))  # the trainer's "no labels"
+    assert placeholder == unlabelled
+    with pytest.raises(ValueError, match="mixes negative"):
+        metrics((z, torch.where(y == 0, -1, y)))
 
 
 def test_embedding_metrics_subsample_a_class_sorted_split_class_balanced() -> None:

@@ -158,7 +158,8 @@ class EmbeddingMetrics:
 
         Args:
             embeddings: Embeddings of a deterministic view. Shape: ``(N, D)``, ``N >= 2``.
-            labels: Integer classes, or ``None``. Shape: ``(N,)``.
+            labels: Integer classes, or ``None``. Shape: ``(N,)``. All-negative labels (the
+                trainer's ``-1`` placeholder for unlabelled data) count as ``None``.
             views: ``(view1, view2)``, embeddings of two random views of the same rows, or ``None``.
                 Shape: ``(N, D')`` each.
 
@@ -167,6 +168,13 @@ class EmbeddingMetrics:
         """
         z = as_embeddings("predictions", _as_tensor(embeddings), min_rows=2)
         y = None if labels is None else as_labels("label_ids", _as_tensor(labels), z.shape[0], z.device)
+        if y is not None and bool((y < 0).any()):
+            if not bool((y < 0).all()):
+                raise ValueError(
+                    f"`label_ids` mixes negative ({int((y < 0).sum())} rows) and class labels: negative labels "
+                    "(-1, -100) mean 'unlabelled' and must cover every row, or none."
+                )
+            y = None  # every row unlabelled (the trainer's -1 placeholder)
         pair = None
         if views is not None:
             if len(views) != 2 or views[0] is None or views[1] is None:
