@@ -89,19 +89,52 @@ def _blocks(n: int, tile: int) -> list[tuple[int, int]]:
 # InfoNCE / SupCon / OCL: per-row log-sum-exp over the candidates except the anchor itself
 # --------------------------------------------------------------------------------------------
 def _contrastive_block(
-    a: Tensor, c: Tensor, ya: Tensor | None, yc: Tensor | None, abs_negatives: bool, self_idx: tuple[Tensor, Tensor] | None
-) -> tuple[Tensor, Tensor, Tensor | None]:
-    """Raw logits ``s``, denominator logits ``s'`` (self at -inf) and the positive mask of one block."""
+    a: Tensor,
+    c: Tensor,
+    ya: Tensor | None,
+    yc: Tensor | None,
+    abs_negatives: bool,
+    self_idx: tuple[Tensor, Tensor] | None,
+    pos_sum: Tensor | None = None,
+    want_sign: bool = False,
+) -> tuple[Tensor, Tensor | None, Tensor | None]:
+    """Denominator logits ``s'`` of one block (self at -inf), its positive mask, ``ds'/ds``.
+
+    Adds the block's positive logits to ``pos_sum`` (row-wise) when given. ``ds'/ds`` is ``1``
+    on positives and ``sign(s)`` on the negatives under ``abs_negatives`` (``None`` otherwise or
+    unless ``want_sign``). Works in place on the fresh matmul output: one block-sized tensor.
+    """
     s = a @ c.T
     same = None
     if ya is not None and yc is not None:
         same = ya[:, None] == yc[None, :]
         if self_idx is not None:
             same[self_idx] = False
-    s_den = torch.where(same, s, s.abs()) if abs_negatives and same is not None else s.clone()
+        if pos_sum is not None:
+            pos_sum += torch.where(same, s, 0.0).sum(dim=1)
+    sign = None
+    if abs_negatives and same is not None:
+        if want_sign:
+            sign = torch.where(same, 1.0, torch.sign(s))
+        s = torch.where(same, s, s.abs())
     if self_idx is not None:
-        s_den[self_idx] = float("-inf")
-    return s, s_den, same
+        s[self_idx] = float("-inf")
+    return s, same, sign
+
+
+def _online_logsumexp_update(run_max: Tensor, run_sum: Tensor, logits: Tensor) -> Tensor:
+    """Fold one block into the running row max / sum (``run_sum`` in place); returns the new max.
+
+    Destroys ``logits``. Rows that are still all ``-inf`` keep a zero shift (no ``inf - inf``).
+    """
+    new_max = torch.maximum(run_max, logits.amax(dim=1))
+    shift = torch.where(torch.isfinite(new_max), new_max, 0.0)
+    run_sum.mul_(torch.exp(run_max - shift)).add_(logits.sub_(shift[:, None]).exp_().sum(dim=1))
+    return new_max
+
+
+def _finish_logsumexp(run_max: Tensor, run_sum: Tensor) -> Tensor:
+    return torch.where(torch.isfinite(run_max), run_max, 0.0) + torch.log(run_sum)
 
 
 class _TiledRowLogSumExp(torch.autograd.Function):
@@ -120,16 +153,12 @@ class _TiledRowLogSumExp(torch.autograd.Function):
                 run_sum = anchors.new_zeros(r1 - r0)
                 for c0, c1 in _blocks(m, tile):
                     yc = candidate_labels[c0:c1] if labelled else None
-                    s, s_den, same = _contrastive_block(
-                        a, candidates[c0:c1], ya, yc, abs_negatives, _self_index(r0, r1, c0, c1, offset, device)
+                    self_idx = _self_index(r0, r1, c0, c1, offset, device)
+                    s_den, _, _ = _contrastive_block(
+                        a, candidates[c0:c1], ya, yc, abs_negatives, self_idx, pos_sum=pos_sum[r0:r1]
                     )
-                    if same is not None:
-                        pos_sum[r0:r1] += torch.where(same, s, 0.0).sum(dim=1)
-                    new_max = torch.maximum(run_max, s_den.amax(dim=1))
-                    shift = torch.where(torch.isfinite(new_max), new_max, 0.0)  # a row still all -inf
-                    run_sum = run_sum * torch.exp(run_max - shift) + torch.exp(s_den - shift[:, None]).sum(dim=1)
-                    run_max = new_max
-                lse[r0:r1] = torch.where(torch.isfinite(run_max), run_max, 0.0) + torch.log(run_sum)
+                    run_max = _online_logsumexp_update(run_max, run_sum, s_den)
+                lse[r0:r1] = _finish_logsumexp(run_max, run_sum)
         ctx.save_for_backward(anchors, candidates, anchor_labels, candidate_labels, lse)
         ctx.offset, ctx.abs_negatives, ctx.tile, ctx.labelled = offset, abs_negatives, tile, labelled
         if not labelled:
@@ -153,15 +182,15 @@ class _TiledRowLogSumExp(torch.autograd.Function):
                 for c0, c1 in _blocks(m, tile):
                     c = candidates[c0:c1]
                     yc = candidate_labels[c0:c1] if labelled else None
-                    s, s_den, same = _contrastive_block(
-                        a, c, ya, yc, ctx.abs_negatives, _self_index(r0, r1, c0, c1, ctx.offset, device)
+                    g, same, sign = _contrastive_block(
+                        a, c, ya, yc, ctx.abs_negatives, _self_index(r0, r1, c0, c1, ctx.offset, device), want_sign=True
                     )
-                    # d lse_i / d s'_ij = softmax_ij (0 on the anchor itself).
-                    g = torch.exp(s_den - lse[r0:r1, None]) * g_lse[r0:r1, None]
-                    if ctx.abs_negatives and same is not None:  # d|s|/ds = sign(s) on the negatives
-                        g = torch.where(same, g, g * torch.sign(s))
+                    # d lse_i / d s'_ij = softmax_ij (0 on the anchor itself), in place.
+                    g.sub_(lse[r0:r1, None]).exp_().mul_(g_lse[r0:r1, None])
+                    if sign is not None:  # d|s|/ds = sign(s) on the negatives
+                        g.mul_(sign)
                     if g_pos is not None:
-                        g = g + torch.where(same, g_pos[r0:r1, None], 0.0)
+                        g.add_(torch.where(same, g_pos[r0:r1, None], 0.0))
                     grad_a[r0:r1].addmm_(g, c)
                     grad_c[c0:c1].addmm_(g.T, a)
         return grad_a, grad_c, None, None, None, None, None
@@ -238,11 +267,8 @@ class _TiledUniformity(torch.autograd.Function):
                     _, logits = _uniformity_block(
                         a[r0:r1], c[c0:c1], sq_a[r0:r1], sq_c[c0:c1], t, _self_index(r0, r1, c0, c1, offset, device)
                     )
-                    new_max = torch.maximum(run_max, logits.amax(dim=1))
-                    shift = torch.where(torch.isfinite(new_max), new_max, 0.0)
-                    run_sum = run_sum * torch.exp(run_max - shift) + torch.exp(logits - shift[:, None]).sum(dim=1)
-                    run_max = new_max
-                lse[r0:r1] = torch.where(torch.isfinite(run_max), run_max, 0.0) + torch.log(run_sum)
+                    run_max = _online_logsumexp_update(run_max, run_sum, logits)
+                lse[r0:r1] = _finish_logsumexp(run_max, run_sum)
         ctx.save_for_backward(a, c, sq_a, sq_c, lse)
         ctx.offset, ctx.t, ctx.tile = offset, t, tile
         return lse
@@ -262,8 +288,8 @@ class _TiledUniformity(torch.autograd.Function):
                         _self_index(r0, r1, c0, c1, ctx.offset, device),
                     )  # fmt: skip
                     # d lse_i / d raw_ij = softmax_ij · (−t) where the clamp passes (raw >= 0).
-                    g = torch.exp(logits - lse[r0:r1, None]) * grad_lse[r0:r1, None]
-                    g = torch.where(raw >= 0, g * -ctx.t, 0.0)
+                    g = logits.sub_(lse[r0:r1, None]).exp_().mul_(grad_lse[r0:r1, None] * -ctx.t)
+                    g = torch.where(raw >= 0, g, 0.0)
                     grad_sq_a[r0:r1] += g.sum(dim=1)
                     grad_sq_c[c0:c1] += g.sum(dim=0)
                     grad_a[r0:r1].addmm_(g, c[c0:c1], alpha=-2.0)
