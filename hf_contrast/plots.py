@@ -7,7 +7,13 @@ global state, no backend switch in the caller's process.
 - :func:`plot_augmentation_cosine_histogram`: histogram of ``cos(f(x), f(a(x)))`` for sampled
   augmentations (CARE, https://arxiv.org/abs/2306.13924, Figure 6).
 - :func:`plot_loss_curves`: every logged loss term against the step, from
-  ``trainer.state.log_history``.
+  ``trainer.state.log_history``, one panel per term (CARE's ~0.01 equivariance term stays
+  readable next to its ~4 invariance term).
+- :func:`plot_metric_curves`: evaluation metrics against the step, one panel per metric
+  (:data:`EVAL_METRICS` by default).
+
+Classes are named by their labels when ``class_names`` is given (e.g.
+``dataset.features["label"].names`` of a ``ClassLabel``: folder names of an image folder).
 """
 
 from __future__ import annotations
@@ -27,7 +33,22 @@ from .metrics._inputs import as_embeddings, as_labels
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
-__all__ = ["plot_embedding_projection", "plot_augmentation_cosine_histogram", "plot_loss_curves"]
+__all__ = [
+    "EVAL_METRICS",
+    "plot_augmentation_cosine_histogram",
+    "plot_embedding_projection",
+    "plot_loss_curves",
+    "plot_metric_curves",
+]
+
+EVAL_METRICS = (
+    "eval_alignment",
+    "eval_uniformity",
+    "eval_knn_accuracy",
+    "eval_equivariance_wahba_error",
+    "eval_equivariance_gamma_f",
+)
+"""The evaluation metrics :func:`plot_metric_curves` draws by default (names in ``log_history``)."""
 
 
 def _new_figure(width: float = 6.0, height: float = 4.5) -> Figure:
@@ -70,6 +91,7 @@ def plot_embedding_projection(
     method: str = "pca",
     title: str | None = None,
     seed: int = 0,
+    class_names: Sequence[str] | Mapping[int, str] | None = None,
 ) -> Path:
     """Scatter a 2-D projection of embeddings, one colour per class.
 
@@ -84,12 +106,15 @@ def plot_embedding_projection(
         method: ``"pca"`` or ``"tsne"``.
         title: Figure title (default: the method name).
         seed: t-SNE random state.
+        class_names: Name of each class id (a sequence indexed by id, e.g. a ``ClassLabel``'s
+            ``names``, or a mapping id → name), shown in the legend instead of the ids.
 
     Returns:
         ``path`` as a :class:`~pathlib.Path`.
 
     Raises:
-        ValueError: on bad shapes, an unknown ``method`` or too few samples.
+        ValueError: on bad shapes, an unknown ``method``, too few samples, or a label without a
+            name in ``class_names``.
         ImportError: if matplotlib is not installed.
     """
     if method not in ("pca", "tsne"):
@@ -98,6 +123,7 @@ def plot_embedding_projection(
     if x.shape[1] < 2:
         raise ValueError(f"`z` needs at least 2 features to project to 2-D, got shape {tuple(x.shape)}.")
     y = None if labels is None else as_labels("labels", labels, x.shape[0], x.device)
+    names = None if y is None else _class_names(class_names, torch.unique(y).tolist())
     figure = _new_figure()
     points = None
     if method == "tsne":
@@ -115,14 +141,29 @@ def plot_embedding_projection(
         cmap = _class_colormap(len(classes))
         for index, cls in enumerate(classes):
             mask = y == cls
-            ax.scatter(points[mask, 0], points[mask, 1], s=8, alpha=0.8, color=cmap(index), label=str(cls))
+            ax.scatter(points[mask, 0], points[mask, 1], s=8, alpha=0.8, color=cmap(index), label=names[cls])
         if len(classes) <= 20:
             ax.legend(title="class", fontsize="small", markerscale=2, loc="best", ncols=2 if len(classes) > 10 else 1)
-    names = {"pca": ("PC 1", "PC 2"), "tsne": ("t-SNE 1", "t-SNE 2")}[method]
-    ax.set_xlabel(names[0])
-    ax.set_ylabel(names[1])
+    axes = {"pca": ("PC 1", "PC 2"), "tsne": ("t-SNE 1", "t-SNE 2")}[method]
+    ax.set_xlabel(axes[0])
+    ax.set_ylabel(axes[1])
     ax.set_title(title or f"{method.upper() if method == 'pca' else 't-SNE'} of {x.shape[0]} embeddings")
     return _save(figure, path)
+
+
+def _class_names(class_names: Sequence[str] | Mapping[int, str] | None, classes: list[int]) -> dict[int, str]:
+    if class_names is None:
+        return {c: str(c) for c in classes}
+    if isinstance(class_names, (str, bytes)) or not isinstance(class_names, (Sequence, Mapping)):
+        raise ValueError(f"`class_names` must be a sequence or a mapping of class names, got {class_names!r}.")
+    names: dict[int, str] = {}
+    for c in classes:
+        known = c in class_names if isinstance(class_names, Mapping) else 0 <= c < len(class_names)
+        if not known:
+            size = f"{len(class_names)} names"
+            raise ValueError(f"`class_names` ({size}) has no name for the label {c}; pass one name per class id.")
+        names[c] = str(class_names[c])
+    return names
 
 
 def _class_colormap(count: int) -> Any:
@@ -204,17 +245,56 @@ def plot_augmentation_cosine_histogram(
     return _save(figure, path)
 
 
+def _curves(log_history: Sequence[Mapping[str, Any]], wanted: Any) -> dict[str, tuple[list[float], list[float]]]:
+    curves: dict[str, tuple[list[float], list[float]]] = {}
+    for entry in log_history:
+        step = entry.get("step")
+        if not isinstance(step, (int, float)):
+            continue
+        for key, value in entry.items():
+            if wanted(key) and _is_number(value):
+                xs, ys = curves.setdefault(key, ([], []))
+                xs.append(float(step))
+                ys.append(float(value))
+    return curves
+
+
+def _panels(panels: dict[str, list[str]], curves: Mapping[str, tuple[list[float], list[float]]], ylabel: Any) -> Figure:
+    """One subplot per panel (its own y scale), each drawing its keys' curves against the step."""
+    count = len(panels)
+    ncols = min(3, count)
+    nrows = math.ceil(count / ncols)
+    figure = _new_figure(width=4.2 * ncols, height=3.2 * nrows)
+    grid = figure.subplots(nrows, ncols, sharex=True, squeeze=False)
+    for ax, (panel, keys) in zip(grid.flat, panels.items()):
+        for key in keys:
+            xs, ys = curves[key]
+            style = "--" if key.startswith("eval") else "-"
+            ax.plot(xs, ys, style, marker="o" if len(xs) < 30 else None, markersize=3, label=key)
+        ax.set_title(panel, fontsize="medium")
+        ax.set_ylabel(ylabel(panel))
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize="small")
+    for ax in list(grid.flat)[count:]:
+        ax.set_visible(False)
+    for ax in grid[-1]:
+        ax.set_xlabel("step")
+    return figure
+
+
 def plot_loss_curves(
     log_history: Sequence[Mapping[str, Any]],
     path: str | os.PathLike[str],
     prefixes: tuple[str, ...] = ("loss", "eval_loss"),
     title: str | None = None,
 ) -> Path:
-    """Plot each logged loss term against the step (``trainer.state.log_history``).
+    """Plot each logged loss term against the step (``trainer.state.log_history``), one panel per term.
 
     Every numeric key starting with one of ``prefixes`` becomes a curve (``loss``,
     ``loss_invariance``, ``loss_equivariance``, ``eval_loss``, …); entries without ``step`` are
-    ignored (the Trainer always writes it). Evaluation curves are dashed.
+    ignored (the Trainer always writes it). Each term gets its own subplot and y scale, with its
+    evaluation curve (``eval_`` + the key, dashed) in the same subplot, so a small term (CARE's
+    ~0.01 equivariance loss) is not flattened under a large one.
 
     Args:
         log_history: The list of logged dicts, e.g. ``trainer.state.log_history``.
@@ -229,32 +309,55 @@ def plot_loss_curves(
         ValueError: if no entry has a finite numeric value under a matching key.
         ImportError: if matplotlib is not installed.
     """
-    curves: dict[str, tuple[list[float], list[float]]] = {}
-    for entry in log_history:
-        step = entry.get("step")
-        if not isinstance(step, (int, float)):
-            continue
-        for key, value in entry.items():
-            if key.startswith(prefixes) and _is_number(value):
-                xs, ys = curves.setdefault(key, ([], []))
-                xs.append(float(step))
-                ys.append(float(value))
+    curves = _curves(log_history, lambda key: key.startswith(prefixes))
     if not curves:
         raise ValueError(
             f"`log_history` has no finite value under a key starting with {prefixes} "
             f"({len(log_history)} entries); pass `trainer.state.log_history` after training with logging on."
         )
-    figure = _new_figure()
-    ax = figure.subplots()
-    for key in sorted(curves):
-        xs, ys = curves[key]
-        style = "--" if key.startswith("eval") else "-"
-        ax.plot(xs, ys, style, marker="o" if len(xs) < 30 else None, markersize=3, label=key)
-    ax.set_xlabel("step")
-    ax.set_ylabel("loss")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize="small")
-    ax.set_title(title or "training loss terms")
+    panels: dict[str, list[str]] = {}
+    for key in sorted(curves, key=lambda k: (k.removeprefix("eval_"), k.startswith("eval_"))):
+        panels.setdefault(key.removeprefix("eval_"), []).append(key)
+    figure = _panels(panels, curves, lambda panel: "loss")
+    figure.suptitle(title or "training loss terms")
+    return _save(figure, path)
+
+
+def plot_metric_curves(
+    log_history: Sequence[Mapping[str, Any]],
+    path: str | os.PathLike[str],
+    metrics: Sequence[str] = EVAL_METRICS,
+    title: str | None = None,
+) -> Path:
+    """Plot evaluation metrics against the step, one panel per metric found in ``log_history``.
+
+    The defaults (:data:`EVAL_METRICS`) are the names the evaluation logs: alignment and
+    uniformity (Wang & Isola 2020), kNN accuracy, and CARE's equivariance Wahba error and
+    ``γ_f`` (docs/methods.md). Metrics absent from ``log_history`` are left out.
+
+    Args:
+        log_history: The list of logged dicts, e.g. ``trainer.state.log_history``.
+        path: PNG file to write.
+        metrics: Keys to plot.
+        title: Figure title.
+
+    Returns:
+        ``path`` as a :class:`~pathlib.Path`.
+
+    Raises:
+        ValueError: if none of ``metrics`` has a finite value in ``log_history``.
+        ImportError: if matplotlib is not installed.
+    """
+    wanted = list(metrics)
+    curves = _curves(log_history, lambda key: key in wanted)
+    if not curves:
+        raise ValueError(
+            f"`log_history` has no finite value for any of {wanted} ({len(log_history)} entries); evaluate during "
+            "training (`eval_strategy`) or pass `metrics=` with the logged names."
+        )
+    panels = {key: [key] for key in wanted if key in curves}
+    figure = _panels(panels, curves, lambda panel: panel.removeprefix("eval_"))
+    figure.suptitle(title or "evaluation metrics")
     return _save(figure, path)
 
 

@@ -11,10 +11,13 @@ import torch
 
 pytest.importorskip("matplotlib")
 
+import hf_contrast.plots as plots  # noqa: E402
 from hf_contrast.plots import (  # noqa: E402
+    EVAL_METRICS,
     plot_augmentation_cosine_histogram,
     plot_embedding_projection,
     plot_loss_curves,
+    plot_metric_curves,
 )
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -74,6 +77,74 @@ def test_loss_curves(tmp_path: Path) -> None:
     ]
     history += [{"eval_loss": 1.5, "step": 25}, {"train_runtime": 3.0, "train_loss": 1.2, "step": 45}]
     _assert_png(plot_loss_curves(history, tmp_path / "loss.png"))
+
+
+@pytest.fixture
+def figures(monkeypatch: pytest.MonkeyPatch) -> list:
+    """Capture every figure the plot functions save (they still write the PNG)."""
+    saved: list = []
+    real_save = plots._save
+
+    def capture(figure, path):  # type: ignore[no-untyped-def]
+        saved.append(figure)
+        return real_save(figure, path)
+
+    monkeypatch.setattr(plots, "_save", capture)
+    return saved
+
+
+def test_projection_names_classes_by_label(
+    tmp_path: Path, clusters: tuple[torch.Tensor, torch.Tensor], figures: list
+) -> None:
+    z, labels = clusters
+    plot_embedding_projection(z, labels, tmp_path / "named.png", class_names=["cat", "dog", "bird"])
+    plot_embedding_projection(z, labels, tmp_path / "mapped.png", class_names={0: "a", 1: "b", 2: "c"})
+    plot_embedding_projection(z, labels, tmp_path / "ids.png")
+    legends = [[t.get_text() for t in fig.axes[0].get_legend().get_texts()] for fig in figures]
+    assert legends == [["cat", "dog", "bird"], ["a", "b", "c"], ["0", "1", "2"]]
+    with pytest.raises(ValueError, match="`class_names` \\(2 names\\) has no name for the label 2"):
+        plot_embedding_projection(z, labels, tmp_path / "x.png", class_names=["cat", "dog"])
+
+
+def test_loss_curves_one_panel_per_term(tmp_path: Path, figures: list) -> None:
+    history = [
+        {"loss": 4.0 - 0.01 * i, "loss_invariance": 4.0 - 0.01 * i, "loss_equivariance": 0.01 + 0.001 * i, "step": i}
+        for i in range(10)
+    ]
+    history += [{"eval_loss": 3.9, "eval_loss_invariance": 3.89, "step": 9}, {"learning_rate": 0.1, "step": 9}]
+    _assert_png(plot_loss_curves(history, tmp_path / "loss.png"))
+    visible = [ax for ax in figures[0].axes if ax.get_visible()]
+    panels = {ax.get_title(): [line.get_label() for line in ax.get_lines()] for ax in visible}
+    assert panels == {
+        "loss": ["loss", "eval_loss"],
+        "loss_equivariance": ["loss_equivariance"],
+        "loss_invariance": ["loss_invariance", "eval_loss_invariance"],
+    }
+    small = next(ax for ax in visible if ax.get_title() == "loss_equivariance")
+    low, high = small.get_ylim()
+    assert high - low < 0.05  # the 0.01 term has its own scale, not the 4.0 term's
+
+
+def test_metric_curves_read_the_evaluation_names(tmp_path: Path, figures: list) -> None:
+    history = [
+        {
+            "eval_alignment": 1.0 - 0.1 * i,
+            "eval_uniformity": -1.0 - 0.2 * i,
+            "eval_knn_accuracy": 0.2 + 0.1 * i,
+            "eval_equivariance_wahba_error": 0.5 / (i + 1),
+            "eval_equivariance_gamma_f": 0.1 * i,
+            "eval_loss": 2.0,
+            "step": 10 * i,
+        }
+        for i in range(4)
+    ]
+    _assert_png(plot_metric_curves(history, tmp_path / "metrics.png"))
+    titles = [ax.get_title() for ax in figures[0].axes if ax.get_visible()]
+    assert titles == list(EVAL_METRICS)
+    plot_metric_curves(history, tmp_path / "two.png", metrics=["eval_knn_accuracy", "eval_missing"])
+    assert [ax.get_title() for ax in figures[1].axes if ax.get_visible()] == ["eval_knn_accuracy"]
+    with pytest.raises(ValueError, match="no finite value for any of"):
+        plot_metric_curves([{"eval_loss": 1.0, "step": 1}], tmp_path / "x.png")
 
 
 def test_plot_errors(tmp_path: Path, clusters: tuple[torch.Tensor, torch.Tensor]) -> None:
