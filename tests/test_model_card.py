@@ -1,235 +1,301 @@
-"""Model cards: YAML metadata, sections present/absent, soft failures, README protection."""
+"""Model cards: card data on the model, the callback filling it in a real Trainer run, what the card says is true."""
 
 from __future__ import annotations
 
+import ast
 import logging
+import os
+import re
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+import numpy as np
 import pytest
 import torch
 import yaml
+from _tiny import tiny_text_encoder, tiny_timm_encoder, tiny_tokenizer
 from huggingface_hub import ModelCard
+from PIL import Image
+from transformers import Trainer, TrainerState, TrainingArguments
 
-from hf_contrast.hub import (
+from hf_contrast.model_card import (
     GENERATED_MARKER,
     ContrastiveModelCardData,
+    ModelCardCallback,
+    dataset_metadata,
     generate_model_card,
+    get_model_card_data,
     non_default_training_args,
     write_model_card,
 )
 
-CARE_BIBTEX = """@inproceedings{care2025,
-  title     = {Escaping the Big Data Paradigm in Self-Supervised Representation Learning},
-  author    = {Someone, A. and Else, B.},
-  year      = {2025}
-}"""
-LOGGER = "hf_contrast.hub.model_card"
+BIBTEX = "@inproceedings{care2025,\n  title = {Escaping the Big Data Paradigm},\n  year = {2025}\n}"
 
 
-class _StubConfig:
-    """The slice of `ContrastiveEncoderConfig` the card reads."""
-
-    def __init__(self, backbone: str, backbone_type: str, projection_dim: int, **extra: Any) -> None:
-        self.backbone = backbone
-        self.backbone_type = backbone_type
-        self.projection_dim = projection_dim
-        self.extra = extra
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"backbone": self.backbone, "backbone_type": self.backbone_type, "projection_dim": self.projection_dim, **self.extra}
-
-
-def _vision_encoder(pretrained: bool = False) -> SimpleNamespace:
-    config = _StubConfig("resnet18", "timm", 16, projection_hidden_dim=32, normalize=True, pretrained=pretrained)
-    return SimpleNamespace(config=config, embedding_dim=512)
-
-
-def _text_encoder() -> SimpleNamespace:
-    return SimpleNamespace(config=_StubConfig("/tmp/tiny-bert", "text", 8, pooling="mean"), embedding_dim=32)
-
-
-class _CareLikeLoss(torch.nn.Module):
-    citation = CARE_BIBTEX
+class _Objective(torch.nn.Module):
+    name = "CARE"
+    citation = BIBTEX
 
     def get_config_dict(self) -> dict[str, Any]:
-        return {"temperature": 0.07, "equivariance_weight": 0.25, "n_splits": 4}
+        return {"temperature": 0.07, "n_splits": 4}
 
 
-@pytest.fixture()
-def full_data() -> ContrastiveModelCardData:
-    data = ContrastiveModelCardData(
-        model_id="user/care-resnet",
-        method="CARE",
-        datasets=["sklearn-digits"],
-        training_data="1,797 8x8 digit images, two augmented views each.",
-        license="apache-2.0",
-        metrics={"geometry": {"alignment": torch.tensor(0.3125), "uniformity": -2.5}, "probe": {"accuracy": 0.875}},
-        training_logs=[
-            {"loss": 4.25, "learning_rate": 0.001, "epoch": 0.5, "step": 5},
-            {"eval_loss": 3.75, "epoch": 0.5, "step": 5, "eval_runtime": 0.1, "eval_samples_per_second": 9.0},
-            {"loss": 3.5, "learning_rate": 0.0005, "epoch": 1.0, "step": 10},
-            {"train_runtime": 2.0, "train_loss": 3.9, "epoch": 1.0, "step": 10, "total_flos": 1.0},
-        ],
-        tags=["digits"],
-    )
-    data.set_loss(_CareLikeLoss())
-    return data
+def _yaml(text: str) -> dict[str, Any]:
+    return yaml.safe_load(text.split("---")[1])  # what the Hub parses
 
 
-def _section(text: str, title: str) -> str:
-    """The body of a `## title` section."""
-    start = text.index(f"## {title}\n")
-    end = text.find("\n## ", start + 1)
-    return text[start : end if end != -1 else len(text)]
+def _save(model: Any, folder: Path, repo_id: str = "user/repo") -> Path:
+    """The saved layout with its card; `save_for_hub` until `save_pretrained` writes the layout itself."""
+    get_model_card_data(model).model_id = repo_id
+    model.save_pretrained(folder)
+    if not (folder / "hf_contrast").is_dir():
+        from hf_contrast.models.export import save_for_hub
+
+        save_for_hub(model, folder)
+    assert write_model_card(model, folder) == folder / "README.md"
+    return folder
 
 
-def test_full_card_metadata_is_valid_yaml_with_model_index(full_data: ContrastiveModelCardData) -> None:
-    card = generate_model_card(_vision_encoder(pretrained=True), full_data)
-    text = str(card)
-    raw = yaml.safe_load(text.split("---")[1])  # what the Hub parses
-    assert raw["library_name"] == "hf_contrast"
-    assert raw["pipeline_tag"] == "image-feature-extraction"
-    assert raw["license"] == "apache-2.0"
-    assert raw["datasets"] == ["sklearn-digits"]
-    assert raw["base_model"] == "timm/resnet18.a1_in1k"  # timm's default pretrained tag
-    assert {"hf_contrast", "contrastive-learning", "care", "timm", "digits"} <= set(raw["tags"])
-    reparsed = ModelCard(text).data
-    assert reparsed.model_name == "care-resnet"
-    values = {result.metric_name: result.metric_value for result in reparsed.eval_results}
-    assert values == {"geometry/alignment": 0.3125, "geometry/uniformity": -2.5, "probe/accuracy": 0.875}
-    assert {result.dataset_type for result in reparsed.eval_results} == {"sklearn-digits"}
+def _snippets(folder: Path, repo_id: str = "user/repo") -> list[str]:
+    """The card's python blocks, pointed at the local folder instead of the Hub repository."""
+    text = (folder / "README.md").read_text(encoding="utf-8")
+    blocks = re.findall(r"```python\n(.*?)```", text, flags=re.S)
+    return [block.replace(f"hf-hub:{repo_id}", f"local-dir:{folder}").replace(f'"{repo_id}"', f'"{folder}"') for block in blocks]
 
 
-def test_full_card_has_every_section(full_data: ContrastiveModelCardData) -> None:
-    text = str(generate_model_card(_vision_encoder(), full_data))
-    for title in ("Method", "Backbone", "Training data", "Training logs", "Evaluation", "Usage", "Framework versions"):
-        assert f"## {title}\n" in text
-    method = _section(text, "Method")
-    assert "**CARE** (`hf_contrast.losses._CareLikeLoss`)" in method
-    assert "| `temperature` | 0.07 |" in method and "| `n_splits` | 4 |" in method
-    assert f"```bibtex\n{CARE_BIBTEX}\n```" in method
-    backbone = _section(text, "Backbone")
-    assert "`resnet18` (timm vision model)" in backbone and "trained from scratch" in backbone
-    assert "| Embedding size (`embeddings`) | 512 |" in backbone
-    assert "1,797 8x8 digit images" in _section(text, "Training data")
-    usage = _section(text, "Usage")
-    assert 'ContrastiveEncoder.from_pretrained("user/care-resnet")' in usage
-    assert 'timm.create_model("hf-hub:user/care-resnet", pretrained=True)' in usage
-    assert "SentenceTransformer" not in usage
-    assert text.count(GENERATED_MARKER) == 1
+# ----------------------------------------------------------------------------------------------
+# Metadata: library, base model, license, datasets, no local paths
+# ----------------------------------------------------------------------------------------------
 
 
-def test_training_log_rows_are_merged_by_step_without_bookkeeping(full_data: ContrastiveModelCardData) -> None:
-    logs = _section(str(generate_model_card(_vision_encoder(), full_data)), "Training logs")
-    lines = [line for line in logs.splitlines() if line.startswith("|")]
-    assert lines[0] == "| `epoch` | `step` | `loss` | `learning_rate` | `eval_loss` |"
-    assert lines[2:] == ["| 0.5 | 5 | 4.25 | 0.001 | 3.75 |", "| 1.0 | 10 | 3.5 | 0.0005 | - |"]
-    assert "runtime" not in logs and "total_flos" not in logs and "per_second" not in logs
+def test_from_scratch_image_card_has_timm_library_and_no_provenance() -> None:
+    model = tiny_timm_encoder()
+    meta = _yaml(generate_model_card(model))
+    assert meta["library_name"] == "timm" and meta["pipeline_tag"] == "image-feature-extraction"
+    assert {"hf_contrast", "timm"} <= set(meta["tags"])
+    assert "base_model" not in meta and "license" not in meta  # from scratch: nothing to inherit, no constant
+    assert "(trained from scratch)" in generate_model_card(model)
 
 
-def test_text_card_metadata_and_usage() -> None:
-    data = ContrastiveModelCardData(model_id="user/tiny-bert", language="en")
-    text = str(generate_model_card(_text_encoder(), data))
+def _pretrained_stub(backbone: str, backbone_type: str = "timm") -> SimpleNamespace:
+    config = SimpleNamespace(backbone=backbone, backbone_type=backbone_type, backbone_pretrained=True, embedding_dim=512,
+                             projection_dim=16, normalize_projections=True, pooling="mean")
+    return SimpleNamespace(config=config, data_config={"input_size": (3, 224, 224)})
+
+
+def test_pretrained_timm_backbone_gives_base_model_and_its_license() -> None:
+    model = _pretrained_stub("resnet18")
+    meta = _yaml(generate_model_card(model))
+    assert meta["base_model"] == "timm/resnet18.a1_in1k"  # timm's default pretrained tag
+    assert meta["license"] == "apache-2.0"  # what timm's pretrained config says
+    get_model_card_data(model).license = "mit"
+    assert _yaml(generate_model_card(model))["license"] == "mit"  # the user's wins
+
+
+def test_no_local_path_reaches_the_card(tmp_path: Path) -> None:
+    import datasets
+
+    local_backbone = tmp_path / "my-bert"
+    local_backbone.mkdir()
+    model = _pretrained_stub(str(local_backbone), backbone_type="text")
+    csv = tmp_path / "corpus" / "train.csv"
+    csv.parent.mkdir()
+    csv.write_text("sentence,label\nhello world,0\nthe cat,1\n")
+    data = get_model_card_data(model)
+    data.train_datasets = [{"name": str(tmp_path / "corpus")}]
+    data.set_datasets(datasets.load_dataset("csv", data_files=str(csv), split="train", cache_dir=str(tmp_path / "cache")))
+    text = generate_model_card(model)
+    assert str(tmp_path) not in text and "/tmp" not in text
+    meta = _yaml(text)
+    assert meta["library_name"] == "sentence-transformers" and "base_model" not in meta and "datasets" not in meta
+    assert "# Contrastive encoder on my-bert" in text
+    assert "- corpus, split `train`, 2 rows, columns `sentence`, `label`" in text
+
+
+def test_hub_dataset_id_goes_to_metadata_and_metrics_to_model_index() -> None:
+    model = tiny_timm_encoder()
+    data = get_model_card_data(model)
+    data.train_datasets = [{"name": "Fashion-MNIST", "id": "zalando-datasets/fashion_mnist", "size": 60000}]
+    data.set_metrics({"eval_knn_top1": 0.25, "eval_runtime": 1.0}, step=0)
+    data.set_metrics({"eval_knn_top1": torch.tensor(0.75), "eval_loss": float("nan")}, step=20)
+    text = generate_model_card(model)
     meta = ModelCard(text).data
-    assert meta.pipeline_tag == "sentence-similarity"
-    assert meta.language == "en"
-    assert "sentence-transformers" in meta.tags
-    assert meta.base_model is None  # a local path is not a Hub base model
-    usage = _section(text, "Usage")
-    assert 'SentenceTransformer("user/tiny-bert")' in usage
-    assert 'AutoModel.from_pretrained("user/tiny-bert")' in usage
-    assert "| `pooling` | mean |" in _section(text, "Backbone")
+    assert meta.datasets == ["zalando-datasets/fashion_mnist"]
+    assert [(r.metric_type, r.metric_value, r.dataset_type) for r in meta.eval_results] == [
+        ("knn_top1", 0.75, "zalando-datasets/fashion_mnist")
+    ]  # this model's metric only: no baseline, no NaN, no runtime
+    assert "| `knn_top1` | 0.75 | 0.25 |" in text and "Baseline (before training)" in text
 
 
-def test_sections_without_data_are_left_out_with_one_warning(caplog: pytest.LogCaptureFixture) -> None:
-    with caplog.at_level(logging.WARNING, logger=LOGGER):
-        text = str(generate_model_card(_vision_encoder(), None))
-    for title in ("Method", "Training data", "Training arguments", "Training logs", "Evaluation"):
-        assert f"## {title}\n" not in text
-    assert "## Backbone\n" in text and "## Usage\n" in text and "<user>/<repo>" in text
-    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
-    assert len(warnings) == 1
-    assert "method, training data, training arguments, training logs, evaluation metrics" in warnings[0]
-    assert ModelCard(text).data.library_name == "hf_contrast"
+def test_dataset_metadata_of_a_dataset_dict_and_an_iterable() -> None:
+    import datasets
+
+    splits = datasets.DatasetDict({"train": datasets.Dataset.from_dict({"a": [1, 2, 3]}), "test": datasets.Dataset.from_dict({"a": [4]})})
+    assert [(e["size"], e["columns"]) for e in dataset_metadata(splits)] == [(3, ["a"]), (1, ["a"])]
+    stream = datasets.Dataset.from_dict({"a": [1, 2]}).to_iterable_dataset()
+    assert dataset_metadata(stream)[0]["size"] is None
 
 
-def test_failing_section_is_skipped_with_a_warning(full_data: ContrastiveModelCardData, caplog: pytest.LogCaptureFixture) -> None:
-    full_data.training_logs.append("not a log entry")  # type: ignore[arg-type]
-    with caplog.at_level(logging.WARNING, logger=LOGGER):
-        text = str(generate_model_card(_vision_encoder(), full_data))
-    assert "## Training logs" not in text
-    assert "## Method\n" in text and "## Evaluation\n" in text
-    assert any("training logs section, it failed with AttributeError" in r.getMessage() for r in caplog.records)
+# ----------------------------------------------------------------------------------------------
+# The callback in a real Trainer run
+# ----------------------------------------------------------------------------------------------
 
 
-def test_unreadable_encoder_config_still_gives_a_card(caplog: pytest.LogCaptureFixture) -> None:
-    class BrokenConfig:
-        backbone = "resnet18"
-        backbone_type = "timm"
-        projection_dim = 16
+class _TinyTrainer(Trainer):
+    """A Trainer with the attributes the contrastive trainers expose (`objective`) and the card callback."""
 
-        def to_dict(self) -> dict[str, Any]:
-            raise RuntimeError("boom")
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.objective = _Objective()
+        self.add_callback(ModelCardCallback(self))
 
-    with caplog.at_level(logging.WARNING, logger=LOGGER):
-        card = generate_model_card(SimpleNamespace(config=BrokenConfig(), embedding_dim=8), None)
-    assert "`resnet18` (timm vision model)" in str(card)
-    assert any("RuntimeError: boom" in r.getMessage() for r in caplog.records)
+    def compute_loss(self, model: Any, inputs: dict[str, Any], return_outputs: bool = False, **kwargs: Any) -> Any:
+        projections = model(pixel_values=inputs["pixel_values"]).projections
+        loss = (projections @ projections.T).pow(2).mean()
+        return (loss, {"projections": projections}) if return_outputs else loss
 
 
-def test_write_keeps_a_user_readme_unless_overwrite(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+def _images(n: int) -> Any:
+    import datasets
+
+    rng = np.random.default_rng(0)
+    return datasets.Dataset.from_dict({"pixel_values": rng.standard_normal((n, 3, 32, 32)).astype(np.float32).tolist(), "index": list(range(n))})
+
+
+def test_callback_fills_datasets_hyperparameters_logs_and_metrics(tmp_path: Path) -> None:
+    torch.manual_seed(0)
+    model = tiny_timm_encoder()
+    args = TrainingArguments(
+        output_dir=str(tmp_path), max_steps=4, per_device_train_batch_size=4, learning_rate=3e-3, logging_steps=2,
+        eval_strategy="steps", eval_steps=4, report_to="none", use_cpu=True, save_strategy="no", disable_tqdm=True,
+        hub_token="hf_secret_never_in_a_card", remove_unused_columns=False, label_names=["index"],
+    )
+    trainer = _TinyTrainer(model=model, args=args, train_dataset=_images(8), eval_dataset=_images(4))
+    baseline = trainer.evaluate()  # step 0: the baseline
+    trainer.train()
+    data = model.model_card_data
+    assert data.objective_name == "CARE" and data.objective_config == {"temperature": 0.07, "n_splits": 4}
+    assert data.citations == [BIBTEX]
+    assert [(d["size"], d["columns"]) for d in data.train_datasets] == [(8, ["pixel_values", "index"])]
+    assert data.eval_datasets[0]["size"] == 4
+    assert data.hyperparameters["learning_rate"] == 3e-3 and data.hyperparameters["max_steps"] == 4
+    assert not any("token" in key for key in data.hyperparameters)
+    assert [row["step"] for row in data.training_logs] == [0, 2, 4]  # baseline eval, logs at 2 and 4 (+ eval at 4)
+    assert "eval_loss" in data.training_logs[0] and "loss" in data.training_logs[1]
+    assert {"loss", "eval_loss"} <= set(data.training_logs[2])
+    final = [e for e in trainer.state.log_history if e.get("step") == 4 and "eval_loss" in e][0]
+    assert data.metrics["loss"] == pytest.approx(final["eval_loss"])
+    assert data.baseline_metrics == {"loss": pytest.approx(baseline["eval_loss"])}  # no runtime bookkeeping
+    assert data.metrics["loss"] != data.baseline_metrics["loss"]
+    text = generate_model_card(model)
+    assert "hf_secret" not in text and str(tmp_path) not in text
+    assert "| `learning_rate` | 0.003 |" in text and f"```bibtex\n{BIBTEX}\n```" in text
+    assert "| epoch | step | eval_loss |" in text
+
+
+def test_callback_hooks_record_baseline_only_at_step_zero() -> None:
+    model = tiny_timm_encoder()
+    trainer = SimpleNamespace(model=model, args=TrainingArguments(output_dir="unused", report_to="none"), train_dataset=None,
+                              eval_dataset=None, objective=None)
+    callback = ModelCardCallback(trainer)
+    state = TrainerState()
+    state.global_step = 0
+    callback.on_evaluate(trainer.args, state, None, metrics={"eval_alignment": 0.9})
+    state.global_step, state.epoch = 3, 1.0
+    callback.on_log(trainer.args, state, None, logs={"loss": 1.25, "learning_rate": 0.1, "train_runtime": 2.0})
+    callback.on_evaluate(trainer.args, state, None, metrics={"eval_alignment": 0.4})
+    data = model.model_card_data
+    assert data.baseline_metrics == {"alignment": 0.9} and data.metrics == {"alignment": 0.4}
+    assert data.training_logs[-1] == {"epoch": 1.0, "step": 3, "loss": 1.25, "learning_rate": 0.1}
+    assert "hf_contrast" in data.tags
+
+
+# ----------------------------------------------------------------------------------------------
+# The usage snippets run as written against the saved folder
+# ----------------------------------------------------------------------------------------------
+
+
+def test_timm_usage_snippets_give_the_encoders_embeddings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    torch.manual_seed(0)
+    encoder = tiny_timm_encoder(data_config={"input_size": (3, 48, 48)}).eval()
+    folder = _save(encoder, tmp_path / "saved")
+    timm_block, ours = _snippets(folder)
+    assert '.eval()' in timm_block and "is_training=False" in timm_block
+    monkeypatch.chdir(tmp_path)
+    rng = np.random.default_rng(0)
+    Image.fromarray(rng.integers(0, 256, (64, 80, 3), dtype=np.uint8)).save(tmp_path / "image.jpg")
+    namespace: dict[str, Any] = {}
+    exec(timm_block, namespace)  # noqa: S102 - the card's own code
+    assert tuple(namespace["data_config"]["input_size"]) == (3, 48, 48)
+    pixels = namespace["transform"](Image.open(tmp_path / "image.jpg").convert("RGB")).unsqueeze(0)
+    with torch.no_grad():
+        expected = encoder(pixel_values=pixels).embeddings
+    torch.testing.assert_close(namespace["embeddings"], expected, atol=1e-5, rtol=1e-5)
+    exec(ours, namespace)  # noqa: S102
+    with torch.no_grad():
+        torch.testing.assert_close(namespace["encoder"](pixel_values=pixels).projections, encoder(pixel_values=pixels).projections)
+
+
+@pytest.mark.parametrize("pooling", ["mean", "cls"])
+def test_text_usage_snippets_give_the_encoders_embeddings(tmp_path: Path, pooling: str) -> None:
+    torch.manual_seed(0)
+    encoder = tiny_text_encoder(tiny_tokenizer(tmp_path / "vocab"), pooling=pooling).eval()
+    folder = _save(encoder, tmp_path / "saved")
+    st_block, transformers_block, _ = _snippets(folder)
+    sentences = ast.literal_eval(re.search(r"model\.encode\((\[.*?\])\)", st_block).group(1))
+    batch = encoder.tokenizer(sentences, padding=True, return_tensors="pt")
+    with torch.no_grad():
+        expected = encoder(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).embeddings
+    namespace: dict[str, Any] = {}
+    exec(st_block, namespace)  # noqa: S102
+    torch.testing.assert_close(torch.as_tensor(namespace["embeddings"]), expected, atol=1e-5, rtol=1e-5)
+    namespace = {}
+    exec(transformers_block, namespace)  # noqa: S102
+    torch.testing.assert_close(namespace["embeddings"], expected, atol=1e-5, rtol=1e-5)
+
+
+# ----------------------------------------------------------------------------------------------
+# Writing: README protection, never raising
+# ----------------------------------------------------------------------------------------------
+
+
+def test_write_keeps_a_user_readme_unless_overwrite(tmp_path: Path) -> None:
+    model = tiny_timm_encoder()
     readme = tmp_path / "README.md"
     readme.write_text("# My own notes\n")
-    assert write_model_card(_vision_encoder(), tmp_path) is None
+    assert write_model_card(model, tmp_path) is None
     assert readme.read_text() == "# My own notes\n"
-    assert write_model_card(_vision_encoder(), tmp_path, overwrite=True) == readme
+    assert write_model_card(model, tmp_path, overwrite=True) == readme
     assert GENERATED_MARKER in readme.read_text()
 
 
 def test_write_refreshes_its_own_card(tmp_path: Path) -> None:
-    assert write_model_card(_vision_encoder(), tmp_path, ContrastiveModelCardData(license="mit")) == tmp_path / "README.md"
+    model = tiny_timm_encoder()
+    model.model_card_data = ContrastiveModelCardData(license="mit")
+    assert write_model_card(model, tmp_path) == tmp_path / "README.md"
     assert ModelCard.load(tmp_path / "README.md").data.license == "mit"
-    assert write_model_card(_vision_encoder(), tmp_path, ContrastiveModelCardData(license="apache-2.0")) is not None
+    model.model_card_data.license = "apache-2.0"
+    assert write_model_card(model, tmp_path) is not None
     assert ModelCard.load(tmp_path / "README.md").data.license == "apache-2.0"
 
 
 def test_write_never_raises(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     not_a_dir = tmp_path / "file"
     not_a_dir.write_text("x")
-    with caplog.at_level(logging.WARNING, logger=LOGGER):
-        assert write_model_card(_vision_encoder(), not_a_dir) is None
+    with caplog.at_level(logging.WARNING, logger="hf_contrast.model_card"):
+        assert write_model_card(tiny_timm_encoder(), not_a_dir) is None
     assert any("not written" in r.getMessage() for r in caplog.records)
 
 
-def test_card_data_is_not_modified(full_data: ContrastiveModelCardData) -> None:
-    before = repr(full_data)
-    generate_model_card(_vision_encoder(), full_data)
-    assert repr(full_data) == before
+def test_generating_does_not_modify_the_card_data() -> None:
+    model = tiny_timm_encoder()
+    get_model_card_data(model).metrics = {"alignment": 0.5}
+    before = repr(model.model_card_data)
+    generate_model_card(model)
+    assert repr(model.model_card_data) == before
 
 
 def test_non_default_training_args_drop_defaults_and_secrets() -> None:
-    from transformers import TrainingArguments
-
-    args = TrainingArguments(
-        output_dir="/tmp/unused-card-test", learning_rate=3e-4, num_train_epochs=7, hub_token="hf_secret", report_to="none"
-    )
+    args = TrainingArguments(output_dir=os.path.join("unused", "x"), learning_rate=3e-4, num_train_epochs=7, hub_token="hf_secret", report_to="none")
     assert non_default_training_args(args) == {"learning_rate": 3e-4, "num_train_epochs": 7}
-
-
-def test_from_trainer_reads_args_logs_and_loss() -> None:
-    from transformers import TrainingArguments
-
-    trainer = SimpleNamespace(
-        args=TrainingArguments(output_dir="/tmp/unused-card-test", per_device_train_batch_size=32),
-        state=SimpleNamespace(log_history=[{"loss": 1.5, "step": 1, "epoch": 0.1}]),
-        loss=_CareLikeLoss(),
-    )
-    data = ContrastiveModelCardData.from_trainer(trainer, license="mit")
-    assert data.training_args == {"per_device_train_batch_size": 32}
-    assert data.training_logs == [{"loss": 1.5, "step": 1, "epoch": 0.1}]
-    assert data.loss_name == "_CareLikeLoss" and data.loss_config["n_splits"] == 4
-    assert data.citations == [CARE_BIBTEX] and data.license == "mit"
-    text = str(generate_model_card(_vision_encoder(), data))
-    assert "| `per_device_train_batch_size` | 32 |" in _section(text, "Training arguments")

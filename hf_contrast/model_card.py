@@ -1,0 +1,585 @@
+"""Model cards the sentence-transformers way: card data on the model, a callback fills it, a template renders it.
+
+- :class:`ContrastiveModelCardData` lives on the encoder as ``model.model_card_data``
+  (:func:`get_model_card_data` creates it on first use). Users set ``license``, ``language``,
+  ``model_name``, ``train_datasets``… on it; the trainer fills the rest.
+- :class:`ModelCardCallback` is added by the contrastive trainers: datasets (name, Hub id, split,
+  size, columns), the objective (name, config, BibTeX), non-default training arguments, the log
+  table and the evaluation metrics (a step-0 evaluation is kept apart as the baseline).
+- :func:`generate_model_card` renders ``model_cards/model_card_template.md`` (Jinja) with
+  ``huggingface_hub.ModelCard.from_template``; this module only prepares the values.
+  :func:`write_model_card` is what ``ContrastiveEncoder.save_pretrained`` calls.
+
+The card states only what is true of the saved folder: the usage snippets run as written against it
+(timm for image encoders, sentence-transformers / transformers for text encoders), no local
+filesystem path is ever written (a local dataset or backbone appears by its folder name, never as an
+id), ``base_model`` names a pretrained backbone on the Hub or nothing, and the license comes from
+the user or the base model. This module must not import ``hf_contrast.models`` (the models write
+cards; the dependency goes the other way): the model is duck-typed.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import importlib.metadata
+import logging
+import math
+import os
+import platform
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from huggingface_hub import EvalResult, ModelCard, ModelCardData
+from transformers import TrainerCallback
+
+__all__ = [
+    "GENERATED_MARKER",
+    "ContrastiveModelCardData",
+    "ModelCardCallback",
+    "dataset_metadata",
+    "generate_model_card",
+    "get_model_card_data",
+    "is_generated_card",
+    "non_default_training_args",
+    "write_model_card",
+]
+
+logger = logging.getLogger(__name__)
+
+_MARKER_ID = "hf_contrast:generated-model-card"
+#: Comment in every generated card. A README.md without it was written by a person: kept unless asked.
+GENERATED_MARKER = f"<!-- {_MARKER_ID}: later saves may regenerate this card; delete this line to keep your edits -->"
+TEMPLATE_PATH = Path(str(resources.files("hf_contrast.model_cards") / "model_card_template.md"))
+REPO_PLACEHOLDER = "<user>/<repo>"
+
+# Training arguments that say nothing about how the model was trained, or that are secrets.
+_IGNORED_ARGS = frozenset(
+    {"output_dir", "logging_dir", "run_name", "overwrite_output_dir", "report_to", "push_to_hub", "hub_model_id",
+     "hub_strategy", "hub_private_repo", "hub_always_push", "hub_revision", "disable_tqdm", "do_train", "do_eval",
+     "do_predict", "save_total_limit", "dataloader_num_workers", "local_rank", "logging_steps", "logging_strategy",
+     "logging_first_step", "save_strategy", "save_steps"}
+)
+# Per-run bookkeeping of `Trainer.state.log_history`: not part of the log table or the metrics.
+_BOOKKEEPING = ("_runtime", "_per_second", "_preparation_time", "total_flos", "num_input_tokens_seen", "epoch", "step")
+# `info.dataset_name` of datasets' packaged builders: they name a file format, not a data set.
+_PACKAGED_BUILDERS = frozenset(
+    {"imagefolder", "audiofolder", "videofolder", "csv", "json", "parquet", "text", "arrow", "pandas", "generator",
+     "sql", "webdataset", "xml", "cache"}
+)
+_LIBRARIES = ("hf_contrast", "torch", "transformers", "timm", "sentence-transformers", "huggingface_hub", "datasets")
+_HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$")
+
+
+def _is_local_path(value: str) -> bool:
+    """Whether a string names a place on this machine rather than a Hub id."""
+    return (
+        os.path.isabs(value) or value.startswith((".", "~")) or "\\" in value or os.path.exists(value)
+        or value.startswith("local-dir:") or not _HUB_ID.match(value)
+    )
+
+
+def _public_name(value: Any) -> str | None:
+    """A name safe to publish: a local path becomes its last folder name."""
+    if value is None or not str(value).strip():
+        return None
+    value = str(value).strip()
+    if value.startswith("local-dir:"):
+        value = value[len("local-dir:"):]
+    if _is_local_path(value):
+        return Path(os.path.normpath(os.path.expanduser(value))).name or None
+    return value
+
+
+def _hub_id(value: Any) -> str | None:
+    """``value`` if it is a Hub repository id (``"user/name"`` or ``"name"``), else ``None``."""
+    if not isinstance(value, str) or not value.strip():
+        return None
+    value = value.strip()
+    if value.startswith("hf-hub:"):
+        value = value[len("hf-hub:"):]
+    return None if _is_local_path(value) else value
+
+
+def _finite_number(value: Any) -> float | int | None:
+    if hasattr(value, "item") and getattr(value, "ndim", 0) == 0:
+        value = value.item()
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        return None
+    return value
+
+
+@dataclass
+class ContrastiveModelCardData:
+    """What the model card of a contrastive encoder says beyond the encoder's own config.
+
+    Set the user-facing fields by hand (``model.model_card_data.license = "mit"``); the trainer's
+    :class:`ModelCardCallback` fills the others while training.
+
+    Args:
+        model_id: The Hub repository id, used in the usage snippets (set by the pushes).
+        model_name: The card's title; defaults to ``"<objective> encoder on <backbone>"``.
+        license: SPDX id of the weights' license; ``None`` takes the base model's, if known.
+        language: Language code(s) of a text encoder.
+        tags: Extra Hub tags (``hf_contrast`` and the format's tags are always added).
+        base_model: Hub id of the pretrained starting point; ``None`` infers it from the backbone
+            (a from-scratch model has none; a local path is never used).
+        train_datasets: ``[{"name": ..., "id": ..., "split": ..., "size": ..., "columns": [...]}]``;
+            given by hand or inferred from the trainer's datasets (sizes and columns are filled in).
+        eval_datasets: The same for the evaluation data.
+        objective_name: The method's name (``"CARE"``); objective_class, objective_config and
+            citations (BibTeX) come from ``set_objective``.
+        hyperparameters: Non-default training arguments (:func:`non_default_training_args`).
+        training_logs: One row per logged step: ``{"epoch", "step", "loss", "eval_loss", ...}``.
+        metrics: This model's evaluation metrics (last evaluation after step 0, or the best
+            checkpoint's with ``load_best_model_at_end``), without the ``eval_`` prefix.
+        baseline_metrics: The metrics of an evaluation at step 0 (before training).
+        best_model_step: The step of the checkpoint kept by ``load_best_model_at_end``.
+    """
+
+    model_id: str | None = None
+    model_name: str | None = None
+    license: str | None = None
+    language: str | list[str] | None = None
+    tags: list[str] = field(default_factory=list)
+    base_model: str | None = None
+    train_datasets: list[dict[str, Any]] = field(default_factory=list)
+    eval_datasets: list[dict[str, Any]] = field(default_factory=list)
+    objective_name: str | None = None
+    objective_class: str | None = None
+    objective_config: dict[str, Any] = field(default_factory=dict)
+    citations: list[str] = field(default_factory=list)
+    hyperparameters: dict[str, Any] = field(default_factory=dict)
+    training_args_class: str = "TrainingArguments"
+    training_logs: list[dict[str, Any]] = field(default_factory=list)
+    metrics: dict[str, float] = field(default_factory=dict)
+    baseline_metrics: dict[str, float] = field(default_factory=dict)
+    best_model_step: int | None = None
+
+    def add_tags(self, tags: str | list[str]) -> None:
+        """Add Hub tags (duplicates ignored)."""
+        for tag in [tags] if isinstance(tags, str) else tags:
+            if tag not in self.tags:
+                self.tags.append(tag)
+
+    def set_objective(self, objective: Any) -> None:
+        """Read ``name``, ``citation`` and ``get_config_dict()`` of an objective (or loss) module."""
+        self.objective_class = type(objective).__name__
+        name = getattr(objective, "name", None)
+        self.objective_name = name if isinstance(name, str) and name else self.objective_name
+        get_config = getattr(objective, "get_config_dict", None)
+        self.objective_config = dict(get_config()) if callable(get_config) else {}
+        citation = getattr(objective, "citation", None)
+        for entry in [citation] if isinstance(citation, str) else list(citation or []):
+            if isinstance(entry, str) and entry.strip() and entry.strip() not in self.citations:
+                self.citations.append(entry.strip())
+
+    def set_training_args(self, args: Any) -> None:
+        """Keep the training arguments that differ from their class defaults (secrets dropped)."""
+        self.hyperparameters = non_default_training_args(args)
+        self.training_args_class = type(args).__name__
+
+    def set_datasets(self, train_dataset: Any = None, eval_dataset: Any = None) -> None:
+        """Fill ``train_datasets`` / ``eval_datasets`` from the trainer's datasets.
+
+        Entries given by hand keep their name and id and get the inferred split, size and columns
+        when their number matches the datasets'; otherwise they are replaced (with a warning).
+        """
+        for attribute, dataset in (("train_datasets", train_dataset), ("eval_datasets", eval_dataset)):
+            if dataset is None:
+                continue
+            inferred = dataset_metadata(dataset)
+            given = getattr(self, attribute)
+            if given and len(given) != len(inferred):
+                logger.warning(
+                    "Model card: `%s` lists %d datasets but the trainer has %d; using the trainer's.",
+                    attribute, len(given), len(inferred),
+                )
+                given = []
+            merged = [{**found, **{k: v for k, v in user.items() if v is not None}} for found, user in zip(inferred, given)]
+            setattr(self, attribute, merged or inferred)
+
+    def log(self, step: int, epoch: float | None, logs: Mapping[str, Any]) -> None:
+        """Merge one ``Trainer.log`` call into the log table's row for ``step`` (numbers only)."""
+        values = {
+            key: number
+            for key, value in logs.items()
+            if not key.endswith(_BOOKKEEPING) and not key.startswith("train_") and (number := _finite_number(value)) is not None
+        }
+        if not values:
+            return
+        if not self.training_logs or self.training_logs[-1].get("step") != step:
+            self.training_logs.append({"epoch": epoch, "step": step})
+        self.training_logs[-1].update(values)
+
+    def set_metrics(self, metrics: Mapping[str, Any], step: int) -> None:
+        """Keep an evaluation's metrics: as ``baseline_metrics`` at step 0, as ``metrics`` after."""
+        values = {}
+        for key, value in metrics.items():
+            number = _finite_number(value)
+            if number is not None and not key.endswith(_BOOKKEEPING):
+                values[key.split("_", 1)[1] if key.startswith("eval_") else key] = number
+        if step == 0:
+            self.baseline_metrics = values
+        else:
+            self.metrics = values
+
+
+def get_model_card_data(model: Any) -> ContrastiveModelCardData:
+    """``model.model_card_data``, created (and attached to the model) on first use."""
+    data = getattr(model, "model_card_data", None)
+    if not isinstance(data, ContrastiveModelCardData):
+        data = ContrastiveModelCardData()
+        try:
+            model.model_card_data = data
+        except AttributeError:
+            logger.debug("Model card: could not attach card data to %s", type(model).__name__)
+    return data
+
+
+def _is_default(name: str, value: Any, default: Any) -> bool:
+    if value == default or (not value and not default):  # None / False / "" / [] are normalised in __post_init__
+        return True
+    if name == "accelerator_config" and default is None and isinstance(value, Mapping):
+        from transformers.trainer_pt_utils import AcceleratorConfig
+
+        reference = dataclasses.asdict(AcceleratorConfig())
+        return all(reference.get(key) == item for key, item in value.items())
+    return False
+
+
+def non_default_training_args(args: Any) -> dict[str, Any]:
+    """The training arguments whose values differ from the field defaults of their class.
+
+    Compared with the dataclass defaults, not with a fresh instance: building ``TrainingArguments``
+    during a run resets accelerate's state. Keys holding tokens and run bookkeeping (``output_dir``,
+    ``report_to``, saving and logging cadence) are dropped.
+
+    Args:
+        args: A ``transformers.TrainingArguments`` (or subclass) instance.
+
+    Returns:
+        ``{name: value}`` of the non-default arguments.
+    """
+    current = args.to_dict() if hasattr(args, "to_dict") else dataclasses.asdict(args)
+    defaults: dict[str, Any] = {}
+    for f in dataclasses.fields(args):
+        if f.default is not dataclasses.MISSING:
+            defaults[f.name] = f.default
+        elif f.default_factory is not dataclasses.MISSING:
+            defaults[f.name] = f.default_factory()
+    return {
+        key: value
+        for key, value in current.items()
+        if key not in _IGNORED_ARGS and "token" not in key.replace("tokens", "") and key in defaults
+        and not _is_default(key, value, defaults[key])
+    }
+
+
+def dataset_metadata(dataset: Any, name: str | None = None) -> list[dict[str, Any]]:
+    """``[{"name", "id", "split", "size", "columns"}]`` of a dataset (one entry per split of a ``DatasetDict``).
+
+    The Hub id comes from the download checksums of a dataset loaded from the Hub (as
+    sentence-transformers does); a local folder or file gives no id and its folder name at most.
+    """
+    if isinstance(dataset, Mapping) and all(hasattr(part, "__len__") or hasattr(part, "column_names") for part in dataset.values()):
+        return [entry for split, part in dataset.items() for entry in dataset_metadata(part, name=name)]
+    info = getattr(dataset, "info", None)
+    builder_name = getattr(info, "dataset_name", None)
+    entry: dict[str, Any] = {"name": _public_name(name) or (builder_name if builder_name not in _PACKAGED_BUILDERS else None)}
+    checksums = getattr(info, "download_checksums", None) or {}
+    for source in checksums:
+        if source.startswith("hf://datasets/"):
+            entry["id"] = _hub_id(source[len("hf://datasets/"):].split("@")[0])
+            entry["name"] = entry["name"] or entry["id"]
+            break
+    split = getattr(dataset, "split", None)
+    entry["split"] = str(split) if split is not None else None
+    try:
+        entry["size"] = len(dataset)
+    except TypeError:  # an IterableDataset
+        entry["size"] = None
+    columns = getattr(dataset, "column_names", None)
+    entry["columns"] = list(columns) if columns else []
+    return [entry]
+
+
+class ModelCardCallback(TrainerCallback):
+    """Fills ``trainer.model.model_card_data`` while training (add it at the end of the trainer's ``__init__``).
+
+    The constructor reads what the trainer knows at once (objective, datasets, arguments: the
+    trainer's ``on_init_end`` has fired by then); ``on_train_begin`` refreshes them, ``on_log``
+    grows the log table, ``on_evaluate`` records metrics (step 0 = baseline), ``on_train_end``
+    keeps the best checkpoint's metrics when ``load_best_model_at_end`` reloaded it.
+
+    Args:
+        trainer: A ``transformers.Trainer`` with ``model``, ``args``, ``train_dataset``,
+            ``eval_dataset`` and ``objective`` (an ``nn.Module`` with ``name``, ``citation``,
+            ``get_config_dict()``; a ``loss`` attribute is read when there is no ``objective``).
+    """
+
+    def __init__(self, trainer: Any) -> None:
+        super().__init__()
+        self.trainer = trainer
+        self._describe_run()
+
+    def _data(self) -> ContrastiveModelCardData:
+        return get_model_card_data(self.trainer.model)
+
+    def _describe_run(self) -> None:
+        trainer, data = self.trainer, self._data()
+        data.add_tags(["hf_contrast", "generated_from_trainer"])
+        objective = getattr(trainer, "objective", None) or getattr(trainer, "loss", None)
+        if objective is not None and not isinstance(objective, (int, float, str)):
+            data.set_objective(objective)
+        data.set_training_args(trainer.args)
+        data.set_datasets(getattr(trainer, "train_dataset", None), getattr(trainer, "eval_dataset", None))
+        hub_model_id = getattr(trainer.args, "hub_model_id", None)
+        if getattr(trainer.args, "push_to_hub", False) and hub_model_id and not data.model_id:
+            data.model_id = _hub_id(hub_model_id)
+
+    def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        self._describe_run()
+
+    def on_log(self, args: Any, state: Any, control: Any, logs: dict[str, float] | None = None, **kwargs: Any) -> None:
+        if logs:
+            self._data().log(state.global_step, state.epoch, logs)
+
+    def on_evaluate(self, args: Any, state: Any, control: Any, metrics: dict[str, float] | None = None, **kwargs: Any) -> None:
+        if metrics:
+            self._data().set_metrics(metrics, state.global_step)
+
+    def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        best_step = getattr(state, "best_global_step", None)
+        if not (args.load_best_model_at_end and best_step):
+            return
+        data = self._data()
+        data.best_model_step = int(best_step)
+        for entry in state.log_history:
+            if entry.get("step") == best_step and any(key.startswith("eval_") for key in entry):
+                data.set_metrics(entry, best_step)
+
+
+# --------------------------------------------------------------------------------------------
+# Rendering: values for the template
+# --------------------------------------------------------------------------------------------
+
+
+def _format(value: Any) -> str:
+    """A table cell: floats shortened, pipes and newlines escaped."""
+    if isinstance(value, float):
+        text = f"{value:.4g}"
+        text += ".0" if text.lstrip("-").isdigit() else ""
+    elif isinstance(value, (dict, list, tuple)):
+        text = f"`{value!r}`"
+    else:
+        text = str(value)
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def _base_model(model: Any, data: ContrastiveModelCardData) -> str | None:
+    """The Hub id of a pretrained backbone, or ``None`` (from scratch, local, unknown)."""
+    if data.base_model:
+        return _hub_id(data.base_model)
+    config = model.config
+    backbone = getattr(config, "backbone", None)
+    if not getattr(config, "backbone_pretrained", False) or not isinstance(backbone, str):
+        return None
+    if config.backbone_type == "timm" and not backbone.startswith(("hf-hub:", "local-dir:")):
+        try:
+            import timm
+
+            pretrained_cfg = timm.models.get_pretrained_cfg(backbone)
+            return getattr(pretrained_cfg, "hf_hub_id", None)
+        except Exception:  # an unknown name: no provenance rather than a wrong one
+            return None
+    return _hub_id(backbone)
+
+
+def _base_model_license(model: Any, base_model: str | None) -> str | None:
+    """The license the base model states (timm's pretrained config, or its cached Hub card); no network."""
+    if base_model is None:
+        return None
+    if model.config.backbone_type == "timm":
+        try:
+            import timm
+
+            name = base_model.split("/", 1)[1] if base_model.startswith("timm/") else model.config.backbone
+            license_ = getattr(timm.models.get_pretrained_cfg(name), "license", None)
+            if license_:
+                return license_
+        except Exception:
+            pass
+    try:
+        from huggingface_hub import try_to_load_from_cache
+
+        path = try_to_load_from_cache(base_model, "README.md")
+        return ModelCard.load(path).data.license if isinstance(path, str) else None
+    except Exception:
+        return None
+
+
+def _versions() -> dict[str, str]:
+    versions = {"Python": platform.python_version()}
+    for name in _LIBRARIES:
+        try:
+            versions[name] = importlib.metadata.version("hf-contrast" if name == "hf_contrast" else name)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return versions
+
+
+def _public_dataset(entry: Mapping[str, Any]) -> dict[str, Any]:
+    """A dataset entry safe to publish: a path as ``name`` becomes its folder name, as ``id`` is dropped."""
+    public = dict(entry)
+    public["id"] = _hub_id(entry.get("id"))
+    public["name"] = _public_name(entry.get("name")) or (_public_name(entry["id"]) if entry.get("id") and not public["id"] else None)
+    return public
+
+
+def _log_table(data: ContrastiveModelCardData) -> tuple[list[str], list[list[str]]]:
+    columns: list[str] = ["epoch", "step"]
+    for row in data.training_logs:
+        columns += [key for key in row if key not in columns]
+    rows = []
+    for row in data.training_logs:
+        cells = [_format(row[c]) if row.get(c) is not None else "-" for c in columns]
+        if data.best_model_step is not None and row.get("step") == data.best_model_step:
+            cells = [f"**{cell}**" for cell in cells]
+        rows.append(cells)
+    return columns, rows
+
+
+def _context(model: Any, data: ContrastiveModelCardData) -> dict[str, Any]:
+    """Everything the template needs, already formatted; no Markdown is built here."""
+    config = model.config
+    is_text = config.backbone_type == "text"
+    base_model = _base_model(model, data)
+    backbone = _public_name(getattr(config, "backbone", None)) or getattr(config, "backbone_architecture", None)
+    method = data.objective_name or (data.objective_class or "").removesuffix("Loss") or None
+    data_config = getattr(model, "data_config", None) or {}
+    log_columns, log_rows = _log_table(data)
+    metric_names = list(data.metrics) + [k for k in data.baseline_metrics if k not in data.metrics]
+    return {
+        "marker": GENERATED_MARKER,
+        "model_id": data.model_id or REPO_PLACEHOLDER,
+        "is_text": is_text,
+        "method": method,
+        "objective_class": data.objective_class,
+        "objective_config": [(key, _format(value)) for key, value in data.objective_config.items()],
+        "citations": data.citations,
+        "backbone": backbone,
+        "base_model": base_model,
+        "pretrained": bool(getattr(config, "backbone_pretrained", False)),
+        "embedding_dim": getattr(config, "embedding_dim", None),
+        "projection_dim": getattr(config, "projection_dim", None),
+        "normalize_projections": bool(getattr(config, "normalize_projections", False)),
+        "pooling": getattr(config, "pooling", "mean"),
+        "normalize_embeddings": bool(getattr(config, "normalize_embeddings", False)),
+        "max_seq_length": getattr(config, "max_seq_length", None),
+        "input_size": tuple(data_config["input_size"]) if data_config.get("input_size") else None,
+        "train_datasets": data.train_datasets,
+        "eval_datasets": data.eval_datasets,
+        "hyperparameters": [(key, _format(value)) for key, value in sorted(data.hyperparameters.items())],
+        "training_args_class": data.training_args_class,
+        "log_columns": log_columns,
+        "log_rows": log_rows,
+        "metrics": [
+            (name, _format(data.metrics[name]) if name in data.metrics else "-",
+             _format(data.baseline_metrics[name]) if name in data.baseline_metrics else None)
+            for name in metric_names
+        ],
+        "has_baseline": bool(data.baseline_metrics),
+        "has_metrics": bool(data.metrics),
+        "versions": _versions(),
+    }
+
+
+def _metadata(model: Any, data: ContrastiveModelCardData, context: Mapping[str, Any]) -> ModelCardData:
+    is_text = context["is_text"]
+    tags = ["hf_contrast", "contrastive-learning"]
+    if context["method"]:
+        tags.append(re.sub(r"[^a-z0-9-]+", "-", context["method"].lower()).strip("-"))
+    tags += ["sentence-transformers", "sentence-similarity", "feature-extraction"] if is_text else ["timm", "image-feature-extraction"]
+    for tag in data.tags:
+        if tag not in tags:
+            tags.append(tag)
+    hub_datasets = [entry["id"] for entry in data.train_datasets if entry.get("id")]
+    evaluated_on = next((entry for entry in data.eval_datasets + data.train_datasets if entry.get("id") or entry.get("name")), None)
+    eval_results = None
+    if data.metrics and evaluated_on is not None:
+        dataset = evaluated_on.get("id") or evaluated_on["name"]
+        eval_results = [
+            EvalResult(task_type="sentence-similarity" if is_text else "image-feature-extraction", dataset_type=dataset,
+                       dataset_name=evaluated_on.get("name") or dataset, metric_type=name, metric_value=value,
+                       dataset_split=evaluated_on.get("split"))
+            for name, value in data.metrics.items()
+        ]
+    license_ = data.license or _base_model_license(model, context["base_model"])
+    return ModelCardData(
+        library_name="sentence-transformers" if is_text else "timm",
+        pipeline_tag="sentence-similarity" if is_text else "image-feature-extraction",
+        tags=tags,
+        base_model=context["base_model"],
+        datasets=hub_datasets or None,
+        license=license_,
+        language=data.language,
+        model_name=context["model_name"],
+        eval_results=eval_results,
+    )
+
+
+def generate_model_card(model: Any) -> str:
+    """The README.md text of an encoder, from ``model.config`` and ``model.model_card_data``.
+
+    Args:
+        model: A ``ContrastiveEncoder`` (duck-typed: ``config.backbone``, ``config.backbone_type``,
+            ``config.embedding_dim``, ``config.projection_dim``, ``data_config``…).
+
+    Returns:
+        The card: YAML metadata (``library_name`` ``timm`` or ``sentence-transformers``,
+        ``base_model``, ``datasets``, ``license``, ``model-index``) and the rendered template.
+        The card data is not modified.
+    """
+    data = copy.deepcopy(get_model_card_data(model))
+    data.train_datasets = [_public_dataset(entry) for entry in data.train_datasets]
+    data.eval_datasets = [_public_dataset(entry) for entry in data.eval_datasets]
+    context = _context(model, data)
+    if data.model_name:
+        context["model_name"] = data.model_name
+    else:
+        subject = f"{context['method']} encoder" if context["method"] else "Contrastive encoder"
+        context["model_name"] = f"{subject} on {context['backbone']}" if context["backbone"] else subject
+    card = ModelCard.from_template(_metadata(model, data, context), template_path=str(TEMPLATE_PATH), **context)
+    return re.sub(r"\n{3,}", "\n\n", str(card))  # the blank lines of the sections left out
+
+
+def is_generated_card(text: str) -> bool:
+    """Whether a README.md text is a card hf_contrast generated (holds :data:`GENERATED_MARKER`'s id)."""
+    return _MARKER_ID in text
+
+
+def write_model_card(model: Any, save_directory: str | os.PathLike[str], overwrite: bool = False) -> Path | None:
+    """Write ``README.md`` into ``save_directory``; never raises (a card never makes a save fail).
+
+    An existing README.md is replaced only if hf_contrast generated it or ``overwrite=True``.
+
+    Returns:
+        The path written, or ``None`` (a README written by a person was kept, or an error was logged).
+    """
+    try:
+        path = Path(save_directory) / "README.md"
+        if path.exists() and not overwrite and not is_generated_card(path.read_text(encoding="utf-8", errors="replace")):
+            logger.info("Model card: kept %s (not generated by hf_contrast; overwrite=True replaces it)", path)
+            return None
+        text = generate_model_card(model)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, encoding="utf-8")
+        return path
+    except Exception as error:  # noqa: BLE001 - the card is optional, the save is not
+        logger.warning("Model card: not written to %s (%s: %s)", save_directory, type(error).__name__, error)
+        return None
