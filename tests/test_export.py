@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import json
 import logging
+from pathlib import Path
 
 import pytest
 import timm
 import torch
 from _tiny import TIMM_TEST_BACKBONE, tiny_text_encoder, tiny_timm_encoder
-from transformers import AutoModel, AutoTokenizer
+from transformers import AutoModel, AutoTokenizer, PreTrainedModel
 
 from hf_contrast.models import (
     HUB_SUBFOLDER,
@@ -19,6 +20,7 @@ from hf_contrast.models import (
     export_transformers,
     save_for_hub,
 )
+from hf_contrast.models.export import PROVENANCE_KEYS
 
 SENTENCES = ["the cat sat on the mat", "hello world", "a red car", "the dog is a dog of the man"]
 
@@ -99,38 +101,44 @@ def test_export_sentence_transformers_gives_our_embeddings(tmp_path, pooling: st
     torch.testing.assert_close(got, enc(**tokens(enc)).embeddings.detach(), atol=1e-5, rtol=0)
 
 
-def test_text_exports_reject_timm_and_missing_tokenizer(tmp_path, vision: ContrastiveEncoder) -> None:
+def test_text_exports_reject_timm_and_missing_tokenizer(tmp_path, vision: ContrastiveEncoder, caplog) -> None:
     with pytest.raises(ValueError, match="`export_transformers` needs a text backbone .* use `export_timm`"):
         export_transformers(vision, tmp_path)
     enc = tiny_text_encoder()
     enc.tokenizer = None
     with pytest.raises(ValueError, match=r"`encoder.tokenizer` is None: a text export needs the tokenizer"):
         export_sentence_transformers(enc, tmp_path)
-    with pytest.raises(ValueError, match="`encoder.tokenizer` is None"):
-        save_for_hub(enc, tmp_path / "hub")
+    with caplog.at_level(logging.WARNING, logger="hf_contrast.models.modeling"):
+        enc.save_pretrained(tmp_path / "no_tokenizer")
+    assert "has no tokenizer" in caplog.text
+    assert (tmp_path / "no_tokenizer" / "config.json").is_file() and not (tmp_path / "no_tokenizer" / "modules.json").exists()
+    assert ContrastiveEncoder.from_pretrained(tmp_path / "no_tokenizer").tokenizer is None
 
 
 # ----------------------------------------------------------------------------------------------
-# The publishing layout
+# The save layout
 # ----------------------------------------------------------------------------------------------
 
 
-def test_save_for_hub_vision_layout(tmp_path, vision: ContrastiveEncoder, images: torch.Tensor) -> None:
-    save_for_hub(vision, tmp_path)
+def test_save_pretrained_vision_layout(tmp_path, vision: ContrastiveEncoder, images: torch.Tensor) -> None:
+    vision.save_pretrained(tmp_path)
     assert (tmp_path / "config.json").is_file() and (tmp_path / "model.safetensors").is_file()
     assert (tmp_path / HUB_SUBFOLDER / "config.json").is_file() and (tmp_path / HUB_SUBFOLDER / "model.safetensors").is_file()
+    assert not [p.name for p in tmp_path.parent.iterdir() if p.name.startswith(f".{tmp_path.name}.")]  # no staging left
     expected = vision(pixel_values=images)
     loaded = ContrastiveEncoder.from_pretrained(tmp_path).eval()
     assert torch.equal(loaded(pixel_values=images).projections, expected.projections)
     assert loaded.data_config == vision.data_config
     native = timm.create_model("local-dir:" + str(tmp_path), pretrained=True).eval()
     torch.testing.assert_close(native(images), expected.embeddings, atol=1e-5, rtol=0)
+    wrapped = AutoModel.from_pretrained(tmp_path).eval()  # transformers' TimmWrapperModel reads timm's config
+    torch.testing.assert_close(wrapped(pixel_values=images).pooler_output, expected.embeddings, atol=1e-5, rtol=0)
     explicit = ContrastiveEncoder.from_pretrained(tmp_path, subfolder=HUB_SUBFOLDER).eval()
     assert torch.equal(explicit(pixel_values=images).embeddings, expected.embeddings)
 
 
-def test_save_for_hub_text_layout(tmp_path, text: ContrastiveEncoder) -> None:
-    save_for_hub(text, tmp_path)
+def test_save_pretrained_text_layout(tmp_path, text: ContrastiveEncoder) -> None:
+    text.save_pretrained(tmp_path)
     for name in ("config.json", "model.safetensors", "tokenizer_config.json", "modules.json", "1_Pooling/config.json"):
         assert (tmp_path / name).is_file(), name
     inputs = tokens(text)
@@ -142,17 +150,58 @@ def test_save_for_hub_text_layout(tmp_path, text: ContrastiveEncoder) -> None:
     torch.testing.assert_close(native(**inputs).last_hidden_state, text.backbone(**inputs).last_hidden_state, atol=1e-5, rtol=0)
 
 
-def test_save_for_hub_writes_a_card_and_survives_card_failures(tmp_path, vision: ContrastiveEncoder, monkeypatch, caplog) -> None:
-    model_card = pytest.importorskip("hf_contrast.hub.model_card")
-    save_for_hub(vision, tmp_path / "with_card")
-    assert (tmp_path / "with_card" / "README.md").is_file()
+def test_old_flat_saves_still_load(tmp_path, vision: ContrastiveEncoder, images: torch.Tensor) -> None:
+    # the layout before the subfolder: our config and weights at the root (transformers' own save_pretrained)
+    PreTrainedModel.save_pretrained(vision, tmp_path)
+    assert json.loads((tmp_path / "config.json").read_text())["model_type"] == "hf_contrast_encoder"
+    loaded = ContrastiveEncoder.from_pretrained(tmp_path).eval()
+    assert torch.equal(loaded(pixel_values=images).projections, vision(pixel_values=images).projections)
+
+
+def test_from_scratch_export_has_no_pretrained_provenance_and_the_trained_size(tmp_path) -> None:
+    scratch = tiny_timm_encoder()
+    scratch.set_image_size(32)
+    scratch.save_pretrained(tmp_path)
+    config = json.loads((tmp_path / "config.json").read_text())
+    pretrained_cfg = config["pretrained_cfg"]
+    assert pretrained_cfg["input_size"] == [3, 32, 32]
+    assert not set(pretrained_cfg) & set(PROVENANCE_KEYS), pretrained_cfg
+    assert json.loads((tmp_path / HUB_SUBFOLDER / "config.json").read_text())["data_config"]["input_size"] == [3, 32, 32]
+    model = timm.create_model("local-dir:" + str(tmp_path), pretrained=True)
+    assert timm.data.resolve_model_data_config(model)["input_size"] == (3, 32, 32)
+    # a pretrained source keeps its provenance (what base_model / license are read from)
+    export_dir = tmp_path / "pretrained_source"
+    export_timm(scratch, export_dir)
+    fine_tuned = ContrastiveEncoder.from_backbone("local-dir:" + str(export_dir), pretrained=True, projection_dim=8)
+    assert fine_tuned.config.backbone_pretrained
+    assert fine_tuned.backbone.pretrained_cfg.get("hf_hub_id") is None  # the local source has none to keep
+
+
+def test_save_for_hub_is_a_deprecated_alias(tmp_path, vision: ContrastiveEncoder, images: torch.Tensor, monkeypatch) -> None:
+    model_card = pytest.importorskip("hf_contrast.model_card")
+    seen = []
+    monkeypatch.setattr(model_card, "write_model_card", lambda model, folder: seen.append(model.model_card_data))
+    marker = object()
+    with pytest.warns(DeprecationWarning, match="save_pretrained"):
+        save_for_hub(vision, tmp_path, card_data=marker)
+    assert seen == [marker]  # the card writer sees the card data on the model
+    del vision.model_card_data
+    assert torch.equal(ContrastiveEncoder.from_pretrained(tmp_path).eval()(pixel_values=images).projections, vision(pixel_values=images).projections)
+
+
+def test_save_pretrained_writes_the_card_and_survives_card_failures(tmp_path, vision: ContrastiveEncoder, monkeypatch, caplog) -> None:
+    model_card = pytest.importorskip("hf_contrast.model_card")
+    calls = []
+    monkeypatch.setattr(model_card, "write_model_card", lambda model, folder: (calls.append(model), (Path(folder) / "README.md").write_text("card")))
+    vision.save_pretrained(tmp_path / "with_card")
+    assert calls == [vision] and (tmp_path / "with_card" / "README.md").read_text() == "card"
 
     def broken(*args, **kwargs):
         raise RuntimeError("template exploded")
 
     monkeypatch.setattr(model_card, "write_model_card", broken)
-    with caplog.at_level(logging.WARNING, logger="hf_contrast.models.export"):
-        save_for_hub(vision, tmp_path / "broken_card")
+    with caplog.at_level(logging.WARNING, logger="hf_contrast.models.modeling"):
+        vision.save_pretrained(tmp_path / "broken_card")
     assert "template exploded" in caplog.text
     assert (tmp_path / "broken_card" / HUB_SUBFOLDER / "model.safetensors").is_file()
     assert not (tmp_path / "broken_card" / "README.md").exists()

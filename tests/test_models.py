@@ -14,10 +14,12 @@ from hf_contrast.models import (
     ContrastiveEncoder,
     ContrastiveEncoderConfig,
     ContrastiveEncoderOutput,
+    HUB_SUBFOLDER,
     HubUnavailableError,
     ProjectionHead,
     export_timm,
     export_transformers,
+    max_pool,
     mean_pool,
 )
 
@@ -65,7 +67,10 @@ def test_config_defaults_and_serialisation_round_trip() -> None:
     ("kwargs", "match"),
     [
         ({"backbone_type": "audio"}, "`backbone_type`"),
-        ({"pooling": "max"}, "`pooling`"),
+        ({"pooling": "lasttoken"}, "`pooling`"),
+        ({"normalize_embeddings": True}, "for text backbones"),
+        ({"max_seq_length": 128}, "for text backbones"),
+        ({"backbone_type": "text", "text_config": {"model_type": "bert"}, "max_seq_length": 0}, "`max_seq_length`"),
         ({"projection_norm": "groupnorm"}, "`projection_norm`"),
         ({"projection_dim": 0}, "`projection_dim`"),
         ({"projection_layers": 0}, "`projection_layers`"),
@@ -202,6 +207,44 @@ def test_mean_pooling_ignores_padding(text: ContrastiveEncoder) -> None:
     assert not torch.allclose(no_mask, alone, atol=1e-4)
 
 
+def test_max_pool_matches_a_loop_and_ignores_padding() -> None:
+    hidden = torch.randn(3, 5, 4, generator=torch.Generator().manual_seed(0))
+    mask = torch.tensor([[1, 1, 1, 1, 1], [1, 1, 0, 0, 0], [1, 0, 0, 0, 0]])
+    expected = torch.stack([hidden[i, : int(mask[i].sum())].max(dim=0).values for i in range(3)])
+    assert torch.equal(max_pool(hidden, mask), expected)
+    assert torch.equal(max_pool(hidden, None), hidden.max(dim=1).values)
+
+
+def test_normalize_embeddings_gives_unit_embeddings() -> None:
+    torch.manual_seed(0)
+    plain = tiny_text_encoder().eval()
+    normalized = tiny_text_encoder(normalize_embeddings=True).eval()
+    normalized.load_state_dict(plain.state_dict())
+    inputs = batch(plain)
+    raw = plain(**inputs).embeddings
+    got = normalized(**inputs).embeddings
+    assert not torch.allclose(raw.norm(dim=-1), torch.ones(len(SENTENCES)), atol=1e-3)  # the test can fail
+    torch.testing.assert_close(got, raw / raw.norm(dim=-1, keepdim=True))
+
+
+def test_set_image_size_updates_data_config() -> None:
+    enc = tiny_timm_encoder()
+    assert enc.data_config["input_size"] == (3, 160, 160)  # test_resnet's default
+    enc.set_image_size(32)
+    assert enc.data_config["input_size"] == (3, 32, 32) and enc.config.data_config["input_size"] == [3, 32, 32]
+    enc.set_image_size((24, 40))
+    assert enc.data_config["input_size"] == (3, 24, 40)
+    for bad in (0, -3, (32,), "32", 2.5, True):
+        with pytest.raises(ValueError, match="`image_size` must be a positive int"):
+            enc.set_image_size(bad)
+    with pytest.raises(ValueError, match="text backbone"):
+        tiny_text_encoder().set_image_size(32)
+    vit = ContrastiveEncoder.from_backbone("test_vit", pretrained=False, backbone_kwargs={"img_size": 16})
+    vit.set_image_size(16)
+    with pytest.raises(ValueError, match=r"input size is fixed at \(16, 16\).*backbone_kwargs=\{'img_size': 32\}"):
+        vit.set_image_size(32)
+
+
 def test_cls_pooling_takes_the_first_token() -> None:
     enc = tiny_text_encoder(pooling="cls").eval()
     inputs = batch(enc)
@@ -219,14 +262,14 @@ def test_vision_round_trip(tmp_path, images: torch.Tensor) -> None:
     enc.train()(pixel_values=images)  # move the BatchNorm running statistics away from their init
     enc.eval()
     enc.save_pretrained(tmp_path)
-    assert (tmp_path / "model.safetensors").is_file() and (tmp_path / "config.json").is_file()
+    assert (tmp_path / HUB_SUBFOLDER / "model.safetensors").is_file() and (tmp_path / "config.json").is_file()
     loaded = ContrastiveEncoder.from_pretrained(tmp_path).eval()
     expected, got = enc(pixel_values=images, output_feature_maps=True), loaded(pixel_values=images, output_feature_maps=True)
     for name in ("embeddings", "projections", "logits"):
         assert torch.equal(getattr(expected, name), getattr(got, name)), name
     assert all(torch.equal(a, b) for a, b in zip(expected.feature_maps, got.feature_maps))
     assert loaded.data_config == enc.data_config and loaded.config.backbone_kwargs == {"drop_path_rate": 0.1}
-    assert isinstance(AutoModel.from_pretrained(tmp_path), ContrastiveEncoder)
+    assert isinstance(AutoModel.from_pretrained(tmp_path, subfolder=HUB_SUBFOLDER), ContrastiveEncoder)
 
 
 def test_text_round_trip_with_tokenizer(tmp_path) -> None:

@@ -10,10 +10,19 @@ from transformers import AutoConfig, AutoModel
 
 from hf_contrast.models.backbones import HubUnavailableError
 from hf_contrast.models.configuration import ContrastiveEncoderConfig
-from hf_contrast.models.export import export_sentence_transformers, export_timm, export_transformers, save_for_hub
+from hf_contrast.models.export import (
+    HUB_SUBFOLDER,
+    export_native,
+    export_sentence_transformers,
+    export_timm,
+    export_transformers,
+    save_for_hub,
+)
 from hf_contrast.models.heads import ProjectionHead
-from hf_contrast.models.modeling import HUB_SUBFOLDER, ContrastiveEncoder, ContrastiveEncoderOutput
-from hf_contrast.models.pooling import cls_pool, mean_pool
+from hf_contrast.models.modeling import ContrastiveEncoder, ContrastiveEncoderOutput
+from hf_contrast.models.pooling import cls_pool, max_pool, mean_pool
+from hf_contrast.models.st_layout import SentenceTransformerLayout, read_st_layout
+from hf_contrast.models.staging import staged_directory
 
 AutoConfig.register(ContrastiveEncoderConfig.model_type, ContrastiveEncoderConfig, exist_ok=True)
 AutoModel.register(ContrastiveEncoderConfig, ContrastiveEncoder, exist_ok=True)
@@ -27,6 +36,11 @@ __all__ = [
     "HUB_SUBFOLDER",
     "mean_pool",
     "cls_pool",
+    "max_pool",
+    "SentenceTransformerLayout",
+    "read_st_layout",
+    "staged_directory",
+    "export_native",
     "export_timm",
     "export_transformers",
     "export_sentence_transformers",

@@ -205,7 +205,8 @@ def build_timm_backbone(architecture: str, backbone_kwargs: dict[str, Any] | Non
 
 
 def timm_data_config(model: nn.Module) -> dict[str, Any]:
-    """The image preprocessing a timm model expects (``timm.data.resolve_data_config``), JSON-ready.
+    """The image preprocessing a timm model expects (``timm.data.resolve_data_config``, with the input size
+    the module was built at), JSON-ready.
 
     Args:
         model: A timm model.
@@ -213,7 +214,13 @@ def timm_data_config(model: nn.Module) -> dict[str, Any]:
     Returns:
         ``input_size`` (C, H, W), ``mean``, ``std``, ``interpolation``, ``crop_pct`` and ``crop_mode``.
     """
-    resolved = timm.data.resolve_data_config({}, model=model)
+    resolved = dict(timm.data.resolve_data_config({}, model=model))
+    try:  # the size the module was built at (e.g. a ViT with img_size=16), not its default tag's
+        from timm.data.model_config import get_model_input_config
+
+        resolved["input_size"] = tuple(get_model_input_config(model)["input_size"])
+    except (ImportError, KeyError, TypeError, AttributeError):  # timm < 1.0.20
+        pass
     return {key: list(value) if isinstance(value, tuple) else value for key, value in resolved.items() if key in _DATA_CONFIG_KEYS}
 
 

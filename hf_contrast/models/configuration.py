@@ -9,7 +9,7 @@ from transformers import AutoConfig, PretrainedConfig
 __all__ = ["ContrastiveEncoderConfig", "BACKBONE_TYPES", "POOLINGS", "PROJECTION_NORMS"]
 
 BACKBONE_TYPES = ("timm", "text")
-POOLINGS = ("mean", "cls")
+POOLINGS = ("mean", "cls", "max")
 PROJECTION_NORMS = ("batchnorm", "layernorm", None)
 
 
@@ -41,8 +41,14 @@ class ContrastiveEncoderConfig(PretrainedConfig):
         data_config: timm only: the image preprocessing (``input_size``, ``mean``, ``std``,
             ``interpolation``, ``crop_pct``, ``crop_mode``) as from ``timm.data.resolve_data_config``.
             Keys left out are resolved from the backbone when the model is built.
-        pooling: text only: ``"mean"`` (mean of the token states over the attention mask) or ``"cls"``
-            (the first token's state). timm backbones use their own global pooling.
+        pooling: text only: ``"mean"`` (mean of the token states over the attention mask), ``"cls"``
+            (the first token's state) or ``"max"`` (element-wise max over the unmasked tokens), as the
+            sentence-transformers ``Pooling`` modes of the same names. timm backbones use their own
+            global pooling.
+        normalize_embeddings: text only: L2-normalise ``embeddings`` (a sentence-transformers model
+            with a ``Normalize`` module keeps it; the export writes the module back).
+        max_seq_length: text only: the longest input in tokens (sentence-transformers'
+            ``max_seq_length``); ``None`` = the smaller of the tokenizer's and the position limit.
         embedding_dim: The backbone width F. ``None`` means "read it from the backbone"; an explicit value
             that does not match the backbone raises ``ValueError`` when the model is built.
         projection_hidden_dim: The width of the hidden layers of the head; ``None`` means ``embedding_dim``.
@@ -78,6 +84,8 @@ class ContrastiveEncoderConfig(PretrainedConfig):
         text_config: PretrainedConfig | dict[str, Any] | None = None,
         data_config: dict[str, Any] | None = None,
         pooling: str = "mean",
+        normalize_embeddings: bool = False,
+        max_seq_length: int | None = None,
         embedding_dim: int | None = None,
         projection_hidden_dim: int | None = None,
         projection_dim: int = 128,
@@ -95,6 +103,7 @@ class ContrastiveEncoderConfig(PretrainedConfig):
         if projection_norm not in PROJECTION_NORMS:
             raise ValueError(f"`projection_norm` must be one of {PROJECTION_NORMS}, got {projection_norm!r}.")
         _positive_int_or_none("embedding_dim", embedding_dim)
+        _positive_int_or_none("max_seq_length", max_seq_length)
         _positive_int_or_none("projection_hidden_dim", projection_hidden_dim)
         _positive_int_or_none("projection_dim", projection_dim)
         _positive_int_or_none("projection_layers", projection_layers)
@@ -125,6 +134,11 @@ class ContrastiveEncoderConfig(PretrainedConfig):
             text_config = AutoConfig.for_model(**text_config)
         if text_config is not None and not isinstance(text_config, PretrainedConfig):
             raise ValueError(f"`text_config` must be a PretrainedConfig, a dict or None, got {type(text_config).__name__}.")
+        if backbone_type == "timm" and (normalize_embeddings or max_seq_length is not None):
+            raise ValueError(
+                "`normalize_embeddings` and `max_seq_length` are for text backbones; a timm backbone's output is "
+                "its pooled features and its input size is in `data_config`."
+            )
         if backbone_type == "text" and (backbone_kwargs or data_config is not None):
             raise ValueError(
                 "`backbone_kwargs` and `data_config` are for timm backbones; a text backbone is described by `text_config` "
@@ -145,6 +159,8 @@ class ContrastiveEncoderConfig(PretrainedConfig):
         self.text_config = text_config
         self.data_config = dict(data_config) if data_config is not None else None
         self.pooling = pooling
+        self.normalize_embeddings = bool(normalize_embeddings)
+        self.max_seq_length = max_seq_length
         self.embedding_dim = embedding_dim
         self.projection_hidden_dim = projection_hidden_dim
         self.projection_dim = projection_dim

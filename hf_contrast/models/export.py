@@ -1,4 +1,4 @@
-"""Native exports: the backbone in timm / transformers / sentence-transformers format, and the Hub layout.
+"""Native exports: the backbone in timm / transformers / sentence-transformers format, and the one save layout.
 
 The exported files load without hf_contrast:
 
@@ -6,50 +6,94 @@ The exported files load without hf_contrast:
   gives a model whose forward output equals ``ContrastiveEncoder(...).embeddings``.
 - :func:`export_transformers`: ``AutoModel.from_pretrained(<dir>)`` + ``AutoTokenizer``: the same hidden states.
 - :func:`export_sentence_transformers`: ``SentenceTransformer(<dir>).encode(...)`` equals ``embeddings``
-  (backbone + pooling; the projection head is not part of it).
-- :func:`save_for_hub`: all of the above at the root, the full encoder in ``hf_contrast/``, a model card.
+  (backbone + pooling [+ Normalize]; the projection head is not part of it).
+- :func:`export_native`: the one of the above that fits the encoder; ``ContrastiveEncoder.save_pretrained``
+  writes it at the root of every save and puts the full encoder in :data:`HUB_SUBFOLDER`.
+
+This module reads encoders through their config only (it does not import ``modeling``), so
+``modeling`` can use it without an import cycle.
 """
 
 from __future__ import annotations
 
 import inspect
 import json
-import logging
 import os
+import warnings
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import torch
 import transformers
 
-from hf_contrast.models.modeling import HUB_SUBFOLDER, ContrastiveEncoder
+from hf_contrast.models.configuration import ContrastiveEncoderConfig
+from hf_contrast.models.st_layout import write_st_modules
 
-__all__ = ["export_timm", "export_transformers", "export_sentence_transformers", "save_for_hub"]
+__all__ = [
+    "HUB_SUBFOLDER",
+    "PROVENANCE_KEYS",
+    "export_timm",
+    "export_transformers",
+    "export_sentence_transformers",
+    "export_native",
+    "save_for_hub",
+]
 
-logger = logging.getLogger(__name__)
+#: Subfolder of every saved model folder (and Hub repository) holding the full encoder (head included).
+HUB_SUBFOLDER = "hf_contrast"
+
+#: ``pretrained_cfg`` keys that describe where pretrained weights came from; a from-scratch export drops them.
+PROVENANCE_KEYS = (
+    "hf_hub_id", "hf_hub_filename", "hf_hub_revision", "url", "file", "source", "tag", "paper_ids", "paper_name",
+    "origin_url", "license", "notes",
+)  # fmt: skip
 
 
-def _require(encoder: ContrastiveEncoder, backbone_type: str, function: str) -> None:
-    if not isinstance(encoder, ContrastiveEncoder):
+def _require(encoder: Any, backbone_type: str, function: str) -> None:
+    config = getattr(encoder, "config", None)
+    if not isinstance(config, ContrastiveEncoderConfig) or not hasattr(encoder, "backbone"):
         raise ValueError(f"`encoder` must be a ContrastiveEncoder, got {type(encoder).__name__}.")
-    if encoder.config.backbone_type != backbone_type:
+    if config.backbone_type != backbone_type:
         other = "export_timm" if backbone_type == "text" else "export_transformers / export_sentence_transformers"
         raise ValueError(
-            f"`{function}` needs a {backbone_type} backbone but `{encoder.config.backbone}` is "
-            f"{encoder.config.backbone_type}; use `{other}`."
+            f"`{function}` needs a {backbone_type} backbone but `{config.backbone}` is {config.backbone_type}; use `{other}`."
         )
 
 
-def export_timm(encoder: ContrastiveEncoder, save_dir: str | os.PathLike[str]) -> Path:
+def _backbone_state(encoder: Any, state_dict: Mapping[str, torch.Tensor] | None) -> dict[str, torch.Tensor]:
+    """The backbone's tensors: from ``state_dict`` (keys ``backbone.*``, e.g. gathered by the Trainer) or the module."""
+    if state_dict is None:
+        tensors = dict(encoder.backbone.state_dict())
+    else:
+        prefix = "backbone."
+        tensors = {key[len(prefix):]: value for key, value in state_dict.items() if key.startswith(prefix)}
+    unique: dict[str, torch.Tensor] = {}
+    seen: set[tuple[int, int]] = set()
+    for key, value in tensors.items():  # safetensors refuses tensors sharing storage
+        value = value.detach().contiguous()
+        identity = (value.untyped_storage().data_ptr(), value.storage_offset()) if value.device.type != "meta" else (id(value), 0)
+        unique[key] = value.clone() if identity in seen and value.numel() else value
+        seen.add(identity)
+    return unique
+
+
+def export_timm(encoder: Any, save_dir: str | os.PathLike[str], state_dict: Mapping[str, torch.Tensor] | None = None) -> Path:
     """Save the timm backbone alone in timm's Hub format (``config.json`` + ``model.safetensors``).
 
-    Uses ``timm.models.save_for_hf``: ``config.json`` holds ``architecture``, ``num_classes`` (0),
-    ``num_features``, ``model_args`` (the ``backbone_kwargs``) and a ``pretrained_cfg`` whose input
-    size / mean / std are the encoder's ``data_config``. The projection head is not exported.
+    ``config.json`` holds ``architecture``, ``num_classes`` (0), ``num_features``, ``model_args`` (the
+    ``backbone_kwargs``) and a ``pretrained_cfg`` whose input size / mean / std are the encoder's
+    ``data_config`` (what it was trained at, see ``ContrastiveEncoder.set_image_size``); transformers'
+    ``AutoModel`` loads it too (``TimmWrapperModel``, ``pooler_output`` = ``embeddings``). A backbone
+    trained from scratch (``config.backbone_pretrained=False``) carries none of the untrained
+    architecture's provenance (:data:`PROVENANCE_KEYS`: Hub id, tag, papers, license). The projection
+    head is not exported.
 
     Args:
         encoder: A timm ``ContrastiveEncoder``.
         save_dir: The directory to write (created if needed).
+        state_dict: The encoder's full state dict to take the weights from (keys ``backbone.*``);
+            ``None`` reads the module.
 
     Returns:
         ``save_dir`` as a ``Path``.
@@ -62,24 +106,38 @@ def export_timm(encoder: ContrastiveEncoder, save_dir: str | os.PathLike[str]) -
         >>> timm.create_model("local-dir:export", pretrained=True)  # doctest: +SKIP
     """
     _require(encoder, "timm", "export_timm")
-    from timm.models import save_for_hf
+    import safetensors.torch
+    from timm.models._hub import save_config_for_hf
 
     save_dir = Path(save_dir)
-    options: dict[str, Any] = {"model_args": dict(encoder.config.backbone_kwargs) or None, "safe_serialization": True}
-    if "data_config" in inspect.signature(save_for_hf).parameters:
+    save_dir.mkdir(parents=True, exist_ok=True)
+    safetensors.torch.save_file(_backbone_state(encoder, state_dict), str(save_dir / "model.safetensors"), metadata={"format": "pt"})
+    options: dict[str, Any] = {"model_args": dict(encoder.config.backbone_kwargs) or None}
+    if "data_config" in inspect.signature(save_config_for_hf).parameters:
         options["data_config"] = encoder.data_config
     else:  # timm < 1.0.20: preprocessing goes through the pretrained_cfg override
         options["model_config"] = {"pretrained_cfg": dict(encoder.data_config or {})}
-    save_for_hf(encoder.backbone, save_dir, **options)
+    config_path = save_dir / "config.json"
+    save_config_for_hf(encoder.backbone, str(config_path), **options)
+    config = json.loads(config_path.read_text(encoding="utf-8"))
+    # `num_classes` is at the root already; in `model_args` too, transformers' TimmWrapper (AutoModel) passes it twice
+    config.get("model_args", {}).pop("num_classes", None)
+    if not config.get("model_args", True):
+        config.pop("model_args")
+    if not encoder.config.backbone_pretrained:
+        for key in PROVENANCE_KEYS:
+            config.get("pretrained_cfg", {}).pop(key, None)
+    config_path.write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
     return save_dir
 
 
-def export_transformers(encoder: ContrastiveEncoder, save_dir: str | os.PathLike[str]) -> Path:
+def export_transformers(encoder: Any, save_dir: str | os.PathLike[str], state_dict: Mapping[str, torch.Tensor] | None = None) -> Path:
     """Save the text backbone with ``save_pretrained`` plus its tokenizer (``AutoModel``/``AutoTokenizer`` load it).
 
     Args:
         encoder: A text ``ContrastiveEncoder`` with a tokenizer.
         save_dir: The directory to write (created if needed).
+        state_dict: The encoder's full state dict (keys ``backbone.*``); ``None`` reads the module.
 
     Returns:
         ``save_dir`` as a ``Path``.
@@ -94,12 +152,16 @@ def export_transformers(encoder: ContrastiveEncoder, save_dir: str | os.PathLike
             "AutoTokenizer.from_pretrained(...)` or pass `tokenizer=` to `from_backbone` / `from_text_config`."
         )
     save_dir = Path(save_dir)
-    encoder.backbone.save_pretrained(save_dir)
+    backbone_state = _backbone_state(encoder, state_dict) if state_dict is not None else None
+    encoder.backbone.save_pretrained(save_dir, state_dict=backbone_state)
     encoder.tokenizer.save_pretrained(save_dir)
     return save_dir
 
 
-def _max_seq_length(encoder: ContrastiveEncoder) -> int | None:
+def text_max_seq_length(encoder: Any) -> int | None:
+    """``config.max_seq_length``, else the smaller of the position limit and the tokenizer's ``model_max_length``."""
+    if encoder.config.max_seq_length is not None:
+        return int(encoder.config.max_seq_length)
     limits = [getattr(encoder.backbone.config, "max_position_embeddings", None), getattr(encoder.tokenizer, "model_max_length", None)]
     valid = [int(limit) for limit in limits if isinstance(limit, int) and 0 < limit < 1_000_000]
     return min(valid) if valid else None
@@ -116,19 +178,22 @@ def _versions() -> dict[str, str]:
     return versions
 
 
-def export_sentence_transformers(encoder: ContrastiveEncoder, save_dir: str | os.PathLike[str]) -> Path:
-    """Save the text backbone in the sentence-transformers layout (Transformer + Pooling modules).
+def export_sentence_transformers(
+    encoder: Any, save_dir: str | os.PathLike[str], state_dict: Mapping[str, torch.Tensor] | None = None
+) -> Path:
+    """Save the text backbone in the sentence-transformers layout (Transformer + Pooling [+ Normalize]).
 
-    Writes the transformers files at the root (:func:`export_transformers`), ``modules.json``,
-    ``sentence_bert_config.json``, ``config_sentence_transformers.json`` and ``1_Pooling/config.json``
-    with the encoder's pooling (``"mean"`` or ``"cls"``), in the classic format every
-    sentence-transformers version reads. ``SentenceTransformer(save_dir).encode(texts)`` returns the
-    encoder's ``embeddings`` (not the projections, and not normalised); sentence-transformers is not
-    needed to write it.
+    Writes the transformers files at the root (:func:`export_transformers`) and the module files of
+    :func:`~hf_contrast.models.st_layout.write_st_modules` with the encoder's pooling, normalisation
+    (``config.normalize_embeddings``) and ``max_seq_length`` (:func:`text_max_seq_length`): a model
+    loaded from a sentence-transformers folder is written back as it came.
+    ``SentenceTransformer(save_dir).encode(texts)`` returns the encoder's ``embeddings`` (not the
+    projections); sentence-transformers is not needed to write it.
 
     Args:
         encoder: A text ``ContrastiveEncoder`` with a tokenizer.
         save_dir: The directory to write (created if needed).
+        state_dict: The encoder's full state dict (keys ``backbone.*``); ``None`` reads the module.
 
     Returns:
         ``save_dir`` as a ``Path``.
@@ -136,80 +201,37 @@ def export_sentence_transformers(encoder: ContrastiveEncoder, save_dir: str | os
     Raises:
         ValueError: If the encoder has a timm backbone or no tokenizer.
     """
-    save_dir = export_transformers(encoder, save_dir)
-    pooling = encoder.config.pooling
-    modules = [
-        {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
-        {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"},
-    ]
-    pooling_config = {
-        "word_embedding_dimension": encoder.embedding_dim,
-        "pooling_mode_cls_token": pooling == "cls",
-        "pooling_mode_mean_tokens": pooling == "mean",
-        "pooling_mode_max_tokens": False,
-        "pooling_mode_mean_sqrt_len_tokens": False,
-        "pooling_mode_weightedmean_tokens": False,
-        "pooling_mode_lasttoken": False,
-        "include_prompt": True,
-    }
-    st_config = {
-        "__version__": _versions(),
-        "model_type": "SentenceTransformer",
-        "prompts": {},
-        "default_prompt_name": None,
-        "similarity_fn_name": "cosine",
-    }
-    files = {
-        "modules.json": modules,
-        "sentence_bert_config.json": {"max_seq_length": _max_seq_length(encoder), "do_lower_case": False},
-        "config_sentence_transformers.json": st_config,
-        "1_Pooling/config.json": pooling_config,
-    }
-    for name, content in files.items():
-        path = save_dir / name
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(content, indent=2) + "\n", encoding="utf-8")
+    save_dir = export_transformers(encoder, save_dir, state_dict)
+    write_st_modules(
+        save_dir,
+        embedding_dim=encoder.embedding_dim,
+        pooling=encoder.config.pooling,
+        normalize=encoder.config.normalize_embeddings,
+        max_seq_length=text_max_seq_length(encoder),
+        versions=_versions(),
+    )
     return save_dir
 
 
-def save_for_hub(encoder: ContrastiveEncoder, save_dir: str | os.PathLike[str], card_data: Any = None) -> Path:
-    """Write the publishing layout of an encoder: native files at the root, the encoder in ``hf_contrast/``.
+def export_native(encoder: Any, save_dir: str | os.PathLike[str], state_dict: Mapping[str, torch.Tensor] | None = None) -> Path:
+    """:func:`export_timm` for a timm encoder, :func:`export_sentence_transformers` for a text encoder."""
+    if getattr(getattr(encoder, "config", None), "backbone_type", None) == "timm":
+        return export_timm(encoder, save_dir, state_dict)
+    return export_sentence_transformers(encoder, save_dir, state_dict)
 
-    Layout (what :meth:`ContrastiveEncoder.push_to_hub` uploads)::
 
-        README.md                     model card (hf_contrast.hub.model_card.write_model_card)
-        config.json, model.safetensors
-                                      timm: export_timm        -> timm.create_model("hf-hub:user/repo", pretrained=True)
-                                      text: export_transformers -> AutoModel/AutoTokenizer.from_pretrained("user/repo")
-        modules.json, 1_Pooling/...   text: export_sentence_transformers -> SentenceTransformer("user/repo")
-        hf_contrast/                  encoder.save_pretrained  -> ContrastiveEncoder.from_pretrained("user/repo")
+def save_for_hub(encoder: Any, save_dir: str | os.PathLike[str], card_data: Any = None) -> Path:
+    """Deprecated: ``encoder.save_pretrained(save_dir)`` writes this layout now.
 
-    The model card is best effort: if it cannot be written, a warning is logged and the save goes on.
-
-    Args:
-        encoder: The encoder.
-        save_dir: The directory to write (created if needed).
-        card_data: A ``hf_contrast.hub.model_card.ContrastiveModelCardData`` for the card, or ``None``.
-
-    Returns:
-        ``save_dir`` as a ``Path``.
-
-    Raises:
-        ValueError: If a text encoder has no tokenizer.
+    ``card_data`` is attached to the encoder as ``encoder.model_card_data`` for the card writer.
     """
-    if not isinstance(encoder, ContrastiveEncoder):
-        raise ValueError(f"`encoder` must be a ContrastiveEncoder, got {type(encoder).__name__}.")
-    save_dir = Path(save_dir)
-    save_dir.mkdir(parents=True, exist_ok=True)
-    if encoder.config.backbone_type == "timm":
-        export_timm(encoder, save_dir)
-    else:
-        export_sentence_transformers(encoder, save_dir)
-    encoder.save_pretrained(save_dir / HUB_SUBFOLDER)
-    try:
-        from hf_contrast.hub.model_card import write_model_card
-
-        write_model_card(encoder, save_dir, card_data=card_data)
-    except Exception as error:  # the card must never make a save fail
-        logger.warning("Model card not written to %s (%s: %s)", save_dir, type(error).__name__, error)
-    return save_dir
+    warnings.warn(
+        "`save_for_hub(encoder, dir)` is deprecated: `encoder.save_pretrained(dir)` writes the same layout.",
+        DeprecationWarning,
+        stacklevel=2,
+    )
+    _require(encoder, encoder.config.backbone_type if isinstance(getattr(encoder, "config", None), ContrastiveEncoderConfig) else "?", "save_for_hub")
+    if card_data is not None:
+        encoder.model_card_data = card_data
+    encoder.save_pretrained(save_dir)
+    return Path(save_dir)

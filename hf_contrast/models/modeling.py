@@ -5,10 +5,12 @@ from __future__ import annotations
 import json
 import logging
 import os
+import tempfile
 from dataclasses import dataclass
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 from transformers import AutoTokenizer, PretrainedConfig, PreTrainedModel
 from transformers.utils import ModelOutput, cached_file
@@ -24,15 +26,16 @@ from hf_contrast.models.backbones import (
     timm_data_config,
 )
 from hf_contrast.models.configuration import ContrastiveEncoderConfig
+from hf_contrast.models.export import HUB_SUBFOLDER, export_native
 from hf_contrast.models.heads import ProjectionHead
 from hf_contrast.models.pooling import pool_tokens
+from hf_contrast.models.st_layout import read_st_layout
+from hf_contrast.models.staging import staged_directory
 
 __all__ = ["ContrastiveEncoder", "ContrastiveEncoderOutput", "HUB_SUBFOLDER"]
 
 logger = logging.getLogger(__name__)
 
-#: Subfolder of a Hub repository (see :func:`hf_contrast.models.export.save_for_hub`) holding the full encoder.
-HUB_SUBFOLDER = "hf_contrast"
 _HUB_KWARGS = ("cache_dir", "force_download", "proxies", "token", "revision", "local_files_only")
 
 
@@ -41,7 +44,8 @@ class ContrastiveEncoderOutput(ModelOutput):
     """Outputs of :class:`ContrastiveEncoder`.
 
     Args:
-        embeddings: Backbone features (pooled), what a linear probe uses. Shape: ``(B, F)``.
+        embeddings: Backbone features (pooled), what a linear probe uses; L2-normalised iff
+            ``config.normalize_embeddings`` (a sentence-transformers ``Normalize``). Shape: ``(B, F)``.
         projections: Projection-head outputs, what the losses use; L2-normalised iff
             ``config.normalize_projections``. Shape: ``(B, P)``.
         feature_maps: timm stage feature maps (``output_feature_maps=True``), else ``None``.
@@ -61,7 +65,7 @@ def _hub_kwargs(kwargs: dict[str, Any]) -> dict[str, Any]:
 
 
 def _hub_layout_subfolder(path: str | os.PathLike[str], hub_kwargs: dict[str, Any]) -> bool:
-    """Whether ``path`` is a :func:`save_for_hub` layout: a foreign root config and ``hf_contrast/config.json``."""
+    """Whether ``path`` is the save layout (a native root config and ``hf_contrast/config.json``), not an old flat save."""
     options = dict(hub_kwargs, _raise_exceptions_for_missing_entries=False, _raise_exceptions_for_connection_errors=False)
     try:
         root = cached_file(path, "config.json", **options)
@@ -164,7 +168,10 @@ class ContrastiveEncoder(PreTrainedModel):
         Args:
             backbone: A timm name (``"resnet50"``, ``"vit_small_patch16_224.augreg_in21k"``,
                 ``"hf-hub:timm/..."``, ``"local-dir:/path"``), or a transformers text encoder's Hub id
-                or local path (``"bert-base-uncased"``, ``"/models/my-bert"``).
+                or local path (``"bert-base-uncased"``, ``"/models/my-bert"``). A sentence-transformers
+                model (``modules.json``) keeps its pooling, ``Normalize`` and ``max_seq_length``
+                (``pooling=`` etc. override them, with a warning), so ``embeddings`` equal
+                ``SentenceTransformer(backbone).encode``.
             pretrained: Load pretrained backbone weights (timm's Hub weights; ``AutoModel.from_pretrained``
                 for text). ``False``: the architecture with random weights (the config is still read).
             backbone_kwargs: timm only: extra ``timm.create_model`` arguments (``drop_path_rate``...).
@@ -178,7 +185,8 @@ class ContrastiveEncoder(PreTrainedModel):
 
         Raises:
             ValueError: If ``backbone`` is unknown (with close timm names), ``backbone_kwargs`` are given
-                for a text backbone or do not fit the timm model, or an option is invalid.
+                for a text backbone or do not fit the timm model, an option is invalid, or a
+                sentence-transformers model has modules other than Transformer, Pooling, Normalize.
             HubUnavailableError: (an ``OSError``) if pretrained weights are requested and the Hub is
                 unreachable with nothing cached.
         """
@@ -204,7 +212,23 @@ class ContrastiveEncoder(PreTrainedModel):
                 f"`backbone_kwargs` are timm.create_model arguments but `{backbone}` is a transformers text encoder; "
                 "pass text config changes through a config (see `from_text_config`)."
             )
-        module, loaded_tokenizer = load_text_backbone(backbone, pretrained, **(hub_kwargs or {}))
+        hub_kwargs = dict(hub_kwargs or {})
+        layout = read_st_layout(backbone, **hub_kwargs)
+        if layout is not None:  # keep what `SentenceTransformer(backbone).encode` does
+            for key, value in (("pooling", layout.pooling), ("normalize_embeddings", layout.normalize), ("max_seq_length", layout.max_seq_length)):
+                if key in config_kwargs and config_kwargs[key] != value:
+                    logger.warning(
+                        "`%s=%r` overrides the sentence-transformers model `%s`, which uses %r: the embeddings will differ "
+                        "from SentenceTransformer(%r).encode.", key, config_kwargs[key], backbone, value, backbone,
+                    )
+                config_kwargs.setdefault(key, value)
+            if layout.transformer_path:
+                hub_kwargs["subfolder"] = layout.transformer_path
+        module, loaded_tokenizer = load_text_backbone(backbone, pretrained, **hub_kwargs)
+        tokenizer = tokenizer if tokenizer is not None else loaded_tokenizer
+        max_seq_length = config_kwargs.get("max_seq_length")
+        if max_seq_length is not None and tokenizer is not None and getattr(tokenizer, "model_max_length", 0) > max_seq_length:
+            tokenizer.model_max_length = int(max_seq_length)  # truncate as sentence-transformers does
         config = ContrastiveEncoderConfig(
             backbone=backbone,
             backbone_type="text",
@@ -212,7 +236,7 @@ class ContrastiveEncoder(PreTrainedModel):
             backbone_pretrained=pretrained,
             **config_kwargs,
         )
-        return cls(config, backbone=module, tokenizer=tokenizer if tokenizer is not None else loaded_tokenizer)
+        return cls(config, backbone=module, tokenizer=tokenizer)
 
     @classmethod
     def from_text_config(cls, text_config: PretrainedConfig, tokenizer: Any = None, **config_kwargs: Any) -> ContrastiveEncoder:
@@ -258,6 +282,44 @@ class ContrastiveEncoder(PreTrainedModel):
         if self.config.backbone_type != "timm" or self.config.data_config is None:
             return None
         return {key: tuple(value) if isinstance(value, list) else value for key, value in self.config.data_config.items()}
+
+    def set_image_size(self, image_size: int | tuple[int, int] | list[int]) -> None:
+        """Record the image size the encoder is trained / used at in ``data_config`` (and so in timm's export).
+
+        After ``set_image_size(32)``, ``data_config["input_size"]`` is ``(C, 32, 32)``: what
+        ``save_pretrained`` writes to ``hf_contrast/config.json`` and to the root ``config.json``'s
+        ``pretrained_cfg``, so ``timm.data.resolve_model_data_config`` on the saved model gives 32 px.
+        The trainer calls it with its ``image_size`` argument.
+
+        Args:
+            image_size: The side ``n`` (square) or ``(height, width)``.
+
+        Raises:
+            ValueError: If the encoder has a text backbone, the size is not positive, or the backbone has
+                a fixed input size (ViT-style) that differs: build it with
+                ``backbone_kwargs={"img_size": n}`` instead.
+        """
+        if self.config.backbone_type != "timm":
+            raise ValueError(f"`set_image_size` is for timm encoders; `{self.config.backbone}` is a text backbone.")
+        size = [image_size, image_size] if isinstance(image_size, int) and not isinstance(image_size, bool) else image_size
+        if (
+            not isinstance(size, (list, tuple))
+            or len(size) != 2
+            or not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in size)
+        ):
+            raise ValueError(f"`image_size` must be a positive int or (height, width) of positive ints, got {image_size!r}.")
+        current = self.data_config or {}
+        channels, *current_hw = current.get("input_size", (3, 0, 0))
+        fixed = bool(getattr(self.backbone, "pretrained_cfg", {}).get("fixed_input_size", False))
+        if fixed:
+            current_hw = timm_data_config(self.backbone)["input_size"][1:]
+        if fixed and list(current_hw) != list(size):
+            raise ValueError(
+                f"`image_size`={image_size!r} does not fit `{self.config.backbone}`, whose input size is fixed at "
+                f"{tuple(current_hw)}: build the encoder with `backbone_kwargs={{'img_size': {size[0]}}}` (or resize the images "
+                f"to {tuple(current_hw)})."
+            )
+        self.config.data_config = {**(self.config.data_config or {}), "input_size": [int(channels), int(size[0]), int(size[1])]}
 
     # ------------------------------------------------------------------------------------------
     # Forward
@@ -312,6 +374,8 @@ class ContrastiveEncoder(PreTrainedModel):
             if output_feature_maps:
                 raise ValueError("`output_feature_maps=True` needs a timm vision backbone; text backbones have no stage maps.")
             embeddings = self._encode_text(input_ids, attention_mask, token_type_ids)
+            if self.config.normalize_embeddings:
+                embeddings = F.normalize(embeddings, p=2, dim=-1)
         projections = self.projection_head(embeddings)
         if self.config.normalize_projections:
             projections = l2_normalize(projections)
@@ -365,29 +429,84 @@ class ContrastiveEncoder(PreTrainedModel):
         else:
             super()._set_gradient_checkpointing(enable, *args, **kwargs)
 
-    def save_pretrained(self, save_directory: str | os.PathLike[str], **kwargs: Any) -> None:
-        """``PreTrainedModel.save_pretrained`` (config + safetensors) plus the tokenizer files of a text backbone.
+    def save_pretrained(
+        self,
+        save_directory: str | os.PathLike[str],
+        is_main_process: bool = True,
+        state_dict: dict[str, Tensor] | None = None,
+        push_to_hub: bool = False,
+        **kwargs: Any,
+    ) -> None:
+        """Write the one save layout: the native model at the root, the full encoder in ``hf_contrast/``.
 
-        The image preprocessing of a timm backbone is in the config (``data_config``).
+        Layout (also what every checkpoint, ``trainer.save_model`` and :meth:`push_to_hub` write)::
+
+            README.md                    model card (hf_contrast.model_card.write_model_card; a failure only warns)
+            config.json, model.safetensors
+                                         timm: export_timm   -> timm.create_model("local-dir:DIR", pretrained=True)
+                                         text: transformers  -> AutoModel / AutoTokenizer.from_pretrained(DIR)
+            modules.json, 1_Pooling/...  text: sentence-transformers modules -> SentenceTransformer(DIR)
+            hf_contrast/                 config (data_config, pooling...), weights incl. the head, tokenizer
+                                         -> ContrastiveEncoder.from_pretrained(DIR)
+
+        Everything is written to a hidden sibling folder first and moved in with renames at the end
+        (:func:`~hf_contrast.models.staging.staged_directory`): a save that fails or is interrupted
+        leaves a model already in ``save_directory`` loadable; other files there (checkpoints, logs)
+        are kept. Weights are always safetensors.
+
+        Args:
+            save_directory: The folder to write (created if needed).
+            is_main_process: ``False`` on the other processes of a distributed run: nothing is written.
+            state_dict: The encoder's state dict to save instead of the module's (``Trainer._save``
+                passes a gathered one under FSDP / DeepSpeed).
+            push_to_hub: Not supported here (see Raises).
+            **kwargs: Further ``PreTrainedModel.save_pretrained`` arguments for ``hf_contrast/``
+                (``max_shard_size``, ``variant``...); ``safe_serialization`` is accepted and ignored.
 
         Raises:
-            ValueError: If ``push_to_hub=True`` is passed: use :meth:`push_to_hub`, which also uploads
-                the native exports and the model card.
+            ValueError: If ``push_to_hub=True`` is passed: call :meth:`push_to_hub`.
         """
-        if kwargs.pop("push_to_hub", False):
+        if push_to_hub:
             raise ValueError("`save_pretrained(push_to_hub=True)` is not supported: call `encoder.push_to_hub(repo_id)`.")
-        super().save_pretrained(save_directory, **kwargs)
-        if self.tokenizer is not None and kwargs.get("is_main_process", True):
-            self.tokenizer.save_pretrained(save_directory)
+        kwargs.pop("safe_serialization", None)
+        if not is_main_process:
+            return
+        with staged_directory(save_directory, stale=_LAYOUT_ENTRIES) as folder:
+            if self.config.backbone_type == "text" and self.tokenizer is None:
+                logger.warning(
+                    "The text encoder has no tokenizer: %s gets the transformers backbone at the root but no tokenizer and no "
+                    "sentence-transformers modules, so AutoTokenizer / SentenceTransformer cannot load it. Set "
+                    "`encoder.tokenizer` before saving.", save_directory,
+                )
+                backbone_state = None
+                if state_dict is not None:
+                    backbone_state = {k[len("backbone."):]: v for k, v in state_dict.items() if k.startswith("backbone.")}
+                self.backbone.save_pretrained(folder, state_dict=backbone_state)
+            else:
+                export_native(self, folder, state_dict)
+            super().save_pretrained(folder / HUB_SUBFOLDER, state_dict=state_dict, **kwargs)
+            if self.tokenizer is not None:
+                self.tokenizer.save_pretrained(folder / HUB_SUBFOLDER)
+            self._write_model_card(folder)
+
+    def _write_model_card(self, folder: os.PathLike[str]) -> None:
+        try:
+            from hf_contrast.model_card import write_model_card
+        except ImportError:
+            logger.debug("hf_contrast.model_card is not available: no model card written to %s", folder)
+            return
+        try:
+            write_model_card(self, folder)
+        except Exception as error:  # the card must never make a save fail
+            logger.warning("Model card not written (%s: %s); the model is saved without README.md.", type(error).__name__, error)
 
     @classmethod
     def from_pretrained(cls, pretrained_model_name_or_path: str | os.PathLike[str], *model_args: Any, **kwargs: Any) -> ContrastiveEncoder:
-        """Load an encoder saved with ``save_pretrained`` or pushed with :meth:`push_to_hub`.
+        """Load an encoder saved with :meth:`save_pretrained` (a folder, a checkpoint or a Hub repository).
 
-        Accepts a directory or Hub repository holding our ``config.json``, or the publishing layout of
-        :func:`~hf_contrast.models.export.save_for_hub` (native files at the root, the encoder in
-        ``hf_contrast/``), from which it loads ``subfolder="hf_contrast"``. The tokenizer of a text
-        encoder is loaded from the same place. All ``PreTrainedModel.from_pretrained`` arguments apply.
+        Reads the ``hf_contrast/`` subfolder of the save layout, or an older flat save (our
+        ``config.json`` at the root). The tokenizer of a text encoder is loaded from the same place.
+        All ``PreTrainedModel.from_pretrained`` arguments apply.
         """
         kwargs.pop("tokenizer", None)
         hub_kwargs = _hub_kwargs(kwargs)
@@ -401,15 +520,101 @@ class ContrastiveEncoder(PreTrainedModel):
             model.tokenizer = _load_tokenizer(pretrained_model_name_or_path, kwargs.get("subfolder", ""), hub_kwargs)
         return model
 
-    def push_to_hub(self, repo_id: str, **kwargs: Any) -> Any:
-        """Upload weights, config, preprocessing, native exports and a model card to the Hub.
+    def push_to_hub(
+        self,
+        repo_id: str,
+        *,
+        commit_message: str | None = None,
+        commit_description: str | None = None,
+        private: bool | None = None,
+        token: str | bool | None = None,
+        revision: str | None = None,
+        create_pr: bool = False,
+        replace_model_card: bool = False,
+        **save_kwargs: Any,
+    ) -> Any:
+        """Upload :meth:`save_pretrained`'s layout to the Hub in one commit (``huggingface_hub.upload_folder``).
 
-        Delegates to :func:`hf_contrast.hub.push.push_encoder_to_hub` (see it for the arguments);
-        the repository layout is :func:`~hf_contrast.models.export.save_for_hub`'s.
+        The repository is created if needed. A ``README.md`` already in the repository that hf_contrast
+        did not write (no ``hf_contrast`` tag nor library) is kept unless ``replace_model_card=True``.
+
+        Args:
+            repo_id: ``"user/name"`` (or ``"name"`` for your own namespace).
+            commit_message: The commit title (default "Upload hf_contrast encoder").
+            commit_description: The commit description.
+            private: Visibility of a newly created repository (``None``: the account's default).
+            token: A Hub token; defaults to the stored login or ``HF_TOKEN``.
+            revision: The branch to push to (created from ``main`` if missing).
+            create_pr: Open a pull request instead of committing to the branch.
+            replace_model_card: Overwrite a hand-written ``README.md`` on the Hub.
+            **save_kwargs: :meth:`save_pretrained` arguments.
+
+        Returns:
+            The ``huggingface_hub.CommitInfo`` (a ``str``: the commit url).
+
+        Raises:
+            ValueError: If ``repo_id`` is empty or ``revision`` is combined with ``create_pr``.
         """
-        from hf_contrast.hub.push import push_encoder_to_hub
+        from huggingface_hub import HfApi
 
-        return push_encoder_to_hub(self, repo_id, **kwargs)
+        if not isinstance(repo_id, str) or not repo_id.strip("/"):
+            raise ValueError(f"`repo_id` must be a Hub repository id like 'user/name', got {repo_id!r}.")
+        if create_pr and revision not in (None, "main"):
+            raise ValueError(f"`create_pr=True` opens a pull request against `main`; got `revision={revision!r}`: pass one or the other.")
+        api = HfApi(token=token, library_name="hf_contrast", library_version=_library_version())
+        repo_id = api.create_repo(repo_id, private=private, exist_ok=True).repo_id
+        if revision not in (None, "main"):
+            api.create_branch(repo_id, branch=revision, exist_ok=True)
+        ignore = None
+        if not replace_model_card and _foreign_card_on_hub(api, repo_id, revision):
+            logger.warning("%s has a README.md not written by hf_contrast: kept (pass `replace_model_card=True` to replace it).", repo_id)
+            ignore = ["README.md"]
+        with tempfile.TemporaryDirectory(prefix="hf_contrast_push_") as folder:
+            self.save_pretrained(folder, **save_kwargs)
+            commit = api.upload_folder(
+                repo_id=repo_id,
+                folder_path=folder,
+                commit_message=commit_message or "Upload hf_contrast encoder",
+                commit_description=commit_description,
+                revision=revision,
+                create_pr=create_pr,
+                ignore_patterns=ignore,
+                delete_patterns=[f"{HUB_SUBFOLDER}/*"],
+            )
+        logger.info("Pushed %s to %s", type(self).__name__, commit.commit_url)
+        return commit
+
+
+#: Root entries of an older save that a new save removes when it does not write them itself.
+_LAYOUT_ENTRIES = (
+    "modules.json", "sentence_bert_config.json", "config_sentence_transformers.json", "1_Pooling", "2_Normalize",
+    "model.safetensors.index.json", "pytorch_model.bin", "pytorch_model.bin.index.json",
+)  # fmt: skip
+
+
+def _library_version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("hf_contrast")
+    except PackageNotFoundError:
+        return "unknown"
+
+
+def _foreign_card_on_hub(api: Any, repo_id: str, revision: str | None) -> bool:
+    """Whether the repository holds a README.md that hf_contrast did not generate."""
+    from huggingface_hub import ModelCard
+    from huggingface_hub.errors import EntryNotFoundError, RevisionNotFoundError
+
+    try:
+        if not api.file_exists(repo_id, "README.md", revision=revision):
+            return False
+        card = ModelCard.load(repo_id, token=api.token, revision=revision)
+    except (EntryNotFoundError, RevisionNotFoundError):
+        return False
+    data = card.data.to_dict()
+    tags = data.get("tags") or []
+    return data.get("library_name") != "hf_contrast" and "hf_contrast" not in tags
 
 
 def _load_tokenizer(path: str | os.PathLike[str], subfolder: str, hub_kwargs: dict[str, Any]) -> Any:

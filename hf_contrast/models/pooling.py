@@ -1,11 +1,11 @@
-"""Pooling of token states into one sentence embedding: mean over the attention mask, or the CLS token."""
+"""Pooling of token states into one sentence embedding: mean or max over the attention mask, or the CLS token."""
 
 from __future__ import annotations
 
 import torch  # noqa: F401  (used in the docstring example)
 from torch import Tensor
 
-__all__ = ["mean_pool", "cls_pool", "pool_tokens"]
+__all__ = ["mean_pool", "cls_pool", "max_pool", "pool_tokens"]
 
 
 def mean_pool(hidden_states: Tensor, attention_mask: Tensor | None) -> Tensor:
@@ -51,13 +51,37 @@ def cls_pool(hidden_states: Tensor, attention_mask: Tensor | None = None) -> Ten
     return hidden_states[:, 0]
 
 
+def max_pool(hidden_states: Tensor, attention_mask: Tensor | None) -> Tensor:
+    """Element-wise maximum of the token states over the positions where ``attention_mask`` is 1.
+
+    sentence-transformers' ``pooling_mode_max_tokens``: padding is set to -1e9 before the max, so it
+    never wins.
+
+    Args:
+        hidden_states: Shape: ``(B, L, F)``.
+        attention_mask: 1 for real tokens, 0 for padding; ``None`` uses all positions. Shape: ``(B, L)``.
+
+    Returns:
+        The pooled embeddings. Shape: ``(B, F)``.
+
+    Example:
+        >>> h = torch.tensor([[[1.0, 5.0], [3.0, 2.0], [9.0, 9.0]]]); m = torch.tensor([[1, 1, 0]])
+        >>> max_pool(h, m)
+        tensor([[3., 5.]])
+    """
+    if attention_mask is None:
+        return hidden_states.max(dim=1).values
+    padding = attention_mask.unsqueeze(-1) == 0
+    return hidden_states.masked_fill(padding, -1e9).max(dim=1).values
+
+
 def pool_tokens(hidden_states: Tensor, attention_mask: Tensor | None, pooling: str) -> Tensor:
-    """Pool token states with ``pooling`` (``"mean"`` or ``"cls"``).
+    """Pool token states with ``pooling`` (``"mean"``, ``"cls"`` or ``"max"``).
 
     Args:
         hidden_states: Shape: ``(B, L, F)``.
         attention_mask: Shape: ``(B, L)``, or ``None``.
-        pooling: ``"mean"`` or ``"cls"``.
+        pooling: ``"mean"``, ``"cls"`` or ``"max"``.
 
     Returns:
         Shape: ``(B, F)``.
@@ -69,4 +93,6 @@ def pool_tokens(hidden_states: Tensor, attention_mask: Tensor | None, pooling: s
         return mean_pool(hidden_states, attention_mask)
     if pooling == "cls":
         return cls_pool(hidden_states, attention_mask)
-    raise ValueError(f"`pooling` must be 'mean' or 'cls', got {pooling!r}.")
+    if pooling == "max":
+        return max_pool(hidden_states, attention_mask)
+    raise ValueError(f"`pooling` must be 'mean', 'cls' or 'max', got {pooling!r}.")

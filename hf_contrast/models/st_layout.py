@@ -1,0 +1,167 @@
+"""The sentence-transformers folder layout: read a model's Transformer / Pooling / Normalize modules, write them back.
+
+A sentence-transformers model folder holds ``modules.json`` (the module pipeline), the transformer at
+the module path (usually the root), ``1_Pooling/config.json`` (the pooling mode), an optional
+``2_Normalize`` module and ``sentence_bert_config.json`` (``max_seq_length``). :func:`read_st_layout`
+turns that into the encoder options that reproduce ``SentenceTransformer(path).encode``;
+:func:`write_st_modules` writes them back, so a fine-tuned model stays a drop-in replacement.
+sentence-transformers itself is needed for neither.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+__all__ = ["SentenceTransformerLayout", "read_st_layout", "write_st_modules", "POOLING_MODES"]
+
+#: Our pooling name -> the key of sentence-transformers' ``1_Pooling/config.json``.
+POOLING_MODES = {"cls": "pooling_mode_cls_token", "mean": "pooling_mode_mean_tokens", "max": "pooling_mode_max_tokens"}
+_OTHER_POOLING_MODES = ("pooling_mode_mean_sqrt_len_tokens", "pooling_mode_weightedmean_tokens", "pooling_mode_lasttoken")
+_MODULE = "sentence_transformers.models."
+
+
+@dataclass(frozen=True)
+class SentenceTransformerLayout:
+    """What a sentence-transformers folder says about its embedding.
+
+    Attributes:
+        transformer_path: The Transformer module's folder inside the model (``""`` = the root).
+        pooling: ``"mean"``, ``"cls"`` or ``"max"``.
+        normalize: Whether a ``Normalize`` module follows the pooling.
+        max_seq_length: ``sentence_bert_config.json``'s ``max_seq_length`` (``None`` if absent).
+    """
+
+    transformer_path: str
+    pooling: str
+    normalize: bool
+    max_seq_length: int | None
+
+
+def _module_kind(entry: dict[str, Any]) -> str:
+    return str(entry.get("type", "")).rsplit(".", 1)[-1]
+
+
+def _read_json(name: str, filename: str, hub_kwargs: dict[str, Any]) -> Any:
+    from transformers.utils import cached_file
+
+    options = dict(hub_kwargs, _raise_exceptions_for_missing_entries=False, _raise_exceptions_for_connection_errors=False)
+    folder, _, base = filename.rpartition("/")
+    try:
+        path = cached_file(name, base, subfolder=folder, **options)
+    except (OSError, ValueError):
+        return None
+    if path is None:
+        return None
+    with open(path, encoding="utf-8") as handle:
+        return json.load(handle)
+
+
+def read_st_layout(name: str | os.PathLike[str], **hub_kwargs: Any) -> SentenceTransformerLayout | None:
+    """Read the sentence-transformers modules of a local folder or Hub repository.
+
+    Args:
+        name: A local directory or a Hub id.
+        **hub_kwargs: ``revision``, ``cache_dir``, ``token``, ``local_files_only``…
+
+    Returns:
+        The layout, or ``None`` if ``name`` has no ``modules.json`` (a plain transformers model).
+
+    Raises:
+        ValueError: If the model has modules the encoder cannot reproduce (``Dense``, a second
+            Transformer…) or a pooling mode other than CLS / mean / max: silently dropping them would
+            change the embeddings.
+    """
+    modules = _read_json(str(name), "modules.json", hub_kwargs)
+    if modules is None:
+        return None
+    kinds = [_module_kind(entry) for entry in modules]
+    if kinds[:2] != ["Transformer", "Pooling"] or any(kind != "Normalize" for kind in kinds[2:]):
+        raise ValueError(
+            f"The sentence-transformers model `{name}` has the modules {kinds}; ContrastiveEncoder reproduces "
+            "Transformer -> Pooling [-> Normalize] only. Load its transformer alone with a plain transformers path, "
+            "or export a model without the extra modules."
+        )
+    transformer_path = str(modules[0].get("path", "") or "")
+    pooling_path = str(modules[1].get("path", "1_Pooling") or "1_Pooling")
+    pooling_config = _read_json(str(name), f"{pooling_path}/config.json", hub_kwargs) or {}
+    chosen = [ours for ours, key in POOLING_MODES.items() if pooling_config.get(key)]
+    unsupported = [key for key in _OTHER_POOLING_MODES if pooling_config.get(key)]
+    if len(chosen) != 1 or unsupported:
+        raise ValueError(
+            f"The Pooling module of `{name}` sets {[POOLING_MODES[c] for c in chosen] + unsupported}; ContrastiveEncoder "
+            f"supports exactly one of {list(POOLING_MODES.values())}."
+        )
+    st_config_name = f"{transformer_path}/sentence_bert_config.json" if transformer_path else "sentence_bert_config.json"
+    st_config = _read_json(str(name), st_config_name, hub_kwargs) or {}
+    max_seq_length = st_config.get("max_seq_length")
+    return SentenceTransformerLayout(
+        transformer_path=transformer_path,
+        pooling=chosen[0],
+        normalize=len(kinds) > 2,
+        max_seq_length=int(max_seq_length) if isinstance(max_seq_length, int) and max_seq_length > 0 else None,
+    )
+
+
+def write_st_modules(
+    save_dir: str | os.PathLike[str],
+    *,
+    embedding_dim: int,
+    pooling: str,
+    normalize: bool,
+    max_seq_length: int | None,
+    do_lower_case: bool = False,
+    versions: dict[str, str] | None = None,
+) -> None:
+    """Write ``modules.json``, ``1_Pooling/config.json``, ``2_Normalize/`` and the two ST config files.
+
+    The transformer itself (config, weights, tokenizer) must be at the root of ``save_dir``. Module
+    types use the classic ``sentence_transformers.models.*`` names every sentence-transformers version
+    since 2.x reads.
+
+    Args:
+        save_dir: The model folder.
+        embedding_dim: The pooled width F.
+        pooling: ``"mean"``, ``"cls"`` or ``"max"``.
+        normalize: Whether to add a ``Normalize`` module.
+        max_seq_length: sentence-transformers' input limit in tokens.
+        do_lower_case: ``sentence_bert_config.json``'s flag (the tokenizer does its own lower-casing).
+        versions: ``config_sentence_transformers.json``'s ``__version__`` entry.
+
+    Raises:
+        ValueError: If ``pooling`` is unknown.
+    """
+    if pooling not in POOLING_MODES:
+        raise ValueError(f"`pooling` must be one of {list(POOLING_MODES)}, got {pooling!r}.")
+    save_dir = Path(save_dir)
+    modules = [
+        {"idx": 0, "name": "0", "path": "", "type": _MODULE + "Transformer"},
+        {"idx": 1, "name": "1", "path": "1_Pooling", "type": _MODULE + "Pooling"},
+    ]
+    if normalize:
+        modules.append({"idx": 2, "name": "2", "path": "2_Normalize", "type": _MODULE + "Normalize"})
+        (save_dir / "2_Normalize").mkdir(parents=True, exist_ok=True)
+    pooling_config = {"word_embedding_dimension": int(embedding_dim)}
+    pooling_config.update({key: pooling == ours for ours, key in POOLING_MODES.items()})
+    pooling_config.update({key: False for key in _OTHER_POOLING_MODES})
+    pooling_config["include_prompt"] = True
+    st_config = {
+        "__version__": dict(versions or {}),
+        "model_type": "SentenceTransformer",
+        "prompts": {},
+        "default_prompt_name": None,
+        "similarity_fn_name": "cosine",
+    }
+    files = {
+        "modules.json": modules,
+        "sentence_bert_config.json": {"max_seq_length": max_seq_length, "do_lower_case": bool(do_lower_case)},
+        "config_sentence_transformers.json": st_config,
+        "1_Pooling/config.json": pooling_config,
+    }
+    for filename, content in files.items():
+        path = save_dir / filename
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(content, indent=2) + "\n", encoding="utf-8")
