@@ -58,6 +58,9 @@ class ViewBuilder:
         self.args = args
         self.processing_class = processing_class
         self._epoch = epoch or (lambda: 0.0)
+        #: Set by the trainer during a cached-gradient step (``args.gradient_cache_size``): encoder calls
+        #: then go through it (mini-batches without a graph, replayed with one after the loss's backward).
+        self.gradient_cache: Any = None
 
     # ---- facts ----------------------------------------------------------------------------------
 
@@ -214,6 +217,8 @@ class ViewBuilder:
             }
         else:
             merged = {key: torch.cat([v[key] for v in views]) for key in views[0]}
+        if self.gradient_cache is not None and torch.is_grad_enabled():
+            return split_output(self.gradient_cache.encode(model, merged, **forward_kwargs), sizes)
         return split_output(model(**merged, **forward_kwargs), sizes)
 
     def projections(self, model: nn.Module, views: Sequence[Mapping[str, Tensor]]) -> list[Tensor]:

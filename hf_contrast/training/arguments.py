@@ -50,6 +50,14 @@ class ContrastiveTrainingArguments(TrainingArguments):
             "term; no extra host sync per step) or 'skip' (drop that optimizer step; one host sync per step)."
         },
     )
+    gradient_cache_size: int | None = field(
+        default=None,
+        metadata={
+            "help": "Cached-gradient training (GradCache): run the encoder in mini-batches of this many rows while "
+            "the objective sees the whole batch (all negatives, whole chunks). Exact for encoders without batch "
+            "statistics; costs one extra encoder forward per step. None: one pass over the batch."
+        },
+    )
     # ---- data ----------------------------------------------------------------------------------
     image_column: str = field(default="image", metadata={"help": "Dataset column with the images."})
     text_column: str = field(default="text", metadata={"help": "Dataset column with the sentences."})
@@ -87,6 +95,12 @@ class ContrastiveTrainingArguments(TrainingArguments):
 
     def __post_init__(self) -> None:
         require(self.nonfinite_policy in NONFINITE_POLICIES, "nonfinite_policy", self.nonfinite_policy, f"one of {NONFINITE_POLICIES}")
+        require(
+            self.gradient_cache_size is None or (is_int(self.gradient_cache_size) and self.gradient_cache_size >= 1),
+            "gradient_cache_size",
+            self.gradient_cache_size,
+            "an int >= 1 or None",
+        )
         for name in ("image_column", "text_column", "label_column"):
             value = getattr(self, name)
             require(isinstance(value, str) and value != "", name, value, "a non-empty column name")

@@ -40,6 +40,7 @@ from ..objectives import Objective, ViewBuilder, build_objective
 from .arguments import ContrastiveTrainingArguments
 from .checkpointing import CheckpointingMixin
 from .collators import pop_view_batch_index
+from .gradient_cache import GradientCache
 from .publishing import HubPublishingMixin
 
 __all__ = ["ContrastiveTrainer", "NonFiniteLossError"]
@@ -253,9 +254,18 @@ class ContrastiveTrainer(CheckpointingMixin, HubPublishingMixin, Trainer):
     def training_step(
         self, model: nn.Module, inputs: dict[str, Any], num_items_in_batch: Tensor | int | None = None
     ) -> Tensor:
-        """``Trainer.training_step``; then average the objective's gradients over processes. Under
+        """``Trainer.training_step`` (with ``args.gradient_cache_size``: the encoder in mini-batches, see
+        :mod:`~hf_contrast.training.gradient_cache`); then average the objective's gradients over processes. Under
         ``nonfinite_policy="skip"`` a non-finite loss is reported as 0 (the step itself is dropped)."""
-        loss = super().training_step(model, inputs, num_items_in_batch)
+        if self.args.gradient_cache_size is None:
+            loss = super().training_step(model, inputs, num_items_in_batch)
+        else:  # the objective sees the whole batch; the encoder runs in mini-batches (GradCache)
+            cache = self.views.gradient_cache = GradientCache(self.args.gradient_cache_size)
+            try:
+                loss = super().training_step(model, inputs, num_items_in_batch)
+            finally:
+                self.views.gradient_cache = None
+            cache.backward()
         if self.accelerator.sync_gradients:
             self._sync_objective_gradients()
         if self.args.nonfinite_policy == "skip":
