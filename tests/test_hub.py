@@ -1,4 +1,4 @@
-"""Hub round trips against the loopback stand-in (`hf_contrast.testing.hub_server`).
+"""Hub round trips against the loopback stand-in (`tests/hub_server.py`).
 
 Nothing here leaves 127.0.0.1: `use_hub_server` points `huggingface_hub` at the stand-in and
 installs an HTTP client that refuses any other host.
@@ -18,9 +18,11 @@ from huggingface_hub import HfApi, ModelCard, constants, hf_hub_download
 from huggingface_hub.errors import EntryNotFoundError, RepositoryNotFoundError, RevisionNotFoundError
 from huggingface_hub.utils import get_session
 from sentence_transformers import SentenceTransformer
-from transformers import AutoModel, AutoTokenizer
+from transformers import AutoModel, AutoTokenizer, Trainer, TrainingArguments
 
-from hf_contrast.hub import ContrastiveModelCardData, push_encoder_to_hub
+from hf_contrast.hub import push_encoder_to_hub
+from hf_contrast.model_card import GENERATED_MARKER, ModelCardCallback, get_model_card_data
+from hf_contrast.training.publishing import HubPublishingMixin
 from hf_contrast.models import ContrastiveEncoder
 from hub_server import HubServer, run_hub_server, use_hub_server
 
@@ -164,10 +166,11 @@ def module_hub(tmp_path_factory: pytest.TempPathFactory) -> Iterator[HubServer]:
 def pushed_vision(module_hub: HubServer) -> tuple[object, torch.Tensor, str]:
     torch.manual_seed(0)
     encoder = tiny_timm_encoder().eval()
-    card_data = ContrastiveModelCardData(
-        method="CARE", license="mit", datasets=["sklearn-digits"], metrics={"geometry": {"uniformity": -1.5}}
-    )
-    commit = encoder.push_to_hub("user/tiny-vision", card_data=card_data)
+    data = get_model_card_data(encoder)
+    data.license, data.objective_name = "mit", "CARE"
+    data.train_datasets = [{"name": "digits", "id": "user/digits", "size": 16}]
+    data.set_metrics({"eval_uniformity": -1.5}, step=10)
+    commit = push_encoder_to_hub(encoder, "user/tiny-vision")
     return encoder, commit, "user/tiny-vision"
 
 
@@ -175,7 +178,8 @@ def pushed_vision(module_hub: HubServer) -> tuple[object, torch.Tensor, str]:
 def pushed_text(module_hub: HubServer, tmp_path_factory: pytest.TempPathFactory) -> tuple[object, str]:
     torch.manual_seed(0)
     encoder = tiny_text_encoder(tiny_tokenizer(tmp_path_factory.mktemp("vocab"))).eval()
-    push_encoder_to_hub(encoder, "user/tiny-text", card_data=ContrastiveModelCardData(language="en"))
+    get_model_card_data(encoder).language = "en"
+    push_encoder_to_hub(encoder, "user/tiny-text")
     return encoder, "user/tiny-text"
 
 
@@ -208,11 +212,12 @@ def test_pushed_vision_backbone_loads_with_timm_hf_hub(pushed_vision: tuple) -> 
 def test_pushed_card_has_valid_metadata(module_hub: HubServer, pushed_vision: tuple) -> None:
     _, _, repo_id = pushed_vision
     info = HfApi().model_info(repo_id)  # the stand-in parses the README's YAML like the Hub
-    assert info.card_data.library_name == "hf_contrast"
+    assert info.card_data.library_name == "timm" and "hf_contrast" in info.card_data.tags
     assert info.card_data.license == "mit" and info.card_data.pipeline_tag == "image-feature-extraction"
+    assert info.card_data.datasets == ["user/digits"]
     assert [r.metric_value for r in info.card_data.eval_results] == [-1.5]
     text = ModelCard.load(repo_id).text
-    assert f'timm.create_model("hf-hub:{repo_id}", pretrained=True)' in text
+    assert f'timm.create_model("hf-hub:{repo_id}", pretrained=True).eval()' in text
     assert f'ContrastiveEncoder.from_pretrained("{repo_id}")' in text
     assert ("POST", "/api/validate-yaml") in module_hub.requests
 
@@ -236,16 +241,29 @@ def test_pushed_text_encoder_loads_with_hf_contrast_transformers_and_sentence_tr
     st_embeddings = SentenceTransformer(repo_id, device="cpu").encode(sentences, convert_to_tensor=True)
     torch.testing.assert_close(st_embeddings, expected.embeddings, atol=1e-5, rtol=1e-5)
     card = ModelCard.load(repo_id)
-    assert card.data.pipeline_tag == "sentence-similarity" and card.data.language == "en"
+    assert card.data.library_name == "sentence-transformers" and card.data.language == "en"
 
 
 def test_repush_refreshes_the_card_and_pull_requests_leave_main(module_hub: HubServer, pushed_vision: tuple) -> None:
     encoder, first, repo_id = pushed_vision
-    pr = push_encoder_to_hub(encoder, repo_id, card_data=ContrastiveModelCardData(license="apache-2.0"), create_pr=True)
+    encoder.model_card_data.license = "apache-2.0"
+    pr = push_encoder_to_hub(encoder, repo_id, create_pr=True)
     assert pr.pr_url == f"{module_hub.url}/{repo_id}/discussions/1"
     assert ModelCard.load(repo_id).data.license == "mit"
     path = hf_hub_download(repo_id, "README.md", revision="refs/pr/1")
     assert ModelCard.load(path).data.license == "apache-2.0"
+
+
+def test_a_hand_written_readme_on_the_hub_is_kept_unless_replaced(module_hub: HubServer) -> None:
+    api = HfApi()
+    api.create_repo("user/own-card")
+    api.upload_file(path_or_fileobj=README.encode(), path_in_repo="README.md", repo_id="user/own-card")  # has the tag, not our card
+    encoder = tiny_timm_encoder()
+    push_encoder_to_hub(encoder, "user/own-card")
+    assert Path(hf_hub_download("user/own-card", "README.md")).read_text() == README
+    assert "hf_contrast/model.safetensors" in api.list_repo_files("user/own-card")  # the model went up all the same
+    push_encoder_to_hub(encoder, "user/own-card", replace_model_card=True)
+    assert GENERATED_MARKER in Path(hf_hub_download("user/own-card", "README.md")).read_text()
 
 
 def test_push_rejects_bad_arguments(module_hub: HubServer, pushed_vision: tuple) -> None:
@@ -256,29 +274,70 @@ def test_push_rejects_bad_arguments(module_hub: HubServer, pushed_vision: tuple)
         push_encoder_to_hub(encoder, "user/x", revision="dev", create_pr=True)
 
 
-def test_trainer_push_to_hub_publishes_the_encoder_with_a_full_card(hub: HubServer, tmp_path: Path) -> None:
-    """A trained CARETrainer pushes the publishing layout; the card carries method, args and logs."""
-    from huggingface_hub import ModelCard, hf_hub_download
+# ----------------------------------------------------------------------------------------------
+# The trainer's pushes: checkpoints and the final push upload save_pretrained's layout, no secret
+# ----------------------------------------------------------------------------------------------
 
-    from distributed_scripts.trainer_utils import image_dataset, training_args
-    from hf_contrast.training import CARETrainer
 
+class _PushTrainer(HubPublishingMixin, Trainer):
+    """The Hub side of the contrastive trainers on a minimal Trainer (the loss is not the point here)."""
+
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        super().__init__(*args, **kwargs)
+        self.add_callback(ModelCardCallback(self))
+
+    def compute_loss(self, model, inputs, return_outputs=False, **kwargs):  # noqa: ANN001, ANN201
+        projections = model(pixel_values=inputs["pixel_values"]).projections
+        return (projections @ projections.T).pow(2).mean()
+
+
+def test_trainer_pushes_carry_no_token_and_the_final_push_is_the_one_layout(hub: HubServer, tmp_path: Path) -> None:
+    import datasets
+
+    secret = "hf_secretTOKEN0123456789"
     torch.manual_seed(0)
     encoder = tiny_timm_encoder()
-    args = training_args(tmp_path / "run", image_size=32, n_splits=2, care_weight=0.05)
-    trainer = CARETrainer(model=encoder, args=args, train_dataset=image_dataset(n=16, size=32))
+    pixels = torch.randn(8, 3, 32, 32).tolist()
+    args = TrainingArguments(
+        output_dir=str(tmp_path / "run"), max_steps=2, per_device_train_batch_size=4, save_strategy="steps", save_steps=1,
+        push_to_hub=True, hub_model_id="user/secret-run", hub_strategy="checkpoint", hub_token=secret, report_to="none",
+        use_cpu=True, disable_tqdm=True, remove_unused_columns=False, logging_steps=1,
+    )
+    trainer = _PushTrainer(model=encoder, args=args, train_dataset=datasets.Dataset.from_dict({"pixel_values": pixels}))
     trainer.train()
-    commit = trainer.push_to_hub("user/care-run", blocking=False, tags=["digits"], card_kwargs={"license": "mit"})
-    assert commit.oid
-    card = ModelCard.load("user/care-run")
-    assert card.data.library_name == "hf_contrast" and card.data.license == "mit"
-    assert "digits" in card.data.tags
-    text = card.text
-    assert "care_weight" in text and "0.05" in text  # non-default training arguments
-    assert "@" in text and "CARE" in text  # method section with BibTeX
-    assert "loss_equivariance" in text or "Equivariance" in text  # training-log table
-    loaded = ContrastiveEncoder.from_pretrained("user/care-run").eval()
+    trainer.push_to_hub(license="mit", tags=["digits"])
+    api = HfApi()
+    files = api.list_repo_files("user/secret-run")
+    assert {"README.md", "config.json", "model.safetensors", "hf_contrast/model.safetensors", "last-checkpoint/trainer_state.json"} <= set(files)
+    for name in files:  # every file of the pushed repository, and everything left on disk
+        assert secret.encode() not in Path(hf_hub_download("user/secret-run", name)).read_bytes(), name
+    for path in (tmp_path / "run").rglob("*"):
+        assert not path.is_file() or secret.encode() not in path.read_bytes(), path
+    card = ModelCard.load("user/secret-run")
+    assert card.data.library_name == "timm" and card.data.license == "mit" and "digits" in card.data.tags
+    assert 'timm.create_model("hf-hub:user/secret-run", pretrained=True)' in card.text
+    assert "| `max_steps` | 2 |" in card.text and "## Training logs" in card.text
+    model = timm.create_model("hf-hub:user/secret-run", pretrained=True).eval()
     x = torch.randn(2, 3, 32, 32)
     with torch.no_grad():
-        torch.testing.assert_close(loaded(pixel_values=x).projections, encoder.eval()(pixel_values=x).projections)
-    assert hf_hub_download("user/care-run", "model.safetensors")  # timm layout at the root
+        torch.testing.assert_close(model(x), encoder.eval()(pixel_values=x).embeddings)
+    assert trainer.args.hub_token == secret  # stripped from what was written, not from the run
+
+
+def test_trainer_push_keeps_a_hand_written_readme(hub: HubServer, tmp_path: Path) -> None:
+    import datasets
+
+    api = HfApi()
+    api.create_repo("user/kept")
+    api.upload_file(path_or_fileobj=b"# Notes by hand\n", path_in_repo="README.md", repo_id="user/kept")
+    args = TrainingArguments(
+        output_dir=str(tmp_path / "run"), max_steps=1, per_device_train_batch_size=4, save_strategy="no", hub_model_id="user/kept",
+        report_to="none", use_cpu=True, disable_tqdm=True, remove_unused_columns=False,
+    )
+    trainer = _PushTrainer(model=tiny_timm_encoder(), args=args, train_dataset=datasets.Dataset.from_dict({"pixel_values": torch.randn(4, 3, 32, 32).tolist()}))
+    trainer.train()
+    trainer.push_to_hub()
+    assert Path(hf_hub_download("user/kept", "README.md")).read_bytes() == b"# Notes by hand\n"
+    assert "hf_contrast/model.safetensors" in api.list_repo_files("user/kept")
+    trainer.push_to_hub(replace_model_card=True)
+    assert GENERATED_MARKER in Path(hf_hub_download("user/kept", "README.md")).read_text()

@@ -1,21 +1,7 @@
-"""Model cards and Hub upload for hf_contrast encoders."""
+"""Hub upload of hf_contrast encoders (the model card itself is :mod:`hf_contrast.model_card`)."""
 
 from __future__ import annotations
 
-from hf_contrast.hub.model_card import (
-    GENERATED_MARKER,
-    ContrastiveModelCardData,
-    generate_model_card,
-    non_default_training_args,
-    write_model_card,
-)
-from hf_contrast.hub.push import push_encoder_to_hub
+from hf_contrast.hub.push import hub_readme_is_user_written, push_encoder_to_hub, upload_model_folder
 
-__all__ = [
-    "GENERATED_MARKER",
-    "ContrastiveModelCardData",
-    "generate_model_card",
-    "non_default_training_args",
-    "push_encoder_to_hub",
-    "write_model_card",
-]
+__all__ = ["hub_readme_is_user_written", "push_encoder_to_hub", "upload_model_folder"]
