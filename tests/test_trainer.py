@@ -1,13 +1,14 @@
-"""The shared trainer machinery: arguments, loss plumbing, logging, accumulation, skipping, eval, saving."""
+"""The shared trainer machinery: arguments, loss plumbing, logging, accumulation, skipping, evaluation, saving."""
 
 from __future__ import annotations
 
 import math
 import warnings
 
+import numpy as np
 import pytest
 import torch
-from transformers import HfArgumentParser, TrainerCallback, TrainingArguments
+from transformers import EvalPrediction, HfArgumentParser, TrainerCallback, TrainingArguments
 
 from distributed_scripts.trainer_utils import (
     fixed_views_collator,
@@ -16,18 +17,27 @@ from distributed_scripts.trainer_utils import (
     training_args,
     vit_encoder,
 )
-from hf_contrast.losses import BinaryNCELoss, InfoNCELoss
+from hf_contrast.losses import InfoNCELoss
 from hf_contrast.metrics.geometry import alignment, uniformity
 from hf_contrast.metrics.probes import knn_accuracy
 from hf_contrast.models import ContrastiveEncoder
+from hf_contrast.objectives import (
+    AlignUniformObjective,
+    BinaryNCEObjective,
+    CustomPairObjective,
+    OCLObjective,
+    SimCLRObjective,
+    SimOObjective,
+    SupConObjective,
+)
 from hf_contrast.training import (
-    CONTRASTIVE_STATE_NAME,
     AlignUniformTrainer,
     ContrastiveTrainer,
     ContrastiveTrainingArguments,
     ImageViewCollator,
     OCLTrainer,
     SimCLRTrainer,
+    SimOTrainer,
     SupConTrainer,
 )
 
@@ -43,38 +53,27 @@ def images():
 def test_arguments_parse_from_the_command_line(tmp_path) -> None:
     parser = HfArgumentParser(ContrastiveTrainingArguments)
     (args,) = parser.parse_args_into_dataclasses(
-        ["--output_dir", str(tmp_path), "--care_weight", "0.005", "--n_splits", "4", "--temperature", "0.2",
-         "--share_views", "--classes_per_batch", "3", "--local_alpha_schedule", "constant"]
+        ["--output_dir", str(tmp_path), "--image_size", "32", "--gather_distributed", "--nonfinite_policy", "skip",
+         "--eval_representation", "projections", "--knn_k", "5"]
     )  # fmt: skip
-    assert (args.care_weight, args.n_splits, args.temperature, args.share_views) == (0.005, 4, 0.2, True)
-    assert (args.classes_per_batch, args.local_alpha_schedule) == (3, "constant")
+    assert (args.image_size, args.gather_distributed, args.nonfinite_policy) == (32, True, "skip")
+    assert (args.eval_representation, args.knn_k) == ("projections", 5)
     assert args.remove_unused_columns is False  # the collators read columns the encoder does not take
+    assert args.logging_nan_inf_filter is False  # a NaN loss is never logged as something else
+    assert args.nonfinite_policy == "skip" and ContrastiveTrainingArguments(output_dir=str(tmp_path)).nonfinite_policy == "raise"
     assert isinstance(args, TrainingArguments)
 
 
 @pytest.mark.parametrize(
     ("field", "value"),
     [
-        ("temperature", 0.0),
-        ("care_weight", -1.0),
-        ("n_splits", 0),
-        ("olean", 1.5),
-        ("moco_momentum", 1.0),
-        ("moco_queue_size", 0),
-        ("moco_temperature", -0.2),
-        ("classes_per_batch", 1),
-        ("samples_per_class", 1),
-        ("local_alpha_schedule", "cosine"),
-        ("local_alpha", 2.0),
-        ("local_beta", -1.0),
-        ("align_weight", float("nan")),
-        ("uniform_weight", -0.5),
-        ("task_loss_weight", -1.0),
-        ("n_views", 3),
         ("eval_representation", "logits"),
         ("knn_k", 0),
+        ("knn_temperature", 0.0),
         ("image_size", 0),
         ("label_column", ""),
+        ("max_length", 1),
+        ("nonfinite_policy", "ignore"),
     ],
 )
 def test_arguments_reject_bad_values_naming_the_field(tmp_path, field: str, value: object) -> None:
@@ -82,13 +81,19 @@ def test_arguments_reject_bad_values_naming_the_field(tmp_path, field: str, valu
         ContrastiveTrainingArguments(output_dir=str(tmp_path), **{field: value})
 
 
+def test_method_hyperparameters_are_not_training_arguments(tmp_path) -> None:
+    """They moved to the objectives' configs (see tests/test_objectives.py)."""
+    with pytest.raises(TypeError, match="care_weight"):
+        ContrastiveTrainingArguments(output_dir=str(tmp_path), care_weight=0.1)
+
+
 def test_trainer_requires_contrastive_arguments(tmp_path, images) -> None:
     with pytest.raises(ValueError, match="`args` must be a ContrastiveTrainingArguments"):
         SimCLRTrainer(model=vit_encoder(), args=TrainingArguments(output_dir=str(tmp_path), use_cpu=True), train_dataset=images)
 
 
-def test_base_trainer_needs_a_loss(tmp_path, images) -> None:
-    with pytest.raises(ValueError, match="needs a loss"):
+def test_base_trainer_needs_an_objective(tmp_path, images) -> None:
+    with pytest.raises(ValueError, match="needs an objective"):
         ContrastiveTrainer(model=vit_encoder(), args=training_args(tmp_path), train_dataset=images)
 
 
@@ -114,14 +119,20 @@ def test_base_trainer_with_a_user_loss_is_a_pair_objective(tmp_path, images) -> 
     model = vit_encoder()
     trainer = ContrastiveTrainer(
         model=model, args=training_args(tmp_path, max_steps=1), train_dataset=images,
-        loss=InfoNCELoss(temperature=0.3), data_collator=fixed_views_collator,
+        objective=CustomPairObjective(loss=InfoNCELoss(temperature=0.3)), data_collator=fixed_views_collator,
     )  # fmt: skip
+    assert trainer.objective.loss.temperature == 0.3
     batch = fixed_views_collator([images[i] for i in range(8)])
     model.train()
     got = trainer.compute_loss(model, batch)
     z1 = model(pixel_values=batch["pixel_values_1"]).projections
     z2 = model(pixel_values=batch["pixel_values_2"]).projections
     assert torch.allclose(got, InfoNCELoss(temperature=0.3)(z1, z2), atol=1e-6)
+
+
+def test_custom_pair_objective_needs_a_loss(tmp_path, images) -> None:
+    with pytest.raises(ValueError, match="needs `loss=`"):
+        ContrastiveTrainer(model=vit_encoder(), args=training_args(tmp_path), train_dataset=images, objective="pair")
 
 
 def test_gradient_accumulation_equals_one_large_batch(tmp_path, images) -> None:
@@ -133,9 +144,12 @@ def test_gradient_accumulation_equals_one_large_batch(tmp_path, images) -> None:
         model = vit_encoder()
         args = training_args(
             tmp_path / f"ga{accumulation}", per_device_train_batch_size=batch_size,
-            gradient_accumulation_steps=accumulation, uniform_weight=0.0, **common,
+            gradient_accumulation_steps=accumulation, **common,
         )  # fmt: skip
-        trainer = AlignUniformTrainer(model=model, args=args, train_dataset=images, data_collator=fixed_views_collator)
+        trainer = AlignUniformTrainer(
+            model=model, args=args, train_dataset=images, data_collator=fixed_views_collator,
+            objective=AlignUniformObjective(uniform_weight=0.0),
+        )  # fmt: skip
         trainer.train()
         results.append((parameters(model), trainer.state.log_history[0]["loss"]))
     (full, full_loss), (accumulated, accumulated_loss) = results
@@ -146,17 +160,20 @@ def test_gradient_accumulation_equals_one_large_batch(tmp_path, images) -> None:
         torch.testing.assert_close(accumulated[name], full[name], atol=1e-6, rtol=1e-5)
 
 
-@pytest.mark.parametrize("trainer_cls", [SupConTrainer, OCLTrainer])
-def test_a_batch_without_positive_pair_is_skipped_with_a_warning(tmp_path, trainer_cls) -> None:
+@pytest.mark.parametrize(("trainer_cls", "objective_cls"), [(SupConTrainer, SupConObjective), (OCLTrainer, OCLObjective)])
+def test_a_batch_without_positive_pair_is_skipped_with_a_warning(tmp_path, trainer_cls, objective_cls) -> None:
     # labels 0..3 then 0..3: each batch of 4 has four distinct classes; one view -> no positive pair
     data = image_dataset(n=8, labels=[0, 1, 2, 3, 0, 1, 2, 3])
     model = vit_encoder()
     before = parameters(model)
-    args = training_args(tmp_path, per_device_train_batch_size=4, max_steps=3, n_views=1, train_sampling_strategy="sequential")
-    trainer = trainer_cls(model=model, args=args, train_dataset=data, data_collator=fixed_views_collator)
+    args = training_args(tmp_path, per_device_train_batch_size=4, max_steps=3, train_sampling_strategy="sequential")
+    trainer = trainer_cls(
+        model=model, args=args, train_dataset=data, data_collator=fixed_views_collator, objective=objective_cls(n_views=1)
+    )
+    assert trainer.objective.name == trainer_cls.default_objective
     with pytest.warns(RuntimeWarning, match="no positive pair"):
         trainer.train()
-    assert trainer.state.global_step == 3 and trainer.skipped_batches == 3
+    assert trainer.state.global_step == 3 and trainer.objective.skipped_batches == 3
     assert sum(h.get("skipped_batches", 0) for h in trainer.state.log_history) == 3
     after = parameters(model)
     assert all(torch.equal(before[k], after[k]) for k in before)  # zero loss, zero update
@@ -165,33 +182,45 @@ def test_a_batch_without_positive_pair_is_skipped_with_a_warning(tmp_path, train
 def test_a_batch_with_positives_is_not_skipped(tmp_path) -> None:
     data = image_dataset(n=8, labels=[0, 0, 1, 2, 3, 3, 1, 2])
     model = vit_encoder()
-    args = training_args(tmp_path, per_device_train_batch_size=4, max_steps=2, n_views=1, train_sampling_strategy="sequential")
-    trainer = SupConTrainer(model=model, args=args, train_dataset=data, data_collator=fixed_views_collator)
+    args = training_args(tmp_path, per_device_train_batch_size=4, max_steps=2, train_sampling_strategy="sequential")
+    trainer = SupConTrainer(
+        model=model, args=args, train_dataset=data, data_collator=fixed_views_collator, objective=SupConObjective(n_views=1)
+    )
     with warnings.catch_warnings():
         warnings.simplefilter("error", RuntimeWarning)
         trainer.train()
-    assert trainer.skipped_batches == 0
+    assert trainer.objective.skipped_batches == 0
 
 
-def test_loss_owned_parameters_are_optimized_and_checkpointed(tmp_path, images) -> None:
-    loss = BinaryNCELoss(learnable_temperature=True, learnable_bias=True)
-    model = vit_encoder()
-    args = training_args(tmp_path, learning_rate=0.05, save_strategy="steps", save_steps=2)
-    trainer = SimCLRTrainer(model=model, args=args, train_dataset=images, loss=loss, data_collator=fixed_views_collator)
+def test_objective_owned_parameters_are_optimized_and_checkpointed(tmp_path, images) -> None:
+    def build(output_dir, **overrides):  # noqa: ANN001, ANN202
+        args = training_args(output_dir, learning_rate=0.05, save_strategy="steps", save_steps=2, **overrides)
+        objective = BinaryNCEObjective(learnable_temperature=True, learnable_bias=True)
+        return SimCLRTrainer(
+            model=vit_encoder(), args=args, train_dataset=images, objective=objective, data_collator=fixed_views_collator
+        )
+
+    trainer = build(tmp_path / "run")
+    loss = trainer.objective.loss
+    assert {id(p) for p in trainer.objective_parameters()} == {id(loss.log_temperature), id(loss.bias)}
     trainer.train()
     in_optimizer = {id(p) for group in trainer.optimizer.param_groups for p in group["params"]}
     assert id(loss.log_temperature) in in_optimizer and id(loss.bias) in in_optimizer
     assert loss.log_temperature.item() != pytest.approx(math.log(0.1))
     assert loss.bias.item() != pytest.approx(-10.0)
-    state = torch.load(tmp_path / "checkpoint-2" / CONTRASTIVE_STATE_NAME, weights_only=True)
-    assert torch.equal(state["loss"]["bias"], loss.bias.detach())
-    # the saved encoder stays a clean ContrastiveEncoder (the loss is not part of it)
+    # the objective's state is part of the checkpoint: a fresh trainer resuming at the last step holds it
+    resumed = build(tmp_path / "resumed")
+    assert resumed.objective.loss.bias.item() == pytest.approx(-10.0)
+    resumed.train(resume_from_checkpoint=str(tmp_path / "run" / "checkpoint-2"))
+    torch.testing.assert_close(resumed.objective.loss.bias.detach(), loss.bias.detach(), atol=0, rtol=0)
+    torch.testing.assert_close(resumed.objective.loss.log_temperature.detach(), loss.log_temperature.detach(), atol=0, rtol=0)
+    # the saved encoder stays a clean ContrastiveEncoder (the objective is not part of it)
     trainer.save_model(str(tmp_path / "final"))
     reloaded = ContrastiveEncoder.from_pretrained(str(tmp_path / "final"))
-    assert not any("bias" == k or "log_temperature" in k for k in reloaded.state_dict())
+    assert not any(k == "bias" or "log_temperature" in k for k in reloaded.state_dict())
     x = torch.rand(2, 3, 16, 16)
-    model.eval()
-    torch.testing.assert_close(reloaded(pixel_values=x).projections, model(pixel_values=x).projections)
+    trainer.model.eval()
+    torch.testing.assert_close(reloaded(pixel_values=x).projections, trainer.model(pixel_values=x).projections)
 
 
 def test_remove_unused_columns_keeps_what_the_collator_reads(tmp_path, images) -> None:
@@ -214,26 +243,47 @@ class _Recorder(TrainerCallback):
         self.metrics.append(dict(metrics))
 
 
+def _eval_views(model, images):  # noqa: ANN001, ANN202
+    batch = fixed_views_collator([images[i] for i in range(len(images))])
+    model.eval()
+    with torch.no_grad():
+        outputs = {k: model(pixel_values=batch[k]) for k in ("pixel_values", "pixel_values_1", "pixel_values_2")}
+    return batch, outputs
+
+
 def test_evaluate_returns_embedding_metrics(tmp_path, images) -> None:
     model = vit_encoder()
     recorder = _Recorder()
     trainer = SimCLRTrainer(
-        model=model, args=training_args(tmp_path, per_device_eval_batch_size=5), train_dataset=images,
+        model=model, args=training_args(tmp_path, per_device_eval_batch_size=5, knn_k=15), train_dataset=images,
         eval_dataset=images, eval_data_collator=fixed_views_collator, callbacks=[recorder],
     )  # fmt: skip
     metrics = trainer.evaluate()
-    assert {"eval_alignment", "eval_uniformity", "eval_knn_top1"} <= set(metrics)
-    assert recorder.metrics and recorder.metrics[-1]["eval_knn_top1"] == metrics["eval_knn_top1"]
+    assert {"eval_alignment", "eval_uniformity", "eval_knn_accuracy", "eval_loss"} <= set(metrics)
+    assert "eval_knn_top1" not in metrics  # one name per metric
+    assert recorder.metrics and recorder.metrics[-1]["eval_knn_accuracy"] == metrics["eval_knn_accuracy"]
     # independent computation on the same views (batch size 5 does not divide 16: nothing dropped)
-    batch = fixed_views_collator([images[i] for i in range(len(images))])
-    model.eval()
-    with torch.no_grad():
-        z = model(pixel_values=batch["pixel_values"]).embeddings
-        z1 = model(pixel_values=batch["pixel_values_1"]).embeddings
-        z2 = model(pixel_values=batch["pixel_values_2"]).embeddings
+    batch, out = _eval_views(model, images)
+    z = out["pixel_values"].embeddings
     assert metrics["eval_uniformity"] == pytest.approx(uniformity(z), abs=1e-5)
-    assert metrics["eval_alignment"] == pytest.approx(alignment(z1, z2), abs=1e-5)
-    assert metrics["eval_knn_top1"] == pytest.approx(knn_accuracy(z, batch["labels"], k=15, temperature=0.07))
+    assert metrics["eval_alignment"] == pytest.approx(
+        alignment(out["pixel_values_1"].embeddings, out["pixel_values_2"].embeddings), abs=1e-5
+    )
+    assert metrics["eval_knn_accuracy"] == pytest.approx(knn_accuracy(z, batch["labels"], k=15, temperature=0.07))
+
+
+def test_eval_loss_is_the_objective_on_the_evaluation_views(tmp_path, images) -> None:
+    model = vit_encoder()
+    trainer = SimCLRTrainer(
+        model=model, args=training_args(tmp_path, per_device_eval_batch_size=8), train_dataset=images,
+        eval_dataset=images, eval_data_collator=fixed_views_collator,
+    )  # fmt: skip
+    metrics = trainer.evaluate()
+    _, out = _eval_views(model, images)
+    z1, z2 = out["pixel_values_1"].projections, out["pixel_values_2"].projections
+    loss = InfoNCELoss(temperature=0.5)
+    want = (loss(z1[:8], z2[:8]) + loss(z1[8:], z2[8:])) / 2  # two batches of 8
+    assert metrics["eval_loss"] == pytest.approx(want.item(), rel=1e-5)
 
 
 def test_evaluate_with_projections_and_without_labels(tmp_path, images) -> None:
@@ -243,33 +293,110 @@ def test_evaluate_with_projections_and_without_labels(tmp_path, images) -> None:
         train_dataset=images, eval_dataset={"a": unlabelled},
     )  # fmt: skip
     metrics = trainer.evaluate()
-    assert "eval_a_uniformity" in metrics and "eval_a_alignment" in metrics
-    assert "eval_a_knn_top1" not in metrics
+    assert "eval_a_uniformity" in metrics and "eval_a_alignment" in metrics and "eval_a_loss" in metrics
+    assert "eval_a_knn_accuracy" not in metrics and "eval_a_linear_probe_accuracy" not in metrics
 
 
-# ---- publishing ----------------------------------------------------------------------------------
+def test_load_best_model_at_end_uses_eval_loss_by_default(tmp_path, images) -> None:
+    args = training_args(
+        tmp_path, max_steps=4, per_device_train_batch_size=4, eval_strategy="steps", eval_steps=2,
+        save_strategy="steps", save_steps=2, load_best_model_at_end=True,
+    )  # fmt: skip
+    trainer = SimCLRTrainer(model=vit_encoder(), args=args, train_dataset=images, eval_dataset=images)
+    trainer.train()
+    evals = [h for h in trainer.state.log_history if "eval_loss" in h]
+    assert len(evals) == 2
+    best = min(evals, key=lambda h: h["eval_loss"])
+    assert trainer.state.best_metric == pytest.approx(best["eval_loss"])
+    assert trainer.state.best_model_checkpoint.endswith(f"checkpoint-{best['step']}")
 
 
-def test_push_to_hub_sends_the_encoder_and_a_filled_card(tmp_path, images, monkeypatch) -> None:
-    calls = {}
+def test_load_best_model_without_eval_loss_is_rejected_before_training(tmp_path) -> None:
+    data = image_dataset(n=16, size=16, n_classes=8)
+    args = training_args(
+        tmp_path, per_device_train_batch_size=4, eval_strategy="steps", save_strategy="steps", load_best_model_at_end=True
+    )
+    with pytest.raises(ValueError, match="metric_for_best_model"):
+        SimOTrainer(model=vit_encoder(), args=args, train_dataset=data, eval_dataset=data, objective="simo")
+    # with a metric it is accepted
+    args = training_args(
+        tmp_path, per_device_train_batch_size=4, eval_strategy="steps", save_strategy="steps", load_best_model_at_end=True,
+        metric_for_best_model="eval_knn_accuracy",
+    )  # fmt: skip
+    trainer = SimOTrainer(
+        model=vit_encoder(), args=args, train_dataset=data, eval_dataset=data,
+        objective=SimOObjective(classes_per_batch=2, samples_per_class=2),
+    )  # fmt: skip
+    metrics = trainer.evaluate()
+    assert "eval_loss" not in metrics and "eval_knn_accuracy" in metrics
 
-    def fake_push(encoder, repo_id, *, card_data=None, **kwargs):  # noqa: ANN001, ANN202, ANN003
-        calls.update(encoder=encoder, repo_id=repo_id, card_data=card_data, kwargs=kwargs)
-        return "https://hub/commit"
 
-    monkeypatch.setattr("hf_contrast.hub.push.push_encoder_to_hub", fake_push)
+def test_compute_metrics_is_called_with_the_embeddings(tmp_path, images) -> None:
+    model = vit_encoder()
+    seen: list[EvalPrediction] = []
+
+    def compute_metrics(prediction: EvalPrediction) -> dict[str, float]:
+        seen.append(prediction)
+        return {"mine": float(np.asarray(prediction.predictions[0]).shape[0])}
+
+    trainer = SimCLRTrainer(
+        model=model, args=training_args(tmp_path), train_dataset=images, eval_dataset=images,
+        eval_data_collator=fixed_views_collator, compute_metrics=compute_metrics,
+    )  # fmt: skip
+    metrics = trainer.evaluate()
+    assert metrics["eval_mine"] == 16.0 and "eval_uniformity" not in metrics and "eval_loss" in metrics
+    (prediction,) = seen
+    embeddings, view1, view2 = prediction.predictions
+    batch, out = _eval_views(model, images)
+    np.testing.assert_allclose(embeddings, out["pixel_values"].embeddings.numpy(), atol=1e-5)
+    np.testing.assert_allclose(view2, out["pixel_values_2"].embeddings.numpy(), atol=1e-5)
+    np.testing.assert_array_equal(prediction.label_ids, batch["labels"].numpy())
+
+
+def test_predict_returns_the_embeddings(tmp_path, images) -> None:
     model = vit_encoder()
     trainer = SimCLRTrainer(
-        model=model, args=training_args(tmp_path, max_steps=1, temperature=0.2), train_dataset=images,
-        eval_dataset=images, data_collator=fixed_views_collator, eval_data_collator=fixed_views_collator,
+        model=model, args=training_args(tmp_path, per_device_eval_batch_size=5), train_dataset=images,
+        eval_data_collator=fixed_views_collator,
     )  # fmt: skip
+    output = trainer.predict(images)
+    embeddings = output.predictions[0]
+    _, out = _eval_views(model, images)
+    assert embeddings.shape == (16, model.embedding_dim)
+    np.testing.assert_allclose(embeddings, out["pixel_values"].embeddings.numpy(), atol=1e-5)
+    assert "test_loss" in output.metrics and "test_uniformity" in output.metrics
+    # with the default evaluation views: the deterministic view is the encoder's evaluation transform
+    default = SimCLRTrainer(model=model, args=training_args(tmp_path), train_dataset=images)
+    predicted = default.predict(images)
+    transform = default.views.deterministic_transform()
+    with torch.no_grad():
+        want = model(pixel_values=torch.stack([transform(image) for image in images["image"]])).embeddings
+    np.testing.assert_allclose(predicted.predictions[0], want.numpy(), atol=1e-5)
+    assert np.asarray(predicted.label_ids).tolist() == images["label"]
+
+
+class _CountingEvaluator:
+    """An evaluator whose score peaks at its second call."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def __call__(self, model) -> dict[str, float]:  # noqa: ANN001
+        self.calls += 1
+        assert isinstance(model, ContrastiveEncoder)
+        return {"probe_score": [0.1, 0.9, 0.3][self.calls - 1]}
+
+
+def test_evaluator_metrics_are_reported_and_choose_the_best_checkpoint(tmp_path, images) -> None:
+    evaluator = _CountingEvaluator()
+    args = training_args(
+        tmp_path, max_steps=6, per_device_train_batch_size=4, eval_strategy="steps", eval_steps=2,
+        save_strategy="steps", save_steps=2, load_best_model_at_end=True, metric_for_best_model="eval_probe_score",
+        greater_is_better=True,
+    )  # fmt: skip
+    trainer = SimCLRTrainer(model=vit_encoder(), args=args, train_dataset=images, eval_dataset=images, evaluator=evaluator)
     trainer.train()
-    trainer.evaluate()
-    assert trainer.push_to_hub("me/tiny") == "https://hub/commit"
-    card = calls["card_data"]
-    assert calls["encoder"] is model and calls["repo_id"] == "me/tiny"
-    assert card.method == "simclr" and card.loss_name == "InfoNCELoss"
-    assert card.loss_config["temperature"] == 0.2
-    assert card.citations == [InfoNCELoss.citation.strip()]
-    assert card.training_args["temperature"] == 0.2
-    assert "knn_top1" in card.metrics and card.training_logs
+    scores = [h["eval_probe_score"] for h in trainer.state.log_history if "eval_probe_score" in h]
+    assert scores == [0.1, 0.9, 0.3]
+    assert trainer.state.best_metric == 0.9
+    assert trainer.state.best_model_checkpoint.endswith("checkpoint-4")

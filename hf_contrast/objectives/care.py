@@ -71,6 +71,13 @@ class _ChunkedObjective(Objective):
         return self.config.n_splits
 
     def setup(self, views: ViewBuilder, train_dataset: Any) -> None:
+        batch, n = views.args.per_device_train_batch_size, self.config.n_splits
+        if train_dataset is not None and batch // n < 2:  # the trainer checked it is a multiple of n
+            raise ValueError(
+                f"`per_device_train_batch_size`={batch} gives chunks of {batch // n} sample(s) for `n_splits`={n}; "
+                f"every chunk needs at least 2 samples: use a batch size of at least {2 * n} (a multiple of {n}) "
+                "or a smaller `n_splits`."
+            )
         if self.equivariance_augmentation is None:
             if views.is_text:
                 self.equivariance_augmentation = ChunkedTextAugmentation.from_tokenizer(
