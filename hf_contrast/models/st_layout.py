@@ -1,8 +1,9 @@
 """The sentence-transformers folder layout: read a model's Transformer / Pooling / Normalize modules, write them back.
 
 A sentence-transformers model folder holds ``modules.json`` (the module pipeline), the transformer at
-the module path (usually the root), ``1_Pooling/config.json`` (the pooling mode), an optional
-``2_Normalize`` module and ``sentence_bert_config.json`` (``max_seq_length``). :func:`read_st_layout`
+the module path (usually the root), ``1_Pooling/config.json`` (the pooling mode: ``pooling_mode`` since
+sentence-transformers 6, ``pooling_mode_*_tokens`` flags before), an optional ``2_Normalize`` module and
+``sentence_bert_config.json`` (``max_seq_length``; since version 6 the tokenizer's ``model_max_length``). :func:`read_st_layout`
 turns that into the encoder options that reproduce ``SentenceTransformer(path).encode``;
 :func:`write_st_modules` writes them back, so a fine-tuned model stays a drop-in replacement.
 sentence-transformers itself is needed for neither.
@@ -88,21 +89,37 @@ def read_st_layout(name: str | os.PathLike[str], **hub_kwargs: Any) -> SentenceT
     transformer_path = str(modules[0].get("path", "") or "")
     pooling_path = str(modules[1].get("path", "1_Pooling") or "1_Pooling")
     pooling_config = _read_json(str(name), f"{pooling_path}/config.json", hub_kwargs) or {}
-    chosen = [ours for ours, key in POOLING_MODES.items() if pooling_config.get(key)]
-    unsupported = [key for key in _OTHER_POOLING_MODES if pooling_config.get(key)]
+    if "pooling_mode" in pooling_config:  # sentence-transformers >= 6: "cls" / "mean" / ["mean", "max"]...
+        mode = pooling_config["pooling_mode"]
+        modes = [mode] if isinstance(mode, str) else list(mode)
+        chosen = [m for m in modes if m in POOLING_MODES]
+        unsupported = [m for m in modes if m not in POOLING_MODES]
+    else:  # the classic pooling_mode_*_tokens flags
+        chosen = [ours for ours, key in POOLING_MODES.items() if pooling_config.get(key)]
+        unsupported = [key for key in _OTHER_POOLING_MODES if pooling_config.get(key)]
     if len(chosen) != 1 or unsupported:
         raise ValueError(
-            f"The Pooling module of `{name}` sets {[POOLING_MODES[c] for c in chosen] + unsupported}; ContrastiveEncoder "
-            f"supports exactly one of {list(POOLING_MODES.values())}."
+            f"The Pooling module of `{name}` sets {chosen + unsupported}; ContrastiveEncoder supports exactly one of "
+            f"{list(POOLING_MODES)} ({list(POOLING_MODES.values())})."
         )
-    st_config_name = f"{transformer_path}/sentence_bert_config.json" if transformer_path else "sentence_bert_config.json"
-    st_config = _read_json(str(name), st_config_name, hub_kwargs) or {}
+    for entry in modules[2:]:
+        normalize_config = _read_json(str(name), f"{entry.get('path') or '2_Normalize'}/config.json", hub_kwargs) or {}
+        if normalize_config.get("module_input_name", "sentence_embedding") != "sentence_embedding":
+            raise ValueError(
+                f"The Normalize module of `{name}` normalises `{normalize_config['module_input_name']}`; ContrastiveEncoder "
+                "reproduces a Normalize of the sentence embedding only."
+            )
+    prefix = f"{transformer_path}/" if transformer_path else ""
+    st_config = _read_json(str(name), f"{prefix}sentence_bert_config.json", hub_kwargs) or {}
     max_seq_length = st_config.get("max_seq_length")
+    if max_seq_length is None:  # sentence-transformers >= 6 keeps it as the tokenizer's model_max_length
+        max_seq_length = (_read_json(str(name), f"{prefix}tokenizer_config.json", hub_kwargs) or {}).get("model_max_length")
+    valid = isinstance(max_seq_length, int) and 0 < max_seq_length < 1_000_000
     return SentenceTransformerLayout(
         transformer_path=transformer_path,
         pooling=chosen[0],
         normalize=len(kinds) > 2,
-        max_seq_length=int(max_seq_length) if isinstance(max_seq_length, int) and max_seq_length > 0 else None,
+        max_seq_length=int(max_seq_length) if valid else None,
     )
 
 
