@@ -16,7 +16,9 @@ from distributed_scripts.trainer_utils import (
     training_args,
     vit_encoder,
 )
-from hf_contrast.training import CONTRASTIVE_STATE_NAME, CARETrainer, MoCoState, moco_info_nce_loss
+from hf_contrast.objectives import CAREMoCoObjective
+from hf_contrast.objectives.moco import MoCoState, moco_info_nce_loss
+from hf_contrast.training import CARETrainer
 
 
 def _reference_moco(q: np.ndarray, k: np.ndarray, queue: np.ndarray, temperature: float) -> float:
@@ -94,47 +96,72 @@ def images():
 
 
 def _trainer(tmp_path, images, **overrides) -> CARETrainer:
-    options = dict(moco_queue_size=12, moco_momentum=0.9, train_sampling_strategy="sequential", max_steps=1)
+    options = dict(train_sampling_strategy="sequential", max_steps=1)
     options.update(overrides)
+    objective = CAREMoCoObjective(
+        moco_queue_size=12, moco_momentum=0.9, n_splits=2, equivariance_augmentation=fixed_equivariance_views
+    )
     return CARETrainer(
-        model=vit_encoder(), args=training_args(tmp_path, **options), train_dataset=images, method="moco",
-        data_collator=fixed_views_collator, equivariance_augmentation=fixed_equivariance_views,
+        model=vit_encoder(), args=training_args(tmp_path, **options), train_dataset=images, objective=objective,
+        data_collator=fixed_views_collator,
     )  # fmt: skip
+
+
+def test_care_moco_by_name_builds_the_moco_objective(tmp_path, images) -> None:
+    trainer = CARETrainer(
+        model=vit_encoder(), args=training_args(tmp_path, per_device_train_batch_size=16), train_dataset=images,
+        objective="care_moco",
+    )  # fmt: skip
+    assert isinstance(trainer.objective, CAREMoCoObjective)
+    assert (trainer.objective.moco.queue_size, trainer.objective.moco.momentum) == (4096, 0.99)
+    assert trainer.objective.loss.temperature == 0.2  # MoCo v2's
 
 
 def test_momentum_encoder_is_an_ema_once_per_optimizer_step(tmp_path, images) -> None:
     trainer = _trainer(tmp_path, images, per_device_train_batch_size=4, gradient_accumulation_steps=2)
+    moco = trainer.objective.moco
     theta0 = parameters(trainer.model)
-    key_encoder_0 = parameters(trainer.moco.key_encoder)
+    key_encoder_0 = parameters(moco.key_encoder)
     for name in theta0:
         assert torch.equal(theta0[name], key_encoder_0[name])  # starts as a copy
     trainer.train()
     theta1 = parameters(trainer.model)
-    key = parameters(trainer.moco.key_encoder)
+    key = parameters(moco.key_encoder)
     changed = 0
     for name in theta0:  # exactly one update with m = 0.9, despite two micro-batches
         torch.testing.assert_close(key[name], 0.9 * theta0[name] + 0.1 * theta1[name], atol=1e-7, rtol=1e-6)
         changed += not torch.equal(theta0[name], theta1[name])
     assert changed > 0
-    assert trainer.moco.num_enqueued == 8 and trainer.moco.queue_ptr == 8  # both micro-batches' keys
+    assert moco.num_enqueued == 8 and moco.queue_ptr == 8  # both micro-batches' keys
 
 
 def test_queue_fills_with_the_key_encoders_keys(tmp_path, images) -> None:
     trainer = _trainer(tmp_path, images, per_device_train_batch_size=8)
-    key_encoder_0 = copy.deepcopy(trainer.moco.key_encoder)
+    moco = trainer.objective.moco
+    key_encoder_0 = copy.deepcopy(moco.key_encoder)
     trainer.train()
     batch = fixed_views_collator([images[i] for i in range(8)])  # sequential sampler: rows 0..7
     with torch.no_grad():
         keys = key_encoder_0(pixel_values=batch["pixel_values_2"]).projections  # keys use θ_k before the step
-    torch.testing.assert_close(trainer.moco.queue[:8], torch.nn.functional.normalize(keys, dim=1), atol=1e-6, rtol=1e-5)
-    assert trainer.moco.queue.shape == (12, 8)
+    torch.testing.assert_close(moco.queue[:8], torch.nn.functional.normalize(keys, dim=1), atol=1e-6, rtol=1e-5)
+    assert moco.queue.shape == (12, 8)
 
 
 def test_checkpoint_holds_key_encoder_and_queue(tmp_path, images) -> None:
-    trainer = _trainer(tmp_path, images, per_device_train_batch_size=8, max_steps=2, save_strategy="steps", save_steps=2)
+    trainer = _trainer(tmp_path / "run", images, per_device_train_batch_size=8, max_steps=2, save_strategy="steps", save_steps=2)
     trainer.train()
-    state = torch.load(tmp_path / "checkpoint-2" / CONTRASTIVE_STATE_NAME, weights_only=True)
-    torch.testing.assert_close(state["moco"]["queue"], trainer.moco.queue)
-    assert int(state["moco"]["num_enqueued"]) == 16 and int(state["moco"]["queue_ptr"]) == 4
-    for name, p in trainer.moco.key_encoder.state_dict().items():
-        torch.testing.assert_close(state["moco"]["key_encoder"][name], p)
+    moco = trainer.objective.moco
+    state = trainer.contrastive_state_dict()["objective"]
+    extra = state["moco._extra_state"]
+    torch.testing.assert_close(extra["queue"], moco.queue)
+    assert int(extra["num_enqueued"]) == 16 and int(extra["queue_ptr"]) == 4
+    for name, p in moco.key_encoder.state_dict().items():
+        torch.testing.assert_close(state[f"moco.key_encoder.{name}"], p)
+    # what the checkpoint holds: a fresh trainer resuming at its step restores queue, pointers and key encoder
+    resumed = _trainer(tmp_path / "resumed", images, per_device_train_batch_size=8, max_steps=2)
+    resumed.train(resume_from_checkpoint=str(tmp_path / "run" / "checkpoint-2"))
+    restored = resumed.objective.moco
+    torch.testing.assert_close(restored.queue, moco.queue, atol=0, rtol=0)
+    assert (restored.queue_ptr, restored.num_enqueued) == (4, 16)
+    for name, p in parameters(restored.key_encoder).items():
+        torch.testing.assert_close(p, parameters(moco.key_encoder)[name], atol=0, rtol=0)

@@ -1,4 +1,4 @@
-"""LOCALTrainer: paired inputs, LOCALLoss wiring, alpha schedule, pair-classifier evaluation."""
+"""LOCALTrainer: paired inputs, LOCALLoss wiring, alpha schedule, pair-classifier evaluation, resume."""
 
 from __future__ import annotations
 
@@ -10,7 +10,8 @@ import pytest
 import torch
 
 from distributed_scripts.trainer_utils import parameters, training_args
-from hf_contrast.losses.local import LOCALLoss, inverse_frequency_weights
+from hf_contrast.losses.local import LOCALLoss, inverse_frequency_weights, pair_difference
+from hf_contrast.objectives import LOCALObjective
 from hf_contrast.training import LOCALTrainer
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -39,21 +40,27 @@ def pairs():
     )
 
 
-def _trainer(tmp_path, pairs, **kwargs):
+def _trainer(tmp_path, pairs, args=None, **hyperparameters):  # noqa: ANN001, ANN202
     torch.manual_seed(0)
-    args = training_args(tmp_path, image_size=32, local_beta=0.5, **kwargs.pop("args", {}))
-    return LOCALTrainer(model=tiny_timm_encoder(), args=args, train_dataset=pairs, eval_dataset=pairs, **kwargs)
+    hyperparameters.setdefault("beta", 0.5)
+    args = training_args(tmp_path, image_size=32, **(args or {}))
+    return LOCALTrainer(
+        model=tiny_timm_encoder(), args=args, train_dataset=pairs, eval_dataset=pairs,
+        objective=LOCALObjective(**hyperparameters),
+    )  # fmt: skip
 
 
 def test_local_trains_encoder_and_classifier_and_logs_terms(tmp_path, pairs) -> None:
     # alpha_0 = 1 would switch the classifier off in epoch 0: a constant alpha trains every part
-    trainer = _trainer(tmp_path, pairs, args={"local_alpha_schedule": "constant", "local_alpha": 0.5})
-    assert isinstance(trainer.loss, LOCALLoss) and trainer.loss.contrastive == "ocl"
-    torch.testing.assert_close(trainer.loss.class_weights, inverse_frequency_weights([10, 4, 2]))
-    encoder_before, classifier_before = parameters(trainer.model), parameters(trainer.loss)
+    trainer = _trainer(tmp_path, pairs, alpha_schedule="constant", alpha=0.5)
+    loss = trainer.objective.loss
+    assert isinstance(loss, LOCALLoss) and loss.contrastive == "ocl"
+    torch.testing.assert_close(loss.class_weights, inverse_frequency_weights([10, 4, 2]))
+    encoder_before, classifier_before = parameters(trainer.model), parameters(loss)
+    assert classifier_before and {id(p) for p in trainer.objective_parameters()} == {id(p) for p in loss.parameters()}
     trainer.train()
     assert any(not torch.equal(v, parameters(trainer.model)[k]) for k, v in encoder_before.items())
-    assert all(not torch.equal(v, parameters(trainer.loss)[k]) for k, v in classifier_before.items())
+    assert all(not torch.equal(v, parameters(loss)[k]) for k, v in classifier_before.items())
     logged = [h for h in trainer.state.log_history if "loss" in h]
     assert logged
     for entry in logged:
@@ -67,12 +74,12 @@ def test_local_loss_gets_both_images_maps_and_the_scheduled_alpha(tmp_path, pair
     batch = trainer.data_collator([pairs[i] for i in range(8)])
     assert batch["pixel_values_pre"].shape == (8, 3, 32, 32) and batch["labels"].tolist() == [0, 0, 0, 0, 0, 1, 1, 2]
     trainer.state.epoch = 3.6  # alpha = 1 / (1 + 3)
-    assert trainer.current_alpha() == 0.25
+    assert trainer.objective.alpha(trainer.views) == 0.25
     model = trainer.model.eval()
-    got = trainer.compute_contrastive_loss(model, batch)
+    got = trainer.objective(model, batch, trainer.views)
     pre = model(pixel_values=batch["pixel_values_pre"], output_feature_maps=True)
     post = model(pixel_values=batch["pixel_values_post"], output_feature_maps=True)
-    expected = trainer.loss(
+    expected = trainer.objective.loss(
         pre.embeddings, post.embeddings, pre.projections, post.projections, batch["labels"],
         pre.feature_maps, post.feature_maps, alpha=0.25,
     )  # fmt: skip
@@ -80,22 +87,54 @@ def test_local_loss_gets_both_images_maps_and_the_scheduled_alpha(tmp_path, pair
         torch.testing.assert_close(got[key], expected[key], rtol=1e-4, atol=1e-5)
 
 
-def test_local_evaluation_reports_the_pair_classifier(tmp_path, pairs) -> None:
-    trainer = _trainer(tmp_path, pairs, loss="supcon")
-    assert trainer.method == "l_scl" and trainer.loss.contrastive == "supcon"
+def test_local_evaluation_and_the_pair_classifier(tmp_path, pairs) -> None:
+    trainer = _trainer(tmp_path, pairs, contrastive="supcon")
+    assert trainer.objective.loss.contrastive == "supcon"  # L-SCL
     metrics = trainer.evaluate()
-    for key in ("eval_accuracy", "eval_macro_f1", "eval_knn_top1", "eval_class_orthogonality"):
+    for key in ("eval_knn_accuracy", "eval_class_orthogonality"):
         assert 0.0 <= metrics[key] <= 1.0, key
-    predictions = trainer.predict_pairs(pairs)
-    assert predictions["logits"].shape == (16, 3) and predictions["labels"].tolist() == pairs["label"]
-    accuracy = float((predictions["logits"].argmax(1) == predictions["labels"]).float().mean())
-    assert metrics["eval_accuracy"] == pytest.approx(accuracy)
+    assert "eval_loss" in metrics
+    # predict: the pair representation z = n(n(e_pre) - n(e_post)) of every row
+    output = trainer.predict(pairs)
+    z = output.predictions[0]
+    assert z.shape == (16, 16) and np.asarray(output.label_ids).tolist() == pairs["label"]
+    changed = np.asarray(pairs["label"]) > 0  # class 0 pairs are identical images: z = 0
+    np.testing.assert_allclose(np.linalg.norm(z[changed], axis=1), 1.0, atol=1e-5)
+    # the pair classifier's logits on the evaluation views, checked against the classifier itself
+    model = trainer.model.eval()
+    batch = trainer.eval_data_collator([pairs[i] for i in range(len(pairs))])
+    logits = trainer.objective.classify(model, batch, trainer.views)
+    assert logits.shape == (16, 3)
+    with torch.no_grad():
+        pre, post = model(pixel_values=batch["pixel_values_pre"]), model(pixel_values=batch["pixel_values_post"])
+        torch.testing.assert_close(logits, trainer.objective.loss.classify(pre.embeddings, post.embeddings))
+        torch.testing.assert_close(torch.from_numpy(z), pair_difference(pre.projections, post.projections), atol=1e-5, rtol=1e-5)
+
+
+def test_local_resumes_mid_epoch_like_the_uninterrupted_run(tmp_path, pairs) -> None:
+    """The pair collator's random crops are seeded per batch: resuming reproduces the losses, the encoder and
+    the pair classifier (part of the objective's state in the checkpoint)."""
+    args = {"per_device_train_batch_size": 4, "max_steps": 3, "save_strategy": "steps", "save_steps": 1,
+            "learning_rate": 1e-2, "full_determinism": True}  # fmt: skip
+    full = _trainer(tmp_path / "full", pairs, args=args, alpha_schedule="constant", alpha=0.5)
+    full.train()
+    resumed = _trainer(tmp_path / "resumed", pairs, args=args, alpha_schedule="constant", alpha=0.5)
+    resumed.train(resume_from_checkpoint=str(tmp_path / "full" / "checkpoint-1"))
+    losses = [[h["loss"] for h in t.state.log_history if "loss" in h] for t in (full, resumed)]
+    assert resumed.state.global_step == 3 and len(set(losses[0])) == 3
+    assert losses[1][-2:] == pytest.approx(losses[0][-2:], rel=1e-5, abs=1e-6)
+    for mine, theirs in ((resumed.model, full.model), (resumed.objective, full.objective)):
+        want = parameters(theirs)
+        for key, value in parameters(mine).items():
+            torch.testing.assert_close(value, want[key], atol=1e-6, rtol=1e-5, msg=key)
 
 
 def test_local_rejects_bad_configurations(tmp_path, pairs) -> None:
-    with pytest.raises(ValueError, match="`loss` must be one of"):
-        _trainer(tmp_path, pairs, loss="triplet")
+    with pytest.raises(ValueError, match="`contrastive`"):
+        _trainer(tmp_path, pairs, contrastive="triplet")
     with pytest.raises(ValueError, match="`label_column`"):
         _trainer(tmp_path, pairs.remove_columns("label"))
     with pytest.raises(ValueError, match="timm image encoder"):
         LOCALTrainer(model=tiny_text_encoder(), args=training_args(tmp_path), train_dataset=pairs)
+    with pytest.raises(ValueError, match="`num_labels`=2 is smaller"):
+        _trainer(tmp_path, pairs, num_labels=2)
