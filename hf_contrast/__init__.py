@@ -2,9 +2,11 @@
 
 Subpackages: :mod:`~hf_contrast.losses` (pure loss functions + ``nn.Module`` wrappers),
 :mod:`~hf_contrast.models` (``ContrastiveEncoder`` on timm / BERT-style backbones),
-:mod:`~hf_contrast.training` (``transformers.Trainer`` subclasses, arguments, samplers),
-:mod:`~hf_contrast.augment` (views), :mod:`~hf_contrast.metrics` (geometry and probes),
-:mod:`~hf_contrast.hub` (model cards, push), :mod:`~hf_contrast.data` (embedded offline data).
+:mod:`~hf_contrast.objectives` (methods as registered objectives),
+:mod:`~hf_contrast.training` (``ContrastiveTrainer`` and the named trainers, arguments, collators),
+:mod:`~hf_contrast.evaluation` (the one evaluation path) on :mod:`~hf_contrast.metrics`,
+:mod:`~hf_contrast.augment` (views), :mod:`~hf_contrast.model_card` and :mod:`~hf_contrast.hub`
+(cards, push), :mod:`~hf_contrast.data` (embedded data, loaders, checks).
 
 The most used names are available at the top level and imported on first use, so that
 ``import hf_contrast`` stays cheap:
@@ -32,7 +34,13 @@ _LAZY = {
     "LOCALTrainer": "training",
     "AlignUniformTrainer": "training",
     "AFCLBatchSampler": "training",
-    "ContrastiveModelCardData": "hub",
+    "get_objective": "objectives",
+    "available_objectives": "objectives",
+    "register_objective": "objectives",
+    "Objective": "objectives",
+    "EmbeddingMetrics": "evaluation",
+    "STSEvaluator": "evaluation",
+    "ContrastiveModelCardData": "model_card",
 }
 
 __all__ = ["__version__", *_LAZY]

@@ -120,6 +120,18 @@ class Objective(nn.Module):
         """Training batches must hold a multiple of this many samples (chunked methods: ``n_splits``)."""
         return 1
 
+    @property
+    def needs_full_batches(self) -> bool:
+        """Whether a training batch smaller than ``per_device_train_batch_size`` cannot be used (chunks, groups)."""
+        return self.batch_multiple > 1
+
+    def required_columns(self, views: ViewBuilder) -> list[str | tuple[str, ...]]:
+        """Training-set columns (a tuple: any one of them) this objective reads; checked before training."""
+        columns: list[str | tuple[str, ...]] = [views.input_columns()]
+        if self.needs_labels:
+            columns.append((views.args.label_column, "labels"))
+        return columns
+
     # ---- hooks --------------------------------------------------------------------------------
 
     def setup(self, views: ViewBuilder, train_dataset: Any) -> None:

@@ -113,7 +113,12 @@ class LOCALObjective(Objective):
             post_column=self.config.post_column,
             label_column=views.args.label_column,
             seed=views.seed,
+            on_bad_image=views.args.on_bad_image,
+            n_channels=views.data_config()["input_size"][0],
         )
+
+    def required_columns(self, views: ViewBuilder) -> list[str | tuple[str, ...]]:
+        return [self.config.pre_column, self.config.post_column, (views.args.label_column, "labels")]
 
     def train_collator(self, views: ViewBuilder) -> PairedImageCollator:
         """Training pairs: one shared random crop/flip per pair (:func:`~hf_contrast.augment.paired_transform`)."""

@@ -63,6 +63,10 @@ class SimOObjective(Objective):
     has_eval_loss = False
 
     @property
+    def needs_full_batches(self) -> bool:
+        return True
+
+    @property
     def batch_size(self) -> int:
         """``C · k``: the per-device training batch size it needs."""
         return self.config.classes_per_batch * self.config.samples_per_class

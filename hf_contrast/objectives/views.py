@@ -149,7 +149,15 @@ class ViewBuilder:
             eval_transform=self.deterministic_transform() if deterministic else None,
             raw_transform=self.raw_transform() if raw else None,
             seed=self.seed,
+            on_bad_image=self.args.on_bad_image,
+            n_channels=self.data_config()["input_size"][0],
         )
+
+    def input_columns(self) -> tuple[str, ...]:
+        """The dataset columns any one of which can feed the encoder (raw or pre-computed inputs)."""
+        if self.is_text:
+            return (self.args.text_column, "input_ids")
+        return (self.args.image_column, "pixel_values", "pixel_values_1")
 
     # ---- views of a batch -------------------------------------------------------------------------
 

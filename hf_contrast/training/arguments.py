@@ -69,6 +69,13 @@ class ContrastiveTrainingArguments(TrainingArguments):
         },
     )
     label_column: str = field(default="label", metadata={"help": "Dataset column with integer class labels."})
+    on_bad_image: str = field(
+        default="raise",
+        metadata={
+            "help": "An unreadable / None / truncated image: 'raise' (an error naming the row and file) or 'skip' "
+            "(drop it from the batch, warn, and count it in the collator's `skipped_images`)."
+        },
+    )
     max_length: int = field(default=128, metadata={"help": "Text: tokenizer truncation length."})
     image_size: int | None = field(
         default=None, metadata={"help": "Image: side of the views. None: the encoder's data config (input_size)."}
@@ -95,6 +102,7 @@ class ContrastiveTrainingArguments(TrainingArguments):
 
     def __post_init__(self) -> None:
         require(self.nonfinite_policy in NONFINITE_POLICIES, "nonfinite_policy", self.nonfinite_policy, f"one of {NONFINITE_POLICIES}")
+        require(self.on_bad_image in ("raise", "skip"), "on_bad_image", self.on_bad_image, "'raise' or 'skip'")
         require(
             self.gradient_cache_size is None or (is_int(self.gradient_cache_size) and self.gradient_cache_size >= 1),
             "gradient_cache_size",

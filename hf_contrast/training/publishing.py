@@ -9,8 +9,8 @@ changes three things:
 - every upload goes through :func:`hf_contrast.hub.push.upload_model_folder`: a README.md on the
   Hub that a person wrote is kept unless ``push_to_hub(replace_model_card=True)`` (or
   ``trainer.replace_model_card = True`` for the checkpoint pushes);
-- ``training_args.bin`` is written without ``hub_token`` (:func:`training_args_without_secrets`),
-  in ``output_dir``, in checkpoints and so on the Hub.
+- what is uploaded is what ``CheckpointingMixin._save`` wrote: ``training_args.bin`` without
+  ``hub_token`` (:func:`~hf_contrast.training.checkpointing.sanitized_training_args`).
 """
 
 from __future__ import annotations
@@ -26,21 +26,11 @@ from transformers.utils import PushInProgress
 
 from hf_contrast.model_card import get_model_card_data, write_model_card
 
-__all__ = ["HubPublishingMixin", "training_args_without_secrets"]
+__all__ = ["HubPublishingMixin"]
 
 # Trainer state in a checkpoint folder: needed to resume, not part of the model folder pushed at the root.
 _TRAINER_STATE_SUFFIXES = (".pt", ".pth")
 _TRAINER_STATE_FILES = frozenset({"trainer_state.json"})
-_SECRET_ARGS = ("hub_token", "push_to_hub_token")
-
-
-def training_args_without_secrets(args: Any) -> Any:
-    """A shallow copy of ``TrainingArguments`` with ``hub_token`` (and ``push_to_hub_token``) set to ``None``."""
-    clean = copy.copy(args)
-    for name in _SECRET_ARGS:
-        if getattr(clean, name, None) is not None:
-            setattr(clean, name, None)
-    return clean
 
 
 class HubPublishingMixin:
@@ -48,16 +38,6 @@ class HubPublishingMixin:
 
     #: Replace a README.md on the Hub that hf_contrast did not generate (checkpoint pushes read it too).
     replace_model_card: bool = False
-
-    def _save(self, output_dir: str | None = None, state_dict: dict | None = None) -> None:
-        """``Trainer._save`` with ``self.args`` stripped of secrets while it runs, so no
-        ``training_args.bin`` (final folder, checkpoints, pushes) ever holds the Hub token."""
-        args = self.args
-        self.args = training_args_without_secrets(args)
-        try:
-            super()._save(output_dir, state_dict=state_dict)
-        finally:
-            self.args = args
 
     def _set_card_model_id(self) -> None:
         repo_id = getattr(self, "hub_model_id", None)

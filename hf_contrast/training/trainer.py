@@ -35,7 +35,9 @@ from transformers import Trainer, TrainerCallback
 from transformers.trainer_utils import seed_worker
 
 from .. import distributed
+from ..data.checks import check_dataset
 from ..evaluation import EmbeddingMetrics
+from ..model_card import ModelCardCallback
 from ..objectives import Objective, ViewBuilder, build_objective
 from .arguments import ContrastiveTrainingArguments
 from .checkpointing import CheckpointingMixin
@@ -142,7 +144,9 @@ class ContrastiveTrainer(CheckpointingMixin, HubPublishingMixin, Trainer):
         if processing_class is None and model is not None:
             processing_class = getattr(model, "tokenizer", None)
         if compute_metrics is None:
-            compute_metrics = EmbeddingMetrics(knn_k=args.knn_k, knn_temperature=args.knn_temperature, seed=args.seed)
+            compute_metrics = EmbeddingMetrics(
+                knn_k=args.knn_k, knn_temperature=args.knn_temperature, seed=args.seed, progress=not args.disable_tqdm
+            )
         super().__init__(
             model=model,
             args=args,
@@ -176,6 +180,7 @@ class ContrastiveTrainer(CheckpointingMixin, HubPublishingMixin, Trainer):
         self._step_loss_finite: Tensor | None = None
         self.skipped_steps = 0
         self._next_view_index: Tensor | int | None = None
+        self.add_callback(ModelCardCallback(self))  # fills model.model_card_data while training
 
     # ---- set-up checks -------------------------------------------------------------------------
 
@@ -198,6 +203,28 @@ class ContrastiveTrainer(CheckpointingMixin, HubPublishingMixin, Trainer):
                 "report (its batches are not evaluation batches); set `metric_for_best_model`, e.g. "
                 "'eval_knn_accuracy'."
             )
+
+    def check_datasets(self) -> None:
+        """Fail before training, with the fix, on an empty or too small dataset or a missing column."""
+        objective, args = self.objective, self.args
+        if self.train_dataset is not None:
+            full = objective.needs_full_batches
+            check_dataset(
+                self.train_dataset,
+                name="train_dataset",
+                min_rows=args.per_device_train_batch_size if full else 1,
+                columns=objective.required_columns(self.views),
+                why=f"{type(objective).__name__} trains on whole batches of {args.per_device_train_batch_size}" if full else None,
+            )
+        eval_sets = self.eval_dataset if isinstance(self.eval_dataset, dict) else {"": self.eval_dataset}
+        for key, dataset in eval_sets.items():
+            if dataset is not None:
+                check_dataset(dataset, name=f"eval_dataset[{key!r}]" if key else "eval_dataset", min_rows=1)
+
+    def train(self, *args: Any, **kwargs: Any) -> Any:
+        """``Trainer.train`` after :meth:`check_datasets`."""
+        self.check_datasets()
+        return super().train(*args, **kwargs)
 
     # ---- loss ------------------------------------------------------------------------------------
 
