@@ -1,152 +1,187 @@
-# run_bert.py — fine-tune a BERT-style sentence encoder with alignment/uniformity, SimCSE or CARE.
+# run_bert.py — fine-tune a BERT-style sentence encoder: SimCSE, alignment/uniformity, CARE, EquiBERT, pairs.
 #
-# Methods (--method):
-#   align_uniform  Wang & Isola's alignment + uniformity on two dropout views of each sentence
-#                  (https://arxiv.org/abs/2005.10242); with --task_head, a linear classifier on the
-#                  sentence embedding adds its cross-entropy on `label` (the EquiBERT recipe).
-#   simcse         InfoNCE between two dropout views (https://arxiv.org/abs/2104.08821), τ = 0.05.
-#   care           SimCSE + λ·L_equi on chunk-shared token edits: every chunk of --n_splits sentences
-#                  gets the same deletion / insertion / mask at the same relative position.
-# Evaluates the STS Spearman correlation between cos(f(s1), f(s2)) and the gold scores of the shipped
-# sentence pairs (240 pairs over 4 topics; small demo data, not a benchmark), before and after training.
+# Three uses, one script (the objective comes from the registry, `--method X --help` lists its flags):
+#   unsupervised      --method simclr (SimCSE, https://arxiv.org/abs/2104.08821: InfoNCE between two dropout
+#                     views, τ = 0.05) | align_uniform (Wang & Isola, https://arxiv.org/abs/2005.10242) |
+#                     care (SimCSE + λ·L_equi on chunk-shared token edits), on single sentences (--text_column);
+#   EquiBERT          --method align_uniform --task_head: a linear classifier on the sentence embedding adds
+#                     its cross-entropy on --label_column (a labelled classification set);
+#   supervised pairs  --text_pair_column <column>: the second view is the paired sentence (a paraphrase,
+#                     an entailment hypothesis) instead of a dropout copy.
+# An STS evaluator on scored pairs (--sts_file, default the shipped demo pairs) runs at every evaluation:
+# with the defaults the checkpoint of best Spearman (`eval_sts_spearman`) is the one kept and saved.
+#
+# Data: --dataset is a Hub id or a local CSV / TSV / JSON / JSONL / parquet file (columns --text_column,
+# --text_pair_column, --label_column); default: the 240 template sentences shipped with hf_contrast (a demo,
+# not a benchmark). --sts_file is a Hub id or a local file of scored pairs (--sts_sentence1_column, …).
 #
 # Launch:
-#   python examples/run_bert.py                              (downloads bert-base-uncased from the Hub)
-#   python examples/run_bert.py --model_name_or_path /path/to/local/bert   (offline: a save_pretrained dir)
+#   python examples/run_bert.py --model sentence-transformers/all-MiniLM-L6-v2        (from the Hub)
+#   python examples/run_bert.py --model /path/to/local/model   (offline: a save_pretrained / sentence-transformers dir)
 #   accelerate launch --multi_gpu --num_processes 4 examples/run_bert.py --method care --gather_distributed
-# Writes to --output_dir (default outputs/bert-<method>): the encoder with its tokenizer, README.md,
-# results.json, embeddings.png, augmentation_cosines.png, loss_curves.png.
+# Writes to --output_dir (default outputs/bert-<method>): the encoder with its tokenizer and model card
+# (trainer.save_model), results.json, embeddings.png, augmentation_cosines.png, loss_curves.png, eval_curves.png.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
 import torch
-from datasets import Dataset
 
-from _common import encode_texts, equivariance_metrics, finish, parse_arguments, sampled_text_augmentations
-from hf_contrast.data import TOPIC_NAMES, load_sentence_pairs
-from hf_contrast.metrics import knn_accuracy, sts_spearman, uniformity
+from _common import augmented_embeddings, class_names, parse_args, save_plots, write_results
+from hf_contrast.augment import ChunkedTextAugmentation
+from hf_contrast.data import SENTENCE_PAIRS_PATH, load_sts_pairs, load_text_dataset
+from hf_contrast.evaluation import EquivarianceEvaluator, STSEvaluator, balanced_split, encode_dataset
+from hf_contrast.metrics import knn_accuracy, uniformity
 from hf_contrast.models import ContrastiveEncoder, HubUnavailableError
-from hf_contrast.training import AlignUniformTrainer, CARETrainer, ContrastiveTrainer, ContrastiveTrainingArguments, SimCLRTrainer
+from hf_contrast.objectives import get_objective
+from hf_contrast.training import ContrastiveTrainer
 
-METHODS = ("align_uniform", "simcse", "care")
 DEFAULTS = {
     "output_dir": "outputs/bert-{method}",
     "max_steps": 60,
     "per_device_train_batch_size": 32,
     "per_device_eval_batch_size": 64,
     "learning_rate": 3e-5,
-    "temperature": 0.05,  # SimCSE's; also CARE's InfoNCE on sentences
+    "temperature": 0.05,  # SimCSE's; also CARE's InfoNCE and align_uniform's SimCSE term on sentences
     "n_splits": 4,  # CARE: chunks of 8 sentences share a token edit
-    "care_weight": 0.01,
-    "text_column": "sentence1",
+    "text_column": "sentence1",  # the shipped demo sentences
     "max_length": 64,
-    "dataloader_drop_last": True,
+    "eval_strategy": "steps",
+    "eval_steps": 20,
+    "save_strategy": "steps",
+    "save_steps": 20,
+    "save_total_limit": 2,
+    "load_best_model_at_end": True,
+    "metric_for_best_model": "eval_sts_spearman",
 }
 
 
 @dataclass
-class ModelArguments:
-    """Which encoder and method (training hyperparameters are ContrastiveTrainingArguments)."""
+class ScriptArguments:
+    """Which encoder, method and data (columns and training hyperparameters: the other flags)."""
 
-    method: str = field(default="align_uniform", metadata={"help": f"One of {METHODS}."})
-    model_name_or_path: str = field(
-        default="bert-base-uncased",
-        metadata={"help": "Hub id or local directory (config.json, weights, tokenizer files) of a BERT-style encoder."},
+    method: str = field(default="simclr", metadata={"help": "simclr (SimCSE), align_uniform, care, or any registered objective."})
+    model: str = field(
+        default="sentence-transformers/all-MiniLM-L6-v2",
+        metadata={"help": "Hub id or local directory of a BERT-style (or sentence-transformers) encoder."},
     )
-    pooling: str = field(default="mean", metadata={"help": "Sentence embedding: 'mean' over tokens or 'cls'."})
+    pooling: str | None = field(default=None, metadata={"help": "'mean' or 'cls'; default: the model's own (sentence-transformers) or mean."})
     projection_dim: int = field(default=128, metadata={"help": "Output size of the projection head."})
-    task_head: bool = field(
-        default=False,
-        metadata={"help": "align_uniform only: add a topic classifier whose cross-entropy (× --task_loss_weight) joins the loss."},
-    )
-    num_augmentations: int = field(default=8, metadata={"help": "Sampled token edits for the cosine histogram / Wahba error."})
+    task_head: bool = field(default=False, metadata={"help": "EquiBERT: a classifier on --label_column whose cross-entropy joins the loss."})
+    dataset: str | None = field(default=None, metadata={"help": "Hub id or local CSV/TSV/JSON/JSONL/parquet; default: the shipped sentences."})
+    eval_fraction: float = field(default=0.1, metadata={"help": "Held-out fraction when --dataset has no validation/test split."})
+    max_train_samples: int | None = field(default=None, metadata={"help": "Train on a seeded subset of this many rows."})
+    max_eval_samples: int | None = field(default=None, metadata={"help": "Evaluate on a seeded subset of this many rows."})
+    sts_file: str | None = field(default=None, metadata={"help": "Scored pairs (Hub id or local file); default: the shipped pairs."})
+    sts_split: str = field(default="train", metadata={"help": "Split of --sts_file (a local file is 'train')."})
+    sts_sentence1_column: str = field(default="sentence1", metadata={"help": "First sentence column of --sts_file."})
+    sts_sentence2_column: str = field(default="sentence2", metadata={"help": "Second sentence column of --sts_file."})
+    sts_score_column: str = field(default="score", metadata={"help": "Gold score column of --sts_file."})
+    num_augmentations: int = field(default=8, metadata={"help": "Sampled token edits for the Wahba error / cosine histogram."})
     projection_plot: str = field(default="pca", metadata={"help": "2-D projection of the test embeddings: pca or tsne."})
 
 
-def load_encoder(model_args: ModelArguments) -> ContrastiveEncoder:
+def load_encoder(script: ScriptArguments, num_labels: int) -> ContrastiveEncoder:
     """The pretrained text backbone + a fresh projection head; a clear message when the Hub is out of reach."""
-    options = {"projection_dim": model_args.projection_dim, "pooling": model_args.pooling}
-    if model_args.task_head:
-        options["num_labels"] = len(TOPIC_NAMES)
+    options = {"projection_dim": script.projection_dim, "num_labels": num_labels}
+    if script.pooling is not None:
+        options["pooling"] = script.pooling
     try:
-        return ContrastiveEncoder.from_backbone(model_args.model_name_or_path, pretrained=True, **options)
+        return ContrastiveEncoder.from_backbone(script.model, pretrained=True, **options)
     except HubUnavailableError as error:
         raise SystemExit(
-            f"Could not load `{model_args.model_name_or_path}`: the Hugging Face Hub is not reachable from here.\n"
-            "Point --model_name_or_path at a local copy instead: a directory holding config.json, the weights "
-            "(model.safetensors) and the tokenizer files, e.g. made on a connected machine with\n"
-            "    AutoModel.from_pretrained('bert-base-uncased').save_pretrained('bert-local')\n"
-            "    AutoTokenizer.from_pretrained('bert-base-uncased').save_pretrained('bert-local')\n"
-            "or set HF_HUB_OFFLINE=1 with the model already in the Hugging Face cache.\n"
-            f"({error})"
+            f"Could not load `{script.model}`: the Hugging Face Hub is not reachable from here.\n"
+            "Point --model at a local copy instead: a directory holding config.json, the weights and the tokenizer "
+            "files (a `save_pretrained` or sentence-transformers folder), or set HF_HUB_OFFLINE=1 with the model "
+            f"already in the Hugging Face cache.\n({error})"
         ) from error
 
 
-def build_trainer(
-    model_args: ModelArguments, args: ContrastiveTrainingArguments, encoder: ContrastiveEncoder, train: Dataset, test: Dataset
-) -> ContrastiveTrainer:
-    """AlignUniformTrainer, SimCLRTrainer (SimCSE: same sentence twice, dropout views) or CARETrainer."""
-    common = dict(model=encoder, args=args, train_dataset=train, eval_dataset=test, processing_class=encoder.tokenizer)
-    if model_args.method == "align_uniform":
-        return AlignUniformTrainer(**common)
-    if model_args.method == "simcse":
-        return SimCLRTrainer(loss="info_nce", **common)
-    return CARETrainer(method="care", **common)
-
-
-def sts(encoder: ContrastiveEncoder, pairs: Dataset, max_length: int) -> float:
-    """Spearman correlation of cos(f(s1), f(s2)) with the gold scores, on the sentence embeddings."""
-    a = encode_texts(encoder, pairs["sentence1"], max_length=max_length)["embeddings"]
-    b = encode_texts(encoder, pairs["sentence2"], max_length=max_length)["embeddings"]
-    return sts_spearman(a, b, torch.tensor(pairs["score"]))
-
-
 def main() -> None:
-    model_args, args = parse_arguments(ModelArguments, DEFAULTS)
-    if model_args.method not in METHODS:
-        raise SystemExit(f"--method must be one of {METHODS}, got {model_args.method!r}.")
-    if model_args.task_head and model_args.method != "align_uniform":
-        raise SystemExit("--task_head is the EquiBERT recipe and goes with --method align_uniform.")
-    data = load_sentence_pairs(seed=args.seed)
-    train, test = data["train"], data["test"]
-    torch.manual_seed(args.seed)
-    encoder = load_encoder(model_args)
-    if encoder.tokenizer is None:
-        raise SystemExit(f"`{model_args.model_name_or_path}` has no tokenizer files; save the tokenizer into that directory.")
-    trainer = build_trainer(model_args, args, encoder, train, test)
-    spearman_before = sts(encoder, test, args.max_length) if trainer.is_world_process_zero() else float("nan")
-    if trainer.is_world_process_zero():
-        print(
-            f"Fine-tuning {model_args.model_name_or_path} with {model_args.method} on {len(train)} sentences "
-            f"({args.max_steps} steps of {args.per_device_train_batch_size}); test STS Spearman before: {spearman_before:.4f}"
+    script, args, config = parse_args(ScriptArguments, DEFAULTS, method="simclr")
+    # ---- data: training sentences (+ pairs, + labels), a held-out split, scored pairs for STS ----
+    label = args.label_column if script.task_head else None
+    data = load_text_dataset(
+        script.dataset or SENTENCE_PAIRS_PATH, split=None, text_column=args.text_column,
+        text_pair_column=args.text_pair_column, label_column=label,
+    )
+    train = data["train"]
+    held_out = next((data[s] for s in ("validation", "test") if s in data), None)
+    if held_out is None:  # seeded split (stratified when labelled)
+        n = len(train)
+        labels = list(train[args.label_column]) if args.label_column in train.column_names else [0] * n
+        train_rows, test_rows = balanced_split(labels, script.eval_fraction, args.seed)
+        train, held_out = train.select(train_rows.tolist()), train.select(test_rows.tolist())
+    for name, limit in (("train", script.max_train_samples), ("held_out", script.max_eval_samples)):
+        part = train if name == "train" else held_out
+        if limit is not None and limit < len(part):
+            part = part.shuffle(seed=args.seed).select(range(limit))
+            train, held_out = (part, held_out) if name == "train" else (train, part)
+    has_labels = args.label_column in train.column_names
+    names = class_names(train, args.label_column) if has_labels else None
+    if script.sts_file is None:
+        sts_pairs = load_sts_pairs(SENTENCE_PAIRS_PATH).train_test_split(test_size=0.25, seed=args.seed)["test"]
+    else:
+        sts_pairs = load_sts_pairs(
+            script.sts_file, script.sts_sentence1_column, script.sts_sentence2_column, script.sts_score_column,
+            split=script.sts_split,
         )
-    trainer.train()
+
+    torch.manual_seed(args.seed)
+    num_labels = train.features[args.label_column].num_classes if script.task_head else 0
+    encoder = load_encoder(script, num_labels)
+    sts = STSEvaluator.from_dataset(sts_pairs, batch_size=args.per_device_eval_batch_size, max_length=args.max_length)
+    trainer = ContrastiveTrainer(
+        model=encoder,
+        args=args,
+        objective=get_objective(script.method)(config),
+        train_dataset=train,
+        eval_dataset=held_out,
+        evaluator=sts,
+    )
+    spearman_before = sts(encoder)["sts_spearman"] if trainer.is_world_process_zero() else float("nan")
+    if trainer.is_world_process_zero():
+        pairs = f" paired with `{args.text_pair_column}`" if args.text_pair_column else ""
+        print(
+            f"Fine-tuning {script.model} with {script.method}{' + task head' if script.task_head else ''} on "
+            f"{len(train)} sentences{pairs} ({args.max_steps} steps of {args.per_device_train_batch_size}); STS Spearman "
+            f"on {len(sts_pairs)} pairs before training: {spearman_before:.4f}"
+        )
+    trainer.train()  # with load_best_model_at_end the best `eval_sts_spearman` checkpoint is reloaded
+    trainer.save_model()  # encoder + tokenizer + model card, on the main process
 
     if not trainer.is_world_process_zero():  # the main process evaluates and writes
         return
     encoder = trainer.accelerator.unwrap_model(trainer.model)
-    train_z = encode_texts(encoder, train["sentence1"], max_length=args.max_length)["embeddings"]
-    test_z = encode_texts(encoder, test["sentence1"], max_length=args.max_length)["embeddings"]
-    train_y, test_y = torch.tensor(train["label"]), torch.tensor(test["label"])
-    f, f_a = sampled_text_augmentations(encoder, test["sentence1"], model_args.num_augmentations, seed=args.seed, max_length=args.max_length)
-    results = {
-        "sts_spearman": sts(encoder, test, args.max_length),
-        "sts_spearman_before_training": spearman_before,
-        "topic_knn_accuracy": knn_accuracy(train_z, train_y, test_z, test_y, k=min(20, len(train_z))),
-        "uniformity": uniformity(test_z),
-        **equivariance_metrics(f, f_a),
-        "train_steps": trainer.state.global_step,
-    }
-    title = {"align_uniform": "Alignment-Uniformity" + (" + task (EquiBERT)" if model_args.task_head else ""), "simcse": "SimCSE", "care": "CARE"}
-    finish(
-        trainer,
-        results,
-        title=title[model_args.method],
-        datasets=["hf_contrast sentence_pairs.tsv"],
-        training_data=f"{len(train)} English sentences (4 topics) shipped with hf_contrast; dropout views.",
-        plots={"z": test_z, "labels": test_y, "f": f, "f_a": f_a, "projection": model_args.projection_plot},
+    encode = dict(input_column=args.text_column, label_column=args.label_column if has_labels else None,
+                  batch_size=args.per_device_eval_batch_size, max_length=args.max_length)
+    test_z, test_y = encode_dataset(encoder, held_out, **encode)
+    # Equivariance under token edits: each sampled edit (delete / insert / mask at one relative position) hits every sentence.
+    sentences = list(held_out[args.text_column][:256])
+    batch = dict(encoder.tokenizer(sentences, padding=True, truncation=True, max_length=args.max_length, return_tensors="pt"))
+    edit = ChunkedTextAugmentation.from_tokenizer(encoder.tokenizer, 1)
+    equivariance = EquivarianceEvaluator(
+        batch, lambda inputs: edit(inputs)[0], augment_key=None, num_augmentations=script.num_augmentations, seed=args.seed
     )
+    results = {
+        "sts_spearman": sts(encoder)["sts_spearman"],
+        "sts_spearman_before_training": spearman_before,
+        "uniformity": uniformity(test_z),
+        **equivariance(encoder),
+        "train_steps": trainer.state.global_step,
+        "best_step": trainer.state.best_global_step,
+    }
+    if has_labels:
+        train_z, train_y = encode_dataset(encoder, train, **encode)
+        results["knn_accuracy"] = knn_accuracy(train_z, train_y, test_z, test_y, k=min(args.knn_k, len(train_y)))
+    write_results(args.output_dir, script.method, {k: v for k, v in results.items() if v is not None})
+    f, f_a = augmented_embeddings(encoder, equivariance)
+    save_plots(
+        args.output_dir, script.method, trainer.state.log_history, z=test_z, labels=test_y, names=names, f=f, f_a=f_a,
+        projection=script.projection_plot, seed=args.seed,
+    )
+    if args.push_to_hub:
+        print(f"Pushed to the Hub: {trainer.push_to_hub()}")
 
 
 if __name__ == "__main__":

@@ -5,29 +5,31 @@
 # (un-normalised) projections. With no arguments: a timm ResNet-18 from scratch on the embedded
 # scikit-learn digits, C = 4 classes × k = 32 images per batch; reports the class-mean
 # orthogonality of the test projections (mean |cos| between class means, 0 = orthogonal) and
-# kNN / linear-probe accuracy.
+# kNN / linear-probe accuracy of frozen features.
 #
 # Launch:
 #   one CPU or GPU   python examples/run_simo.py          (or: accelerate launch examples/run_simo.py)
 #   several GPUs     accelerate launch --multi_gpu --num_processes 4 examples/run_simo.py
-#                    (each process draws its own C × k batch; the sampler shards the batches)
+#                    (each process draws its own C × k batch; the sampler's batches are sharded)
 # Options: --classes_per_batch, --samples_per_class (their product must be --per_device_train_batch_size),
-#          --olean, --n_views 2, --model, --dataset, and every TrainingArguments flag.
-# Writes to --output_dir (default outputs/simo): encoder, README.md, results.json, embeddings.png,
-# augmentation_cosines.png, loss_curves.png.
+#          --olean, --n_views 2, --model, --dataset, --image_column, --label_column, every TrainingArguments flag.
+# Writes to --output_dir (default outputs/simo): the encoder and its model card (trainer.save_model),
+# results.json, embeddings.png, loss_curves.png, eval_curves.png.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
 import torch
 
-from _common import encode_splits, equivariance_metrics, finish, load_image_dataset, parse_arguments, sampled_augmentations
-from _common import sized_image_encoder
+from _common import class_names, load_images, parse_args, save_plots, write_results
+from hf_contrast.evaluation import balanced_subset, encode_dataset
 from hf_contrast.metrics import class_orthogonality, effective_rank, knn_accuracy, linear_probe_accuracy
-from hf_contrast.training import SimOTrainer
+from hf_contrast.models import ContrastiveEncoder, HubUnavailableError
+from hf_contrast.objectives import get_objective
+from hf_contrast.training import ContrastiveTrainer
 
 DEFAULTS = {
-    "output_dir": "outputs/simo",
+    "output_dir": "outputs/{method}",
     "max_steps": 200,
     "classes_per_batch": 4,  # C < 10 / 2 classes per batch (the paper's stability fix)
     "samples_per_class": 32,
@@ -35,71 +37,77 @@ DEFAULTS = {
     "per_device_eval_batch_size": 256,
     "learning_rate": 1e-3,
     "weight_decay": 1e-4,
-    "olean": 0.01,
     "image_size": 32,
+    "eval_strategy": "steps",
+    "eval_steps": 100,
 }
 
 
 @dataclass
-class ModelArguments:
-    """What to train and on which data (SimO hyperparameters are ContrastiveTrainingArguments)."""
+class ScriptArguments:
+    """What to train and on which data (SimO hyperparameters: the objective's config flags)."""
 
+    method: str = field(default="simo", metadata={"help": "A registered objective needing class-major batches (simo)."})
     model: str = field(default="resnet18", metadata={"help": "Any timm model name."})
     pretrained: bool = field(default=False, metadata={"help": "Start from timm's pretrained weights (needs the Hub)."})
     projection_dim: int = field(default=64, metadata={"help": "Output size of the projection head (>= the number of classes)."})
-    dataset: str | None = field(default=None, metadata={"help": "Hub dataset id or local image folder; default: the digits."})
-    max_train_samples: int | None = field(default=None, metadata={"help": "Train on a random subset of this many rows (quick runs)."})
-    max_eval_samples: int | None = field(default=None, metadata={"help": "Evaluate on a random subset of this many rows."})
-    num_probe_images: int = field(default=256, metadata={"help": "Test images for the augmentation-cosine histogram."})
-    num_augmentations: int = field(default=8, metadata={"help": "Sampled augmentations for the histogram."})
-    projection_plot: str = field(default="tsne", metadata={"help": "2-D projection of the test embeddings: pca or tsne."})
+    dataset: str | None = field(default=None, metadata={"help": "Image folder or Hub dataset id; default: the embedded digits."})
+    max_train_samples: int | None = field(default=None, metadata={"help": "Train on a class-balanced subset of this many rows."})
+    max_eval_samples: int | None = field(default=None, metadata={"help": "Evaluate on a class-balanced subset of this many rows."})
+    projection_plot: str = field(default="tsne", metadata={"help": "2-D projection of the test projections: pca or tsne."})
+    max_plot_samples: int = field(default=2000, metadata={"help": "Test projections (class-balanced) in embeddings.png."})
 
 
 def main() -> None:
-    model_args, args = parse_arguments(ModelArguments, DEFAULTS)
-    size = args.image_size or 32
-    data = load_image_dataset(
-        model_args.dataset, size, args.seed, args.image_column, args.label_column,
-        max_train_samples=model_args.max_train_samples, max_eval_samples=model_args.max_eval_samples,
-    )
+    script, args, config = parse_args(ScriptArguments, DEFAULTS, method="simo")
+    data = load_images(script.dataset, args, script.max_train_samples, script.max_eval_samples)
+    names = class_names(data["train"], args.label_column)
     torch.manual_seed(args.seed)
-    # SimO works on raw embeddings: its orthogonality term needs them un-normalised.
-    encoder = sized_image_encoder(
-        model_args.model, model_args.pretrained, args.image_size, projection_dim=model_args.projection_dim, normalize_projections=False
+    try:  # SimO works on raw projections: its orthogonality term needs them un-normalised.
+        encoder = ContrastiveEncoder.from_backbone(
+            script.model, pretrained=script.pretrained, projection_dim=script.projection_dim, normalize_projections=False
+        )
+    except HubUnavailableError as error:
+        raise SystemExit(f"{error}\nOr drop `--pretrained` to train `{script.model}` from scratch.") from error
+    if args.image_size is not None:
+        encoder.set_image_size(args.image_size)
+    trainer = ContrastiveTrainer(
+        model=encoder,
+        args=args,
+        objective=get_objective(script.method)(config),
+        train_dataset=data["train"],
+        eval_dataset=data["test"],
     )
-    trainer = SimOTrainer(model=encoder, args=args, train_dataset=data["train"], eval_dataset=data["test"])
     if trainer.is_world_process_zero():
         print(
-            f"Training SimO/AFCL on {model_args.dataset or 'the embedded digits'} ({len(data['train'])} train images): "
-            f"{args.max_steps} steps of {args.classes_per_batch} classes × {args.samples_per_class} images."
+            f"Training {script.method} on {script.dataset or 'the embedded digits'} ({len(data['train'])} train images): "
+            f"{args.max_steps} steps of {config.classes_per_batch} classes × {config.samples_per_class} images."
         )
     trainer.train()
+    trainer.save_model()  # encoder + model card, on the main process
 
     if not trainer.is_world_process_zero():  # the main process evaluates and writes
         return
     encoder = trainer.accelerator.unwrap_model(trainer.model)
-    train, test = data["train"], data["test"]
-    train_out, test_out, train_y, test_y = encode_splits(encoder, train, test, args)
-    probe_images = test[args.image_column][: model_args.num_probe_images]
-    f, f_a = sampled_augmentations(encoder, probe_images, model_args.num_augmentations, seed=args.seed)
+    encode = dict(input_column=args.image_column, label_column=args.label_column, batch_size=args.per_device_eval_batch_size)
+    train_z, train_y = encode_dataset(encoder, data["train"], **encode)
+    test_z, test_y = encode_dataset(encoder, data["test"], **encode)
+    test_p, _ = encode_dataset(encoder, data["test"], output="projections", **encode)
     results = {
-        "class_orthogonality": class_orthogonality(test_out["projections"], test_y),
-        "class_orthogonality_embeddings": class_orthogonality(test_out["embeddings"], test_y),
-        "knn_accuracy": knn_accuracy(train_out["projections"], train_y, test_out["projections"], test_y, k=20),
-        "knn_accuracy_embeddings": knn_accuracy(train_out["embeddings"], train_y, test_out["embeddings"], test_y, k=20),
-        "linear_probe_accuracy": linear_probe_accuracy(train_out["embeddings"], train_y, test_out["embeddings"], test_y),
-        "effective_rank": effective_rank(test_out["projections"]),
-        "augmentation_cosine_mean": equivariance_metrics(f, f_a)["augmentation_cosine_mean"],
+        "class_orthogonality": class_orthogonality(test_p, test_y),  # of the projections SimO shapes
+        "linear_probe_accuracy": linear_probe_accuracy(train_z, train_y, test_z, test_y, seed=args.seed),
+        "knn_accuracy": knn_accuracy(train_z, train_y, test_z, test_y, k=args.knn_k, temperature=args.knn_temperature),
+        "effective_rank": effective_rank(test_p),
         "train_steps": trainer.state.global_step,
     }
-    finish(
-        trainer,
-        results,
-        title="SimO",
-        datasets=[model_args.dataset or "sklearn-digits"],
-        training_data=f"{len(train)} labelled images, class-major AFCL batches of {args.classes_per_batch}×{args.samples_per_class}.",
-        plots={"z": test_out["projections"], "labels": test_y, "f": f, "f_a": f_a, "projection": model_args.projection_plot},
+    write_results(args.output_dir, script.method, results)
+    shown = balanced_subset(test_y, min(script.max_plot_samples, len(test_y)), args.seed)
+    save_plots(
+        args.output_dir, script.method, trainer.state.log_history, z=test_p[shown], labels=test_y[shown], names=names,
+        projection=script.projection_plot, seed=args.seed,
     )
+    if args.push_to_hub:
+        print(f"Pushed to the Hub: {trainer.push_to_hub()}")
 
 
 if __name__ == "__main__":
