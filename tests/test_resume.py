@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from distributed_scripts.trainer_utils import image_dataset, parameters, training_args, vit_encoder
-from hf_contrast.losses import BinaryNCELoss
+from hf_contrast.objectives import BinaryNCEObjective, CAREMoCoObjective
 from hf_contrast.training import CARETrainer, SimCLRTrainer
 
 
@@ -19,24 +19,23 @@ def images():
 
 CASES = {
     # default random per-sample views on the CPU: the RNG state must be restored
-    "simclr": (SimCLRTrainer, {}, {}),
+    "simclr": (SimCLRTrainer, lambda: None),
     # key encoder + queue + on-device chunked views
-    "care_moco": (CARETrainer, {"method": "moco"}, {"moco_queue_size": 16}),
-    # loss-owned parameters (learnable temperature and bias)
-    "binary_nce": (SimCLRTrainer, {"loss": "learnable"}, {}),
+    "care_moco": (CARETrainer, lambda: CAREMoCoObjective(moco_queue_size=16, n_splits=2)),
+    # objective-owned parameters (learnable temperature and bias)
+    "binary_nce": (SimCLRTrainer, lambda: BinaryNCEObjective(learnable_temperature=True, learnable_bias=True)),
 }
 
 
 def _run(tmp_path, images, name: str, resume: str | None = None) -> tuple[Any, list[float]]:
-    trainer_cls, kwargs, extra = CASES[name]
-    kwargs = dict(kwargs)
-    if kwargs.get("loss") == "learnable":
-        kwargs["loss"] = BinaryNCELoss(learnable_temperature=True, learnable_bias=True)
+    trainer_cls, objective = CASES[name]
     args = training_args(
         tmp_path, per_device_train_batch_size=4, max_steps=4, save_strategy="steps", save_steps=2,
-        learning_rate=1e-2, full_determinism=True, **extra,
+        learning_rate=1e-2, full_determinism=True,
     )  # fmt: skip
-    trainer = trainer_cls(model=vit_encoder(seed=1 if resume else 0), args=args, train_dataset=images, **kwargs)
+    trainer = trainer_cls(
+        model=vit_encoder(seed=1 if resume else 0), args=args, train_dataset=images, objective=objective()
+    )
     trainer.train(resume_from_checkpoint=resume)
     losses = [h["loss"] for h in trainer.state.log_history if "loss" in h]
     return trainer, losses
@@ -54,12 +53,12 @@ def test_resume_from_the_middle_checkpoint_matches_the_uninterrupted_run(tmp_pat
     for key, value in parameters(resumed.model).items():
         torch.testing.assert_close(value, want[key], atol=1e-6, rtol=1e-5)
     if name == "care_moco":
-        torch.testing.assert_close(resumed.moco.queue, full.moco.queue, atol=1e-6, rtol=1e-5)
-        assert resumed.moco.num_enqueued == full.moco.num_enqueued == 16
-        want_key = parameters(full.moco.key_encoder)
-        for key, value in parameters(resumed.moco.key_encoder).items():
+        torch.testing.assert_close(resumed.objective.moco.queue, full.objective.moco.queue, atol=1e-6, rtol=1e-5)
+        assert resumed.objective.moco.num_enqueued == full.objective.moco.num_enqueued == 16
+        want_key = parameters(full.objective.moco.key_encoder)
+        for key, value in parameters(resumed.objective.moco.key_encoder).items():
             torch.testing.assert_close(value, want_key[key], atol=1e-6, rtol=1e-5)
     if name == "binary_nce":
-        for (n1, p1), (n2, p2) in zip(resumed.loss.named_parameters(), full.loss.named_parameters()):
+        for (n1, p1), (n2, p2) in zip(resumed.objective.named_parameters(), full.objective.named_parameters()):
             assert n1 == n2
             torch.testing.assert_close(p1, p2, atol=1e-6, rtol=1e-5)
