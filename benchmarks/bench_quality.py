@@ -1,7 +1,7 @@
 """CARE vs SimCLR on the embedded digits: same seed, same budget, side by side (not a test).
 
-Runs ``examples/run_care.py --method simclr`` and ``--method care`` (and any other ``--methods``)
-one after the other in subprocesses, with the same seed, steps and batch size, then reads each
+Runs ``examples/run_care.py --method simclr`` and ``--method care`` (and any other registered
+objective given in ``--methods``: the script's registry resolves it) one after the other in subprocesses, with the same seed, steps and batch size, then reads each
 run's ``results.json`` and prints, per method: linear-probe and kNN accuracy of the test
 embeddings, and the Wahba error (W and W/√n) and relative rotational equivariance γ_f of test
 projections under sampled augmentations (lower = augmentations act more like one rotation; CARE,
@@ -11,7 +11,7 @@ Launch::
 
     python benchmarks/bench_quality.py                           # the run_care.py defaults, ~2 × 6 min on 2 CPU cores
     python benchmarks/bench_quality.py --max_steps 60            # quicker, noisier
-    python benchmarks/bench_quality.py --methods simclr care moco --output BENCH_QUALITY.md
+    python benchmarks/bench_quality.py --methods simclr care care_moco --output BENCH_QUALITY.md
     python benchmarks/bench_quality.py -- --model resnet10t      # everything after `--` goes to run_care.py
 
 One seed and a few minutes of training: differences of a point or two in accuracy are noise.
@@ -31,10 +31,10 @@ SCRIPT = Path(__file__).resolve().parents[1] / "examples" / "run_care.py"
 COLUMNS = (
     ("linear_probe_accuracy", "linear probe acc ↑"),
     ("knn_accuracy", "kNN acc ↑"),
-    ("wahba_error", "Wahba W ↓"),
-    ("wahba_error_per_sample", "W/√n ↓"),
-    ("relative_rotational_equivariance", "γ_f ↓"),
-    ("augmentation_cosine_mean", "mean cos(f(x), f(a(x)))"),
+    ("equivariance_wahba_error", "Wahba W ↓"),
+    ("equivariance_wahba_error_per_sample", "W/√n ↓"),
+    ("equivariance_relative_rotational_equivariance", "γ_f ↓"),
+    ("equivariance_augmentation_cosine_mean", "mean cos(f(x), f(a(x)))"),
 )
 
 
@@ -63,7 +63,7 @@ def table(rows: dict[str, tuple[dict[str, float], float]]) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--methods", nargs="+", default=["simclr", "care"], help="run_care.py methods to compare.")
+    parser.add_argument("--methods", nargs="+", default=["simclr", "care"], help="Registered objectives to compare (run_care.py --method).")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--max_steps", type=int, default=None, help="Default: run_care.py's.")
     parser.add_argument("--output_root", type=Path, default=None, help="Keep the runs there (default: a temporary folder).")

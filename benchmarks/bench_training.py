@@ -10,8 +10,8 @@ Launch (CPU; not a test, not part of CI)::
 What is compared (issue 4, "Benchmark"):
 
 1. **Trainer overhead.** For every method trainer, full ``trainer.train()`` steps against a minimal
-   hand loop: ``next(batch)``, one forward pass over the concatenated views, the *same* loss module
-   instance, ``backward``, ``clip_grad_norm_`` (the Trainer's default ``max_grad_norm=1.0``), fused
+   hand loop: ``next(batch)``, the *same* objective instance (built from the registry by the
+   trainer: one forward pass over the concatenated views and the loss), ``backward``, ``clip_grad_norm_`` (the Trainer's default ``max_grad_norm=1.0``), fused
    ``AdamW`` (the Trainer's default ``adamw_torch_fused``; checked against the optimizer the
    trainer built), the same linear LR schedule, ``zero_grad``. Both start from copies of the same
    model and read the same pre-computed view tensors (a map-style dataset of ``pixel_values_1``,
@@ -63,7 +63,7 @@ import sys
 import tempfile
 import time
 import warnings
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -74,10 +74,10 @@ from torch.utils.data import DataLoader, Dataset
 from transformers import PrinterCallback, TrainerCallback, get_linear_schedule_with_warmup
 from transformers.utils import logging as hf_logging
 
-import hf_contrast.losses as hl
 from hf_contrast.models import ContrastiveEncoder
+from hf_contrast.training.collators import pop_view_batch_index
+from hf_contrast.objectives import Objective, ViewBuilder, build_objective
 from hf_contrast.training import (
-    AFCLBatchSampler,
     AlignUniformTrainer,
     CARETrainer,
     ContrastiveTrainer,
@@ -150,84 +150,42 @@ COLLATOR = ImageViewCollator(transform=None, n_views=0, label_column="label")  #
 
 
 # --------------------------------------------------------------------------------------------
-# Methods: a trainer and the hand-written loss computation doing the same work
+# Methods: a named trainer and a registered objective (the registry resolves the name)
 # --------------------------------------------------------------------------------------------
-def _projections(model: nn.Module, views: list[Tensor]) -> tuple[Tensor, ...]:
-    """One forward pass over the concatenated views, split back per view."""
-    z = model(pixel_values=torch.cat(views)).projections
-    return z.split(views[0].shape[0])
-
-
 @dataclass
 class Method:
-    """A trainer class, its loss, and the hand loop's loss computation on a collated batch."""
+    """A named trainer class and the registered objective it trains, with its hyperparameters.
+
+    The hand loop calls the *same* objective instance the trainer built (``objective(model, batch,
+    views)``), so both do the same view→loss work and nothing here re-implements a method.
+    """
 
     name: str
     trainer_cls: type[ContrastiveTrainer]
-    make_loss: Callable[[int], nn.Module]  # batch size -> loss module
-    hand_loss: Callable[[nn.Module, nn.Module, dict[str, Tensor], Any], Tensor]  # (model, loss, batch, aug)
-    views: int
-    eq: str | None = None
-    trainer_kwargs: dict[str, Any] = field(default_factory=dict)
-    args: dict[str, Any] = field(default_factory=dict)
-    simo: bool = False
+    objective: str  # a name of hf_contrast.objectives.available_objectives()
+    hyperparameters: dict[str, Any] = field(default_factory=dict)
+    views: int = 2  # forward passes of B images per step (for the table)
+    eq: str | None = None  # CARE's equivariance input, see make_dataset
 
-
-def _pair(model: nn.Module, loss: nn.Module, b: dict[str, Tensor], aug: Any) -> Tensor:
-    z1, z2 = _projections(model, [b["pixel_values_1"], b["pixel_values_2"]])
-    out = loss(z1, z2)
-    return out["loss"] if isinstance(out, Mapping) else out
-
-
-def _care(model: nn.Module, loss: nn.Module, b: dict[str, Tensor], aug: Any) -> Tensor:
-    eq1, eq2 = aug(b["pixel_values_eq"])
-    z1, z2, e1, e2 = _projections(model, [b["pixel_values_1"], b["pixel_values_2"], eq1, eq2])
-    return loss(z1, z2, e1, e2)["loss"]
-
-
-def _supervised(model: nn.Module, loss: nn.Module, b: dict[str, Tensor], aug: Any) -> Tensor:
-    z = torch.cat(_projections(model, [b["pixel_values_1"], b["pixel_values_2"]]))
-    return loss(z, b["labels"].repeat(2))
-
-
-def _simo(model: nn.Module, loss: nn.Module, b: dict[str, Tensor], aug: Any) -> Tensor:
-    (z,) = _projections(model, [b["pixel_values_1"]])
-    return loss(z)["loss"]
+    def build(self) -> Objective:
+        """A fresh objective from the registry."""
+        return build_objective(self.objective, **self.hyperparameters)
 
 
 def build_methods(batch_size: int) -> dict[str, Method]:
-    simo_args = {"classes_per_batch": SIMO_CLASSES, "samples_per_class": batch_size // SIMO_CLASSES}
+    care = {"temperature": 0.5, "care_weight": 0.01, "n_splits": N_SPLITS}
+    simo = {"classes_per_batch": SIMO_CLASSES, "samples_per_class": batch_size // SIMO_CLASSES}
     methods = [
-        Method("SimCLR", SimCLRTrainer, lambda b: hl.InfoNCELoss(temperature=0.5), _pair, 2),
+        Method("SimCLR", SimCLRTrainer, "simclr", {"temperature": 0.5}),
+        Method("CARE", CARETrainer, "care", care, views=4, eq="raw"),
         Method(
-            "CARE",
-            CARETrainer,
-            lambda b: hl.CARELoss(temperature=0.5, care_weight=0.01, n_splits=N_SPLITS),
-            _care,
-            4,
-            eq="raw",
-        ),
-        Method(
-            "CARE (fixed eq. views)",
-            CARETrainer,
-            lambda b: hl.CARELoss(temperature=0.5, care_weight=0.01, n_splits=N_SPLITS),
-            _care,
-            4,
-            eq="fixed",
-            trainer_kwargs={"equivariance_augmentation": fixed_equivariance_views},
-        ),
-        Method("SupCon", SupConTrainer, lambda b: hl.SupConLoss(temperature=0.1), _supervised, 2),
-        Method("OCL", OCLTrainer, lambda b: hl.OCLoss(temperature=0.1), _supervised, 2),
-        Method(
-            "SimO",
-            SimOTrainer,
-            lambda b: hl.AFCLLoss(n_classes=SIMO_CLASSES, olean=0.01),
-            _simo,
-            1,
-            args=simo_args,
-            simo=True,
-        ),
-        Method("AlignUniform", AlignUniformTrainer, lambda b: hl.AlignUniformLoss(), _pair, 2),
+            "CARE (fixed eq. views)", CARETrainer, "care",
+            {**care, "equivariance_augmentation": fixed_equivariance_views}, views=4, eq="fixed",
+        ),  # fmt: skip
+        Method("SupCon", SupConTrainer, "supcon", {"temperature": 0.1}),
+        Method("OCL", OCLTrainer, "ocl", {"temperature": 0.1}),
+        Method("SimO", SimOTrainer, "simo", {**simo, "olean": 0.01}, views=1),
+        Method("AlignUniform", AlignUniformTrainer, "align_uniform"),
     ]
     return {m.name: m for m in methods}
 
@@ -236,19 +194,12 @@ def build_methods(batch_size: int) -> dict[str, Method]:
 # The hand loop and the interleaving callback
 # --------------------------------------------------------------------------------------------
 class HandLoop:
-    """The minimal PyTorch loop: batch, forward, loss, backward, clip, AdamW, LR schedule."""
+    """The minimal PyTorch loop: batch, the objective's loss, backward, clip, AdamW, LR schedule."""
 
     def __init__(
-        self,
-        model: nn.Module,
-        loss: nn.Module,
-        loss_fn: Callable[[nn.Module, nn.Module, dict[str, Tensor], Any], Tensor],
-        loader: DataLoader,
-        max_steps: int,
-        fused: bool,
-        aug: Any = None,
+        self, model: nn.Module, objective: Objective, views: ViewBuilder, loader: DataLoader, max_steps: int, fused: bool
     ) -> None:
-        self.model, self.loss, self.loss_fn, self.loader, self.aug = model.train(), loss, loss_fn, loader, aug
+        self.model, self.objective, self.views, self.loader = model.train(), objective, views, loader
         self.optimizer = torch.optim.AdamW(model.parameters(), lr=LEARNING_RATE, weight_decay=0.0, fused=fused)
         self.scheduler = get_linear_schedule_with_warmup(self.optimizer, 0, max_steps)
         self._batches: Iterator[dict[str, Tensor]] = iter(loader)
@@ -262,7 +213,8 @@ class HandLoop:
 
     def step(self) -> None:
         batch = self._next()
-        loss = self.loss_fn(self.model, self.loss, batch, self.aug)
+        pop_view_batch_index(batch)
+        loss = self.objective(self.model, batch, self.views)["loss"]
         loss.backward()
         torch.nn.utils.clip_grad_norm_(self.model.parameters(), MAX_GRAD_NORM)
         self.optimizer.step()
@@ -328,7 +280,6 @@ def training_args(
         "dataloader_num_workers": 0,
         "dataloader_drop_last": True,
         "image_size": settings.image_size,
-        "n_splits": N_SPLITS,
         "seed": 0,
     }
     options.update(overrides)
@@ -340,44 +291,31 @@ def run_pair(
 ) -> dict[str, list[float]]:
     """One fresh trainer run interleaved with its hand loop (``hand``; for the :data:`CONTROL` method also an
     identical ``twin``; for CARE a SimCLR hand loop ``simclr`` on the same batches); step times after warm-up."""
-    b = settings.batch_size
     # +1: the first step has no predecessor to time from.
     max_steps = settings.warmup + settings.steps + 1
-    loss = method.make_loss(b)
-    args = training_args(tmp, settings, max_steps, **method.args)
+    args = training_args(tmp, settings, max_steps)
     trainer = method.trainer_cls(
         model=copy.deepcopy(base_model),
         args=args,
         train_dataset=dataset,
         data_collator=COLLATOR,
-        loss=loss,
-        **method.trainer_kwargs,
+        objective=method.build(),
     )
-    def loader_for() -> DataLoader:
-        if method.simo:
-            sampler = AFCLBatchSampler(
-                dataset.labels,
-                classes_per_batch=SIMO_CLASSES,
-                samples_per_class=b // SIMO_CLASSES,
-                shuffle=True,
-                seed=1,
-                drop_last=True,
-            )
+    objective, views = trainer.objective, trainer.views  # set up by the trainer; the hand loops share them
+
+    def loader_for() -> DataLoader:  # the objective's batch sampler (SimO: class-major batches) or plain batches
+        sampler = objective.train_batch_sampler(dataset, views)
+        if sampler is not None:
             return DataLoader(dataset, batch_sampler=sampler, collate_fn=COLLATOR, num_workers=0)
-        return DataLoader(dataset, batch_size=b, shuffle=True, drop_last=True, collate_fn=COLLATOR, num_workers=0)
+        return DataLoader(dataset, batch_size=settings.batch_size, shuffle=True, drop_last=True, collate_fn=COLLATOR)
 
     fused = "fused" in getattr(args.optim, "value", str(args.optim))  # the Trainer's default: adamw_torch_fused
-    aug = getattr(trainer, "equivariance_augmentation", None)  # CARE: the same augmentation object
     names = ("hand", "twin") if method.name == CONTROL else ("hand",)
-    hands = {
-        name: HandLoop(copy.deepcopy(base_model), loss, method.hand_loss, loader_for(), max_steps, fused, aug)
-        for name in names
-    }
+    hands = {name: HandLoop(copy.deepcopy(base_model), objective, views, loader_for(), max_steps, fused) for name in names}
     if method.eq is not None:  # CARE: a SimCLR hand loop on the same batches, for the CARE / SimCLR ratio
-        simclr = build_methods(b)["SimCLR"]
-        hands["simclr"] = HandLoop(
-            copy.deepcopy(base_model), simclr.make_loss(b), simclr.hand_loss, loader_for(), max_steps, fused
-        )
+        simclr = build_methods(settings.batch_size)["SimCLR"].build()
+        simclr.setup(views, dataset)
+        hands["simclr"] = HandLoop(copy.deepcopy(base_model), simclr, views, loader_for(), max_steps, fused)
     callback = Interleave(hands)
     trainer.add_callback(callback)
     trainer.remove_callback(PrinterCallback)  # no log lines on stdout (the report goes there)
@@ -563,7 +501,7 @@ def main(argv: list[str] | None = None) -> str:
             else ""
         ),
         "",
-        "### Trainer vs hand-written loop (same model, loss module, batches, optimizer; interleaved step by step)",
+        "### Trainer vs hand-written loop (same model, objective, batches, optimizer; interleaved step by step)",
         "",
         "| trainer | views × B | hand loop ms/step | trainer ms/step | hand steps/s | trainer steps/s "
         f"| Δ ms/step (paired) | overhead (median of paired ratios) | target ≤ {OVERHEAD_TARGET:.2f}× | status |",
