@@ -206,3 +206,31 @@ def test_save_over_a_model_replaces_it_and_keeps_other_files(tmp_path) -> None:
     st = sentence_transformers.SentenceTransformer(str(target), device="cpu")
     _close(st.encode(SENTENCES, convert_to_tensor=True), plain(**_tokens(plain)).embeddings)
     assert HUB_SUBFOLDER in {p.name for p in target.iterdir()}
+
+
+# ----------------------------------------------------------------------------------------------
+# push_to_hub: the same folder, through huggingface_hub.upload_folder
+# ----------------------------------------------------------------------------------------------
+
+
+def test_push_to_hub_uploads_the_layout_and_keeps_a_hand_written_readme(tmp_path, trained_timm) -> None:
+    from huggingface_hub import HfApi, hf_hub_download
+    from hub_server import HubServer, use_hub_server
+
+    encoder, _ = trained_timm
+    images = RandomImages(n=2, seed=3).images
+    with HubServer(tmp_path / "hub") as server, use_hub_server(server.url, cache_dir=tmp_path / "cache") as refused:
+        api = HfApi()
+        api.create_repo("user/kept")
+        api.upload_file(path_or_fileobj=b"# Notes by hand\n", path_in_repo="README.md", repo_id="user/kept")
+        encoder.push_to_hub("user/kept")
+        files = set(api.list_repo_files("user/kept"))
+        assert {"config.json", "model.safetensors", f"{HUB_SUBFOLDER}/config.json", f"{HUB_SUBFOLDER}/model.safetensors"} <= files
+        assert Path(hf_hub_download("user/kept", "README.md")).read_text() == "# Notes by hand\n"
+        native = timm.create_model("hf-hub:user/kept", pretrained=True).eval()
+        _close(native(images), encoder(pixel_values=images).embeddings)
+        loaded = ContrastiveEncoder.from_pretrained("user/kept").eval()
+        _close(loaded(pixel_values=images).projections, encoder(pixel_values=images).projections)
+        encoder.push_to_hub("user/kept", replace_model_card=True)
+        assert Path(hf_hub_download("user/kept", "README.md")).read_text() != "# Notes by hand\n"
+    assert refused == []

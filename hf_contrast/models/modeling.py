@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import shutil
 import tempfile
 from dataclasses import dataclass
 from typing import Any
@@ -487,6 +488,9 @@ class ContrastiveEncoder(PreTrainedModel):
             super().save_pretrained(folder / HUB_SUBFOLDER, state_dict=state_dict, **kwargs)
             if self.tokenizer is not None:
                 self.tokenizer.save_pretrained(folder / HUB_SUBFOLDER)
+            existing_card = os.path.join(save_directory, "README.md")
+            if os.path.isfile(existing_card):  # the card writer keeps a README.md the user wrote
+                shutil.copy2(existing_card, folder / "README.md")
             self._write_model_card(folder)
 
     def _write_model_card(self, folder: os.PathLike[str]) -> None:
@@ -536,7 +540,8 @@ class ContrastiveEncoder(PreTrainedModel):
         """Upload :meth:`save_pretrained`'s layout to the Hub in one commit (``huggingface_hub.upload_folder``).
 
         The repository is created if needed. A ``README.md`` already in the repository that hf_contrast
-        did not write (no ``hf_contrast`` tag nor library) is kept unless ``replace_model_card=True``.
+        did not generate is kept unless ``replace_model_card=True``; files under ``hf_contrast/`` that
+        the new save does not have are deleted.
 
         Args:
             repo_id: ``"user/name"`` (or ``"name"`` for your own namespace).
@@ -602,19 +607,23 @@ def _library_version() -> str:
 
 
 def _foreign_card_on_hub(api: Any, repo_id: str, revision: str | None) -> bool:
-    """Whether the repository holds a README.md that hf_contrast did not generate."""
-    from huggingface_hub import ModelCard
+    """Whether the repository holds a README.md that hf_contrast did not generate (its marker / tag is missing)."""
+    from huggingface_hub import hf_hub_download
     from huggingface_hub.errors import EntryNotFoundError, RevisionNotFoundError
 
     try:
         if not api.file_exists(repo_id, "README.md", revision=revision):
             return False
-        card = ModelCard.load(repo_id, token=api.token, revision=revision)
+        path = hf_hub_download(repo_id, "README.md", revision=revision, token=api.token)
     except (EntryNotFoundError, RevisionNotFoundError):
         return False
-    data = card.data.to_dict()
-    tags = data.get("tags") or []
-    return data.get("library_name") != "hf_contrast" and "hf_contrast" not in tags
+    with open(path, encoding="utf-8") as handle:
+        text = handle.read()
+    try:
+        from hf_contrast.model_card import is_generated_card
+    except ImportError:
+        return "hf_contrast" not in text
+    return not is_generated_card(text)
 
 
 def _load_tokenizer(path: str | os.PathLike[str], subfolder: str, hub_kwargs: dict[str, Any]) -> Any:
