@@ -20,6 +20,7 @@ from .align_uniform import alignment_loss, uniformity_loss, AlignUniformLoss
 from .spectral import spectral_contrastive_loss, SpectralContrastiveLoss
 from .vicreg import vicreg_loss, VICRegLoss
 from .binary_nce import binary_nce_loss, BinaryNCELoss
+from ._checks import finite_input_checks
 
 __all__ = [
     "info_nce_loss",
@@ -50,4 +51,5 @@ __all__ = [
     "VICRegLoss",
     "binary_nce_loss",
     "BinaryNCELoss",
+    "finite_input_checks",
 ]

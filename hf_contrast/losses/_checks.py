@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator
 from contextlib import contextmanager
+from contextvars import ContextVar
 
 import torch
 import torch.nn.functional as F
@@ -23,6 +24,7 @@ __all__ = [
     "check_non_negative",
     "check_unit_interval",
     "check_finite_values",
+    "finite_input_checks",
     "l2_normalize",
     "compute_dtype",
     "float32_math",
@@ -44,9 +46,28 @@ def check_embeddings(name: str, z: object, ndim: int | tuple[int, ...] = 2, shap
     return z
 
 
+_FINITE_INPUT_CHECKS: ContextVar[bool] = ContextVar("hf_contrast_finite_input_checks", default=True)
+
+
+@contextmanager
+def finite_input_checks(enabled: bool) -> Iterator[None]:
+    """Switch the NaN/inf check of the losses' inputs on or off inside the block.
+
+    The trainer switches it off while computing a training loss: a non-finite loss is then its
+    business (``nonfinite_policy``: reported with the step and term, or the step skipped) rather
+    than a ``ValueError`` blaming the input.
+    """
+    token = _FINITE_INPUT_CHECKS.set(bool(enabled))
+    try:
+        yield
+    finally:
+        _FINITE_INPUT_CHECKS.reset(token)
+
+
 def check_finite_values(name: str, z: Tensor) -> None:
-    """Reject NaN/inf in ``z`` when that is cheap to detect (CPU tensors: no device sync)."""
-    if z.device.type == "cpu" and not bool(torch.isfinite(z).all()):
+    """Reject NaN/inf in ``z`` when that is cheap to detect (CPU tensors: no device sync), unless switched
+    off by :func:`finite_input_checks`."""
+    if _FINITE_INPUT_CHECKS.get() and z.device.type == "cpu" and not bool(torch.isfinite(z).all()):
         raise ValueError(f"`{name}` contains NaN or infinite values.")
 
 

@@ -40,7 +40,8 @@ from ..evaluation import EmbeddingMetrics
 from ..model_card import ModelCardCallback
 from ..objectives import Objective, ViewBuilder, build_objective
 from .arguments import ContrastiveTrainingArguments
-from .checkpointing import CheckpointingMixin
+from ..losses import finite_input_checks
+from .checkpointing import CheckpointingMixin, first_nonfinite_tensor
 from .collators import pop_view_batch_index
 from .gradient_cache import GradientCache
 from .publishing import HubPublishingMixin
@@ -61,6 +62,7 @@ class _ObjectiveCallback(TrainerCallback):
 
     def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         self.trainer.objective.zero_grad(set_to_none=True)
+        self.trainer._loss_log_start = (state.global_step, self.trainer.skipped_steps)
 
     def on_pre_optimizer_step(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         if args.nonfinite_policy == "skip":
@@ -175,6 +177,9 @@ class ContrastiveTrainer(CheckpointingMixin, HubPublishingMixin, Trainer):
         self._term_sums: dict[str, Tensor] = {}
         self._term_counts: dict[str, int] = {}
         self._skipped_since_log = 0
+        self._pending_sums: dict[str, Tensor] = {}
+        self._pending_counts: dict[str, int] = {}
+        self._loss_log_start = (0, 0)  # (global step, skipped steps) at the last logged loss
         self._nonfinite: dict[str, Tensor] = {}
         self._first_nonfinite_step: Tensor | None = None
         self._step_loss_finite: Tensor | None = None
@@ -246,7 +251,8 @@ class ContrastiveTrainer(CheckpointingMixin, HubPublishingMixin, Trainer):
         view_index = pop_view_batch_index(inputs)
         if view_index is not None and model.training:  # the collator may already be batches ahead
             self._next_view_index = view_index + 1  # a tensor: read at checkpoints only (no host sync)
-        terms = dict(self.objective(model, inputs, self.views))
+        with finite_input_checks(not model.training):  # a non-finite training loss is `nonfinite_policy`'s business
+            terms = dict(self.objective(model, inputs, self.views))
         if "loss" not in terms:
             raise ValueError(f"{type(self.objective).__name__} must return its total under 'loss', got {sorted(terms)}.")
         skipped = terms.pop("skipped", None)
@@ -259,6 +265,9 @@ class ContrastiveTrainer(CheckpointingMixin, HubPublishingMixin, Trainer):
         return (loss, terms) if return_outputs else loss
 
     def _record_terms(self, terms: Mapping[str, Tensor]) -> None:
+        # Under "skip" a step's terms wait for the step's verdict (`_skip_step_if_nonfinite`): a dropped step's
+        # terms are not logged.
+        sums, counts = (self._pending_sums, self._pending_counts) if self.args.nonfinite_policy == "skip" else (self._term_sums, self._term_counts)
         for name, value in terms.items():
             if not isinstance(value, Tensor):
                 continue
@@ -268,8 +277,8 @@ class ContrastiveTrainer(CheckpointingMixin, HubPublishingMixin, Trainer):
             if name == "loss":
                 self._step_loss_finite = finite
                 continue
-            self._term_sums[name] = self._term_sums[name] + value if name in self._term_sums else value
-            self._term_counts[name] = self._term_counts.get(name, 0) + 1
+            sums[name] = sums[name] + value if name in sums else value
+            counts[name] = counts.get(name, 0) + 1
         if "loss" in terms:  # the first step with a non-finite loss, kept on the device (no host sync)
             step = torch.tensor(self.state.global_step + 1, device=terms["loss"].device)
             bad = self._nonfinite["loss"]
@@ -308,7 +317,12 @@ class ContrastiveTrainer(CheckpointingMixin, HubPublishingMixin, Trainer):
         if self._step_loss_finite is not None:
             finite = finite & self._step_loss_finite.to(finite.device)
         self._step_loss_finite = None
+        pending = list(zip(self._pending_sums.items(), self._pending_counts.values()))
+        self._pending_sums, self._pending_counts = {}, {}
         if bool(finite):  # the one host sync per step of the "skip" policy
+            for (name, total), count in pending:  # the step's terms count in the logs
+                self._term_sums[name] = self._term_sums[name] + total if name in self._term_sums else total
+                self._term_counts[name] = self._term_counts.get(name, 0) + count
             return
         for p in [*self.model.parameters(), *self.objective.parameters()]:
             p.grad = None
@@ -365,9 +379,19 @@ class ContrastiveTrainer(CheckpointingMixin, HubPublishingMixin, Trainer):
         return logs
 
     def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
-        """Check the losses are finite, then add the running mean of each term (``loss_<term>``)."""
-        if "loss" in logs:
+        """Check the losses are finite, then add the running mean of each term (``loss_<term>``).
+
+        Under ``nonfinite_policy="skip"`` the logged ``loss`` is the mean over the steps that were not skipped
+        (NaN when every step since the last log was): a dropped step is never logged as a loss of 0.
+        """
+        if "loss" in logs or "train_loss" in logs:  # the end of training checks too
             self.check_finite()
+        if "loss" in logs:
+            start_step, start_skipped = self._loss_log_start
+            steps, skipped = self.state.global_step - start_step, self.skipped_steps - start_skipped
+            if skipped:  # `training_step` returned 0 for the dropped steps
+                logs = {**logs, "loss": logs["loss"] * steps / (steps - skipped) if steps > skipped else float("nan")}
+            self._loss_log_start = (self.state.global_step, self.skipped_steps)
             logs = {**logs, **self._drain_terms()}
         super().log(logs, start_time)
 
@@ -552,4 +576,10 @@ class ContrastiveTrainer(CheckpointingMixin, HubPublishingMixin, Trainer):
 
     def _save_checkpoint(self, model: nn.Module, trial: Any) -> None:
         self.check_finite()  # never write a checkpoint after a non-finite step
+        bad = first_nonfinite_tensor(self.model)
+        if bad is not None:  # e.g. set by a callback after the step's (finite) loss
+            raise NonFiniteLossError(
+                f"Non-finite weights at step {self.state.global_step} (`{bad}` holds NaN/inf): checkpoint-"
+                f"{self.state.global_step} was not written; the last checkpoint is intact."
+            )
         super()._save_checkpoint(model, trial)

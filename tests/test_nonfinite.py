@@ -1,0 +1,168 @@
+"""A non-finite step never costs the run: it is reported (step and term), never logged as a number, never
+checkpointed; ``nonfinite_policy="skip"`` drops it instead."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from torch import nn
+from transformers import TrainerCallback
+
+from distributed_scripts.trainer_utils import fixed_views_collator, image_dataset, parameters, training_args, vit_encoder
+from hf_contrast.losses import InfoNCELoss
+from hf_contrast.models import ContrastiveEncoder
+from hf_contrast.objectives import CustomPairObjective
+from hf_contrast.training import ContrastiveTrainer, NonFiniteLossError, SimCLRTrainer
+
+
+@pytest.fixture(scope="module")
+def images():
+    return image_dataset(n=16, size=16)
+
+
+class _NaNTermAt(nn.Module):
+    """InfoNCE as ``invariance`` plus an ``equivariance`` term that is NaN at the ``bad_call``-th call."""
+
+    def __init__(self, bad_call: int) -> None:
+        super().__init__()
+        self.bad_call, self.calls = bad_call, 0
+        self.info_nce = InfoNCELoss(temperature=0.5)
+
+    def forward(self, z1: torch.Tensor, z2: torch.Tensor) -> dict[str, torch.Tensor]:
+        self.calls += 1
+        invariance = self.info_nce(z1, z2)
+        equivariance = (z1 - z2).pow(2).mean()
+        if self.calls == self.bad_call:
+            equivariance = equivariance * float("nan")
+        return {"invariance": invariance, "equivariance": equivariance, "loss": invariance + equivariance}
+
+
+class _PoisonWeights(TrainerCallback):
+    """Set every weight of the model to NaN at ``when`` ("step_begin"/"step_end") of optimizer step ``step``."""
+
+    def __init__(self, step: int, when: str = "step_begin") -> None:
+        self.step, self.when = step, when
+
+    def _poison(self, state, model) -> None:  # noqa: ANN001
+        with torch.no_grad():
+            for p in model.parameters():
+                p.fill_(float("nan"))
+
+    def on_step_begin(self, args, state, control, model=None, **kwargs):  # noqa: ANN001, ANN201
+        if self.when == "step_begin" and state.global_step + 1 == self.step:
+            self._poison(state, model)
+
+    def on_step_end(self, args, state, control, model=None, **kwargs):  # noqa: ANN001, ANN201
+        if self.when == "step_end" and state.global_step == self.step:
+            self._poison(state, model)
+
+
+def _checkpoints(folder) -> list[int]:  # noqa: ANN001
+    return sorted(int(p.name.split("-")[1]) for p in folder.glob("checkpoint-*") if p.is_dir())
+
+
+def _assert_finite_checkpoints(folder, steps: list[int]) -> None:  # noqa: ANN001
+    assert _checkpoints(folder) == steps
+    for step in steps:  # every written checkpoint holds finite weights
+        encoder = ContrastiveEncoder.from_pretrained(str(folder / f"checkpoint-{step}"))
+        assert all(torch.isfinite(p).all() for p in encoder.parameters()), step
+
+
+def _losses(trainer) -> list[float]:  # noqa: ANN001
+    return [h["loss"] for h in trainer.state.log_history if "loss" in h]
+
+
+def test_poisoned_weights_stop_training_naming_the_step(tmp_path, images) -> None:
+    args = training_args(tmp_path, max_steps=5, per_device_train_batch_size=4, save_strategy="steps", save_steps=1)
+    trainer = SimCLRTrainer(
+        model=vit_encoder(), args=args, train_dataset=images, data_collator=fixed_views_collator,
+        callbacks=[_PoisonWeights(step=3)],
+    )  # fmt: skip
+    with pytest.raises(NonFiniteLossError, match=r"at step 3 \(terms: loss\)"):
+        trainer.train()
+    _assert_finite_checkpoints(tmp_path, [1, 2])
+    losses = _losses(trainer)
+    assert len(losses) == 2 and all(math.isfinite(x) and x != 0.0 for x in losses)  # NaN was never logged
+
+
+def test_weights_poisoned_after_the_optimizer_step_are_never_checkpointed(tmp_path, images) -> None:
+    args = training_args(tmp_path, max_steps=5, per_device_train_batch_size=4, save_strategy="steps", save_steps=1)
+    trainer = SimCLRTrainer(
+        model=vit_encoder(), args=args, train_dataset=images, data_collator=fixed_views_collator,
+        callbacks=[_PoisonWeights(step=2, when="step_end")],
+    )  # fmt: skip
+    with pytest.raises(NonFiniteLossError, match="step 2"):
+        trainer.train()
+    _assert_finite_checkpoints(tmp_path, [1])
+
+
+def test_a_nan_term_is_named_and_caught_at_the_next_log(tmp_path, images) -> None:
+    args = training_args(tmp_path, max_steps=5, per_device_train_batch_size=4, save_strategy="steps", save_steps=1)
+    trainer = ContrastiveTrainer(
+        model=vit_encoder(), args=args, train_dataset=images, data_collator=fixed_views_collator,
+        objective=CustomPairObjective(loss=_NaNTermAt(bad_call=3)),
+    )  # fmt: skip
+    with pytest.raises(NonFiniteLossError, match=r"at step 3 \(terms: equivariance\)"):
+        trainer.train()
+    _assert_finite_checkpoints(tmp_path, [1, 2])
+    for entry in trainer.state.log_history:  # no NaN and no 0.0 in the logs
+        if "loss" in entry:
+            assert math.isfinite(entry["loss"]) and entry["loss"] != 0.0
+            assert math.isfinite(entry["loss_equivariance"])
+
+
+@pytest.mark.parametrize(("logging_steps", "save_steps"), [(100, 4), (100, 100)], ids=["at_save", "at_end"])
+def test_a_nan_step_is_caught_without_a_log_at_that_step(tmp_path, images, logging_steps, save_steps) -> None:
+    """The check runs at every log, before every checkpoint and at the end of training."""
+    args = training_args(
+        tmp_path, max_steps=5, per_device_train_batch_size=4, logging_steps=logging_steps, save_strategy="steps",
+        save_steps=save_steps,
+    )  # fmt: skip
+    trainer = ContrastiveTrainer(
+        model=vit_encoder(), args=args, train_dataset=images, data_collator=fixed_views_collator,
+        objective=CustomPairObjective(loss=_NaNTermAt(bad_call=2)),
+    )  # fmt: skip
+    with pytest.raises(NonFiniteLossError, match=r"at step 2 \(terms: equivariance"):
+        trainer.train()
+    assert _checkpoints(tmp_path) == []
+
+
+def test_skip_policy_drops_the_step_and_counts_it(tmp_path, images) -> None:
+    snapshots: dict[str, dict[str, torch.Tensor]] = {}
+
+    class Snapshot(TrainerCallback):
+        def on_step_begin(self, args, state, control, model=None, **kwargs):  # noqa: ANN001, ANN201
+            if state.global_step + 1 == 3:
+                snapshots["before"] = parameters(model)
+
+        def on_step_end(self, args, state, control, model=None, **kwargs):  # noqa: ANN001, ANN201
+            if state.global_step == 3:
+                snapshots["after"] = parameters(model)
+
+    model = vit_encoder()
+    initial = parameters(model)
+    args = training_args(
+        tmp_path, max_steps=5, per_device_train_batch_size=4, nonfinite_policy="skip", save_strategy="steps", save_steps=1
+    )
+    trainer = ContrastiveTrainer(
+        model=model, args=args, train_dataset=images, data_collator=fixed_views_collator,
+        objective=CustomPairObjective(loss=_NaNTermAt(bad_call=3)), callbacks=[Snapshot()],
+    )  # fmt: skip
+    with pytest.warns(RuntimeWarning, match="Step 3: non-finite"):
+        trainer.train()
+    assert trainer.state.global_step == 5 and trainer.skipped_steps == 1
+    for name, value in snapshots["before"].items():  # the NaN step changed nothing
+        assert torch.equal(snapshots["after"][name], value), name
+    final = parameters(model)
+    assert all(torch.isfinite(p).all() for p in final.values())
+    assert any(not torch.equal(final[k], initial[k]) for k in final)  # the other steps trained
+    logged = [h for h in trainer.state.log_history if "loss" in h]
+    assert [h["step"] for h in logged] == [1, 2, 3, 4, 5]
+    assert logged[-1]["skipped_steps"] == 1
+    step3 = logged[2]
+    assert step3.get("skipped_steps") == 1
+    assert math.isnan(step3["loss"])  # a dropped step is not logged as 0.0
+    assert all(math.isfinite(h["loss"]) and h["loss"] != 0.0 for i, h in enumerate(logged) if i != 2)
+    _assert_finite_checkpoints(tmp_path, [1, 2, 3, 4, 5])
