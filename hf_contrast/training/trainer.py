@@ -30,7 +30,7 @@ from typing import Any, ClassVar
 import torch
 import torch.distributed as dist
 from torch import Tensor, nn
-from torch.utils.data import BatchSampler, DataLoader, IterableDataset
+from torch.utils.data import DataLoader, IterableDataset
 from transformers import Trainer, TrainerCallback
 from transformers.trainer_utils import seed_worker
 
@@ -451,22 +451,31 @@ class ContrastiveTrainer(CheckpointingMixin, HubPublishingMixin, Trainer):
         batches); and, for objectives that need whole chunks, the ragged last batch of an epoch dropped.
 
         A batch sampler yields this run's whole sequence of batches (``num_replicas=1``);
-        ``accelerator.prepare`` shards it, giving each process every ``world_size``-th batch.
+        ``accelerator.prepare`` shards it, giving each process every ``world_size``-th batch. A streaming
+        (``IterableDataset``) loader for a chunked objective is built here with ``drop_last=True``: the
+        Trainer's ignores ``dataloader_drop_last`` for iterable datasets.
         """
         if self.train_dataset is None:
             raise ValueError("Trainer: training requires a train_dataset.")
         dataset = self.train_dataset
-        batch_sampler = None if isinstance(dataset, IterableDataset) else self.objective.train_batch_sampler(dataset, self.views)
-        if batch_sampler is None:
-            if self.objective.batch_multiple > 1:
+        streaming = isinstance(dataset, IterableDataset)
+        batch_sampler = None if streaming else self.objective.train_batch_sampler(dataset, self.views)
+        chunked = self.objective.batch_multiple > 1
+        if batch_sampler is None and not (streaming and chunked):
+            if chunked:
                 with _drop_last(self.args):
                     return super().get_train_dataloader()
             return super().get_train_dataloader()
-        if hasattr(dataset, "column_names"):
+        if getattr(dataset, "column_names", None):
             dataset = self._remove_unused_columns(dataset, description="Training")
+        batching: dict[str, Any] = (
+            {"batch_sampler": batch_sampler}
+            if batch_sampler is not None
+            else {"batch_size": self._train_batch_size, "drop_last": True}
+        )
         loader = DataLoader(
             dataset,
-            batch_sampler=batch_sampler,
+            **batching,
             collate_fn=self.data_collator,
             num_workers=self.args.dataloader_num_workers,
             pin_memory=self.args.dataloader_pin_memory,
