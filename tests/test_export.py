@@ -18,7 +18,6 @@ from hf_contrast.models import (
     export_sentence_transformers,
     export_timm,
     export_transformers,
-    save_for_hub,
 )
 from hf_contrast.models.export import PROVENANCE_KEYS
 
@@ -177,20 +176,10 @@ def test_from_scratch_export_has_no_pretrained_provenance_and_the_trained_size(t
     assert fine_tuned.backbone.pretrained_cfg.get("hf_hub_id") is None  # the local source has none to keep
 
 
-def test_save_for_hub_is_a_deprecated_alias(tmp_path, vision: ContrastiveEncoder, images: torch.Tensor, monkeypatch) -> None:
-    model_card = pytest.importorskip("hf_contrast.model_card")
-    seen = []
-    monkeypatch.setattr(model_card, "write_model_card", lambda model, folder: seen.append(model.model_card_data))
-    marker = object()
-    with pytest.warns(DeprecationWarning, match="save_pretrained"):
-        save_for_hub(vision, tmp_path, card_data=marker)
-    assert seen == [marker]  # the card writer sees the card data on the model
-    del vision.model_card_data
-    assert torch.equal(ContrastiveEncoder.from_pretrained(tmp_path).eval()(pixel_values=images).projections, vision(pixel_values=images).projections)
-
 
 def test_save_pretrained_writes_the_card_and_survives_card_failures(tmp_path, vision: ContrastiveEncoder, monkeypatch, caplog) -> None:
-    model_card = pytest.importorskip("hf_contrast.model_card")
+    from hf_contrast.models import modeling as model_card  # where save_pretrained looks the writer up
+
     calls = []
     monkeypatch.setattr(model_card, "write_model_card", lambda model, folder: (calls.append(model), (Path(folder) / "README.md").write_text("card")))
     vision.save_pretrained(tmp_path / "with_card")

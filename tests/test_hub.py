@@ -22,6 +22,7 @@ from transformers import AutoModel, AutoTokenizer, Trainer, TrainingArguments
 
 from hf_contrast.hub import push_encoder_to_hub
 from hf_contrast.model_card import GENERATED_MARKER, ModelCardCallback, get_model_card_data
+from hf_contrast.training.checkpointing import CheckpointingMixin
 from hf_contrast.training.publishing import HubPublishingMixin
 from hf_contrast.models import ContrastiveEncoder
 from hub_server import HubServer, run_hub_server, use_hub_server
@@ -279,7 +280,7 @@ def test_push_rejects_bad_arguments(module_hub: HubServer, pushed_vision: tuple)
 # ----------------------------------------------------------------------------------------------
 
 
-class _PushTrainer(HubPublishingMixin, Trainer):
+class _PushTrainer(CheckpointingMixin, HubPublishingMixin, Trainer):
     """The Hub side of the contrastive trainers on a minimal Trainer (the loss is not the point here)."""
 
     def __init__(self, *args: object, **kwargs: object) -> None:

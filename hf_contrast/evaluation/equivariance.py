@@ -10,7 +10,6 @@ import torch
 from torch import Tensor, nn
 
 from ..metrics import relative_rotational_equivariance, wahba_error
-from ..metrics._inputs import as_labels
 from ._model import model_device, model_output, to_device
 from .evaluator import Evaluator
 from .sampling import balanced_subset

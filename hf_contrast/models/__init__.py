@@ -16,7 +16,6 @@ from hf_contrast.models.export import (
     export_sentence_transformers,
     export_timm,
     export_transformers,
-    save_for_hub,
 )
 from hf_contrast.models.heads import ProjectionHead
 from hf_contrast.models.modeling import ContrastiveEncoder, ContrastiveEncoderOutput
@@ -44,5 +43,4 @@ __all__ = [
     "export_timm",
     "export_transformers",
     "export_sentence_transformers",
-    "save_for_hub",
 ]

@@ -19,7 +19,6 @@ from __future__ import annotations
 import inspect
 import json
 import os
-import warnings
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -37,7 +36,6 @@ __all__ = [
     "export_transformers",
     "export_sentence_transformers",
     "export_native",
-    "save_for_hub",
 ]
 
 #: Subfolder of every saved model folder (and Hub repository) holding the full encoder (head included).
@@ -218,20 +216,3 @@ def export_native(encoder: Any, save_dir: str | os.PathLike[str], state_dict: Ma
     if getattr(getattr(encoder, "config", None), "backbone_type", None) == "timm":
         return export_timm(encoder, save_dir, state_dict)
     return export_sentence_transformers(encoder, save_dir, state_dict)
-
-
-def save_for_hub(encoder: Any, save_dir: str | os.PathLike[str], card_data: Any = None) -> Path:
-    """Deprecated: ``encoder.save_pretrained(save_dir)`` writes this layout now.
-
-    ``card_data`` is attached to the encoder as ``encoder.model_card_data`` for the card writer.
-    """
-    warnings.warn(
-        "`save_for_hub(encoder, dir)` is deprecated: `encoder.save_pretrained(dir)` writes the same layout.",
-        DeprecationWarning,
-        stacklevel=2,
-    )
-    _require(encoder, encoder.config.backbone_type if isinstance(getattr(encoder, "config", None), ContrastiveEncoderConfig) else "?", "save_for_hub")
-    if card_data is not None:
-        encoder.model_card_data = card_data
-    encoder.save_pretrained(save_dir)
-    return Path(save_dir)

@@ -17,6 +17,7 @@ from transformers import AutoTokenizer, PretrainedConfig, PreTrainedModel
 from transformers.utils import ModelOutput, cached_file
 
 from hf_contrast.losses._checks import l2_normalize
+from hf_contrast.model_card import get_model_card_data, write_model_card
 from hf_contrast.models.backbones import (
     backbone_type_of,
     build_text_backbone,
@@ -32,6 +33,7 @@ from hf_contrast.models.heads import ProjectionHead
 from hf_contrast.models.pooling import pool_tokens
 from hf_contrast.models.st_layout import read_st_layout
 from hf_contrast.models.staging import staged_directory
+from hf_contrast.models.upload import upload_model_folder
 
 __all__ = ["ContrastiveEncoder", "ContrastiveEncoderOutput", "HUB_SUBFOLDER"]
 
@@ -495,11 +497,6 @@ class ContrastiveEncoder(PreTrainedModel):
 
     def _write_model_card(self, folder: os.PathLike[str]) -> None:
         try:
-            from hf_contrast.model_card import write_model_card
-        except ImportError:
-            logger.debug("hf_contrast.model_card is not available: no model card written to %s", folder)
-            return
-        try:
             write_model_card(self, folder)
         except Exception as error:  # the card must never make a save fail
             logger.warning("Model card not written (%s: %s); the model is saved without README.md.", type(error).__name__, error)
@@ -570,21 +567,18 @@ class ContrastiveEncoder(PreTrainedModel):
         repo_id = api.create_repo(repo_id, private=private, exist_ok=True).repo_id
         if revision not in (None, "main"):
             api.create_branch(repo_id, branch=revision, exist_ok=True)
-        ignore = None
-        if not replace_model_card and _foreign_card_on_hub(api, repo_id, revision):
-            logger.warning("%s has a README.md not written by hf_contrast: kept (pass `replace_model_card=True` to replace it).", repo_id)
-            ignore = ["README.md"]
+        get_model_card_data(self).model_id = repo_id  # the card's snippets name the repository
         with tempfile.TemporaryDirectory(prefix="hf_contrast_push_") as folder:
             self.save_pretrained(folder, **save_kwargs)
-            commit = api.upload_folder(
-                repo_id=repo_id,
-                folder_path=folder,
+            commit = upload_model_folder(
+                folder,
+                repo_id,
+                api=api,
                 commit_message=commit_message or "Upload hf_contrast encoder",
                 commit_description=commit_description,
                 revision=revision,
                 create_pr=create_pr,
-                ignore_patterns=ignore,
-                delete_patterns=[f"{HUB_SUBFOLDER}/*"],
+                replace_model_card=replace_model_card,
             )
         logger.info("Pushed %s to %s", type(self).__name__, commit.commit_url)
         return commit
@@ -604,26 +598,6 @@ def _library_version() -> str:
         return version("hf_contrast")
     except PackageNotFoundError:
         return "unknown"
-
-
-def _foreign_card_on_hub(api: Any, repo_id: str, revision: str | None) -> bool:
-    """Whether the repository holds a README.md that hf_contrast did not generate (its marker / tag is missing)."""
-    from huggingface_hub import hf_hub_download
-    from huggingface_hub.errors import EntryNotFoundError, RevisionNotFoundError
-
-    try:
-        if not api.file_exists(repo_id, "README.md", revision=revision):
-            return False
-        path = hf_hub_download(repo_id, "README.md", revision=revision, token=api.token)
-    except (EntryNotFoundError, RevisionNotFoundError):
-        return False
-    with open(path, encoding="utf-8") as handle:
-        text = handle.read()
-    try:
-        from hf_contrast.model_card import is_generated_card
-    except ImportError:
-        return "hf_contrast" not in text
-    return not is_generated_card(text)
 
 
 def _load_tokenizer(path: str | os.PathLike[str], subfolder: str, hub_kwargs: dict[str, Any]) -> Any:

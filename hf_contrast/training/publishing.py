@@ -25,6 +25,7 @@ from transformers.trainer_utils import HubStrategy, SaveStrategy
 from transformers.utils import PushInProgress
 
 from hf_contrast.model_card import get_model_card_data, write_model_card
+from hf_contrast.models.upload import upload_model_folder
 
 __all__ = ["HubPublishingMixin"]
 
@@ -109,7 +110,6 @@ class HubPublishingMixin:
         Returns:
             The ``CommitInfo`` (a ``Future`` of it with ``blocking=False``); ``None`` on other processes.
         """
-        from hf_contrast.hub.push import upload_model_folder
         from transformers.utils.hub import hf_api
 
         self.callback_handler.on_push_begin(self.args, self.state, self.control)
@@ -134,7 +134,7 @@ class HubPublishingMixin:
             commit_message=commit_message or "End of training",
             revision=revision if revision is not None else self.args.hub_revision,
             replace_model_card=self.replace_model_card,
-            ignore_patterns=["_*", "checkpoint-*"],
+            ignore_patterns=["_*", "checkpoint-*", "tmp-checkpoint-*"],
             run_as_future=not blocking,
         )
 
@@ -142,7 +142,6 @@ class HubPublishingMixin:
         """``Trainer._push_from_checkpoint`` for the one layout: the checkpoint's model folder (every
         file but the trainer state) replaces the one in ``output_dir``, which is uploaded in the
         background; ``hub_strategy="checkpoint"``/``"all_checkpoints"`` also upload the checkpoint."""
-        from hf_contrast.hub.push import upload_model_folder
         from transformers.utils.hub import hf_api
 
         if not self.is_world_process_zero() or self.args.hub_strategy == HubStrategy.END:
@@ -168,7 +167,7 @@ class HubPublishingMixin:
         jobs = [
             upload_model_folder(
                 output_dir, self.hub_model_id, api=api, commit_message=commit_message, revision=self.args.hub_revision,
-                replace_model_card=self.replace_model_card, ignore_patterns=["_*", "checkpoint-*"], run_as_future=True,
+                replace_model_card=self.replace_model_card, ignore_patterns=["_*", "checkpoint-*", "tmp-checkpoint-*"], run_as_future=True,
             )
         ]
         if self.args.hub_strategy in (HubStrategy.CHECKPOINT, HubStrategy.ALL_CHECKPOINTS):
