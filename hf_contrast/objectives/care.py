@@ -50,6 +50,7 @@ class CAREConfig(ObjectiveConfig):
         require(is_real(self.temperature) and self.temperature > 0, "temperature", self.temperature, "> 0")
         require(is_real(self.care_weight) and self.care_weight >= 0, "care_weight", self.care_weight, "a finite number >= 0")
         require(is_int(self.n_splits) and self.n_splits >= 1, "n_splits", self.n_splits, "an int >= 1")
+        require(isinstance(self.share_views, bool), "share_views", self.share_views, "True or False")
 
 
 class _ChunkedObjective(Objective):

@@ -59,6 +59,9 @@ class LOCALConfig(ObjectiveConfig):
             self.num_labels,
             "an int >= 2 or None",
         )
+        for name in ("pre_column", "post_column"):
+            value = getattr(self, name)
+            require(isinstance(value, str) and value != "", name, value, "a non-empty column name")
 
 
 class _EachImage:

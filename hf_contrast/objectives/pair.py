@@ -124,6 +124,8 @@ class BinaryNCEConfig(ObjectiveConfig):
     def validate(self) -> None:
         require(is_real(self.temperature) and self.temperature > 0, "temperature", self.temperature, "> 0")
         require(self.negatives in ("all", "shifted"), "negatives", self.negatives, "'all' or 'shifted'")
+        for name in ("learnable_temperature", "learnable_bias"):
+            require(isinstance(getattr(self, name), bool), name, getattr(self, name), "True or False")
 
 
 @register_objective("binary_nce")
