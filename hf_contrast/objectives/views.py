@@ -132,8 +132,19 @@ class ViewBuilder:
             text_column=self.args.text_column,
             text_pair_column=self.args.text_pair_column,
             label_column=self.args.label_column,
-            max_length=self.args.max_length,
+            max_length=self.max_length(),
         )
+
+    def max_length(self) -> int:
+        """Text truncation: ``args.max_length``, else the encoder's ``max_seq_length``, else the tokenizer's
+        ``model_max_length`` (when it is a real limit), else 128."""
+        if self.args.max_length is not None:
+            return int(self.args.max_length)
+        configured = getattr(getattr(self.model, "config", None), "max_seq_length", None)
+        if configured:
+            return int(configured)
+        limit = getattr(self.processing_class, "model_max_length", None)
+        return int(limit) if isinstance(limit, int) and 2 <= limit <= 100_000 else 128
 
     def collator(
         self, n_views: int = 2, deterministic: bool = False, raw: bool = False

@@ -76,7 +76,13 @@ class ContrastiveTrainingArguments(TrainingArguments):
             "(drop it from the batch, warn, and count it in the collator's `skipped_images`)."
         },
     )
-    max_length: int = field(default=128, metadata={"help": "Text: tokenizer truncation length."})
+    max_length: int | None = field(
+        default=None,
+        metadata={
+            "help": "Text: tokenizer truncation length. None: the encoder's max_seq_length (kept from a "
+            "sentence-transformers model), else the tokenizer's model_max_length, else 128."
+        },
+    )
     image_size: int | None = field(
         default=None, metadata={"help": "Image: side of the views. None: the encoder's data config (input_size)."}
     )
@@ -112,7 +118,12 @@ class ContrastiveTrainingArguments(TrainingArguments):
         for name in ("image_column", "text_column", "label_column"):
             value = getattr(self, name)
             require(isinstance(value, str) and value != "", name, value, "a non-empty column name")
-        require(is_int(self.max_length) and self.max_length >= 2, "max_length", self.max_length, "an int >= 2")
+        require(
+            self.max_length is None or (is_int(self.max_length) and self.max_length >= 2),
+            "max_length",
+            self.max_length,
+            "an int >= 2 or None",
+        )
         require(
             self.image_size is None or (is_int(self.image_size) and self.image_size >= 1),
             "image_size",

@@ -164,6 +164,9 @@ class ContrastiveTrainer(CheckpointingMixin, HubPublishingMixin, Trainer):
         # accumulation steps. Set after `Trainer.__init__`, which sets it from the model's signature.
         self.model_accepts_loss_kwargs = False
         self.evaluator = evaluator
+        if self.args.image_size is not None and hasattr(self.model, "set_image_size"):
+            if getattr(self.model.config, "backbone_type", None) == "timm":
+                self.model.set_image_size(self.args.image_size)  # what the saved data config will say
         self.views = ViewBuilder(self.model, self.args, self.processing_class, epoch=lambda: self.state.epoch)
         self._check_objective_fits()
         self.objective.setup(self.views, train_dataset)
