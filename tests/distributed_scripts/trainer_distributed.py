@@ -2,12 +2,12 @@
 
 Launched by ``tests/test_trainer_distributed.py`` as::
 
-    python -m torch.distributed.run --nproc_per_node 2 --master_port P trainer_distributed.py OUT_DIR
+    accelerate launch --multi_gpu --num_processes 2 trainer_distributed.py OUT_DIR
 
 Each run trains a BN-free tiny ViT for a few SGD steps on fixed (deterministic) views, with the
 sequential sampler, so that process ``r`` sees rows ``[r·b, (r+1)·b)`` of each global batch of
 ``2b`` rows. Rank 0 saves the final parameters to ``OUT_DIR/<method>.pt``; every rank saves the
-loss-owned parameters of a learnable BinaryNCE run to ``OUT_DIR/binary_nce_rank<r>.pt``. The test
+objective-owned parameters of a learnable BinaryNCE run to ``OUT_DIR/binary_nce_rank<r>.pt``. The test
 runs :func:`run` in its own process for the single-process reference (batch ``2b``, twice the
 splits, so CARE's chunks keep their size).
 """
@@ -31,7 +31,7 @@ from trainer_utils import (  # noqa: E402
 )
 
 from hf_contrast import distributed  # noqa: E402
-from hf_contrast.losses import BinaryNCELoss  # noqa: E402
+from hf_contrast.objectives import BinaryNCEObjective, CAREObjective, OCLObjective  # noqa: E402
 from hf_contrast.training import CARETrainer, OCLTrainer, SimCLRTrainer  # noqa: E402
 
 STEPS = 3
@@ -44,33 +44,38 @@ def run(method: str, out_dir: Path, batch_size: int, n_splits: int) -> dict[str,
     """Train ``method`` ("care" or "ocl") and return the final parameters and logs."""
     data = image_dataset(n=N_SAMPLES, size=16, n_classes=4)
     args = training_args(
-        out_dir / f"run_{method}", max_steps=STEPS, per_device_train_batch_size=batch_size, n_splits=n_splits,
+        out_dir / f"run_{method}", max_steps=STEPS, per_device_train_batch_size=batch_size,
         optim="sgd", learning_rate=0.1, max_grad_norm=0.0, train_sampling_strategy="sequential",
-        gather_distributed=True, care_weight=0.5, n_views=1 if method == "ocl" else None,
+        gather_distributed=True,
     )  # fmt: skip
     if method == "care":
+        objective = CAREObjective(care_weight=0.5, n_splits=n_splits, equivariance_augmentation=fixed_equivariance_views)
         trainer = CARETrainer(
-            model=vit_encoder(), args=args, train_dataset=data, data_collator=fixed_views_collator,
-            equivariance_augmentation=fixed_equivariance_views,
-        )  # fmt: skip
+            model=vit_encoder(), args=args, train_dataset=data, data_collator=fixed_views_collator, objective=objective
+        )
     else:  # one view per sample: the local batches hold 4 distinct classes, positives only across processes
-        trainer = OCLTrainer(model=vit_encoder(), args=args, train_dataset=data, data_collator=fixed_views_collator)
+        trainer = OCLTrainer(
+            model=vit_encoder(), args=args, train_dataset=data, data_collator=fixed_views_collator,
+            objective=OCLObjective(n_views=1),
+        )  # fmt: skip
     trainer.train()
     return {
         "parameters": parameters(trainer.model),
         "log_history": trainer.state.log_history,
-        "skipped_batches": trainer.skipped_batches,
+        "skipped_batches": getattr(trainer.objective, "skipped_batches", 0),
     }
 
 
 def run_learnable_loss(out_dir: Path) -> dict[str, torch.Tensor]:
-    """A learnable BinaryNCE run: the loss-owned parameters must stay identical on every process."""
+    """A learnable BinaryNCE run: the objective-owned parameters must stay identical on every process."""
     data = image_dataset(n=N_SAMPLES, size=16)
     args = training_args(out_dir / "run_binary_nce", max_steps=2, per_device_train_batch_size=LOCAL_BATCH, learning_rate=0.05)
-    loss = BinaryNCELoss(learnable_temperature=True, learnable_bias=True)
-    trainer = SimCLRTrainer(model=vit_encoder(), args=args, train_dataset=data, loss=loss, data_collator=fixed_views_collator)
+    objective = BinaryNCEObjective(learnable_temperature=True, learnable_bias=True)
+    trainer = SimCLRTrainer(
+        model=vit_encoder(), args=args, train_dataset=data, objective=objective, data_collator=fixed_views_collator
+    )
     trainer.train()
-    return {name: p.detach().cpu().clone() for name, p in loss.named_parameters()}
+    return {name: p.detach().cpu().clone() for name, p in objective.loss.named_parameters()}
 
 
 def main() -> None:
