@@ -128,7 +128,10 @@ def main() -> None:
         )
 
     torch.manual_seed(args.seed)
-    num_labels = train.features[args.label_column].num_classes if script.task_head else 0
+    num_labels = 0
+    if script.task_head:  # EquiBERT: one logit per class of the label column
+        feature = train.features[args.label_column]
+        num_labels = feature.num_classes if hasattr(feature, "num_classes") else max(train[args.label_column]) + 1
     encoder = load_encoder(script, num_labels)
     sts = STSEvaluator.from_dataset(sts_pairs, batch_size=args.per_device_eval_batch_size, max_length=args.max_length)
     trainer = ContrastiveTrainer(
