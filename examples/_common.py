@@ -141,19 +141,13 @@ def class_names(dataset: Any, label_column: str) -> list[str] | None:
 @torch.no_grad()
 def augmented_embeddings(model: Any, evaluator: Any) -> tuple[torch.Tensor, list[torch.Tensor]]:
     """``f(x)`` and ``[f(a_k(x))]`` of an :class:`~hf_contrast.evaluation.EquivarianceEvaluator`'s fixed batch
-    under its seeded augmentations (for the cosine histogram). Shape: ``(n, D)`` each."""
-    from hf_contrast.evaluation.equivariance import EquivarianceEvaluator
-
-    assert isinstance(evaluator, EquivarianceEvaluator)
+    under its seeded augmentations (for the cosine histogram), in eval mode. Shape: ``(n, D)`` each."""
     was_training = model.training
     model.eval()
-    f = evaluator._embed(model, evaluator.batch)
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(evaluator.seed)
-        batches = [evaluator._augmented() for _ in range(evaluator.num_augmentations)]
-    f_a = [evaluator._embed(model, batch) for batch in batches]
-    model.train(was_training)
-    return f, f_a
+    try:
+        return evaluator.embeddings(model)
+    finally:
+        model.train(was_training)
 
 
 def write_results(output_dir: str, title: str, results: Mapping[str, Any]) -> dict[str, Any]:

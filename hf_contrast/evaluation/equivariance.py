@@ -160,14 +160,19 @@ class EquivarianceEvaluator(Evaluator):
             return self.augment(dict(self.batch))
         return {**self.batch, self.augment_key: self.augment(self.batch[self.augment_key])}
 
-    def compute(self, model: nn.Module) -> dict[str, float]:
+    def embeddings(self, model: nn.Module) -> tuple[Tensor, list[Tensor]]:
+        """``f(x)`` of the fixed batch and ``[f(a_k(x))]`` under the seeded augmentations (the same draws at
+        every call). Shape: ``(n, D)`` each. Call in eval mode under ``torch.no_grad`` (``__call__`` does)."""
         f = self._embed(model, self.batch)
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(self.seed)
             augmented = [self._augmented() for _ in range(self.num_augmentations)]
+        return f, [self._embed(model, batch) for batch in augmented]
+
+    def compute(self, model: nn.Module) -> dict[str, float]:
+        f, augmented_embeddings = self.embeddings(model)
         errors, per_sample, gammas, cosines = [], [], [], []
-        for index, batch in enumerate(augmented):
-            f_a = self._embed(model, batch)
+        for index, f_a in enumerate(augmented_embeddings):
             wahba = wahba_error(f, f_a, normalize=self.normalize)
             gamma = relative_rotational_equivariance(f, f_a, normalize=self.normalize)
             errors.append(wahba.error)

@@ -7,7 +7,7 @@ the latent feature-correlation embedding, and the class-weighted cross-entropy o
 weighted by α (``alpha_schedule``: ``"inverse_epoch"`` α = alpha / (1 + e) at the integer epoch e, or
 ``"constant"``). ``contrastive="supcon"`` gives the paper's L-SCL baseline. Class weights are
 1/frequency over the training set. The pair classifier is part of this objective (trained,
-checkpointed, used by :meth:`predict_pairs`), not of the saved encoder.
+checkpointed, used by :meth:`classify`), not of the saved encoder.
 """
 
 from __future__ import annotations

@@ -147,7 +147,7 @@ class ContrastiveTrainer(CheckpointingMixin, HubPublishingMixin, Trainer):
             processing_class = getattr(model, "tokenizer", None)
         if compute_metrics is None:
             compute_metrics = EmbeddingMetrics(
-                knn_k=args.knn_k, knn_temperature=args.knn_temperature, seed=args.seed, progress=not args.disable_tqdm
+                knn_k=args.knn_k, knn_temperature=args.knn_temperature, seed=args.seed, progress=False
             )
         super().__init__(
             model=model,
