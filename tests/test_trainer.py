@@ -26,7 +26,6 @@ from hf_contrast.objectives import (
     BinaryNCEObjective,
     CustomPairObjective,
     OCLObjective,
-    SimCLRObjective,
     SimOObjective,
     SupConObjective,
 )
