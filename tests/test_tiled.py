@@ -30,7 +30,13 @@ from hf_contrast.losses import (
     supcon_loss,
     uniformity_loss,
 )
-from hf_contrast.losses.tiled import AUTO_TILE_MIN_LOGITS, DEFAULT_TILE_SIZE, resolve_tile_size, tiled_row_logsumexp
+from hf_contrast.losses.tiled import (
+    ACCELERATOR_TILE_SIZE,
+    AUTO_TILE_MIN_LOGITS,
+    DEFAULT_TILE_SIZE,
+    resolve_tile_size,
+    tiled_row_logsumexp,
+)
 
 # name -> loss(z1, z2, labels, tile_size): every tiled loss, in one signature
 LOSSES: dict[str, Callable[[Tensor, Tensor, Tensor, int], Tensor]] = {
@@ -151,6 +157,8 @@ def test_auto_threshold_and_argument_checks() -> None:
     assert resolve_tile_size(None, side, side) == 0
     assert resolve_tile_size(None, side + 1, side) == DEFAULT_TILE_SIZE
     assert resolve_tile_size(0, 10**6, 10**6) == 0 and resolve_tile_size(16, 2, 2) == 16
+    assert resolve_tile_size(None, side + 1, side, "cuda") == ACCELERATOR_TILE_SIZE
+    assert resolve_tile_size(None, side, side, "cuda") == 0 and resolve_tile_size(8, 9, 9, "cuda") == 8
     for bad in (-1, 2.5, True, "64"):
         with pytest.raises(ValueError, match="`tile_size`"):
             info_nce_loss(torch.randn(4, 3), torch.randn(4, 3), tile_size=bad)  # type: ignore[arg-type]

@@ -102,9 +102,9 @@ def binary_nce_loss(
         negatives: ``"all"`` or ``"shifted"``.
         normalize: L2-normalise the rows of ``z1`` and ``z2`` first (the default).
         tile_size: For ``"all"`` only: ``None`` (default) sums the ``B × B`` pair terms in
-            1024-row blocks (recomputed in the backward, memory ``O(B·D + tile²)``,
-            :mod:`hf_contrast.losses.tiled`) when ``B² > 4096²``, densely below; ``0``: always
-            dense; ``k > 0``: always blocks of ``k × k``. Ignored by ``"shifted"`` (already ``O(B)``).
+            blocks of 1024 rows on CPU, 4096 on accelerators (recomputed in the backward,
+            memory ``O(B·D + tile²)``, :mod:`hf_contrast.losses.tiled`) when ``B² > 4096²``,
+            densely below; ``0``: always dense; ``k > 0``: always blocks of ``k × k``. Ignored by ``"shifted"`` (already ``O(B)``).
 
     Returns:
         The loss, a scalar tensor.
@@ -147,7 +147,7 @@ def binary_nce_loss(
             positive = (z1 * z2).sum(dim=1) / temperature + bias
             negative = (z1 * z2.roll(-1, dims=0)).sum(dim=1) / temperature + bias
             return -(F.logsigmoid(positive) + F.logsigmoid(-negative)).mean()
-        tile = resolve_tile_size(tile_size, z1.shape[0], z2.shape[0])
+        tile = resolve_tile_size(tile_size, z1.shape[0], z2.shape[0], z1.device.type)
         if tile:
             scaled = z1 / temperature  # a learnable temperature gets its gradient through autograd
             bias_t = bias if isinstance(bias, Tensor) else scaled.new_tensor(float(bias))

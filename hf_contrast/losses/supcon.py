@@ -103,7 +103,7 @@ def _supervised_contrastive_loss(
             candidates, offset, candidate_labels = z, 0, labels
 
         n_local = z.shape[0]
-        tile = resolve_tile_size(tile_size, n_local, candidates.shape[0])
+        tile = resolve_tile_size(tile_size, n_local, candidates.shape[0], z.device.type)
         if tile:
             # |P(i)| = (#candidates with label y_i) − 1 (the anchor itself), by binary search: O(N log N).
             sorted_labels = candidate_labels.sort().values
@@ -189,7 +189,7 @@ def supcon_loss(
             the ``W`` processes (what DDP/Accelerate average) is exactly the loss of one process on
             the concatenated batch, whatever the local sizes. Identity when not distributed.
             Gradient accumulation does not add negatives.
-        tile_size: ``None`` (default): tiled with 1024-row blocks when ``N · N_global > 4096²``
+        tile_size: ``None`` (default): tiled (1024-row blocks on CPU, 4096 on accelerators) when ``N · N_global > 4096²``
             (``N > 4096`` on one process), dense below; ``0``: always dense; ``k > 0``: always
             tiled with ``k × k`` blocks.
 
