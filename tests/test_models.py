@@ -452,3 +452,18 @@ def test_pretrained_text_weights_offline_fail_fast(offline_empty_cache) -> None:
 def test_offline_misspelt_timm_name_is_still_unknown(offline_empty_cache) -> None:
     with pytest.raises(ValueError, match=r"Unknown backbone `resnet1888`.*resnet18"):
         ContrastiveEncoder.from_backbone("resnet1888")
+
+
+def test_a_from_scratch_resnet_sees_the_whole_image() -> None:
+    # timm's zero_init_last makes a random ResNet a function of the top-left 8x8 corner at 32 px (every
+    # block starts as its 1x1 stride-2 shortcut); from-scratch encoders start from full residual blocks.
+    torch.manual_seed(0)
+    encoder = ContrastiveEncoder.from_backbone("test_resnet", pretrained=False, projection_dim=8).eval()
+    assert encoder.config.backbone_kwargs.get("zero_init_last") is False
+    x = torch.rand(2, 3, 32, 32)
+    y = x.clone()
+    y[:, :, 8:, 8:] = torch.rand_like(y[:, :, 8:, 8:])  # the same top-left corner, another image elsewhere
+    with torch.no_grad():
+        assert (encoder(pixel_values=x).embeddings - encoder(pixel_values=y).embeddings).abs().max() > 1e-3
+    rebuilt = ContrastiveEncoder(encoder.config)  # the saved config rebuilds the same architecture
+    assert rebuilt.config.backbone_kwargs == encoder.config.backbone_kwargs

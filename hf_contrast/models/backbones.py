@@ -171,7 +171,20 @@ def create_timm_backbone(name: str, pretrained: bool, backbone_kwargs: dict[str,
             kwargs = {**source_args, **kwargs}
         else:
             architecture = name
-        model = timm.create_model(name, pretrained=pretrained, num_classes=0, **(backbone_kwargs or {}))
+        create_kwargs = dict(backbone_kwargs or {})
+        if not pretrained and "zero_init_last" not in create_kwargs:
+            # From scratch, timm zero-initialises the last norm of every residual block: each block starts as
+            # its shortcut, and a ResNet's 1x1 stride-2 shortcuts keep one pixel in four, so at 32 px the
+            # random network sees only the image's top-left 8x8 corner (every centred image maps to one point,
+            # all cosines stay positive and OCL cannot differ from SupCon). Contrastive training from scratch
+            # starts from full residual blocks, as SimCLR's ResNets do.
+            try:
+                model = timm.create_model(name, pretrained=False, num_classes=0, zero_init_last=False, **create_kwargs)
+                kwargs["zero_init_last"] = False
+                return model, architecture, kwargs
+            except TypeError:  # an architecture without residual zero-init
+                pass
+        model = timm.create_model(name, pretrained=pretrained, num_classes=0, **create_kwargs)
     except (RuntimeError, FileNotFoundError, OSError) as error:
         if _is_hub_unreachable(error):
             raise _unavailable(name, error) from error
