@@ -458,7 +458,7 @@ def test_a_from_scratch_resnet_sees_the_whole_image() -> None:
     # timm's zero_init_last makes a random ResNet a function of the top-left 8x8 corner at 32 px (every
     # block starts as its 1x1 stride-2 shortcut); from-scratch encoders start from full residual blocks.
     torch.manual_seed(0)
-    encoder = ContrastiveEncoder.from_backbone("test_resnet", pretrained=False, projection_dim=8).eval()
+    encoder = ContrastiveEncoder.from_backbone("resnet18", pretrained=False, projection_dim=8).eval()  # random weights, offline
     assert encoder.config.backbone_kwargs.get("zero_init_last") is False
     x = torch.rand(2, 3, 32, 32)
     y = x.clone()
