@@ -92,8 +92,8 @@ def uniformity_loss(
         t: Temperature-like scale t > 0 (paper default 2).
         normalize: L2-normalise the rows first (the paper's setting).
         gather_distributed: Compare local rows with the rows of all processes (see above).
-        tile_size: ``None`` (default): tiled (1024-row blocks on CPU, 4096 on accelerators) when ``B · B_global > 4096²``,
-            dense below; ``0``: always dense; ``k > 0``: always tiled with ``k × k`` blocks.
+        tile_size: ``None`` (default): tiled (1024-row blocks on CPU, 4096 on accelerators)
+            when ``B · B_global > 8192²``, dense below; ``0``: always dense; ``k > 0``: always tiled with ``k × k`` blocks.
 
     Returns:
         The scalar loss, ``<= 0`` (``0`` for a collapsed batch; lower is more uniform).

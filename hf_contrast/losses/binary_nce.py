@@ -103,7 +103,7 @@ def binary_nce_loss(
         normalize: L2-normalise the rows of ``z1`` and ``z2`` first (the default).
         tile_size: For ``"all"`` only: ``None`` (default) sums the ``B × B`` pair terms in
             blocks of 1024 rows on CPU, 4096 on accelerators (recomputed in the backward,
-            memory ``O(B·D + tile²)``, :mod:`hf_contrast.losses.tiled`) when ``B² > 4096²``,
+            memory ``O(B·D + tile²)``, :mod:`hf_contrast.losses.tiled`) when ``B² > 8192²``,
             densely below; ``0``: always dense; ``k > 0``: always blocks of ``k × k``. Ignored by ``"shifted"`` (already ``O(B)``).
 
     Returns:

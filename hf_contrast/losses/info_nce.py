@@ -66,7 +66,7 @@ def info_nce_loss(
             ``torch.distributed`` is not initialised. Gradient accumulation does not add
             negatives: each micro-batch only sees its own (gathered) batch.
         tile_size: ``None`` (default): tiled above ``AUTO_TILE_MIN_LOGITS`` similarities
-            (``(2B)·(2N) > 4096²``, i.e. ``B > 2048`` on one process) with 1024-row tiles on
+            (``(2B)·(2N) > 8192²``, i.e. ``B > 4096`` on one process) with 1024-row tiles on
             CPU and 4096-row tiles on accelerators, dense below; ``0``: always dense;
             ``k > 0``: always tiled with ``k × k`` blocks.
 

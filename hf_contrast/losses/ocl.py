@@ -51,7 +51,7 @@ def ocl_loss(
         gather_distributed: Compare the local anchors with the embeddings and labels of *all*
             processes; the mean over processes equals the global-batch loss (see
             :func:`~hf_contrast.losses.supcon_loss`). Gradient accumulation does not add negatives.
-        tile_size: ``None`` (automatic: tiled when ``N · N_global > 4096²``), ``0`` (dense) or the
+        tile_size: ``None`` (automatic: tiled when ``N · N_global > 8192²``), ``0`` (dense) or the
             tile edge of the memory-linear form (:mod:`hf_contrast.losses.tiled`); same value and
             gradients either way.
 

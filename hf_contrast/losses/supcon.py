@@ -189,8 +189,8 @@ def supcon_loss(
             the ``W`` processes (what DDP/Accelerate average) is exactly the loss of one process on
             the concatenated batch, whatever the local sizes. Identity when not distributed.
             Gradient accumulation does not add negatives.
-        tile_size: ``None`` (default): tiled (1024-row blocks on CPU, 4096 on accelerators) when ``N · N_global > 4096²``
-            (``N > 4096`` on one process), dense below; ``0``: always dense; ``k > 0``: always
+        tile_size: ``None`` (default): tiled (1024-row blocks on CPU, 4096 on accelerators)
+            when ``N · N_global > 8192²`` (``N > 8192`` on one process), dense below; ``0``: always dense; ``k > 0``: always
             tiled with ``k × k`` blocks.
 
     Returns:

@@ -49,9 +49,10 @@ DEFAULT_TILE_SIZE = 1024
 #: ``1024`` was 10× the dense time on an H100, ``4096`` about 2× (README, tiled-loss benchmark).
 ACCELERATOR_TILE_SIZE = 4096
 #: ``tile_size=None`` tiles when the similarity matrix has more than this many entries
-#: (``4096²`` = 16.8 M, a 64 MiB float32 matrix, i.e. InfoNCE above ``B = 2048``, SupCon above
-#: ``N = 4096``). Below it the dense form is as fast and its memory is small anyway.
-AUTO_TILE_MIN_LOGITS = 4096 * 4096
+#: (``8192²`` = 67 M, a 256 MiB float32 matrix: InfoNCE above ``B = 4096``, SupCon/OCL above
+#: ``N = 8192``, uniformity and binary NCE above ``B = 8192``). Below it the dense form's memory
+#: stays under ~1 GiB (InfoNCE at ``B = 4096``: 779 MiB on CPU) and it is the faster one.
+AUTO_TILE_MIN_LOGITS = 8192 * 8192
 
 
 def check_tile_size(tile_size: object) -> int | None:
@@ -69,9 +70,9 @@ def check_tile_size(tile_size: object) -> int | None:
 def resolve_tile_size(tile_size: int | None, n_rows: int, n_cols: int, device_type: str = "cpu") -> int:
     """The tile edge to use for an ``(n_rows, n_cols)`` similarity matrix; ``0`` means dense.
 
-    >>> resolve_tile_size(None, 512, 512), resolve_tile_size(None, 8192, 8192), resolve_tile_size(64, 8, 8)
+    >>> resolve_tile_size(None, 8192, 8192), resolve_tile_size(None, 16384, 16384), resolve_tile_size(64, 8, 8)
     (0, 1024, 64)
-    >>> resolve_tile_size(None, 8192, 8192, "cuda")
+    >>> resolve_tile_size(None, 16384, 16384, "cuda")
     4096
     """
     tile_size = check_tile_size(tile_size)
