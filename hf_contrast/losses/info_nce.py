@@ -94,7 +94,6 @@ def info_nce_loss(
         if normalize:
             z1, z2 = l2_normalize(z1), l2_normalize(z2)
         anchors = torch.cat([z1, z2], dim=0)  # (2B, D): rows i and B + i are the two views
-        n_local = z1.shape[0]
         if gather_distributed and world_size() > 1:
             # One gather of the whole [z1; z2] block: candidates are the processes' blocks in rank
             # order, and this process's block starts at `offset`.
