@@ -14,7 +14,7 @@ _LAZY = {
     "ContrastiveTrainingArguments": "arguments",
     "NONFINITE_POLICIES": "arguments",
     "ContrastiveTrainer": "trainer",
-    "NonFiniteLossError": "trainer",
+    "NonFiniteLossError": "loss_terms",
     "SimCLRTrainer": "trainers",
     "CARETrainer": "trainers",
     "SupConTrainer": "trainers",

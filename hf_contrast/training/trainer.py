@@ -38,20 +38,16 @@ from .. import distributed
 from ..data.checks import check_dataset
 from ..evaluation import EmbeddingMetrics
 from ..model_card import ModelCardCallback
+from ..losses import finite_input_checks
 from ..objectives import Objective, ViewBuilder, build_objective
 from .arguments import ContrastiveTrainingArguments
-from ..losses import finite_input_checks
 from .checkpointing import CheckpointingMixin, first_nonfinite_tensor
 from .collators import pop_view_batch_index
 from .gradient_cache import GradientCache
+from .loss_terms import LossTermTracker, NonFiniteLossError
 from .publishing import HubPublishingMixin
 
 __all__ = ["ContrastiveTrainer", "NonFiniteLossError"]
-
-
-class NonFiniteLossError(FloatingPointError):
-    """A training loss or gradient was NaN/inf (``nonfinite_policy="raise"``)."""
-
 
 class _ObjectiveCallback(TrainerCallback):
     """Zero the objective's gradients after every optimizer step (``Trainer`` zeroes the model's only) and,
@@ -177,15 +173,8 @@ class ContrastiveTrainer(CheckpointingMixin, HubPublishingMixin, Trainer):
         if data_collator is None:
             self.data_collator = self.objective.train_collator(self.views)
         self.eval_data_collator = eval_data_collator or self.objective.eval_collator(self.views)
-        self._term_sums: dict[str, Tensor] = {}
-        self._term_counts: dict[str, int] = {}
-        self._skipped_since_log = 0
-        self._pending_sums: dict[str, Tensor] = {}
-        self._pending_counts: dict[str, int] = {}
+        self.loss_terms = LossTermTracker(defer=self.args.nonfinite_policy == "skip")
         self._loss_log_start = (0, 0)  # (global step, skipped steps) at the last logged loss
-        self._nonfinite: dict[str, Tensor] = {}
-        self._first_nonfinite_step: Tensor | None = None
-        self._step_loss_finite: Tensor | None = None
         self.skipped_steps = 0
         self._next_view_index: Tensor | int | None = None
         self.add_callback(ModelCardCallback(self))  # fills model.model_card_data while training
@@ -261,34 +250,11 @@ class ContrastiveTrainer(CheckpointingMixin, HubPublishingMixin, Trainer):
         skipped = terms.pop("skipped", None)
         if model.training:
             if skipped is not None:
-                self._skipped_since_log += 1
+                self.loss_terms.skipped_batches += 1
             else:
-                self._record_terms(terms)
+                self.loss_terms.record(terms, step=self.state.global_step + 1)
         loss = terms["loss"]
         return (loss, terms) if return_outputs else loss
-
-    def _record_terms(self, terms: Mapping[str, Tensor]) -> None:
-        # Under "skip" a step's terms wait for the step's verdict (`_skip_step_if_nonfinite`): a dropped step's
-        # terms are not logged.
-        sums, counts = (self._pending_sums, self._pending_counts) if self.args.nonfinite_policy == "skip" else (self._term_sums, self._term_counts)
-        for name, value in terms.items():
-            if not isinstance(value, Tensor):
-                continue
-            value = value.detach().float()
-            finite = torch.isfinite(value)
-            self._nonfinite[name] = self._nonfinite[name] | ~finite if name in self._nonfinite else ~finite
-            if name == "loss":
-                self._step_loss_finite = finite
-                continue
-            sums[name] = sums[name] + value if name in sums else value
-            counts[name] = counts.get(name, 0) + 1
-        if "loss" in terms:  # the first step with a non-finite loss, kept on the device (no host sync)
-            step = torch.tensor(self.state.global_step + 1, device=terms["loss"].device)
-            bad = self._nonfinite["loss"]
-            first = self._first_nonfinite_step
-            self._first_nonfinite_step = (
-                torch.where(bad, step, torch.full_like(step, -1)) if first is None else torch.where((first < 0) & bad, step, first)
-            )
 
     def training_step(
         self, model: nn.Module, inputs: dict[str, Any], num_items_in_batch: Tensor | int | None = None
@@ -315,23 +281,18 @@ class ContrastiveTrainer(CheckpointingMixin, HubPublishingMixin, Trainer):
 
     def _skip_step_if_nonfinite(self) -> None:
         """Drop this optimizer step (gradients set to None) when its loss or a gradient is not finite."""
-        grads = [p.grad for p in [*self.model.parameters(), *self.objective.parameters()] if p.grad is not None]
+        params = [*self.model.parameters(), *self.objective.parameters()]
+        grads = [p.grad for p in params if p.grad is not None]
         finite = torch.stack([torch.isfinite(n) for n in torch._foreach_norm(grads)]).all() if grads else torch.tensor(True)
-        if self._step_loss_finite is not None:
-            finite = finite & self._step_loss_finite.to(finite.device)
-        self._step_loss_finite = None
-        pending = list(zip(self._pending_sums.items(), self._pending_counts.values()))
-        self._pending_sums, self._pending_counts = {}, {}
+        if self.loss_terms.last_loss_finite is not None:
+            finite = finite & self.loss_terms.last_loss_finite.to(finite.device)
         if bool(finite):  # the one host sync per step of the "skip" policy
-            for (name, total), count in pending:  # the step's terms count in the logs
-                self._term_sums[name] = self._term_sums[name] + total if name in self._term_sums else total
-                self._term_counts[name] = self._term_counts.get(name, 0) + count
+            self.loss_terms.commit()
             return
-        for p in [*self.model.parameters(), *self.objective.parameters()]:
+        for p in params:
             p.grad = None
+        self.loss_terms.discard()
         self.skipped_steps += 1
-        self._nonfinite.clear()
-        self._first_nonfinite_step = None
         warnings.warn(
             f"Step {self.state.global_step + 1}: non-finite loss or gradients; the optimizer step was skipped "
             f"(`nonfinite_policy='skip'`, {self.skipped_steps} skipped so far, logged as `skipped_steps`).",
@@ -341,45 +302,12 @@ class ContrastiveTrainer(CheckpointingMixin, HubPublishingMixin, Trainer):
 
     def check_finite(self) -> None:
         """Raise :class:`NonFiniteLossError` naming the first bad step and the non-finite terms, if any loss
-        since the last check was NaN/inf. Called at every log and before every checkpoint (one sync)."""
-        if not self._nonfinite or self.args.nonfinite_policy != "raise":
-            return
-        flags = {name: bool(flag) for name, flag in self._nonfinite.items()}
-        if not any(flags.values()):
-            self._nonfinite.clear()
-            return
-        step = int(self._first_nonfinite_step) if self._first_nonfinite_step is not None else self.state.global_step
-        bad = sorted(name for name, flag in flags.items() if flag and name != "loss") or ["loss"]
-        raise NonFiniteLossError(
-            f"Non-finite training loss at step {step} (terms: {', '.join(bad)}). Training stopped before writing a "
-            "checkpoint with these weights; the last checkpoint is intact. Lower the learning rate, enable gradient "
-            "clipping (`max_grad_norm`), check the inputs, or set `nonfinite_policy='skip'` to drop such steps."
-        )
+        since the last check was NaN/inf (``nonfinite_policy="raise"``). Called at every log, before every
+        checkpoint and at the end of training, where the Trainer syncs anyway."""
+        if self.args.nonfinite_policy == "raise":
+            self.loss_terms.check(fallback_step=self.state.global_step)
 
     # ---- logging -----------------------------------------------------------------------------------
-
-    def _drain_terms(self) -> dict[str, float]:
-        """Mean of each recorded term since the last log (over all processes), then reset."""
-        local = {name: (float(total), self._term_counts[name]) for name, total in self._term_sums.items()}
-        skipped = self._skipped_since_log
-        self._term_sums, self._term_counts, self._skipped_since_log = {}, {}, 0
-        if distributed.world_size() > 1:  # `log` runs on every process at the same steps
-            gathered: list[Any] = [None] * distributed.world_size()
-            dist.all_gather_object(gathered, (local, skipped))
-            merged: dict[str, tuple[float, int]] = {}
-            skipped = 0
-            for terms, n_skipped in gathered:
-                skipped += n_skipped
-                for name, (total, count) in terms.items():
-                    old_total, old_count = merged.get(name, (0.0, 0))
-                    merged[name] = (old_total + total, old_count + count)
-            local = merged
-        logs = {f"loss_{name}": total / count for name, (total, count) in local.items() if count > 0}
-        if skipped:
-            logs["skipped_batches"] = skipped
-        if self.skipped_steps:
-            logs["skipped_steps"] = self.skipped_steps
-        return logs
 
     def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
         """Check the losses are finite, then add the running mean of each term (``loss_<term>``).
@@ -395,7 +323,9 @@ class ContrastiveTrainer(CheckpointingMixin, HubPublishingMixin, Trainer):
             if skipped:  # `training_step` returned 0 for the dropped steps
                 logs = {**logs, "loss": logs["loss"] * steps / (steps - skipped) if steps > skipped else float("nan")}
             self._loss_log_start = (self.state.global_step, self.skipped_steps)
-            logs = {**logs, **self._drain_terms()}
+            logs = {**logs, **self.loss_terms.drain()}
+            if self.skipped_steps:
+                logs["skipped_steps"] = self.skipped_steps
         super().log(logs, start_time)
 
     # ---- objective parameters ------------------------------------------------------------------------

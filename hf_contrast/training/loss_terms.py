@@ -1,0 +1,123 @@
+"""``LossTermTracker``: the running mean of each loss term and the non-finite watch, without host syncs.
+
+The trainer records every step's named terms (tensors, kept on the device); the tracker
+
+- sums them for the logs (``loss_<term>``, averaged over the logging interval and over processes);
+- remembers, on the device, whether a term was NaN/inf and the first step where the total was, so
+  :meth:`check` — called where the Trainer syncs anyway (each log, each checkpoint, the end of training) —
+  can raise :class:`NonFiniteLossError` naming the step and the terms;
+- under ``nonfinite_policy="skip"`` holds a step's terms as *pending* until the step's verdict
+  (:meth:`commit` or :meth:`discard`), so a dropped step never reaches the logs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch import Tensor
+
+from .. import distributed
+
+__all__ = ["LossTermTracker", "NonFiniteLossError"]
+
+
+class NonFiniteLossError(FloatingPointError):
+    """A training loss or gradient was NaN/inf (``nonfinite_policy="raise"``)."""
+
+
+class LossTermTracker:
+    """Per-term sums for logging and device-side non-finite flags.
+
+    Args:
+        defer: Hold each step's terms until :meth:`commit` / :meth:`discard` (``nonfinite_policy="skip"``).
+    """
+
+    def __init__(self, defer: bool = False) -> None:
+        self.defer = defer
+        self._sums: dict[str, Tensor] = {}
+        self._counts: dict[str, int] = {}
+        self._pending: dict[str, Tensor] = {}
+        self._pending_counts: dict[str, int] = {}
+        self._nonfinite: dict[str, Tensor] = {}
+        self._first_bad_step: Tensor | None = None
+        #: Whether the last recorded total loss was finite (a device bool), for the step's verdict.
+        self.last_loss_finite: Tensor | None = None
+        self.skipped_batches = 0
+
+    def record(self, terms: Mapping[str, Tensor], step: int) -> None:
+        """Add one micro-batch's terms (``"loss"`` is the total; it is watched, not logged as a term)."""
+        sums, counts = (self._pending, self._pending_counts) if self.defer else (self._sums, self._counts)
+        for name, value in terms.items():
+            if not isinstance(value, Tensor):
+                continue
+            value = value.detach().float()
+            bad = ~torch.isfinite(value)
+            self._nonfinite[name] = self._nonfinite[name] | bad if name in self._nonfinite else bad
+            if name == "loss":
+                self.last_loss_finite = ~bad
+                first = self._first_bad_step
+                here = torch.full_like(value, step, dtype=torch.long)
+                none = torch.full_like(here, -1)
+                self._first_bad_step = torch.where(bad, here, none) if first is None else torch.where((first < 0) & bad, here, first)
+                continue
+            sums[name] = sums[name] + value if name in sums else value
+            counts[name] = counts.get(name, 0) + 1
+
+    def commit(self) -> None:
+        """The step was kept: its pending terms count in the logs."""
+        for name, total in self._pending.items():
+            self._sums[name] = self._sums[name] + total if name in self._sums else total
+            self._counts[name] = self._counts.get(name, 0) + self._pending_counts[name]
+        self._pending, self._pending_counts = {}, {}
+
+    def discard(self) -> None:
+        """The step was dropped: forget its terms and its non-finite flags."""
+        self._pending, self._pending_counts = {}, {}
+        self._nonfinite.clear()
+        self._first_bad_step = None
+        self.last_loss_finite = None
+
+    def check(self, fallback_step: int) -> None:
+        """Raise :class:`NonFiniteLossError` if a term since the last check was NaN/inf (one host sync).
+
+        Args:
+            fallback_step: The step named when the first bad step is unknown (a NaN term with a finite total).
+        """
+        if not self._nonfinite:
+            return
+        flags = {name: bool(flag) for name, flag in self._nonfinite.items()}
+        if not any(flags.values()):
+            self._nonfinite.clear()
+            return
+        first = int(self._first_bad_step) if self._first_bad_step is not None else -1
+        step = first if first >= 0 else fallback_step
+        bad = sorted(name for name, flag in flags.items() if flag and name != "loss") or ["loss"]
+        raise NonFiniteLossError(
+            f"Non-finite training loss at step {step} (terms: {', '.join(bad)}). Training stopped before writing a "
+            "checkpoint with these weights; the last checkpoint is intact. Lower the learning rate, enable gradient "
+            "clipping (`max_grad_norm`), check the inputs, or set `nonfinite_policy='skip'` to drop such steps."
+        )
+
+    def drain(self) -> dict[str, float]:
+        """``{"loss_<term>": mean}`` since the last call (over all processes) and ``skipped_batches``; resets."""
+        local = {name: (float(total), self._counts[name]) for name, total in self._sums.items()}
+        skipped = self.skipped_batches
+        self._sums, self._counts, self.skipped_batches = {}, {}, 0
+        if distributed.world_size() > 1:  # `log` runs on every process at the same steps
+            gathered: list[Any] = [None] * distributed.world_size()
+            dist.all_gather_object(gathered, (local, skipped))
+            merged: dict[str, tuple[float, int]] = {}
+            skipped = 0
+            for terms, n_skipped in gathered:
+                skipped += n_skipped
+                for name, (total, count) in terms.items():
+                    old_total, old_count = merged.get(name, (0.0, 0))
+                    merged[name] = (old_total + total, old_count + count)
+            local = merged
+        logs = {f"loss_{name}": total / count for name, (total, count) in local.items() if count > 0}
+        if skipped:
+            logs["skipped_batches"] = skipped
+        return logs
