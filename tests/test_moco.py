@@ -17,7 +17,8 @@ from distributed_scripts.trainer_utils import (
     vit_encoder,
 )
 from hf_contrast.objectives import CAREMoCoObjective
-from hf_contrast.objectives.moco import MoCoState, moco_info_nce_loss
+from hf_contrast.losses import moco_info_nce_loss
+from hf_contrast.objectives.moco import MoCoState
 from hf_contrast.training import CARETrainer
 
 

@@ -15,12 +15,13 @@ from .local import (
     pair_difference,
 )
 from .care import care_equivariance_loss, CARELoss
+from .moco import moco_info_nce_loss, CAREMoCoLoss
 from .simo import simo_loss, afcl_loss, SimOLoss, AFCLLoss
 from .align_uniform import alignment_loss, uniformity_loss, AlignUniformLoss
 from .spectral import spectral_contrastive_loss, SpectralContrastiveLoss
 from .vicreg import vicreg_loss, VICRegLoss
 from .binary_nce import binary_nce_loss, BinaryNCELoss
-from ._checks import finite_input_checks
+from ..tensor_checks import finite_input_checks
 
 __all__ = [
     "info_nce_loss",
@@ -38,6 +39,8 @@ __all__ = [
     "pair_difference",
     "care_equivariance_loss",
     "CARELoss",
+    "moco_info_nce_loss",
+    "CAREMoCoLoss",
     "simo_loss",
     "afcl_loss",
     "SimOLoss",

@@ -16,7 +16,7 @@ import torch
 from torch import Tensor, nn
 
 from ..distributed import gather_with_offset
-from ._checks import (
+from ..tensor_checks import (
     compute_dtype,
     check_embeddings,
     check_non_negative,

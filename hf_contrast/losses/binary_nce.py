@@ -19,7 +19,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ._checks import compute_dtype, check_embeddings, check_positive, check_same_shape, float32_math, l2_normalize
+from ..tensor_checks import compute_dtype, check_embeddings, check_positive, check_same_shape, float32_math, l2_normalize
 from .tiled import check_tile_size, resolve_tile_size, tiled_binary_nce_sum
 
 __all__ = ["binary_nce_loss", "BinaryNCELoss"]

@@ -15,7 +15,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from ._checks import (
+from ..tensor_checks import (
     compute_dtype,
     check_embeddings,
     check_non_negative,

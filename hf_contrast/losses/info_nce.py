@@ -13,7 +13,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..distributed import gather_with_offset, world_size
-from ._checks import compute_dtype, check_embeddings, check_positive, check_same_shape, float32_math, l2_normalize
+from ..tensor_checks import compute_dtype, check_embeddings, check_positive, check_same_shape, float32_math, l2_normalize
 from .tiled import check_tile_size, resolve_tile_size, tiled_row_logsumexp
 
 __all__ = ["info_nce_loss", "InfoNCELoss"]

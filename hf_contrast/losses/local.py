@@ -23,7 +23,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ._checks import (
+from ..tensor_checks import (
     compute_dtype,
     check_embeddings,
     check_labels,

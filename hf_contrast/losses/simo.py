@@ -31,7 +31,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from ._checks import compute_dtype, check_embeddings, check_positive, check_unit_interval, float32_math
+from ..tensor_checks import compute_dtype, check_embeddings, check_positive, check_unit_interval, float32_math
 
 __all__ = ["simo_loss", "afcl_loss", "SimOLoss", "AFCLLoss"]
 

@@ -13,11 +13,10 @@ from __future__ import annotations
 
 from typing import Any
 
-import torch
 from torch import Tensor, nn
 
 from ..distributed import gather_with_offset, world_size
-from ._checks import compute_dtype, check_embeddings, check_same_shape, float32_math
+from ..tensor_checks import compute_dtype, check_embeddings, check_same_shape, float32_math
 
 __all__ = ["spectral_contrastive_loss", "SpectralContrastiveLoss"]
 

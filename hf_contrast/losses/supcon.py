@@ -14,7 +14,7 @@ import torch.distributed as dist
 from torch import Tensor, nn
 
 from ..distributed import gather, gather_with_offset, world_size
-from ._checks import compute_dtype, check_embeddings, check_labels, check_positive, float32_math, l2_normalize
+from ..tensor_checks import compute_dtype, check_embeddings, check_labels, check_positive, float32_math, l2_normalize
 from .tiled import check_tile_size, resolve_tile_size, tiled_row_logsumexp
 
 __all__ = ["supcon_loss", "SupConLoss", "flatten_views"]

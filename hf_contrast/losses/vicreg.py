@@ -18,7 +18,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ._checks import compute_dtype, check_embeddings, check_non_negative, check_positive, check_same_shape, float32_math
+from ..tensor_checks import compute_dtype, check_embeddings, check_non_negative, check_positive, check_same_shape, float32_math
 
 __all__ = ["vicreg_loss", "VICRegLoss"]
 

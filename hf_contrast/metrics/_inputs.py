@@ -6,7 +6,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from ..losses._checks import check_embeddings, check_labels, check_same_shape
+from ..tensor_checks import check_embeddings, check_labels, check_same_shape
 
 __all__ = ["as_embeddings", "as_labels", "as_pair"]
 

@@ -13,7 +13,7 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
-from ..losses._checks import l2_normalize
+from ..tensor_checks import l2_normalize
 from ..losses.align_uniform import alignment_loss, uniformity_loss
 from ._inputs import as_embeddings, as_labels, as_pair
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from ..losses._checks import check_positive, l2_normalize
+from ..tensor_checks import check_positive, l2_normalize
 from ._inputs import as_embeddings, as_labels
 
 __all__ = ["knn_accuracy", "linear_probe_accuracy", "macro_f1"]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from ..losses._checks import l2_normalize
+from ..tensor_checks import l2_normalize
 from ._inputs import as_embeddings, as_pair
 
 __all__ = ["rankdata", "spearman_correlation", "sts_spearman"]

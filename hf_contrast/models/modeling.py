@@ -16,7 +16,7 @@ from torch import Tensor, nn
 from transformers import AutoTokenizer, PretrainedConfig, PreTrainedModel
 from transformers.utils import ModelOutput, cached_file
 
-from hf_contrast.losses._checks import l2_normalize
+from hf_contrast.tensor_checks import l2_normalize
 from hf_contrast.model_card import get_model_card_data, write_model_card
 from hf_contrast.models.backbones import (
     backbone_type_of,

@@ -24,9 +24,9 @@ from torch import Tensor, nn
 from .. import distributed
 from ..augment.chunked import ChunkedAugmentation
 from ..augment.text import ChunkedTextAugmentation
-from ..losses import CARELoss
+from ..losses import CARELoss, CAREMoCoLoss
 from .base import Objective, ObjectiveConfig, is_int, is_real, require
-from .moco import CAREMoCoLoss, MoCoState, MomentumUpdateCallback
+from .moco import MoCoState, MomentumUpdateCallback
 from .registry import register_objective
 from .views import ViewBuilder
 

@@ -1,4 +1,4 @@
-"""Input checks and numerics shared by every loss in :mod:`hf_contrast.losses`.
+"""Input checks and numerics shared by the losses, metrics and models of hf_contrast.
 
 Every check raises ``ValueError`` whose message names the argument in backticks, says what was
 received and what is expected. Checks that would need a device synchronisation (reading tensor
