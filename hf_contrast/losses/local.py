@@ -1,7 +1,6 @@
 """LOCAL: latent orthonormal contrastive learning for paired inputs (docs/methods.md §3a).
 
-Paper: "LOCAL: Latent Orthonormal Contrastive Learning for Paired Images" (seed
-``LOCAL-orthonormal-contrastive.txt``). A shared encoder sees both images of a pair
+Paper: "LOCAL: Latent Orthonormal Contrastive Learning for Paired Images". A shared encoder sees both images of a pair
 ``(x_pre, x_post)``; three signals are combined:
 
 - ``z = n(e_pre - e_post)``: the difference of the L2-normalised projections, trained with OCL
