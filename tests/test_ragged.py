@@ -19,7 +19,7 @@ from distributed_scripts.trainer_utils import (
 )
 from hf_contrast.losses import CARELoss
 from hf_contrast.objectives import CAREObjective
-from hf_contrast.training import CARETrainer
+from hf_contrast.training import CARETrainer, SupConTrainer
 
 N_IMAGES = 22  # batches of 8: 8 + 8 + a ragged 6 (not a multiple of n_splits=4)
 
@@ -121,3 +121,18 @@ def test_batch_size_not_a_multiple_of_n_splits_is_refused_before_training(tmp_pa
     args = training_args(tmp_path, per_device_train_batch_size=6)
     with pytest.raises(ValueError, match=r"`per_device_train_batch_size`=6 must be a multiple of 4.*use 4"):
         CARETrainer(model=model, args=args, train_dataset=data, objective=CAREObjective(n_splits=4))
+
+
+def test_streaming_datasets_train_and_evaluate(tmp_path, images) -> None:
+    # accelerate's dispatcher concatenates every batch value: all collator outputs are tensors; the eval set is
+    # streamed too and its metrics equal those of the same rows as a map-style dataset.
+    args = training_args(tmp_path, max_steps=3, per_device_train_batch_size=8, per_device_eval_batch_size=8)
+    trainer = SupConTrainer(
+        model=vit_encoder(), args=args, train_dataset=images.to_iterable_dataset(), eval_dataset=images
+    )  # fmt: skip
+    trainer.train()
+    assert trainer.state.global_step == 3 and len(_finite_losses(trainer)) == 3
+    mapped = trainer.evaluate()
+    streamed = trainer.evaluate(images.to_iterable_dataset())
+    for key in ("eval_loss", "eval_knn_accuracy", "eval_uniformity", "eval_alignment"):
+        assert streamed[key] == pytest.approx(mapped[key], abs=1e-5), key
