@@ -109,6 +109,14 @@ def test_local_evaluation_and_the_pair_classifier(tmp_path, pairs) -> None:
         pre, post = model(pixel_values=batch["pixel_values_pre"]), model(pixel_values=batch["pixel_values_post"])
         torch.testing.assert_close(logits, trainer.objective.loss.classify(pre.embeddings, post.embeddings))
         torch.testing.assert_close(torch.from_numpy(z), pair_difference(pre.projections, post.projections), atol=1e-5, rtol=1e-5)
+    # evaluate() reports the classifier: its accuracy and macro-F1 match the predictions' logits
+    torch.testing.assert_close(torch.from_numpy(output.predictions[1]), logits, atol=1e-5, rtol=1e-5)
+    labels = torch.tensor(pairs["label"])
+    predicted = logits.argmax(dim=1)
+    assert metrics["eval_accuracy"] == pytest.approx(float((predicted == labels).float().mean()))
+    from sklearn.metrics import f1_score
+
+    assert metrics["eval_macro_f1"] == pytest.approx(f1_score(labels.numpy(), predicted.numpy(), average="macro"))
 
 
 def test_local_resumes_mid_epoch_like_the_uninterrupted_run(tmp_path, pairs) -> None:

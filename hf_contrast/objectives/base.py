@@ -167,5 +167,13 @@ class Objective(nn.Module):
     def eval_embeddings(
         self, model: nn.Module, inputs: Mapping[str, Any], views: ViewBuilder
     ) -> tuple[Tensor, ...]:
-        """``(representation of the deterministic view[, view 1, view 2])`` of an evaluation batch."""
+        """``(representation of the deterministic view[, view 1, view 2])`` of an evaluation batch: the
+        ``predictions`` that :meth:`compute_metrics` scores."""
         return views.eval_representations(model, inputs)
+
+    def compute_metrics(self, args: Any) -> Callable[[Any], dict[str, float]]:
+        """The trainer's default ``compute_metrics`` for :meth:`eval_embeddings`'s predictions:
+        :class:`~hf_contrast.evaluation.EmbeddingMetrics` with the arguments' kNN settings."""
+        from ..evaluation import EmbeddingMetrics
+
+        return EmbeddingMetrics(knn_k=args.knn_k, knn_temperature=args.knn_temperature, seed=args.seed, progress=False)

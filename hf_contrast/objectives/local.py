@@ -18,9 +18,11 @@ from typing import Any
 
 import torch
 from torch import Tensor, nn
+from transformers import EvalPrediction
 
 from ..augment.paired import paired_transform
 from ..losses.local import LOCALLoss, local_alpha, pair_difference
+from ..metrics.probes import macro_f1
 from ..training.collators import PairedImageCollator
 from .base import Objective, ObjectiveConfig, is_int, is_real, require
 from .registry import register_objective
@@ -62,6 +64,25 @@ class LOCALConfig(ObjectiveConfig):
         for name in ("pre_column", "post_column"):
             value = getattr(self, name)
             require(isinstance(value, str) and value != "", name, value, "a non-empty column name")
+
+
+class PairClassifierMetrics:
+    """``compute_metrics`` for LOCAL's ``(z, logits)`` predictions: ``embedding_metrics(z)`` plus the
+    classifier's ``accuracy`` and ``macro_f1`` (with labels)."""
+
+    def __init__(self, embedding_metrics: Callable[[Any], dict[str, float]]) -> None:
+        self.embedding_metrics = embedding_metrics
+
+    def __call__(self, eval_pred: Any) -> dict[str, float]:
+        z, logits = eval_pred.predictions
+        labels = eval_pred.label_ids
+        metrics = self.embedding_metrics(EvalPrediction(predictions=(z,), label_ids=labels))
+        labels_t = torch.as_tensor(labels)
+        if labels_t.numel() and bool((labels_t >= 0).all()):
+            predicted = torch.as_tensor(logits).argmax(dim=1)
+            metrics["accuracy"] = float((predicted == labels_t).float().mean())
+            metrics["macro_f1"] = macro_f1(predicted, labels_t, num_classes=int(torch.as_tensor(logits).shape[1]))
+        return metrics
 
 
 class _EachImage:
@@ -155,10 +176,15 @@ class LOCALObjective(Objective):
         )
 
     def eval_embeddings(self, model: nn.Module, inputs: Mapping[str, Any], views: ViewBuilder) -> tuple[Tensor, ...]:
-        """The pair representation ``z = n(n(e_pre) − n(e_post))`` OCL shapes, and the classifier's logits."""
+        """``(z, logits)``: the pair representation ``z = n(n(e_pre) − n(e_post))`` OCL shapes, and the pair
+        classifier's logits. Shapes: ``(B, P)``, ``(B, K)``."""
         pre, post = self._encode(model, inputs, views, maps=False)
         z = pair_difference(pre["projections"], post["projections"]).float()
-        return (z,)
+        return z, self.loss.classify(pre["embeddings"], post["embeddings"]).float()
+
+    def compute_metrics(self, args: Any) -> Callable[[Any], dict[str, float]]:
+        """Embedding metrics of ``z`` plus the pair classifier's ``accuracy`` and ``macro_f1``."""
+        return PairClassifierMetrics(super().compute_metrics(args))
 
     @torch.no_grad()
     def classify(self, model: nn.Module, inputs: Mapping[str, Any], views: ViewBuilder) -> Tensor:

@@ -36,9 +36,8 @@ from transformers.trainer_utils import seed_worker
 
 from .. import distributed
 from ..data.checks import check_dataset
-from ..evaluation import EmbeddingMetrics
-from ..model_card import ModelCardCallback
 from ..losses import finite_input_checks
+from ..model_card import ModelCardCallback
 from ..objectives import Objective, ViewBuilder, build_objective
 from .arguments import ContrastiveTrainingArguments
 from .checkpointing import CheckpointingMixin, first_nonfinite_tensor
@@ -93,8 +92,8 @@ class ContrastiveTrainer(CheckpointingMixin, HubPublishingMixin, Trainer):
         processing_class: Tokenizer for text models; default ``model.tokenizer``.
         eval_data_collator: Collator used at evaluation; default the objective's.
         compute_metrics: Called with ``EvalPrediction(predictions=(embeddings[, view1, view2]),
-            label_ids=labels or -1)``; default :class:`~hf_contrast.evaluation.EmbeddingMetrics`. Pass your own
-            to replace it.
+            label_ids=labels or -1)``; default the objective's (:class:`~hf_contrast.evaluation.EmbeddingMetrics`;
+            LOCAL adds its pair classifier's accuracy and macro-F1). Pass your own to replace it.
         evaluator: An :class:`~hf_contrast.evaluation.Evaluator` (STS, kNN/probe on another set, geometry) run
             at every evaluation; its metrics are reported as ``eval_<name>_<metric>`` so
             ``metric_for_best_model`` can pick the best checkpoint by any of them.
@@ -142,9 +141,7 @@ class ContrastiveTrainer(CheckpointingMixin, HubPublishingMixin, Trainer):
         if processing_class is None and model is not None:
             processing_class = getattr(model, "tokenizer", None)
         if compute_metrics is None:
-            compute_metrics = EmbeddingMetrics(
-                knn_k=args.knn_k, knn_temperature=args.knn_temperature, seed=args.seed, progress=False
-            )
+            compute_metrics = self.objective.compute_metrics(args)
         super().__init__(
             model=model,
             args=args,
