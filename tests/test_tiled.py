@@ -36,6 +36,9 @@ from hf_contrast.losses.tiled import (
     DEFAULT_TILE_SIZE,
     resolve_tile_size,
     tiled_row_logsumexp,
+    tiled_symmetric_logsumexp,
+    tiled_symmetric_uniformity_logsumexp,
+    tiled_uniformity_logsumexp,
 )
 
 # name -> loss(z1, z2, labels, tile_size): every tiled loss, in one signature
@@ -153,6 +156,62 @@ def test_row_logsumexp_matches_torch_logsumexp() -> None:
     logits[torch.arange(9), torch.arange(9) + 2] = float("-inf")
     torch.testing.assert_close(lse, torch.logsumexp(logits, dim=1))
     assert not pos.any()
+
+
+@pytest.mark.parametrize(("labelled", "abs_negatives"), [(False, False), (True, False), (True, True)])
+@pytest.mark.parametrize("tile", [1, 4, 5, 64])
+def test_symmetric_form_equals_general_form(labelled: bool, abs_negatives: bool, tile: int) -> None:
+    """One process's losses use the symmetric form (each off-diagonal block once): it equals the
+    general rows × columns form on ``(x, x)``, values and gradients of both outputs."""
+    g = torch.Generator().manual_seed(tile)
+    x = torch.randn(23, 5, generator=g, dtype=torch.float64, requires_grad=True)
+    labels = torch.randint(0, 4, (23,), generator=g) if labelled else None
+    w_lse, w_pos = torch.randn(23, generator=g, dtype=torch.float64), torch.randn(23, generator=g, dtype=torch.float64)
+    results = []
+    for lse, pos in (
+        tiled_symmetric_logsumexp(x, labels, abs_negatives, tile),
+        tiled_row_logsumexp(x, x, labels, labels, 0, abs_negatives, 7),
+    ):
+        objective = (lse * w_lse).sum() + ((pos * w_pos).sum() if labelled else 0.0)
+        results.append((lse.detach(), pos.detach(), *torch.autograd.grad(objective, x)))
+    assert results[1][2].abs().max() > 1e-3 and (not labelled or results[1][1].abs().max() > 1e-3)
+    for got, expected in zip(*results, strict=True):
+        torch.testing.assert_close(got, expected, rtol=1e-10, atol=1e-10)
+
+
+@pytest.mark.parametrize("tile", [1, 4, 64])
+def test_symmetric_uniformity_equals_general_form(tile: int) -> None:
+    g = torch.Generator().manual_seed(tile)
+    a = torch.randn(19, 4, generator=g, dtype=torch.float64, requires_grad=True)
+    weights = torch.randn(19, generator=g, dtype=torch.float64)
+    sq = a.pow(2).sum(dim=1)
+    sym = tiled_symmetric_uniformity_logsumexp(a, sq, 0.7, tile)
+    general = tiled_uniformity_logsumexp(a, a, sq, sq, 0, 0.7, 5)
+    grads = [torch.autograd.grad((lse * weights).sum(), a, retain_graph=True)[0] for lse in (sym, general)]
+    assert grads[1].abs().max() > 1e-3
+    torch.testing.assert_close(sym, general, rtol=1e-10, atol=1e-10)
+    torch.testing.assert_close(grads[0], grads[1], rtol=1e-10, atol=1e-10)
+
+
+def test_gradcheck_symmetric_and_general_forms_with_labels() -> None:
+    """Both custom backwards on their own, labels and OCL's |s| included (the general form with
+    distinct anchors and candidates and an offset, as under ``gather_distributed=True``)."""
+    g = torch.Generator().manual_seed(7)
+    x = torch.randn(9, 3, generator=g, dtype=torch.float64, requires_grad=True)
+    c = torch.randn(13, 3, generator=g, dtype=torch.float64, requires_grad=True)
+    y, yc = torch.randint(0, 3, (9,), generator=g), torch.randint(0, 3, (13,), generator=g)
+    yc[2:11] = y  # candidates[2:11] stand for the anchors themselves (offset 2)
+
+    def symmetric(a: Tensor) -> Tensor:
+        lse, pos = tiled_symmetric_logsumexp(a, y, True, 4)
+        return lse + 0.3 * pos
+
+    def general(a: Tensor, b: Tensor) -> Tensor:
+        lse, pos = tiled_row_logsumexp(a, b, y, yc, 2, True, 4)
+        return lse + 0.3 * pos
+
+    assert torch.autograd.gradcheck(symmetric, (x,))
+    assert torch.autograd.gradcheck(general, (x, c))
 
 
 def test_auto_threshold_and_argument_checks() -> None:

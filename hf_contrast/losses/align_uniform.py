@@ -25,7 +25,12 @@ from ..tensor_checks import (
     float32_math,
     l2_normalize,
 )
-from .tiled import check_tile_size, resolve_tile_size, tiled_uniformity_logsumexp
+from .tiled import (
+    check_tile_size,
+    resolve_tile_size,
+    tiled_symmetric_uniformity_logsumexp,
+    tiled_uniformity_logsumexp,
+)
 
 __all__ = ["alignment_loss", "uniformity_loss", "AlignUniformLoss"]
 
@@ -122,7 +127,10 @@ def uniformity_loss(
         sq_all = candidates.pow(2).sum(dim=1)
         tile = resolve_tile_size(tile_size, n_local, n_all, a.device.type)
         if tile:
-            row_lse = tiled_uniformity_logsumexp(a, candidates, sq_local, sq_all, offset, t, tile)
+            if candidates is a:  # one process: symmetric distances, each off-diagonal block once
+                row_lse = tiled_symmetric_uniformity_logsumexp(a, sq_local, t, tile)
+            else:  # local rows × gathered columns: the general form
+                row_lse = tiled_uniformity_logsumexp(a, candidates, sq_local, sq_all, offset, t, tile)
             return torch.logsumexp(row_lse, dim=0) - math.log(n_local * (n_all - 1))
         sq_norms = sq_local[:, None] + sq_all[None, :]
         sq_dist = torch.addmm(sq_norms, a, candidates.T, alpha=-2.0).clamp_min(0.0)

@@ -6,6 +6,7 @@ ICML 2020, https://arxiv.org/abs/2002.05709.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import torch
@@ -14,7 +15,7 @@ from torch import Tensor, nn
 
 from ..distributed import gather_with_offset, world_size
 from ..tensor_checks import compute_dtype, check_embeddings, check_positive, check_same_shape, float32_math, l2_normalize
-from .tiled import check_tile_size, resolve_tile_size, tiled_row_logsumexp
+from .tiled import check_tile_size, resolve_tile_size, tiled_row_logsumexp, tiled_symmetric_logsumexp
 
 __all__ = ["info_nce_loss", "InfoNCELoss"]
 
@@ -106,7 +107,11 @@ def info_nce_loss(
             scaled = anchors / temperature
             # The positive of each anchor is its other view, on this process: O(B·D), no tiles.
             positive_logit = (scaled * torch.cat([z2, z1], dim=0)).sum(dim=1)
-            log_denominator, _ = tiled_row_logsumexp(scaled, candidates, offset=offset, tile_size=tile)
+            if candidates is anchors:
+                # One process: s = Z·Zᵀ/τ is symmetric, each off-diagonal block is computed once.
+                log_denominator, _ = tiled_symmetric_logsumexp(anchors / math.sqrt(temperature), tile_size=tile)
+            else:  # local rows × gathered columns: the general form
+                log_denominator, _ = tiled_row_logsumexp(scaled, candidates, offset=offset, tile_size=tile)
             per_anchor = log_denominator - positive_logit
         else:
             per_anchor = _dense_per_anchor(anchors, candidates, offset, temperature)

@@ -6,6 +6,7 @@ https://arxiv.org/abs/2004.11362.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -15,7 +16,7 @@ from torch import Tensor, nn
 
 from ..distributed import gather, gather_with_offset, world_size
 from ..tensor_checks import compute_dtype, check_embeddings, check_labels, check_positive, float32_math, l2_normalize
-from .tiled import check_tile_size, resolve_tile_size, tiled_row_logsumexp
+from .tiled import check_tile_size, resolve_tile_size, tiled_row_logsumexp, tiled_symmetric_logsumexp
 
 __all__ = ["supcon_loss", "SupConLoss", "flatten_views"]
 
@@ -132,9 +133,14 @@ def _supervised_contrastive_loss(
             )
 
         if tile:
-            log_denominator, sum_pos_logits = tiled_row_logsumexp(
-                z / temperature, candidates, labels, candidate_labels, offset, abs_negatives, tile
-            )
+            if distributed:  # local rows × gathered columns: the general form
+                log_denominator, sum_pos_logits = tiled_row_logsumexp(
+                    z / temperature, candidates, labels, candidate_labels, offset, abs_negatives, tile
+                )
+            else:  # one process: s = z·zᵀ/τ is symmetric, each off-diagonal block is computed once
+                log_denominator, sum_pos_logits = tiled_symmetric_logsumexp(
+                    z / math.sqrt(temperature), labels, abs_negatives, tile
+                )
         else:
             logits = (z / temperature) @ candidates.T  # (N, N_global); scale the (N, D) side
             if abs_negatives:
