@@ -23,7 +23,8 @@ Runs (``--runs`` picks a subset, in this order):
 - ``bert_*``: ``run_bert.py`` on SICK's training sentences, STS evaluator on SICK's trial pairs (checkpoint
   selection); ``sick_test``: the SICK test Spearman of the base model and of each saved model.
 
-Usage (about 45 min on a shared 2-core CPU; ``OMP_NUM_THREADS`` defaults to 2 for the runs)::
+Usage (each run takes minutes to half an hour on a 2-core CPU, depending on what else runs;
+``OMP_NUM_THREADS`` defaults to 2 for the runs; README "Runs on real data" has the measured times)::
 
     python benchmarks/real_data.py                       # everything
     python benchmarks/real_data.py --runs care,simclr    # a subset
@@ -57,7 +58,7 @@ IMAGE_COMMON = [
     "--eval_strategy", "no",
 ]  # fmt: skip
 BERT_COMMON = [
-    "--max_steps", "40", "--per_device_train_batch_size", "32", "--eval_steps", "20", "--save_steps", "20",
+    "--max_steps", "20", "--per_device_train_batch_size", "32", "--eval_steps", "10", "--save_steps", "10",
     "--max_length", "64", "--seed", "0", "--logging_steps", "10",
 ]  # fmt: skip
 
