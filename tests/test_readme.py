@@ -44,9 +44,7 @@ FRAGMENTS = {
 SLOW: dict[str, str] = {}
 # heading -> reason: blocks in README sections owned by someone else that do not run yet (strict xfail:
 # the test fails as soon as the block runs, so the entry must then be removed)
-KNOWN_BROKEN = {
-    "Tiled losses: memory linear in the batch": "the block uses z1, z2, z, labels without defining them",
-}
+KNOWN_BROKEN: dict[str, str] = {}
 TIMEOUT_S = 900
 
 
