@@ -197,7 +197,9 @@ def save_plots(
         if metrics:
             jobs.append(("eval_curves.png", lambda p: plots.plot_metric_curves(log_history, p, metrics, title=f"{title}: evaluation")))
     written = []
-    for name, draw in jobs:
+    for index, (name, draw) in enumerate(jobs, 1):
+        slow = " (t-SNE: a minute or two for a few thousand points)" if name == "embeddings.png" and projection == "tsne" else ""
+        print(f"[{index}/{len(jobs)}] drawing {out / name}{slow}", flush=True)
         try:
             written.append(draw(out / name))
         except (ValueError, ImportError) as error:

@@ -166,8 +166,15 @@ def main() -> None:
     equivariance = EquivarianceEvaluator(
         batch, lambda inputs: edit(inputs)[0], augment_key=None, num_augmentations=script.num_augmentations, seed=args.seed
     )
+    spearman_after = sts(encoder)["sts_spearman"]
+    if spearman_after < spearman_before:
+        print(
+            f"WARNING: the fine-tuned model's STS Spearman ({spearman_after:.4f}) is below the starting model's "
+            f"({spearman_before:.4f}): {script.method} did not help on these pairs; keep using {script.model} or try "
+            "supervised pairs (`--text_pair_column`), a lower learning rate or fewer steps."
+        )
     results = {
-        "sts_spearman": sts(encoder)["sts_spearman"],
+        "sts_spearman": spearman_after,
         "sts_spearman_before_training": spearman_before,
         "uniformity": uniformity(test_z),
         **equivariance(encoder),

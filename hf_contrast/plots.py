@@ -143,7 +143,9 @@ def plot_embedding_projection(
             mask = y == cls
             ax.scatter(points[mask, 0], points[mask, 1], s=8, alpha=0.8, color=cmap(index), label=names[cls])
         if len(classes) <= 20:
-            ax.legend(title="class", fontsize="small", markerscale=2, loc="best", ncols=2 if len(classes) > 10 else 1)
+            # outside the axes, so the legend never hides points
+            ax.legend(title="class", fontsize="small", markerscale=2, loc="center left", bbox_to_anchor=(1.0, 0.5),
+                      ncols=2 if len(classes) > 10 else 1)  # fmt: skip
     axes = {"pca": ("PC 1", "PC 2"), "tsne": ("t-SNE 1", "t-SNE 2")}[method]
     ax.set_xlabel(axes[0])
     ax.set_ylabel(axes[1])
