@@ -41,14 +41,15 @@ N_SAMPLES = 32
 
 
 def run(method: str, out_dir: Path, batch_size: int, n_splits: int) -> dict[str, Any]:
-    """Train ``method`` ("care" or "ocl") and return the final parameters and logs."""
+    """Train ``method`` ("care", "care_cached": CARE with the encoder in mini-batches of 3 rows, or "ocl") and
+    return the final parameters and logs."""
     data = image_dataset(n=N_SAMPLES, size=16, n_classes=4)
     args = training_args(
         out_dir / f"run_{method}", max_steps=STEPS, per_device_train_batch_size=batch_size,
         optim="sgd", learning_rate=0.1, max_grad_norm=0.0, train_sampling_strategy="sequential",
-        gather_distributed=True,
+        gather_distributed=True, gradient_cache_size=3 if method == "care_cached" else None,
     )  # fmt: skip
-    if method == "care":
+    if method in ("care", "care_cached"):
         objective = CAREObjective(care_weight=0.5, n_splits=n_splits, equivariance_augmentation=fixed_equivariance_views)
         trainer = CARETrainer(
             model=vit_encoder(), args=args, train_dataset=data, data_collator=fixed_views_collator, objective=objective
@@ -80,7 +81,7 @@ def run_learnable_loss(out_dir: Path) -> dict[str, torch.Tensor]:
 
 def main() -> None:
     out_dir = Path(sys.argv[1])
-    for method in ("care", "ocl"):
+    for method in ("care", "care_cached", "ocl"):
         result = run(method, out_dir, LOCAL_BATCH, LOCAL_SPLITS)
         if distributed.rank() == 0:
             torch.save(result, out_dir / f"{method}.pt")
