@@ -87,3 +87,31 @@ def test_gradient_cache_size_is_validated(tmp_path) -> None:
         ContrastiveTrainingArguments(output_dir=str(tmp_path), gradient_cache_size=0)
     with pytest.raises(ValueError, match="`gradient_cache_size`"):
         GradientCache(0)
+
+
+def test_batchnorm_running_statistics_move_once_per_mini_batch(tmp_path) -> None:
+    # The no-graph pass must not touch BatchNorm's running statistics: only the graph pass updates them,
+    # so a cached step moves them exactly like running its mini-batches through the encoder once.
+    from _tiny import tiny_timm_encoder  # BatchNorm backbone and projection head
+
+    data = image_dataset(n=8, size=32)
+    batch = fixed_views_collator([data[i] for i in range(8)])
+    torch.manual_seed(0)
+    model = tiny_timm_encoder()
+    reference = {k: v.clone() for k, v in model.state_dict().items()}
+    trainer = ContrastiveTrainer(
+        model=model, args=training_args(tmp_path, gradient_cache_size=8, image_size=32), train_dataset=data,
+        data_collator=fixed_views_collator, objective="simclr",
+    )  # fmt: skip
+    _gradients(trainer, batch)
+    expected = tiny_timm_encoder()
+    expected.load_state_dict(reference)
+    expected.train()
+    with torch.no_grad():  # the replay: the 16 view rows in mini-batches of 8, each once
+        views = torch.cat([batch["pixel_values_1"], batch["pixel_values_2"]])
+        for chunk in views.split(8):
+            expected(pixel_values=chunk)
+    got = model.state_dict()
+    for name, value in expected.state_dict().items():
+        if "running" in name or "num_batches_tracked" in name:
+            torch.testing.assert_close(got[name], value, msg=name)

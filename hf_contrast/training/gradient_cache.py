@@ -13,9 +13,10 @@ encoder only ever holds the activations of ``mini_batch_size`` rows:
    gradient.
 
 Exactness: equal to the direct step (to float rounding) for encoders without batch statistics
-(LayerNorm, GroupNorm, BERT). With BatchNorm the statistics are per mini-batch, as with any
-micro-batching; the usual remedies are a larger ``mini_batch_size``, ``GroupNorm``/``LayerNorm``
-backbones, or frozen BN statistics. Cost: one extra forward pass of the encoder per step.
+(LayerNorm, GroupNorm, BERT). With BatchNorm the normalisation statistics are per mini-batch, as with
+any micro-batching (the running statistics are updated by the graph pass only, once per mini-batch);
+the usual remedies are a larger ``mini_batch_size``, ``GroupNorm``/``LayerNorm`` backbones, or frozen BN
+statistics. Cost: one extra forward pass of the encoder per step.
 """
 
 from __future__ import annotations
@@ -104,10 +105,18 @@ class GradientCache:
         chunks = [_slice(inputs, a, b, n) for a, b in bounds]
         rng: list[_RNGState] = []
         parts: list[Mapping[str, Any]] = []
+        # BatchNorm running statistics move in the graph pass only (once per row, as in a direct step).
+        norms = [m for m in model.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm) and m.track_running_stats]
+        saved = [[b.clone() for b in (m.running_mean, m.running_var, m.num_batches_tracked) if b is not None] for m in norms]
         for chunk in chunks:
             rng.append(_RNGState.capture([v for v in chunk.values() if isinstance(v, Tensor)]))
             with torch.no_grad():
                 parts.append(model(**chunk, **forward_kwargs))
+        with torch.no_grad():
+            for module, buffers in zip(norms, saved):
+                current = [b for b in (module.running_mean, module.running_var, module.num_batches_tracked) if b is not None]
+                for target, value in zip(current, buffers):
+                    target.copy_(value)
         outputs: dict[str, Any] = {}
         for key, value in parts[0].items():
             if isinstance(value, Tensor) and value.ndim > 0:
