@@ -35,6 +35,8 @@ from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
 from hf_contrast.models.export import HUB_SUBFOLDER
 
+from .loss_terms import NonFiniteLossError
+
 __all__ = [
     "CheckpointingMixin",
     "CONTRASTIVE_STATE_NAME",
@@ -221,15 +223,15 @@ class CheckpointingMixin:
         """Write ``checkpoint-N`` atomically (``tmp-checkpoint-N`` then a rename), refusing non-finite weights.
 
         Raises:
-            RuntimeError: If a parameter or buffer of the model is NaN/inf: nothing is written, the
-                previous checkpoints stay the newest.
+            NonFiniteLossError: (a ``RuntimeError``) if a parameter or buffer of the model is NaN/inf:
+                nothing is written, the previous checkpoints stay the newest.
         """
         from transformers.trainer_utils import SaveStrategy, rotate_checkpoints
 
         step = self.state.global_step
         bad = first_nonfinite_tensor(self.model)
         if bad is not None:
-            raise RuntimeError(
+            raise NonFiniteLossError(
                 f"Refusing to write {PREFIX_CHECKPOINT_DIR}-{step}: `{bad}` of the model holds NaN/inf at step {step}. "
                 "The newest checkpoint already written is still intact; resume from it with a lower learning rate, "
                 "gradient clipping (`max_grad_norm`) or another seed."

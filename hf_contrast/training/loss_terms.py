@@ -24,8 +24,9 @@ from .. import distributed
 __all__ = ["LossTermTracker", "NonFiniteLossError"]
 
 
-class NonFiniteLossError(FloatingPointError):
-    """A training loss or gradient was NaN/inf (``nonfinite_policy="raise"``)."""
+class NonFiniteLossError(FloatingPointError, RuntimeError):
+    """A training loss, gradient or weight was NaN/inf: training stops before a checkpoint is written
+    (``nonfinite_policy="raise"``; raised by :class:`LossTermTracker` and by the checkpointing mixin)."""
 
 
 class LossTermTracker:

@@ -40,7 +40,7 @@ from ..losses import finite_input_checks
 from ..model_card import ModelCardCallback
 from ..objectives import Objective, ViewBuilder, build_objective
 from .arguments import ContrastiveTrainingArguments
-from .checkpointing import CheckpointingMixin, first_nonfinite_tensor
+from .checkpointing import CheckpointingMixin
 from .collators import pop_view_batch_index
 from .gradient_cache import GradientCache
 from .loss_terms import LossTermTracker, NonFiniteLossError
@@ -415,26 +415,27 @@ class ContrastiveTrainer(CheckpointingMixin, HubPublishingMixin, Trainer):
         )
         return self.accelerator.prepare(loader)
 
-    def get_eval_dataloader(self, eval_dataset: Any = None) -> DataLoader:
-        """The Trainer's evaluation loader with the objective's evaluation collator (the same seeded views
-        at every evaluation)."""
+    @contextlib.contextmanager
+    def _eval_collation(self) -> Iterator[None]:
+        """The objective's evaluation collator in place of the training one, restarted at batch 0 (the same
+        seeded views at every evaluation)."""
         if hasattr(self.eval_data_collator, "next_index"):
             self.eval_data_collator.next_index = 0
         train_collator, self.data_collator = self.data_collator, self.eval_data_collator
         try:
-            return super().get_eval_dataloader(eval_dataset)
+            yield
         finally:
             self.data_collator = train_collator
 
+    def get_eval_dataloader(self, eval_dataset: Any = None) -> DataLoader:
+        """The Trainer's evaluation loader with the objective's evaluation collator."""
+        with self._eval_collation():
+            return super().get_eval_dataloader(eval_dataset)
+
     def get_test_dataloader(self, test_dataset: Any) -> DataLoader:
         """As :meth:`get_eval_dataloader`, for ``predict``."""
-        if hasattr(self.eval_data_collator, "next_index"):
-            self.eval_data_collator.next_index = 0
-        train_collator, self.data_collator = self.data_collator, self.eval_data_collator
-        try:
+        with self._eval_collation():
             return super().get_test_dataloader(test_dataset)
-        finally:
-            self.data_collator = train_collator
 
     def _set_signature_columns_if_needed(self) -> None:
         """With ``remove_unused_columns=True``, keep every column the collators read."""
@@ -514,11 +515,5 @@ class ContrastiveTrainer(CheckpointingMixin, HubPublishingMixin, Trainer):
             self.data_collator.next_index = self._next_view_index
 
     def _save_checkpoint(self, model: nn.Module, trial: Any) -> None:
-        self.check_finite()  # never write a checkpoint after a non-finite step
-        bad = first_nonfinite_tensor(self.model)
-        if bad is not None:  # e.g. set by a callback after the step's (finite) loss
-            raise NonFiniteLossError(
-                f"Non-finite weights at step {self.state.global_step} (`{bad}` holds NaN/inf): checkpoint-"
-                f"{self.state.global_step} was not written; the last checkpoint is intact."
-            )
+        self.check_finite()  # a non-finite loss names its step and term before the mixin checks the weights
         super()._save_checkpoint(model, trial)
