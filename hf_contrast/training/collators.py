@@ -115,7 +115,7 @@ class _SeededViews:
     """Per-batch seeded randomness and bad-image handling shared by the image collators.
 
     Mixed into dataclasses that define ``seed``, ``next_index``, ``on_bad_image``,
-    ``n_channels`` and ``skipped_images``.
+    ``n_channels``, ``skipped_images`` and ``label_column``.
     """
 
     seed: int | None
@@ -132,6 +132,15 @@ class _SeededViews:
         self.next_index += 1
         batch_seed = int(np.random.SeedSequence([self.seed, index]).generate_state(1, dtype=np.uint64)[0] >> 2)
         return _seeded_global_rng(batch_seed), index
+
+    def _finish(self, batch: dict[str, Any], features: Sequence[Mapping[str, Any]], index: int | None) -> dict[str, Any]:
+        """Add ``labels`` (from ``label_column``) and ``view_batch_index`` (seeded batches) to ``batch``."""
+        labels = _collate_labels(features, self.label_column)  # type: ignore[attr-defined]
+        if labels is not None:
+            batch["labels"] = labels
+        if index is not None:
+            batch["view_batch_index"] = torch.full((len(features),), index, dtype=torch.long)
+        return batch
 
     def _decode_rows(
         self, features: Sequence[Mapping[str, Any]], columns: Sequence[str]
@@ -281,12 +290,7 @@ class ImageViewCollator(_SeededViews):
                         rows[key].append(transforms.get(key, self.transform)(image))  # type: ignore[misc]
             for key in wanted:
                 batch[key] = torch.stack(rows[key])
-        labels = _collate_labels(features, self.label_column)
-        if labels is not None:
-            batch["labels"] = labels
-        if index is not None:
-            batch["view_batch_index"] = torch.full((len(features),), index, dtype=torch.long)
-        return batch
+        return self._finish(batch, features, index)
 
 
 @dataclass
@@ -342,12 +346,7 @@ class PairedImageCollator(_SeededViews):
             "pixel_values_pre": torch.stack([p[0] for p in pairs]),
             "pixel_values_post": torch.stack([p[1] for p in pairs]),
         }
-        labels = _collate_labels(features, self.label_column)
-        if labels is not None:
-            batch["labels"] = labels
-        if index is not None:
-            batch["view_batch_index"] = torch.full((len(features),), index, dtype=torch.long)
-        return batch
+        return self._finish(batch, features, index)
 
 
 @dataclass
