@@ -91,8 +91,6 @@ def main() -> None:
         encoder = ContrastiveEncoder.from_backbone(script.model, pretrained=script.pretrained, projection_dim=script.projection_dim)
     except HubUnavailableError as error:
         raise SystemExit(f"{error}\nOr drop `--pretrained` to train `{script.model}` from scratch.") from error
-    if args.image_size is not None:
-        encoder.set_image_size(args.image_size)
     objective = get_objective(script.method)(config)
     trainer = ContrastiveTrainer(model=encoder, args=args, objective=objective, train_dataset=train, eval_dataset=test)
     names = train.features[args.label_column].names

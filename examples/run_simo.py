@@ -69,8 +69,6 @@ def main() -> None:
         )
     except HubUnavailableError as error:
         raise SystemExit(f"{error}\nOr drop `--pretrained` to train `{script.model}` from scratch.") from error
-    if args.image_size is not None:
-        encoder.set_image_size(args.image_size)
     trainer = ContrastiveTrainer(
         model=encoder,
         args=args,

@@ -27,6 +27,8 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from torch import Tensor, nn
 
+from ..evaluation import EmbeddingMetrics
+
 if TYPE_CHECKING:
     from transformers import TrainerCallback
 
@@ -174,6 +176,4 @@ class Objective(nn.Module):
     def compute_metrics(self, args: Any) -> Callable[[Any], dict[str, float]]:
         """The trainer's default ``compute_metrics`` for :meth:`eval_embeddings`'s predictions:
         :class:`~hf_contrast.evaluation.EmbeddingMetrics` with the arguments' kNN settings."""
-        from ..evaluation import EmbeddingMetrics
-
         return EmbeddingMetrics(knn_k=args.knn_k, knn_temperature=args.knn_temperature, seed=args.seed, progress=False)

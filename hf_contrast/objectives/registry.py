@@ -12,10 +12,9 @@ resolve here; adding a method is one file with a class decorated by :func:`regis
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
-if TYPE_CHECKING:
-    from .base import Objective
+from .base import Objective
 
 __all__ = ["register_objective", "get_objective", "build_objective", "available_objectives"]
 
@@ -62,8 +61,6 @@ def build_objective(objective: str | Objective, **hyperparameters: Any) -> Objec
     Raises:
         ValueError: on an unknown name, or hyperparameters given with an instance.
     """
-    from .base import Objective
-
     if isinstance(objective, Objective):
         if hyperparameters:
             raise ValueError(
