@@ -19,7 +19,14 @@ Runs (``--runs`` picks a subset, in this order):
   weights), on the balanced and on the long-tailed training subset — the baseline of every image run.
 - ``care``, ``simclr``: ``run_care.py`` (probe, kNN, Wahba error, γ_f), same seed, steps and batch.
 - ``simo``: ``run_simo.py`` (class orthogonality, probe).
-- ``ocl``, ``supcon``: ``run_ocl.py`` on a long-tailed subset (500 → 50 images per class).
+- ``ocl``, ``supcon``: ``run_ocl.py`` on a long-tailed subset (500 → 50 images per class), 600 steps.
+- ``ocl_full``, ``supcon_full``: ``run_ocl.py`` on the whole training split made long-tailed
+  (6,000 → 600 images per class, 24,523 images), 6,000 steps; needs the full image folder
+  (``--fmnist_full``, built with ``bash TOOL OUT 0 0``). ``random_init`` then also scores this split.
+- ``cross_entropy``, ``cross_entropy_full``: the supervised reference of the OCL / SupCon runs — the same
+  ResNet-18, data, views (one per image), optimiser, schedule, batch and steps, trained with
+  cross-entropy through a linear head; then the same frozen-feature probe and kNN. Written here, not
+  in the library: it is a yardstick, not a method.
 - ``bert_*``: ``run_bert.py`` on SICK's training sentences, STS evaluator on SICK's trial pairs (checkpoint
   selection); ``sick_test``: the SICK test Spearman of the base model and of each saved model.
 
@@ -51,6 +58,9 @@ EXAMPLES = ROOT / "examples"
 # One budget for all image runs: a class-balanced subset, ResNet-18 from scratch at 32 px.
 IMAGE_TRAIN, IMAGE_TEST = 2000, 1000  # 200 / 100 images per class
 LONG_TAIL_TRAIN, IMBALANCE = 5000, 10  # 500 per class, then 500 → 50 per class
+# The *_full runs: every training image, then 6,000 → 600 per class.
+FULL_TEST = 2000
+FULL_STEPS = 6000
 # No evaluation during training (an evaluation of 1,000 test images costs ~20 training steps here): the
 # scripts' final evaluation (results.json) is the one reported.
 IMAGE_COMMON = [
@@ -65,11 +75,11 @@ BERT_COMMON = [
 ALL_RUNS = [
     "random_init", "care", "simclr", "simo",
     "bert_simcse", "bert_align_uniform", "bert_care", "bert_pairs", "bert_equibert",
-    "sick_test", "ocl", "supcon",
+    "sick_test", "ocl", "supcon", "ocl_full", "supcon_full", "cross_entropy", "cross_entropy_full",
 ]  # fmt: skip
 
 
-def image_runs(fmnist: Path) -> dict[str, list[str]]:
+def image_runs(fmnist: Path, fmnist_full: Path) -> dict[str, list[str]]:
     """Example command lines (after ``python``) of the image runs."""
     balanced = [
         "--dataset",
@@ -90,6 +100,11 @@ def image_runs(fmnist: Path) -> dict[str, list[str]]:
         "--n_splits",
         "8",
     ]
+    full = [
+        "--dataset", str(fmnist_full), "--imbalance_ratio", str(IMBALANCE), "--max_eval_samples", str(FULL_TEST),
+        "--image_size", "32", "--seed", "0", "--logging_steps", "100", "--eval_strategy", "no",
+        "--max_steps", str(FULL_STEPS),
+    ]  # fmt: skip
     return {
         "care": ["examples/run_care.py", "--method", "care", *balanced, *care],
         "simclr": [
@@ -117,7 +132,7 @@ def image_runs(fmnist: Path) -> dict[str, list[str]]:
             "ocl",
             *long_tailed,
             "--max_steps",
-            "100",
+            "600",
         ],
         "supcon": [
             "examples/run_ocl.py",
@@ -125,8 +140,10 @@ def image_runs(fmnist: Path) -> dict[str, list[str]]:
             "supcon",
             *long_tailed,
             "--max_steps",
-            "100",
+            "600",
         ],
+        "ocl_full": ["examples/run_ocl.py", "--method", "ocl", *full],
+        "supcon_full": ["examples/run_ocl.py", "--method", "supcon", *full],
     }
 
 
@@ -182,8 +199,9 @@ def bert_runs(sick: Path, work: Path, model: str) -> dict[str, list[str]]:
 # ---- data -----------------------------------------------------------------------------------------
 
 
-def build_fmnist(fmnist: Path, tool: Path | None) -> None:
-    """Build the Fashion-MNIST image folder with ``tool`` unless it is there."""
+def build_fmnist(fmnist: Path, tool: Path | None, *sizes: str) -> None:
+    """Build the Fashion-MNIST image folder with ``tool`` unless it is there (``sizes``: the tool's
+    per-class train / test counts, ``"0", "0"`` for every image; default: the tool's)."""
     if (fmnist / "train").is_dir() and (fmnist / "test").is_dir():
         return
     if tool is None or not tool.is_file():
@@ -191,7 +209,7 @@ def build_fmnist(fmnist: Path, tool: Path | None) -> None:
             f"No image folder at {fmnist} and no build tool at {tool}: pass --fmnist or --fmnist_tool."
         )
     subprocess.run(
-        ["bash", str(tool), str(fmnist)],
+        ["bash", str(tool), str(fmnist), *sizes],
         check=True,
         env={**os.environ, "PYTHON": sys.executable},
     )
@@ -236,10 +254,15 @@ def text_model_path(given: str | None) -> str:
 # ---- evaluations done here (not by an example) ----------------------------------------------------
 
 
-def random_init_baseline(fmnist: Path, out: Path) -> dict:
+def random_init_baseline(
+    fmnist: Path, out: Path, fmnist_full: Path | None = None
+) -> dict:
     """Probe and kNN accuracy of the examples' seed-0 random-init ResNet-18 (frozen), on the balanced
-    subset of the CARE/SimCLR/SimO runs and on the long-tailed subset of the OCL/SupCon runs."""
+    subset of the CARE/SimCLR/SimO runs, on the long-tailed subset of the OCL/SupCon runs and (with
+    ``fmnist_full``) on the long-tailed full split of the ``*_full`` runs; and, for scale, the same
+    linear probe on the raw pixels (a linear classifier of the 28×28 images, no encoder)."""
     sys.path.insert(0, str(EXAMPLES))
+    import numpy as np
     import torch
     from _common import load_images
 
@@ -261,12 +284,23 @@ def random_init_baseline(fmnist: Path, out: Path) -> dict:
         "resnet18", pretrained=False, projection_dim=128
     )
     encoder.set_image_size(32)
+
+    def pixels(dataset) -> tuple[torch.Tensor, torch.Tensor]:
+        images = [
+            np.asarray(image.convert("L"), dtype=np.float32).ravel() / 255
+            for image in dataset["image"]
+        ]
+        return torch.tensor(np.stack(images)), torch.tensor(dataset["label"])
+
     results = {}
-    for name, n_train, ratio in (
-        ("balanced", IMAGE_TRAIN, None),
-        ("long_tailed", LONG_TAIL_TRAIN, IMBALANCE),
-    ):
-        data = load_images(str(fmnist), args, n_train, IMAGE_TEST)
+    splits = [
+        ("balanced", fmnist, IMAGE_TRAIN, None, IMAGE_TEST),
+        ("long_tailed", fmnist, LONG_TAIL_TRAIN, IMBALANCE, IMAGE_TEST),
+    ]
+    if fmnist_full is not None:
+        splits.append(("long_tailed_full", fmnist_full, None, IMBALANCE, FULL_TEST))
+    for name, folder, n_train, ratio, n_test in splits:
+        data = load_images(str(folder), args, n_train, n_test)
         train = make_long_tailed(data["train"], ratio, seed=0)
         train_z, train_y = encode_dataset(
             encoder, train, input_column="image", label_column="label", batch_size=256
@@ -282,8 +316,87 @@ def random_init_baseline(fmnist: Path, out: Path) -> dict:
             train_z, train_y, test_z, test_y, seed=0
         )
         results[f"{name}_knn_accuracy"] = knn_accuracy(train_z, train_y, test_z, test_y)
+        (train_x, _), (test_x, _) = pixels(train), pixels(data["test"])
+        results[f"{name}_pixel_linear_probe_accuracy"] = linear_probe_accuracy(
+            train_x, train_y, test_x, test_y, seed=0
+        )
         results[f"{name}_train_size"] = len(train_y)
     return results
+
+
+def cross_entropy_reference(
+    folder: Path, out: Path, n_train: int | None, n_test: int, steps: int
+) -> dict:
+    """Train the OCL / SupCon runs' encoder with cross-entropy on the same long-tailed data and budget
+    (``run_ocl.py``'s defaults: batch 32, AdamW lr 1e-3, weight decay 1e-4, gradient norm clipped at 1,
+    cosine schedule with 5 % warm-up, the SimCLR views at 32 px, seed 0), then score its frozen features like ``run_ocl.py``."""
+    sys.path.insert(0, str(EXAMPLES))
+    import torch
+    from _common import load_images
+    from torch.utils.data import DataLoader
+    from transformers import get_cosine_schedule_with_warmup
+
+    from hf_contrast.augment import simclr_transform_from_data_config
+    from hf_contrast.data import make_long_tailed
+    from hf_contrast.evaluation import encode_dataset
+    from hf_contrast.metrics import knn_accuracy, linear_probe_accuracy
+    from hf_contrast.models import ContrastiveEncoder
+    from hf_contrast.training import ContrastiveTrainingArguments, ImageViewCollator
+
+    args = ContrastiveTrainingArguments(
+        output_dir=str(out), image_size=32, seed=0, use_cpu=True, report_to="none"
+    )
+    data = load_images(str(folder), args, n_train, n_test)
+    train = make_long_tailed(data["train"], IMBALANCE, seed=0)
+    num_labels = len(set(train["label"]))
+    torch.manual_seed(0)
+    encoder = ContrastiveEncoder.from_backbone(
+        "resnet18", pretrained=False, projection_dim=128, num_labels=num_labels
+    )
+    encoder.set_image_size(32)
+    collate = ImageViewCollator(
+        transform=simclr_transform_from_data_config(encoder.data_config),
+        n_views=1,
+        seed=0,
+    )
+    loader = DataLoader(train, batch_size=32, shuffle=True, drop_last=True, collate_fn=collate,
+                        generator=torch.Generator().manual_seed(0))  # fmt: skip
+    optimizer = torch.optim.AdamW(encoder.parameters(), lr=1e-3, weight_decay=1e-4)
+    schedule = get_cosine_schedule_with_warmup(optimizer, int(0.05 * steps), steps)
+    encoder.train()
+    step, losses = 0, []
+    while step < steps:
+        for batch in loader:
+            loss = torch.nn.functional.cross_entropy(
+                encoder(pixel_values=batch["pixel_values_1"]).logits, batch["labels"]
+            )
+            optimizer.zero_grad()
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(
+                encoder.parameters(), 1.0
+            )  # the Trainer's max_grad_norm
+            optimizer.step()
+            schedule.step()
+            losses.append(loss.item())
+            step += 1
+            if step % 500 == 0:
+                print(
+                    f"cross-entropy step {step}/{steps}: loss {sum(losses[-100:]) / len(losses[-100:]):.3f}",
+                    flush=True,
+                )
+            if step == steps:
+                break
+    encode = {"input_column": "image", "label_column": "label", "batch_size": 256}
+    train_z, train_y = encode_dataset(encoder, train, **encode)
+    test_z, test_y = encode_dataset(encoder, data["test"], **encode)
+    return {
+        "linear_probe_accuracy": linear_probe_accuracy(
+            train_z, train_y, test_z, test_y, seed=0
+        ),
+        "knn_accuracy": knn_accuracy(train_z, train_y, test_z, test_y),
+        "final_train_loss": sum(losses[-3:]) / 3,
+        "train_steps": step,
+    }
 
 
 def sick_test_spearman(
@@ -397,6 +510,12 @@ def summary(records: dict) -> str:
             "final_train_loss",
         ],
     }
+    image_keys["ocl_full"] = image_keys["supcon_full"] = image_keys["ocl"]
+    image_keys["cross_entropy"] = image_keys["cross_entropy_full"] = [
+        "linear_probe_accuracy",
+        "knn_accuracy",
+        "final_train_loss",
+    ]
     lines += ["| run | wall | metrics |", "|---|---:|---|"]
     if base:
         lines.append(
@@ -453,9 +572,23 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=Path("/tmp/real_data"))
     parser.add_argument("--fmnist", type=Path, default=Path("/tmp/fmnist"))
     parser.add_argument(
-        "--fmnist_tool", type=Path, default=None, help="A script that writes the image folder: bash TOOL OUT."
+        "--fmnist_full",
+        type=Path,
+        default=Path("/tmp/fmnist_full"),
+        help="Every Fashion-MNIST image (the *_full runs).",
     )
-    parser.add_argument("--sick", type=Path, default=None, help="Folder with the SICK files (see the docstring).")
+    parser.add_argument(
+        "--fmnist_tool",
+        type=Path,
+        default=None,
+        help="A script that writes the image folder: bash TOOL OUT.",
+    )
+    parser.add_argument(
+        "--sick",
+        type=Path,
+        default=None,
+        help="Folder with the SICK files (see the docstring).",
+    )
     parser.add_argument(
         "--text_model",
         default=None,
@@ -511,20 +644,51 @@ def main() -> None:
         )
         if any(not r.startswith(("bert_", "sick")) for r in runs):
             build_fmnist(options.fmnist, options.fmnist_tool)
+        full = (
+            any(r.endswith("_full") for r in runs)
+            or (options.fmnist_full / "train").is_dir()
+        )
+        if full:
+            build_fmnist(options.fmnist_full, options.fmnist_tool, "0", "0")
         if any(r.startswith(("bert_", "sick")) for r in runs):
             if options.sick is None:
-                raise SystemExit("The text runs need the SICK files: pass --sick FOLDER.")
+                raise SystemExit(
+                    "The text runs need the SICK files: pass --sick FOLDER."
+                )
             sick_files(options.sick, out)
-        commands = {**image_runs(options.fmnist), **(bert_runs(options.sick, out, model) if options.sick else {})}
+        commands = {
+            **image_runs(options.fmnist, options.fmnist_full),
+            **(bert_runs(options.sick, out, model) if options.sick else {}),
+        }
         if "random_init" in runs:
             start = time.perf_counter()
-            results = random_init_baseline(options.fmnist, out)
+            results = random_init_baseline(
+                options.fmnist, out, options.fmnist_full if full else None
+            )
             records["random_init"] = {
                 "wall_s": round(time.perf_counter() - start, 1),
                 "results": results,
             }
             records_path.write_text(json.dumps(records, indent=2))
-        examples = [name for name in runs if name not in ("random_init", "sick_test")]
+        references = {
+            "cross_entropy": (options.fmnist, LONG_TAIL_TRAIN, IMAGE_TEST, 600),
+            "cross_entropy_full": (options.fmnist_full, None, FULL_TEST, FULL_STEPS),
+        }
+        for name in [r for r in runs if r in references]:
+            start = time.perf_counter()
+            results = cross_entropy_reference(
+                references[name][0], out / name, *references[name][1:]
+            )
+            records[name] = {
+                "wall_s": round(time.perf_counter() - start, 1),
+                "results": results,
+            }
+            records_path.write_text(json.dumps(records, indent=2))
+        examples = [
+            name
+            for name in runs
+            if name not in ("random_init", "sick_test", *references)
+        ]
         with ThreadPoolExecutor(
             options.jobs
         ) as pool:  # --jobs examples at a time, each its own process
@@ -536,7 +700,7 @@ def main() -> None:
             }
             for name in examples:
                 records[name] = futures[name].result()
-                if name in ("ocl", "supcon") and "results" in records[name]:
+                if name.startswith(("ocl", "supcon")) and "results" in records[name]:
                     records[name]["results"]["final_train_loss"] = final_train_loss(
                         out / f"{name}.log"
                     )
