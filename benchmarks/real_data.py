@@ -492,21 +492,21 @@ def summary(records: dict) -> str:
         "simo": [
             "linear_probe_accuracy",
             "knn_accuracy",
-            "class_orthogonality",
+            "projection_class_orthogonality",
             "effective_rank",
         ],
         "ocl": [
             "linear_probe_accuracy",
             "linear_probe_macro_f1",
             "knn_accuracy",
-            "class_orthogonality",
+            "projection_class_orthogonality",
             "final_train_loss",
         ],
         "supcon": [
             "linear_probe_accuracy",
             "linear_probe_macro_f1",
             "knn_accuracy",
-            "class_orthogonality",
+            "projection_class_orthogonality",
             "final_train_loss",
         ],
     }

@@ -7,7 +7,8 @@
 # images × 2 views; `--imbalance_ratio 10` first makes the training split long-tailed (the largest
 # class keeps 10× the images of the smallest); data that is already long-tailed is used as is.
 # Reports accuracy and macro-F1 of a linear probe and of a kNN classifier on frozen features of the
-# test split. `--method supcon` trains the SupCon baseline.
+# test split, and the orthogonality of its class means in the projection space (mean |cos|, 0 =
+# orthogonal). `--method supcon` trains the SupCon baseline.
 #
 # Launch:
 #   one CPU or GPU   python examples/run_ocl.py [--method supcon] [--imbalance_ratio 10]
@@ -108,7 +109,8 @@ def main() -> None:
         results[f"{name}_accuracy"] = float(accuracy_score(test_y.numpy(), predicted))
         results[f"{name}_macro_f1"] = float(f1_score(test_y.numpy(), predicted, average="macro"))
     results |= {
-        "class_orthogonality": class_orthogonality(test_p, test_y),
+        # Of the projections the loss shapes (the trainer's `eval_class_orthogonality` uses `eval_representation`).
+        "projection_class_orthogonality": class_orthogonality(test_p, test_y),
         "train_class_sizes": counts,
         "train_steps": trainer.state.global_step,
     }

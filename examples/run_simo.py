@@ -92,7 +92,8 @@ def main() -> None:
     test_z, test_y = encode_dataset(encoder, data["test"], **encode)
     test_p, _ = encode_dataset(encoder, data["test"], output="projections", **encode)
     results = {
-        "class_orthogonality": class_orthogonality(test_p, test_y),  # of the projections SimO shapes
+        # Of the projections SimO shapes (the trainer's `eval_class_orthogonality` uses `eval_representation`).
+        "projection_class_orthogonality": class_orthogonality(test_p, test_y),
         "linear_probe_accuracy": linear_probe_accuracy(train_z, train_y, test_z, test_y, seed=args.seed),
         "knn_accuracy": knn_accuracy(train_z, train_y, test_z, test_y, k=args.knn_k, temperature=args.knn_temperature),
         "effective_rank": effective_rank(test_p),

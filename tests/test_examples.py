@@ -237,8 +237,8 @@ def test_run_simo(tmp_path: Path) -> None:
         "--classes_per_batch", "4", "--samples_per_class", "2", "--per_device_train_batch_size", "8",
         output_dir=output_dir,
     )  # fmt: skip
-    results = check_output(output_dir, ("class_orthogonality", "knn_accuracy", "linear_probe_accuracy"), ("embeddings.png",))
-    assert 0.0 <= results["class_orthogonality"] <= 1.0
+    results = check_output(output_dir, ("projection_class_orthogonality", "knn_accuracy", "linear_probe_accuracy"), ("embeddings.png",))
+    assert 0.0 <= results["projection_class_orthogonality"] <= 1.0
     assert ContrastiveEncoder.from_pretrained(output_dir).config.normalize_projections is False
 
 
