@@ -493,7 +493,7 @@ def summary(records: dict) -> str:
             "linear_probe_accuracy",
             "knn_accuracy",
             "projection_class_orthogonality",
-            "effective_rank",
+            "projection_effective_rank",
         ],
         "ocl": [
             "linear_probe_accuracy",

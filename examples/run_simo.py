@@ -96,7 +96,7 @@ def main() -> None:
         "projection_class_orthogonality": class_orthogonality(test_p, test_y),
         "linear_probe_accuracy": linear_probe_accuracy(train_z, train_y, test_z, test_y, seed=args.seed),
         "knn_accuracy": knn_accuracy(train_z, train_y, test_z, test_y, k=args.knn_k, temperature=args.knn_temperature),
-        "effective_rank": effective_rank(test_p),
+        "projection_effective_rank": effective_rank(test_p),
         "train_steps": trainer.state.global_step,
     }
     write_results(args.output_dir, script.method, results)

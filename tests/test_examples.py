@@ -225,7 +225,7 @@ def test_run_ocl_supcon_long_tailed(tmp_path: Path) -> None:
         "run_ocl.py", *TINY_IMAGES, "--method", "supcon", "--per_device_train_batch_size", "8", "--imbalance_ratio", "4",
         output_dir=output_dir,
     )  # fmt: skip
-    results = check_output(output_dir, ("linear_probe_macro_f1", "knn_macro_f1"), ("embeddings.png",))
+    results = check_output(output_dir, ("linear_probe_macro_f1", "knn_macro_f1", "projection_class_orthogonality"), ("embeddings.png",))
     assert results["train_class_sizes"][0] / results["train_class_sizes"][-1] > 2
     assert "long-tailed with imbalance 4" in stdout
 
