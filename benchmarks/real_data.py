@@ -199,14 +199,16 @@ def bert_runs(sick: Path, work: Path, model: str) -> dict[str, list[str]]:
 # ---- data -----------------------------------------------------------------------------------------
 
 
-def build_fmnist(fmnist: Path, tool: Path | None, *sizes: str) -> None:
+def build_fmnist(
+    fmnist: Path, tool: Path | None, *sizes: str, flag: str = "--fmnist"
+) -> None:
     """Build the Fashion-MNIST image folder with ``tool`` unless it is there (``sizes``: the tool's
     per-class train / test counts, ``"0", "0"`` for every image; default: the tool's)."""
     if (fmnist / "train").is_dir() and (fmnist / "test").is_dir():
         return
     if tool is None or not tool.is_file():
         raise SystemExit(
-            f"No image folder at {fmnist} and no build tool at {tool}: pass --fmnist or --fmnist_tool."
+            f"No image folder at {fmnist} and no build tool at {tool}: pass {flag} or --fmnist_tool."
         )
     subprocess.run(
         ["bash", str(tool), str(fmnist), *sizes],
@@ -642,14 +644,18 @@ def main() -> None:
             if any(r.startswith(("bert_", "sick")) for r in runs)
             else ""
         )
-        if any(not r.startswith(("bert_", "sick")) for r in runs):
+        # The 1,000-per-class folder: for every image run but the *_full ones (random_init included).
+        image_runs_asked = [r for r in runs if not r.startswith(("bert_", "sick"))]
+        if any(not r.endswith("_full") for r in image_runs_asked):
             build_fmnist(options.fmnist, options.fmnist_tool)
-        full = (
-            any(r.endswith("_full") for r in runs)
-            or (options.fmnist_full / "train").is_dir()
+        # The full folder: for the *_full runs; random_init also scores it when it is there.
+        full = any(r.endswith("_full") for r in runs) or (
+            "random_init" in runs and (options.fmnist_full / "train").is_dir()
         )
         if full:
-            build_fmnist(options.fmnist_full, options.fmnist_tool, "0", "0")
+            build_fmnist(
+                options.fmnist_full, options.fmnist_tool, "0", "0", flag="--fmnist_full"
+            )
         if any(r.startswith(("bert_", "sick")) for r in runs):
             if options.sick is None:
                 raise SystemExit(
