@@ -330,8 +330,10 @@ def cross_entropy_reference(
     folder: Path, out: Path, n_train: int | None, n_test: int, steps: int
 ) -> dict:
     """Train the OCL / SupCon runs' encoder with cross-entropy on the same long-tailed data and budget
-    (``run_ocl.py``'s defaults: batch 32, AdamW lr 1e-3, weight decay 1e-4, gradient norm clipped at 1,
-    cosine schedule with 5 % warm-up, the SimCLR views at 32 px, seed 0), then score its frozen features like ``run_ocl.py``."""
+    (``run_ocl.py``'s defaults: batch 32, AdamW lr 1e-3, weight decay 1e-4 — on every parameter, where
+    the Trainer spares biases —, gradient norm clipped at 1 like the Trainer's ``max_grad_norm``, cosine
+    schedule with 5 % warm-up, the SimCLR views at 32 px, seed 0), then score its frozen features like
+    ``run_ocl.py``."""
     sys.path.insert(0, str(EXAMPLES))
     import torch
     from _common import load_images
@@ -374,9 +376,7 @@ def cross_entropy_reference(
             )
             optimizer.zero_grad()
             loss.backward()
-            torch.nn.utils.clip_grad_norm_(
-                encoder.parameters(), 1.0
-            )  # the Trainer's max_grad_norm
+            torch.nn.utils.clip_grad_norm_(encoder.parameters(), 1.0)
             optimizer.step()
             schedule.step()
             losses.append(loss.item())
