@@ -272,7 +272,7 @@ def test_two_processes_tiled_equal_dense_and_one_process(tmp_path: Path) -> None
         if name == "uniformity":
             continue
         # ... and the mean over the ranks is one process's dense loss on the global batch.
-        single_loss, single_grads = script.loss_and_grads(name, model, x1, x2, labels, False, 0)
+        single_loss, single_grads = script.loss_and_grads(name, model, x1, x2, labels, gather_distributed=False, tile_size=0)
         mean_loss = torch.stack([results[f"{name}/tiled"]["loss"] for results in ranks]).mean()
         torch.testing.assert_close(mean_loss, single_loss, rtol=0, atol=1e-5, msg=name)
         for got, expected in zip(ranks[0][f"{name}/tiled"]["grads"], single_grads, strict=True):

@@ -19,9 +19,9 @@ import torch
 import torch.distributed as dist
 from torch import Tensor, nn
 
-from hf_contrast.losses import info_nce_loss, ocl_loss, supcon_loss
+sys.path.insert(0, str(Path(__file__).parent))
+from loss_problem import linear_problem, loss_and_grads  # noqa: E402
 
-GLOBAL_BATCH = 12
 # Local batch sizes of rank 0 and rank 1: the equal split is the spec's invariant; the unequal one
 # checks that each process's share is scaled so that the plain mean over processes still matches.
 SPLITS = {"equal": (6, 6), "unequal": (4, 8)}
@@ -30,30 +30,9 @@ LOSSES = ("info_nce", "supcon", "ocl")
 
 def build_problem() -> tuple[nn.Module, Tensor, Tensor, Tensor]:
     """The model and the global batch ``(x1, x2, labels)``, identical in every process."""
-    torch.manual_seed(0)
-    model = nn.Linear(8, 4).double()
-    g = torch.Generator().manual_seed(1)
-    x1 = torch.randn(GLOBAL_BATCH, 8, generator=g, dtype=torch.float64)
-    x2 = x1 + 0.3 * torch.randn(GLOBAL_BATCH, 8, generator=g, dtype=torch.float64)
     # Every class appears on both ranks for the equal split, and class 3 only on rank 1, so
     # positives and negatives cross the process boundary.
-    labels = torch.tensor([0, 1, 2, 0, 1, 2, 3, 0, 1, 2, 3, 0])
-    return model, x1, x2, labels
-
-
-def loss_and_grads(
-    name: str, model: nn.Module, x1: Tensor, x2: Tensor, labels: Tensor, gather_distributed: bool
-) -> tuple[Tensor, list[Tensor]]:
-    """One loss on the given rows, its backward, and the parameter gradients (not yet averaged)."""
-    model.zero_grad(set_to_none=True)
-    if name == "info_nce":
-        loss = info_nce_loss(model(x1), model(x2), temperature=0.5, gather_distributed=gather_distributed)
-    elif name == "supcon":
-        loss = supcon_loss(model(x1), labels, temperature=0.1, gather_distributed=gather_distributed)
-    else:
-        loss = ocl_loss(model(x1), labels, temperature=0.1, gather_distributed=gather_distributed)
-    loss.backward()
-    return loss.detach(), [p.grad.detach().clone() for p in model.parameters()]
+    return linear_problem(torch.tensor([0, 1, 2, 0, 1, 2, 3, 0, 1, 2, 3, 0]))
 
 
 def main(out_dir: Path) -> None:

@@ -20,40 +20,16 @@ import torch
 import torch.distributed as dist
 from torch import Tensor, nn
 
-from hf_contrast.losses import info_nce_loss, ocl_loss, supcon_loss, uniformity_loss
+sys.path.insert(0, str(Path(__file__).parent))
+from loss_problem import linear_problem, loss_and_grads  # noqa: E402
 
-GLOBAL_BATCH = 14
 SIZES = (5, 9)  # unequal local batches: positives, negatives and tiles cross the process boundary
 LOSSES = ("info_nce", "supcon", "ocl", "uniformity")
 
 
 def build_problem() -> tuple[nn.Module, Tensor, Tensor, Tensor]:
     """The model and the global batch ``(x1, x2, labels)``, identical in every process."""
-    torch.manual_seed(0)
-    model = nn.Linear(8, 4).double()
-    g = torch.Generator().manual_seed(1)
-    x1 = torch.randn(GLOBAL_BATCH, 8, generator=g, dtype=torch.float64)
-    x2 = x1 + 0.3 * torch.randn(GLOBAL_BATCH, 8, generator=g, dtype=torch.float64)
-    labels = torch.tensor([0, 1, 2, 0, 1, 2, 3, 0, 1, 2, 3, 0, 4, 5])  # 4 and 5: no positive
-    return model, x1, x2, labels
-
-
-def loss_and_grads(
-    name: str, model: nn.Module, x1: Tensor, x2: Tensor, labels: Tensor, gather_distributed: bool, tile_size: int
-) -> tuple[Tensor, list[Tensor]]:
-    """One loss on the given rows, its backward, and the parameter gradients (not yet averaged)."""
-    model.zero_grad(set_to_none=True)
-    kwargs = {"gather_distributed": gather_distributed, "tile_size": tile_size}
-    if name == "info_nce":
-        loss = info_nce_loss(model(x1), model(x2), temperature=0.5, **kwargs)
-    elif name == "supcon":
-        loss = supcon_loss(model(x1), labels, temperature=0.1, **kwargs)
-    elif name == "ocl":
-        loss = ocl_loss(model(x1), labels, temperature=0.1, **kwargs)
-    else:
-        loss = uniformity_loss(model(x1), t=2, **kwargs)
-    loss.backward()
-    return loss.detach(), [p.grad.detach().clone() for p in model.parameters()]
+    return linear_problem(torch.tensor([0, 1, 2, 0, 1, 2, 3, 0, 1, 2, 3, 0, 4, 5]))  # 4 and 5: no positive
 
 
 def main(out_dir: Path, tile_size: int) -> None:
@@ -65,7 +41,9 @@ def main(out_dir: Path, tile_size: int) -> None:
     results: dict[str, dict[str, object]] = {}
     for name in LOSSES:
         for form, tile in (("tiled", tile_size), ("dense", 0)):
-            loss, grads = loss_and_grads(name, model, x1[rows], x2[rows], labels[rows], True, tile)
+            loss, grads = loss_and_grads(
+                name, model, x1[rows], x2[rows], labels[rows], gather_distributed=True, tile_size=tile
+            )
             for grad in grads:  # DDP: all-reduce, then divide by the number of processes
                 dist.all_reduce(grad, op=dist.ReduceOp.SUM)
                 grad /= world
