@@ -23,6 +23,7 @@ __all__ = [
     "check_positive",
     "check_non_negative",
     "check_unit_interval",
+    "check_int",
     "check_finite_values",
     "finite_input_checks",
     "l2_normalize",
@@ -125,6 +126,13 @@ def check_unit_interval(name: str, value: object) -> float:
     if not 0.0 <= v <= 1.0:
         raise ValueError(f"`{name}` must be in [0, 1], got {v}.")
     return v
+
+
+def check_int(name: str, value: object, minimum: int) -> int:
+    """Check that ``value`` is an ``int`` (not a ``bool``) ``>= minimum`` (e.g. a batch size or a seed)."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ValueError(f"`{name}` must be an integer >= {minimum}, got {value!r}.")
+    return value
 
 
 def l2_normalize(z: Tensor, eps: float = 1e-12) -> Tensor:

@@ -27,6 +27,7 @@ from ..metrics import (
     uniformity,
 )
 from ..metrics._inputs import as_embeddings, as_labels, as_pair
+from ..tensor_checks import check_int
 from .collapse import warn_if_collapsed
 from .sampling import balanced_split, balanced_subset
 
@@ -37,12 +38,6 @@ logger = logging.getLogger(__name__)
 
 def _as_tensor(value: object) -> object:
     return torch.from_numpy(value) if isinstance(value, np.ndarray) else value
-
-
-def _check_int(name: str, value: object, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ValueError(f"`{name}` must be an integer >= {minimum}, got {value!r}.")
-    return value
 
 
 def _split_predictions(predictions: object) -> tuple[object, object | None, object | None]:
@@ -117,7 +112,7 @@ class EmbeddingMetrics:
         warn_collapse: bool = True,
         progress: bool = True,
     ) -> None:
-        self.knn_k = _check_int("knn_k", knn_k, 1)
+        self.knn_k = check_int("knn_k", knn_k, 1)
         if isinstance(knn_temperature, bool) or not isinstance(knn_temperature, (int, float)) or not knn_temperature > 0:
             raise ValueError(f"`knn_temperature` must be a number > 0, got {knn_temperature!r}.")
         self.knn_temperature = float(knn_temperature)
@@ -125,8 +120,8 @@ class EmbeddingMetrics:
         if not isinstance(probe_test_fraction, (int, float)) or not 0 < probe_test_fraction < 1:
             raise ValueError(f"`probe_test_fraction` must be a number in (0, 1), got {probe_test_fraction!r}.")
         self.probe_test_fraction = float(probe_test_fraction)
-        self.max_samples = None if max_samples is None else _check_int("max_samples", max_samples, 2)
-        self.seed = _check_int("seed", seed, 0)
+        self.max_samples = None if max_samples is None else check_int("max_samples", max_samples, 2)
+        self.seed = check_int("seed", seed, 0)
         self.warn_collapse = bool(warn_collapse)
         self.progress = bool(progress)
 

@@ -9,16 +9,10 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from ..tensor_checks import check_positive, l2_normalize
+from ..tensor_checks import check_int, check_positive, l2_normalize
 from ._inputs import as_embeddings, as_labels
 
 __all__ = ["knn_accuracy", "linear_probe_accuracy", "macro_f1"]
-
-
-def _check_int(name: str, value: object, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ValueError(f"`{name}` must be an integer >= {minimum}, got {value!r}.")
-    return value
 
 
 def _train_test(
@@ -83,7 +77,7 @@ def knn_accuracy(
     """
     xtr, ytr, xte, yte, leave_one_out = _train_test(train_z, train_y, test_z, test_y)
     temperature = check_positive("temperature", temperature)
-    batch_size = _check_int("batch_size", batch_size, 1)
+    batch_size = check_int("batch_size", batch_size, 1)
     available = xtr.shape[0] - int(leave_one_out)
     if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= available:
         raise ValueError(
@@ -142,7 +136,7 @@ def linear_probe_accuracy(
     """
     xtr, ytr, xte, yte, _ = _train_test(train_z, train_y, test_z, test_y)
     C = check_positive("C", C)
-    max_iter = _check_int("max_iter", max_iter, 1)
+    max_iter = check_int("max_iter", max_iter, 1)
     classes = torch.unique(ytr)
     if classes.numel() < 2:
         raise ValueError(f"`train_y` must contain at least two classes, got {classes.tolist()}.")
@@ -184,7 +178,7 @@ def macro_f1(predicted: Tensor, labels: Tensor, num_classes: int | None = None) 
     largest = int(torch.maximum(predicted.max(), labels.max()))
     if int(torch.minimum(predicted.min(), labels.min())) < 0:
         raise ValueError("`predicted` and `labels` must hold class indices >= 0.")
-    k = largest + 1 if num_classes is None else _check_int("num_classes", num_classes, 1)
+    k = largest + 1 if num_classes is None else check_int("num_classes", num_classes, 1)
     if largest >= k:
         raise ValueError(f"`num_classes`={k} is too small: the inputs hold class {largest}.")
     confusion = torch.bincount(labels * k + predicted, minlength=k * k).reshape(k, k).double()
