@@ -12,7 +12,6 @@ import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
 
-import numpy as np
 import torch
 from torch import Tensor
 from tqdm.auto import tqdm
@@ -34,10 +33,6 @@ from .sampling import balanced_split, balanced_subset
 __all__ = ["EmbeddingMetrics"]
 
 logger = logging.getLogger(__name__)
-
-
-def _as_tensor(value: object) -> object:
-    return torch.from_numpy(value) if isinstance(value, np.ndarray) else value
 
 
 def _split_predictions(predictions: object) -> tuple[object, object | None, object | None]:
@@ -161,8 +156,8 @@ class EmbeddingMetrics:
         Returns:
             ``{name: value}`` (plain names, see the class docstring).
         """
-        z = as_embeddings("predictions", _as_tensor(embeddings), min_rows=2)
-        y = None if labels is None else as_labels("label_ids", _as_tensor(labels), z.shape[0], z.device)
+        z = as_embeddings("predictions", embeddings, min_rows=2)
+        y = None if labels is None else as_labels("label_ids", labels, z.shape[0], z.device)
         if y is not None and bool((y < 0).any()):
             if not bool((y < 0).all()):
                 raise ValueError(
@@ -174,7 +169,7 @@ class EmbeddingMetrics:
         if views is not None:
             if len(views) != 2 or views[0] is None or views[1] is None:
                 raise ValueError("`views` must be a pair (view1, view2) of (N, D) embeddings.")
-            pair = as_pair("view1", _as_tensor(views[0]), "view2", _as_tensor(views[1]))
+            pair = as_pair("view1", views[0], "view2", views[1])
             if pair[0].shape[0] != z.shape[0]:
                 raise ValueError(
                     f"`view1`/`view2` must have one row per embedding ({z.shape[0]}), got {tuple(pair[0].shape)}."
