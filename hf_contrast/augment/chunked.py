@@ -11,8 +11,8 @@ calls on whatever device it lives on (the GPU in training). The Python loop runs
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager, nullcontext
+from collections.abc import Callable, Mapping, Sequence
+from contextlib import nullcontext
 from typing import Any
 
 import torch
@@ -20,20 +20,9 @@ from torch import Tensor
 
 from hf_contrast.augment._common import ImageSize
 from hf_contrast.augment.image import simclr_transform, simclr_transform_from_data_config
+from hf_contrast.seeding import seeded_cpu_rng
 
 __all__ = ["ChunkedAugmentation"]
-
-
-@contextmanager
-def _seeded_cpu_rng(seed: int) -> Iterator[None]:
-    """Run a block with the global CPU generator seeded to ``seed``, restoring it afterwards.
-
-    torchvision v2 draws all random parameters with the global CPU generator (also for images on
-    an accelerator), so forking that generator alone makes a transform call reproducible.
-    """
-    with torch.random.fork_rng(devices=[]):
-        torch.default_generator.manual_seed(seed)
-        yield
 
 
 class ChunkedAugmentation:
@@ -112,7 +101,7 @@ class ChunkedAugmentation:
         if self.generator is None:
             return nullcontext()
         seed = int(torch.randint(0, 2**62, (1,), generator=self.generator))
-        return _seeded_cpu_rng(seed)
+        return seeded_cpu_rng(seed)
 
     def _view(self, chunk: Tensor) -> Tensor:
         with self._rng():

@@ -10,6 +10,7 @@ import torch
 from torch import Tensor, nn
 
 from ..metrics import relative_rotational_equivariance, wahba_error
+from ..seeding import seeded_cpu_rng
 from ._model import model_device, model_output, to_device
 from .evaluator import Evaluator
 from .sampling import balanced_subset
@@ -164,8 +165,7 @@ class EquivarianceEvaluator(Evaluator):
         """``f(x)`` of the fixed batch and ``[f(a_k(x))]`` under the seeded augmentations (the same draws at
         every call). Shape: ``(n, D)`` each. Call in eval mode under ``torch.no_grad`` (``__call__`` does)."""
         f = self._embed(model, self.batch)
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(self.seed)
+        with seeded_cpu_rng(self.seed):
             augmented = [self._augmented() for _ in range(self.num_augmentations)]
         return f, [self._embed(model, batch) for batch in augmented]
 

@@ -31,8 +31,8 @@ as is, and rows holding ``input_ids`` are padded with the tokenizer instead of r
 from __future__ import annotations
 
 import warnings
-from collections.abc import Callable, Iterator, Mapping, MutableMapping, Sequence
-from contextlib import AbstractContextManager, contextmanager, nullcontext
+from collections.abc import Callable, Mapping, MutableMapping, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from typing import Any
 
@@ -42,6 +42,7 @@ from torch import Tensor
 from torchvision.transforms import v2
 
 from ..augment.decode import BadImageError, ConvertImageMode, image_source
+from ..seeding import seeded_cpu_rng
 
 __all__ = [
     "ImageViewCollator",
@@ -78,13 +79,6 @@ def _collate_labels(features: Sequence[Mapping[str, Any]], label_column: str | N
             "the batch; encode string labels with `dataset.class_encode_column(...)`."
         )
     return torch.tensor(labels, dtype=torch.long)
-
-
-@contextmanager
-def _seeded_global_rng(seed: int) -> Iterator[None]:
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        yield
 
 
 def pop_view_batch_index(inputs: MutableMapping[str, Any]) -> Tensor | None:
@@ -131,7 +125,7 @@ class _SeededViews:
         index = self.next_index
         self.next_index += 1
         batch_seed = int(np.random.SeedSequence([self.seed, index]).generate_state(1, dtype=np.uint64)[0] >> 2)
-        return _seeded_global_rng(batch_seed), index
+        return seeded_cpu_rng(batch_seed), index
 
     def _finish(self, batch: dict[str, Any], features: Sequence[Mapping[str, Any]], index: int | None) -> dict[str, Any]:
         """Add ``labels`` (from ``label_column``) and ``view_batch_index`` (seeded batches) to ``batch``."""
