@@ -23,6 +23,7 @@ from hf_contrast.evaluation import (
     balanced_subset,
     encode_dataset,
 )
+from hf_contrast.evaluation.sampling import sample_rows
 from hf_contrast.metrics import class_orthogonality, effective_rank, knn_accuracy
 
 from _tiny import tiny_text_encoder
@@ -49,6 +50,15 @@ def test_balanced_subset_takes_every_class_of_a_sorted_split() -> None:
         balanced_subset(labels, 84)
     with pytest.raises(ValueError, match="`labels` must be a 1-D integer"):
         balanced_subset(torch.rand(5), 2)
+
+
+def test_sample_rows_is_balanced_with_labels_and_a_seeded_uniform_draw_without() -> None:
+    labels = torch.tensor([0] * 50 + [1] * 30 + [2] * 3)
+    assert torch.equal(sample_rows(83, 20, seed=0, labels=labels), balanced_subset(labels, 20, seed=0))
+    rows = sample_rows(83, 20, seed=0)
+    assert rows.tolist() == sorted(set(rows.tolist())) and len(rows) == 20 and 0 <= rows.min() and rows.max() < 83
+    assert torch.equal(rows, sample_rows(83, 20, seed=0)) and not torch.equal(rows, sample_rows(83, 20, seed=1))
+    assert torch.bincount(labels[rows], minlength=3)[0] > 9  # uniform, not balanced (at most 9): class 0 holds 60 %
 
 
 def test_balanced_split_is_stratified_disjoint_and_complete() -> None:

@@ -28,7 +28,7 @@ from ..metrics import (
 from ..metrics._inputs import as_embeddings, as_labels, as_pair
 from ..tensor_checks import check_int
 from .collapse import warn_if_collapsed
-from .sampling import balanced_split, balanced_subset
+from .sampling import balanced_split, sample_rows
 
 __all__ = ["EmbeddingMetrics"]
 
@@ -208,10 +208,7 @@ class EmbeddingMetrics:
         """Rows to keep: ``None`` (all) or a seeded (class-balanced) subset of ``max_samples``."""
         if self.max_samples is None or n <= self.max_samples:
             return None
-        if labels is None:
-            generator = torch.Generator().manual_seed(self.seed)
-            return torch.sort(torch.randperm(n, generator=generator)[: self.max_samples]).values
-        return balanced_subset(labels.cpu(), self.max_samples, self.seed)
+        return sample_rows(n, self.max_samples, self.seed, None if labels is None else labels.cpu())
 
     def _knn(self, z: Tensor, y: Tensor) -> float:
         k = self.knn_k

@@ -13,7 +13,7 @@ from ..metrics import relative_rotational_equivariance, wahba_error
 from ..seeding import seeded_cpu_rng
 from ._model import model_device, model_output, to_device
 from .evaluator import Evaluator
-from .sampling import balanced_subset
+from .sampling import sample_rows
 
 __all__ = ["EquivarianceEvaluator"]
 
@@ -132,11 +132,11 @@ class EquivarianceEvaluator(Evaluator):
         n_rows = len(dataset)
         if isinstance(num_samples, bool) or not isinstance(num_samples, int) or not 2 <= num_samples <= n_rows:
             raise ValueError(f"`num_samples` must be an integer in [2, {n_rows}] (the dataset size), got {num_samples!r}.")
+        labels = None
         if label_column is not None:
             labels = dataset[label_column] if hasattr(dataset, "column_names") else [row[label_column] for row in dataset]
-            rows = balanced_subset(torch.as_tensor(list(labels)), num_samples, seed)
-        else:
-            rows = torch.sort(torch.randperm(n_rows, generator=torch.Generator().manual_seed(seed))[:num_samples]).values
+            labels = torch.as_tensor(list(labels))
+        rows = sample_rows(n_rows, num_samples, seed, labels)
         channels, height, width = (int(v) for v in data_config["input_size"])
         raw = v2.Compose([v2.ToImage(), *channel_step(channels), v2.Resize((height, width), antialias=True),
                           v2.ToDtype(torch.float32, scale=True)])

@@ -10,7 +10,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-__all__ = ["balanced_subset", "balanced_split"]
+__all__ = ["balanced_subset", "balanced_split", "sample_rows"]
 
 
 def _labels(labels: object) -> Tensor:
@@ -76,6 +76,15 @@ def balanced_subset(labels: object, n: int, seed: int = 0) -> Tensor:
     key = rank * (int(klass.max()) + 1) + priority[klass]
     chosen = order[torch.argsort(key)[:n]]
     return torch.sort(chosen).values
+
+
+def sample_rows(n_rows: int, n: int, seed: int = 0, labels: object | None = None) -> Tensor:
+    """Sorted indices of ``n`` of ``n_rows`` rows, seeded: :func:`balanced_subset` of ``labels`` when
+    given (shape ``(n_rows,)``), else a uniform draw without replacement. Shape: ``(n,)``, int64."""
+    if labels is not None:
+        return balanced_subset(labels, n, seed)
+    generator = torch.Generator().manual_seed(int(seed))
+    return torch.sort(torch.randperm(n_rows, generator=generator)[:n]).values
 
 
 def balanced_split(labels: object, test_fraction: float = 0.25, seed: int = 0) -> tuple[Tensor, Tensor]:
