@@ -177,9 +177,16 @@ def bert_runs(sick: Path, work: Path, model: str) -> dict[str, list[str]]:
         "bert_pairs": ["examples/run_bert.py", "--method", "simclr", *pairs],
         # EquiBERT: the single sentences, with the entailment label of each pair as the task.
         "bert_equibert": [
-            "examples/run_bert.py", "--method", "align_uniform", "--task_head", *single,
-            "--text_pair_column", "sentence_B", "--label_column", "entailment_judgment",
-        ],  # fmt: skip
+            "examples/run_bert.py",
+            "--method",
+            "align_uniform",
+            "--task_head",
+            *single,
+            "--text_pair_column",
+            "sentence_B",
+            "--label_column",
+            "entailment_judgment",
+        ],
     }
 
 
@@ -243,6 +250,36 @@ def text_model_path(given: str | None) -> str:
 # ---- evaluations done here (not by an example) ----------------------------------------------------
 
 
+def seed0_resnet18(**config: object):
+    """The examples' seed-0 ResNet-18 from scratch at 32 px (``config``: more encoder options)."""
+    import torch
+
+    from hf_contrast.models import ContrastiveEncoder
+
+    torch.manual_seed(0)
+    encoder = ContrastiveEncoder.from_backbone(
+        "resnet18", pretrained=False, projection_dim=128, **config
+    )
+    encoder.set_image_size(32)
+    return encoder
+
+
+def frozen_scores(encoder, train, test) -> dict:
+    """Linear-probe and kNN accuracy of ``encoder``'s frozen embeddings, fitted on ``train``, scored on ``test``."""
+    from hf_contrast.evaluation import encode_dataset
+    from hf_contrast.metrics import knn_accuracy, linear_probe_accuracy
+
+    encode = {"input_column": "image", "label_column": "label", "batch_size": 256}
+    train_z, train_y = encode_dataset(encoder, train, **encode)
+    test_z, test_y = encode_dataset(encoder, test, **encode)
+    return {
+        "linear_probe_accuracy": linear_probe_accuracy(
+            train_z, train_y, test_z, test_y, seed=0
+        ),
+        "knn_accuracy": knn_accuracy(train_z, train_y, test_z, test_y),
+    }
+
+
 def random_init_baseline(
     fmnist: Path, out: Path, fmnist_full: Path | None = None
 ) -> dict:
@@ -256,9 +293,7 @@ def random_init_baseline(
     from _common import load_images
 
     from hf_contrast.data import make_long_tailed
-    from hf_contrast.evaluation import encode_dataset
-    from hf_contrast.metrics import knn_accuracy, linear_probe_accuracy
-    from hf_contrast.models import ContrastiveEncoder
+    from hf_contrast.metrics import linear_probe_accuracy
     from hf_contrast.training import ContrastiveTrainingArguments
 
     args = ContrastiveTrainingArguments(
@@ -268,11 +303,7 @@ def random_init_baseline(
         use_cpu=True,
         report_to="none",
     )
-    torch.manual_seed(0)
-    encoder = ContrastiveEncoder.from_backbone(
-        "resnet18", pretrained=False, projection_dim=128
-    )
-    encoder.set_image_size(32)
+    encoder = seed0_resnet18()
 
     def pixels(dataset) -> tuple[torch.Tensor, torch.Tensor]:
         images = [
@@ -291,21 +322,9 @@ def random_init_baseline(
     for name, folder, n_train, ratio, n_test in splits:
         data = load_images(str(folder), args, n_train, n_test)
         train = make_long_tailed(data["train"], ratio, seed=0)
-        train_z, train_y = encode_dataset(
-            encoder, train, input_column="image", label_column="label", batch_size=256
-        )
-        test_z, test_y = encode_dataset(
-            encoder,
-            data["test"],
-            input_column="image",
-            label_column="label",
-            batch_size=256,
-        )
-        results[f"{name}_linear_probe_accuracy"] = linear_probe_accuracy(
-            train_z, train_y, test_z, test_y, seed=0
-        )
-        results[f"{name}_knn_accuracy"] = knn_accuracy(train_z, train_y, test_z, test_y)
-        (train_x, _), (test_x, _) = pixels(train), pixels(data["test"])
+        for metric, value in frozen_scores(encoder, train, data["test"]).items():
+            results[f"{name}_{metric}"] = value
+        (train_x, train_y), (test_x, test_y) = pixels(train), pixels(data["test"])
         results[f"{name}_pixel_linear_probe_accuracy"] = linear_probe_accuracy(
             train_x, train_y, test_x, test_y, seed=0
         )
@@ -329,9 +348,6 @@ def cross_entropy_reference(
 
     from hf_contrast.augment import simclr_transform_from_data_config
     from hf_contrast.data import make_long_tailed
-    from hf_contrast.evaluation import encode_dataset
-    from hf_contrast.metrics import knn_accuracy, linear_probe_accuracy
-    from hf_contrast.models import ContrastiveEncoder
     from hf_contrast.training import ContrastiveTrainingArguments, ImageViewCollator
 
     args = ContrastiveTrainingArguments(
@@ -340,11 +356,7 @@ def cross_entropy_reference(
     data = load_images(str(folder), args, n_train, n_test)
     train = make_long_tailed(data["train"], IMBALANCE, seed=0)
     num_labels = len(set(train["label"]))
-    torch.manual_seed(0)
-    encoder = ContrastiveEncoder.from_backbone(
-        "resnet18", pretrained=False, projection_dim=128, num_labels=num_labels
-    )
-    encoder.set_image_size(32)
+    encoder = seed0_resnet18(num_labels=num_labels)
     collate = ImageViewCollator(
         transform=simclr_transform_from_data_config(encoder.data_config),
         n_views=1,
@@ -375,14 +387,8 @@ def cross_entropy_reference(
                 )
             if step == steps:
                 break
-    encode = {"input_column": "image", "label_column": "label", "batch_size": 256}
-    train_z, train_y = encode_dataset(encoder, train, **encode)
-    test_z, test_y = encode_dataset(encoder, data["test"], **encode)
     return {
-        "linear_probe_accuracy": linear_probe_accuracy(
-            train_z, train_y, test_z, test_y, seed=0
-        ),
-        "knn_accuracy": knn_accuracy(train_z, train_y, test_z, test_y),
+        **frozen_scores(encoder, train, data["test"]),
         "final_train_loss": sum(losses[-3:]) / 3,
         "train_steps": step,
     }
