@@ -60,11 +60,11 @@ def test_simclr_transform_composition_matches_simclr_recipe() -> None:
     t = simclr_transform(32, MEAN, STD)
     names = [type(s).__name__ for s in t.transforms]
     assert names == [
-        "ConvertImageMode", "ToImage", "RGB", "RandomResizedCrop", "RandomHorizontalFlip", "RandomApply", "RandomGrayscale",
-        "RandomApply", "ToDtype", "Normalize", "ToPureTensor",
-    ]
-    jitter_apply, blur_apply = t.transforms[5], t.transforms[7]
-    assert jitter_apply.p == 0.8 and blur_apply.p == 0.5 and t.transforms[6].p == 0.2
+        "ConvertImageMode", "ToImage", "RGB", "RandomResizedCrop", "Lambda", "RandomHorizontalFlip", "RandomApply",
+        "RandomGrayscale", "RandomApply", "ToDtype", "Normalize", "ToPureTensor",
+    ]  # Lambda: float images clamped to [0, 1] after resampling, before the colour steps
+    jitter_apply, blur_apply = t.transforms[6], t.transforms[8]
+    assert jitter_apply.p == 0.8 and blur_apply.p == 0.5 and t.transforms[7].p == 0.2
     jitter = jitter_apply.transforms[0]
     assert jitter.brightness == (0.6, 1.4) and jitter.hue == (-0.1, 0.1)  # ColorJitter(0.4, 0.4, 0.4, 0.1)
     assert blur_apply.transforms[0].kernel_size == (3, 3)

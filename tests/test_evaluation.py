@@ -289,7 +289,7 @@ def test_equivariance_evaluator_exact_rotation_determinism_and_mode() -> None:
     with pytest.raises(ValueError, match="`augment_key` 'input_ids' is not a key"):
         EquivarianceEvaluator(batch, _jitter, augment_key="input_ids")
     with pytest.raises(ValueError, match="augment` must keep the batch size"):
-        EquivarianceEvaluator(batch, lambda x: x[:4])(model)
+        EquivarianceEvaluator(batch, lambda x: x[:4])(model, on_error="raise")
     assert model.training  # restored after an error too
 
 
@@ -306,6 +306,96 @@ def test_equivariance_evaluator_from_a_class_sorted_image_dataset() -> None:
     assert torch.bincount(torch.tensor([rows[i]["label"] for i in chosen])).tolist() == [2, 2, 2]
     out = evaluator(_Flatten())
     assert np.isfinite(out["equivariance_wahba_error"]) and out["equivariance_wahba_error"] > 0
+
+
+def _overshooting_rows(n: int = 16, side: int = 12) -> list[dict]:
+    """Saturated two-level colour images: bicubic resampling of them as floats leaves [0, 1]."""
+    from PIL import Image
+
+    g = np.random.default_rng(1)
+    return [
+        {"image": Image.fromarray((g.integers(0, 2, (side, side, 3)) * 255).astype(np.uint8)), "label": i % 4}
+        for i in range(n)
+    ]
+
+
+def test_equivariance_views_are_made_from_uint8_images_and_stay_finite() -> None:
+    """The views of the main job's evaluator: images that make bicubic resampling overshoot, under draws
+    with colour jitter. Made from float images these gave NaN pixels (a crash at the first evaluation)."""
+    from hf_contrast.augment import simclr_transform_from_data_config
+
+    rows = _overshooting_rows()
+    config = {"input_size": (3, 32, 32), "mean": (0.49, 0.48, 0.45), "std": (0.25, 0.24, 0.26),
+              "interpolation": "bicubic", "crop_pct": 1.0}  # fmt: skip
+    evaluator = EquivarianceEvaluator.from_image_dataset(rows, config, num_samples=16, num_augmentations=64)
+    f, views = evaluator.embeddings(_Flatten())
+    assert all(torch.isfinite(v).all() for v in views)
+    # the fixed batch is the uint8 images, normalised: un-normalising gives integers / 255 exactly
+    mean, std = torch.tensor(config["mean"]).view(1, 3, 1, 1), torch.tensor(config["std"]).view(1, 3, 1, 1)
+    levels = (evaluator.batch["pixel_values"] * std + mean) * 255
+    assert torch.allclose(levels, levels.round(), atol=1e-3)
+    # each augmented batch is one SimCLR draw on those uint8 images, as training makes views
+    augmented = evaluator.augment(evaluator.batch["pixel_values"][:2].clone())
+    assert augmented.dtype == torch.float32 and torch.isfinite(augmented).all()
+    # the float path of the transform itself is clamped before the colour steps (it gave NaN before)
+    transform = simclr_transform_from_data_config(config)
+    floats = (torch.randint(0, 2, (64, 3, 32, 32), generator=torch.Generator().manual_seed(0)) * 1.0)
+    with torch.random.fork_rng():
+        bad = 0
+        for seed in range(60):
+            torch.manual_seed(seed)
+            bad += int(not torch.isfinite(transform(floats)).all())
+    assert bad == 0
+
+
+def test_a_failing_evaluator_warns_once_and_reports_nan_for_each_metric() -> None:
+    from hf_contrast.evaluation import EvaluationFailedWarning
+
+    class _Broken(Evaluator):
+        metric_names = ("a", "b")
+        calls = 0
+
+        def __init__(self) -> None:
+            super().__init__("broken", "a", greater_is_better=True)
+
+        def compute(self, model: nn.Module) -> dict[str, float]:
+            self.calls += 1
+            raise ValueError("`f_a` contains NaN or infinite values")
+
+    class _Fine(Evaluator):
+        def __init__(self) -> None:
+            super().__init__("fine", "x", greater_is_better=True)
+
+        def compute(self, model: nn.Module) -> dict[str, float]:
+            return {"x": 1.0}
+
+    model = _Flatten().train()
+    broken = _Broken()
+    with pytest.warns(EvaluationFailedWarning, match=r"_Broken \('broken'\) could not compute a, b: ValueError: `f_a`"):
+        first = broken(model)
+    assert set(first) == {"broken_a", "broken_b"} and all(np.isnan(v) for v in first.values())
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the second failure of the same metric is not reported again
+        second = SequentialEvaluator([_Fine(), broken])(model)
+    assert second["fine_x"] == 1.0 and np.isnan(second["broken_a"]) and broken.calls == 2 and model.training
+    with pytest.raises(ValueError, match="NaN or infinite"):
+        broken(model, on_error="raise")
+    with pytest.raises(ValueError, match="NaN or infinite"):
+        SequentialEvaluator([_Fine(), broken])(model, on_error="raise")
+    with pytest.raises(ValueError, match="`on_error` must be 'warn' or 'raise'"):
+        broken(model, on_error="ignore")
+
+
+def test_embedding_metrics_reports_nan_for_a_metric_that_fails_and_keeps_the_others() -> None:
+    from hf_contrast.evaluation import EvaluationFailedWarning
+
+    z, y = _clusters(10)
+    metrics = EmbeddingMetrics(seed=0)
+    with pytest.warns(EvaluationFailedWarning, match="could not compute knn_accuracy"):
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(metrics, "_knn", lambda z, y: (_ for _ in ()).throw(RuntimeError("solver diverged")))
+            out = metrics.compute(z, y)
+    assert np.isnan(out["knn_accuracy"]) and np.isfinite(out["uniformity"]) and 0 <= out["class_orthogonality"] <= 1
 
 
 def test_sequential_evaluator_merges_and_rejects_clashes() -> None:

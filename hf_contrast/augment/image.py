@@ -18,6 +18,7 @@ from typing import Any
 
 import torch
 from torch import Tensor
+from torchvision import tv_tensors
 from torchvision.transforms import InterpolationMode, v2
 
 from hf_contrast.augment._common import (
@@ -51,6 +52,19 @@ def _data_config_fields(data_config: Mapping[str, Any]) -> tuple[tuple[int, int]
         raise ValueError(f"`data_config['input_size']` must be (C, H, W), got {input_size}.")
     extra = {k: data_config[k] for k in ("interpolation", "crop_pct") if data_config.get(k) is not None}
     return (int(input_size[1]), int(input_size[2])), list(data_config["mean"]), list(data_config["std"]), extra
+
+
+def clamp_unit_range(image: Tensor) -> Tensor:
+    """A float image clamped to ``[0, 1]`` (uint8 images unchanged); keeps the ``tv_tensors`` type.
+
+    Bicubic (and antialiased bilinear) resampling of a float image overshoots ``[0, 1]`` near sharp
+    edges; ``ColorJitter``'s hue and saturation steps then return NaN for some pixels. Resampling a
+    ``uint8`` image saturates by itself, which is why views made from decoded images never hit this.
+    """
+    if not image.is_floating_point():
+        return image
+    clamped = image.clamp(0.0, 1.0)
+    return tv_tensors.wrap(clamped, like=image) if isinstance(image, tv_tensors.TVTensor) else clamped
 
 
 def default_blur_kernel(image_size: ImageSize) -> int:
@@ -127,6 +141,7 @@ def simclr_transform(
     steps: list[Any] = to_image_steps(len(mean_list))
     mode = interpolation_mode(interpolation)
     steps.append(v2.RandomResizedCrop(size, scale=scale, ratio=ratio, interpolation=mode, antialias=True))
+    steps.append(v2.Lambda(clamp_unit_range, tv_tensors.Image))  # float inputs: see clamp_unit_range
     if check_probability("hflip_p", hflip_p) > 0:
         steps.append(v2.RandomHorizontalFlip(p=hflip_p))
     s = float(jitter_strength)

@@ -6,7 +6,8 @@
   subsampling, a warning on collapse.
 - Evaluators (sentence-transformers style, ``evaluator(model) -> {"<name>_<metric>": float}``):
   :class:`STSEvaluator`, :class:`EmbeddingEvaluator`, :class:`EquivarianceEvaluator`,
-  :class:`SequentialEvaluator`, base :class:`Evaluator`.
+  :class:`SequentialEvaluator`, base :class:`Evaluator`. A metric that cannot be computed is reported as
+  NaN with an :class:`EvaluationFailedWarning` (once per cause): it never ends a training run.
 - :func:`encode_dataset` — embed a dataset with a model; :func:`balanced_subset` /
   :func:`balanced_split` — seeded class-balanced rows.
 """
@@ -19,6 +20,7 @@ from .embedding_metrics import EmbeddingMetrics
 from .encode import encode_dataset
 from .equivariance import EquivarianceEvaluator
 from .evaluator import Evaluator, SequentialEvaluator
+from .failures import EvaluationFailedWarning
 from .sampling import balanced_split, balanced_subset
 from .sts import STSEvaluator
 
@@ -33,5 +35,6 @@ __all__ = [
     "balanced_subset",
     "balanced_split",
     "RepresentationCollapseWarning",
+    "EvaluationFailedWarning",
     "collapse_message",
 ]

@@ -8,6 +8,7 @@ examples and the model card.
 from __future__ import annotations
 
 import logging
+import math
 import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -28,6 +29,7 @@ from ..metrics import (
 from ..metrics._inputs import as_embeddings, as_labels, as_pair
 from ..tensor_checks import check_int
 from .collapse import warn_if_collapsed
+from .failures import metrics_or_nan
 from .sampling import balanced_split, sample_rows
 
 __all__ = ["EmbeddingMetrics"]
@@ -47,6 +49,11 @@ def _split_predictions(predictions: object) -> tuple[object, object | None, obje
             f"three (N, D) arrays, got a {type(predictions).__name__} of {len(predictions)} items."
         )
     return predictions, None, None
+
+
+def _value_or_nan(phase: Callable[[], float | None], name: str, source: object) -> float | None:
+    """``phase()``, or NaN with a warning (once per metric) when it raises: one failing metric never ends a run."""
+    return metrics_or_nan(lambda: {name: phase()}, [name], source)[name]
 
 
 class EmbeddingMetrics:
@@ -196,11 +203,11 @@ class EmbeddingMetrics:
         with tqdm(total=len(phases), desc="Embedding metrics", disable=not self.progress, leave=False) as bar:
             for name, phase in phases:
                 bar.set_postfix_str(name)
-                value = phase()
+                value = _value_or_nan(phase, name, self)
                 if value is not None:
                     metrics[name] = value
                 bar.update()
-        if self.warn_collapse:
+        if self.warn_collapse and math.isfinite(metrics["mean_cosine"]) and math.isfinite(metrics["effective_rank"]):
             warn_if_collapsed(metrics["mean_cosine"], metrics["effective_rank"], z.shape[1])
         return metrics
 

@@ -25,6 +25,23 @@ def _batch_size(batch: Mapping[str, Any]) -> int:
     raise ValueError("`batch` must contain at least one tensor with a batch axis, e.g. `pixel_values`.")
 
 
+def _decoded(dataset: Any, row: int, column: str, transform: Callable[[Any], Tensor]) -> Tensor:
+    """``transform`` of row ``row``'s image; a file that cannot be read is named with its row.
+
+    Raises:
+        BadImageError: naming the row, the file when known, the cause and the fix.
+    """
+    from ..augment.decode import BadImageError
+
+    try:
+        return transform(dataset[row][column])
+    except (OSError, ValueError, SyntaxError) as error:  # PIL: UnidentifiedImageError, truncated files
+        raise BadImageError(
+            f"EquivarianceEvaluator: row {row} of column {column!r}: {error} — remove or replace that image "
+            "(or keep the column undecoded, `datasets.Image(decode=False)`, so the file is named)."
+        ) from error
+
+
 class EquivarianceEvaluator(Evaluator):
     """How well one rotation maps ``f(x)`` to ``f(a(x))`` on a fixed batch (CARE, https://arxiv.org/abs/2306.13924).
 
@@ -76,6 +93,13 @@ class EquivarianceEvaluator(Evaluator):
         name: str = "equivariance",
     ) -> None:
         super().__init__(name, "wahba_error", greater_is_better=False)
+        self.metric_names = (
+            "wahba_error",
+            "wahba_error_per_sample",
+            "wahba_error_max",
+            "relative_rotational_equivariance",
+            "augmentation_cosine_mean",
+        )
         if not isinstance(batch, Mapping) or not batch:
             raise ValueError(f"`batch` must be a non-empty dict of model inputs, got {type(batch).__name__}.")
         self.batch = {k: v.detach().cpu() if isinstance(v, Tensor) else v for k, v in batch.items()}
@@ -111,10 +135,11 @@ class EquivarianceEvaluator(Evaluator):
         """An evaluator on ``num_samples`` images of ``dataset`` under SimCLR augmentations.
 
         The rows are a seeded class-balanced subset (:func:`balanced_subset`; a seeded random one
-        without ``label_column``), resized to the ``input_size`` of ``data_config`` (no crop) and
-        normalised with its ``mean``/``std``; each augmentation un-normalises the batch, applies
-        one draw of :func:`hf_contrast.augment.simclr_transform_from_data_config` to all of it,
-        and normalises again.
+        without ``label_column``), decoded to ``uint8``, resized to the ``input_size`` of
+        ``data_config`` (no crop) and normalised with its ``mean``/``std``. Each augmentation applies
+        one draw of :func:`hf_contrast.augment.simclr_transform_from_data_config` to the whole batch
+        of ``uint8`` images — the way training makes its views: resampling ``uint8`` saturates, where
+        bicubic resampling of float images overshoots ``[0, 1]`` and colour jitter then gives NaN.
 
         Args:
             dataset: Image rows (``datasets.Dataset`` or a list of dicts).
@@ -127,7 +152,7 @@ class EquivarianceEvaluator(Evaluator):
         from torchvision.transforms import v2
 
         from ..augment import simclr_transform_from_data_config
-        from ..augment._common import channel_step
+        from ..augment._common import to_image_steps
 
         n_rows = len(dataset)
         if isinstance(num_samples, bool) or not isinstance(num_samples, int) or not 2 <= num_samples <= n_rows:
@@ -138,17 +163,18 @@ class EquivarianceEvaluator(Evaluator):
             labels = torch.as_tensor(list(labels))
         rows = sample_rows(n_rows, num_samples, seed, labels)
         channels, height, width = (int(v) for v in data_config["input_size"])
-        raw = v2.Compose([v2.ToImage(), *channel_step(channels), v2.Resize((height, width), antialias=True),
-                          v2.ToDtype(torch.float32, scale=True)])
-        images = torch.stack([raw(dataset[int(i)][image_column]) for i in rows])
+        raw = v2.Compose([*to_image_steps(channels), v2.ToDtype(torch.uint8, scale=True),
+                          v2.Resize((height, width), antialias=True)])
+        images = torch.stack([_decoded(dataset, int(i), image_column, raw) for i in rows])  # uint8 (n, C, H, W)
         mean = torch.tensor(data_config["mean"], dtype=torch.float32).view(1, -1, 1, 1)
         std = torch.tensor(data_config["std"], dtype=torch.float32).view(1, -1, 1, 1)
         simclr = simclr_transform_from_data_config(data_config)
 
-        def augment(x: Tensor) -> Tensor:  # normalised in, one SimCLR draw for the whole batch, normalised out
-            return simclr((x * std + mean).clamp(0, 1))
+        def augment(x: Tensor) -> Tensor:  # normalised in, one SimCLR draw of the uint8 batch, normalised out
+            return simclr(((x * std + mean) * 255).round().clamp(0, 255).to(torch.uint8))  # exact: x came from uint8
 
-        return cls({"pixel_values": (images - mean) / std}, augment, augment_key="pixel_values", seed=seed, **kwargs)
+        pixel_values = (images.float() / 255 - mean) / std
+        return cls({"pixel_values": pixel_values}, augment, augment_key="pixel_values", seed=seed, **kwargs)
 
     def _embed(self, model: nn.Module, batch: Mapping[str, Any]) -> Tensor:
         try:

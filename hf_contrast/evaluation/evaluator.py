@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from torch import nn
 
 from ._model import eval_mode
+from .failures import metrics_or_nan
 
 __all__ = ["Evaluator", "SequentialEvaluator"]
 
@@ -32,6 +33,9 @@ class Evaluator(ABC):
 
     name: str = ""
     greater_is_better: bool = True
+    #: The unprefixed metric names :meth:`compute` returns (reported as NaN when it fails); subclasses
+    #: with a fixed set list them, others report the names of their last successful call.
+    metric_names: tuple[str, ...] = ()
     _primary: str = ""
 
     def __init__(self, name: str, primary: str, greater_is_better: bool) -> None:
@@ -54,10 +58,20 @@ class Evaluator(ABC):
     def compute(self, model: nn.Module) -> dict[str, float]:
         """Unprefixed metrics of ``model`` (called in eval mode, without gradient)."""
 
-    def __call__(self, model: nn.Module) -> dict[str, float]:
-        """Prefixed metrics of ``model``; its train/eval mode is restored afterwards."""
+    def __call__(self, model: nn.Module, *, on_error: str = "warn") -> dict[str, float]:
+        """Prefixed metrics of ``model``; its train/eval mode is restored afterwards.
+
+        Args:
+            model: The model to evaluate.
+            on_error: When :meth:`compute` raises: ``"warn"`` (default) reports every metric as NaN with an
+                :class:`~hf_contrast.evaluation.EvaluationFailedWarning` (once per cause), so a failing
+                metric never ends a training run; ``"raise"`` re-raises the error.
+        """
+        names = self.metric_names or getattr(self, "_last_names", ()) or (self._primary,)
         with eval_mode(model):
-            metrics = self.compute(model)
+            metrics = metrics_or_nan(lambda: self.compute(model), names, self, on_error=on_error)
+        if not all(value != value for value in metrics.values()):  # not the NaN fallback
+            self._last_names = tuple(metrics)
         return {self.prefixed(key): value for key, value in metrics.items()}
 
     def __repr__(self) -> str:
@@ -88,10 +102,18 @@ class SequentialEvaluator(Evaluator):
         super().__init__("", evaluators[primary].primary_metric, evaluators[primary].greater_is_better)
         self.evaluators = evaluators
 
+    def __call__(self, model: nn.Module, *, on_error: str = "warn") -> dict[str, float]:
+        """The merged metrics of every evaluator; with ``on_error="warn"`` each one fails alone (its metrics
+        NaN), the others' are still reported."""
+        return self._merge(model, on_error)
+
     def compute(self, model: nn.Module) -> dict[str, float]:
+        return self._merge(model, "raise")
+
+    def _merge(self, model: nn.Module, on_error: str) -> dict[str, float]:
         metrics: dict[str, float] = {}
         for evaluator in self.evaluators:
-            values = evaluator(model)
+            values = evaluator(model, on_error=on_error)
             clash = sorted(set(values) & set(metrics))
             if clash:
                 raise ValueError(f"{evaluator!r} returned keys already reported by another evaluator: {clash}.")

@@ -1,0 +1,66 @@
+"""What an evaluation does when a metric cannot be computed: warn once, report NaN, never end the run.
+
+A metric that fails during training (non-finite embeddings of an augmented batch, a degenerate split, a
+solver that does not converge) must not throw away the run that produced the model: the trainer logs
+``nan`` for it and goes on to the next evaluation, checkpoint and save. The first failure of each
+(source, metric) pair is reported once as an :class:`EvaluationFailedWarning` naming the metric, the
+evaluator and the cause; later failures of the same pair are silent (the ``nan`` in the logs remains).
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from collections.abc import Callable, Iterable
+from typing import TypeVar
+
+__all__ = ["EvaluationFailedWarning", "metrics_or_nan"]
+
+T = TypeVar("T")
+
+_reported: set[tuple[int, str, str]] = set()
+
+
+class EvaluationFailedWarning(RuntimeWarning):
+    """An evaluation metric could not be computed and was reported as NaN."""
+
+
+def metrics_or_nan(
+    compute: Callable[[], T], names: Iterable[str], source: object, *, on_error: str = "warn"
+) -> T | dict[str, float]:
+    """``compute()``, or ``{name: nan for name in names}`` with a warning when it raises.
+
+    Args:
+        compute: Computes the metric(s).
+        names: The metric names it reports, used for the NaN result and the warning.
+        source: The evaluator (or metric suite) computing them; named in the warning, and the warning is
+            given once per (source, metric names, error type).
+        on_error: ``"warn"`` (the default, what training uses) or ``"raise"`` (re-raise the error).
+
+    Returns:
+        What ``compute`` returned, or the NaN dict.
+
+    Raises:
+        ValueError: if ``on_error`` is neither ``"warn"`` nor ``"raise"``.
+        Exception: whatever ``compute`` raised, with ``on_error="raise"``.
+    """
+    if on_error not in ("warn", "raise"):
+        raise ValueError(f"`on_error` must be 'warn' or 'raise', got {on_error!r}.")
+    names = list(names)
+    try:
+        return compute()
+    except Exception as error:
+        if on_error == "raise":
+            raise
+        key = (id(source), ",".join(names), type(error).__name__)
+        if key not in _reported:
+            _reported.add(key)
+            label = getattr(source, "name", "") or type(source).__name__
+            warnings.warn(
+                f"{type(source).__name__} ({label!r}) could not compute {', '.join(names) or 'its metrics'}: "
+                f"{type(error).__name__}: {error}. Reported as NaN; training goes on (given once per metric). "
+                "Call the evaluator with on_error='raise' to see the traceback.",
+                EvaluationFailedWarning,
+                stacklevel=3,
+            )
+        return {name: math.nan for name in names}
