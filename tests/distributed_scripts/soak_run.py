@@ -1,0 +1,57 @@
+"""One leg of the soak test: SimCLR on tiny data, a checkpoint every ``--save_steps``, resumed from the newest
+complete checkpoint when one exists (``train(resume_from_checkpoint=True)``, the public route).
+
+Launched by ``tests/test_soak.py`` as a plain process (or by ``torchrun`` with 2 processes) that the test kills
+with SIGKILL at random moments. Prints ``RSS <step> <bytes>`` after every checkpoint so the test can follow the
+resident memory, and writes ``final.safetensors`` (the encoder's parameters) when training ends.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import psutil  # noqa: E402  (accelerate's dependency)
+import torch  # noqa: E402
+from safetensors.torch import save_file  # noqa: E402
+from transformers import TrainerCallback  # noqa: E402
+
+from trainer_utils import image_dataset, training_args, vit_encoder  # noqa: E402
+from hf_contrast.training import SimCLRTrainer  # noqa: E402
+
+
+class _ReportMemory(TrainerCallback):
+    def on_save(self, args, state, control, **kwargs):
+        print(f"RSS {state.global_step} {psutil.Process().memory_info().rss}", flush=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--output_dir", required=True)
+    parser.add_argument("--max_steps", type=int, default=2000)
+    parser.add_argument("--save_steps", type=int, default=50)
+    options = parser.parse_args()
+    torch.set_num_threads(1)
+    print("LEG", flush=True)
+    args = training_args(
+        options.output_dir, per_device_train_batch_size=4, max_steps=options.max_steps, save_strategy="steps",
+        save_steps=options.save_steps, save_total_limit=2, logging_steps=options.save_steps, learning_rate=1e-3,
+        full_determinism=True, image_size=16,
+    )  # fmt: skip
+    trainer = SimCLRTrainer(
+        model=vit_encoder(img_size=16, projection_dim=4), args=args, train_dataset=image_dataset(n=32, size=16),
+        callbacks=[_ReportMemory()],
+    )
+    started = any(name.startswith("checkpoint-") for name in os.listdir(options.output_dir)) if os.path.isdir(options.output_dir) else False
+    trainer.train(resume_from_checkpoint=True if started else None)
+    if trainer.args.should_save:
+        state = {k: v.detach().contiguous() for k, v in trainer.model.state_dict().items()}
+        save_file(state, os.path.join(options.output_dir, "final.safetensors"))
+
+
+if __name__ == "__main__":
+    main()
