@@ -126,8 +126,8 @@ class EquivarianceEvaluator(Evaluator):
         """
         from torchvision.transforms import v2
 
-        from ..augment import simclr_transform_from_data_config
-        from ..augment._common import channel_step
+        from ..views import simclr_transform_from_data_config
+        from ..views._common import channel_step
 
         n_rows = len(dataset)
         if isinstance(num_samples, bool) or not isinstance(num_samples, int) or not 2 <= num_samples <= n_rows:
