@@ -14,7 +14,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from .builder import Collator, ViewBuilder
+from .builder import ViewBuilder
 from .chunked_image import ChunkedAugmentation
 from .image_collators import ImageViewCollator, PairedImageCollator
 from .image_transforms import eval_transform_from_data_config, raw_image_transform, simclr_transform_from_data_config
