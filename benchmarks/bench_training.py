@@ -75,19 +75,18 @@ from transformers import PrinterCallback, TrainerCallback, get_linear_schedule_w
 from transformers.utils import logging as hf_logging
 
 from hf_contrast.models import ContrastiveEncoder
-from hf_contrast.training.collators import pop_view_batch_index
-from hf_contrast.objectives import Objective, ViewBuilder, build_objective
+from hf_contrast.objectives import Objective, build_objective
 from hf_contrast.training import (
     AlignUniformTrainer,
     CARETrainer,
     ContrastiveTrainer,
     ContrastiveTrainingArguments,
-    ImageViewCollator,
     OCLTrainer,
     SimCLRTrainer,
     SimOTrainer,
     SupConTrainer,
 )
+from hf_contrast.views import ImageViewCollator, ViewBuilder, pop_view_batch_index
 
 HERE = Path(__file__).resolve().parent
 PROJECTION_DIM = 128

@@ -346,9 +346,9 @@ def cross_entropy_reference(
     from torch.utils.data import DataLoader
     from transformers import get_cosine_schedule_with_warmup
 
-    from hf_contrast.augment import simclr_transform_from_data_config
     from hf_contrast.data import make_long_tailed
-    from hf_contrast.training import ContrastiveTrainingArguments, ImageViewCollator
+    from hf_contrast.training import ContrastiveTrainingArguments
+    from hf_contrast.views import ImageViewCollator, simclr_transform_from_data_config
 
     args = ContrastiveTrainingArguments(
         output_dir=str(out), image_size=32, seed=0, use_cpu=True, report_to="none"

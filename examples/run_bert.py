@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 import torch
 
 from _common import augmented_embeddings, class_names, parse_args, save_plots, write_results
-from hf_contrast.augment import ChunkedTextAugmentation
+from hf_contrast.views import ChunkedTextAugmentation
 from hf_contrast.data import SENTENCE_PAIRS_PATH, load_sts_pairs, load_text_dataset
 from hf_contrast.evaluation import EquivarianceEvaluator, STSEvaluator, balanced_split, encode_dataset
 from hf_contrast.metrics import knn_accuracy, uniformity

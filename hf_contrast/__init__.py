@@ -3,9 +3,9 @@
 Subpackages: :mod:`~hf_contrast.losses` (pure loss functions + ``nn.Module`` wrappers),
 :mod:`~hf_contrast.models` (``ContrastiveEncoder`` on timm / BERT-style backbones),
 :mod:`~hf_contrast.objectives` (methods as registered objectives),
-:mod:`~hf_contrast.training` (``ContrastiveTrainer`` and the named trainers, arguments, collators),
+:mod:`~hf_contrast.training` (``ContrastiveTrainer`` and the named trainers, arguments),
 :mod:`~hf_contrast.evaluation` (the one evaluation path) on :mod:`~hf_contrast.metrics`,
-:mod:`~hf_contrast.augment` (views), :mod:`~hf_contrast.model_card` and :mod:`~hf_contrast.hub`
+:mod:`~hf_contrast.views` (rows to views: transforms, collators, sampler), :mod:`~hf_contrast.model_card` and :mod:`~hf_contrast.hub`
 (cards, push), :mod:`~hf_contrast.data` (embedded data, loaders, checks).
 
 The most used names are available at the top level and imported on first use, so that
@@ -33,7 +33,7 @@ _LAZY = {
     "OCLTrainer": "training",
     "LOCALTrainer": "training",
     "AlignUniformTrainer": "training",
-    "AFCLBatchSampler": "training",
+    "AFCLBatchSampler": "views",
     "get_objective": "objectives",
     "available_objectives": "objectives",
     "register_objective": "objectives",

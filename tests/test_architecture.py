@@ -1,5 +1,6 @@
-"""The package's shape: no import cycles, methods dispatched only by the registry, every package shipped,
-``models/`` independent of ``hub/`` and of the package root.
+"""The package's shape: no import cycles between modules or between packages, views independent of objectives
+and training, methods dispatched only by the registry, every package shipped, ``models/`` independent of
+``hub/`` and of the package root.
 
 Everything here reads the source with :mod:`ast` (nothing is imported but the registry), so an import
 hidden inside a function counts like one at the top of a module.
@@ -135,6 +136,66 @@ def test_the_graph_sees_every_module_and_function_level_imports() -> None:
 def test_no_import_cycles() -> None:
     cycle = _find_cycle(_import_graph())
     assert cycle is None, "import cycle: " + " -> ".join(cycle or [])
+
+
+def _package_of(module: str) -> str:
+    """The package-level node of a module: ``hf_contrast.<X>`` for anything in subpackage (or top-level
+    module) ``X``, ``hf_contrast`` for the package root."""
+    return ".".join(module.split(".")[:2])
+
+
+def _package_graph(graph: dict[str, set[str]]) -> dict[str, set[str]]:
+    """``{package: packages it imports}``: every module-level edge (function-level imports included,
+    ``TYPE_CHECKING`` ones excluded) lifted to the packages of its two ends."""
+    packages: dict[str, set[str]] = {}
+    for module, edges in graph.items():
+        source = _package_of(module)
+        packages.setdefault(source, set()).update(p for p in map(_package_of, edges) if p != source)
+    return packages
+
+
+def test_the_package_graph_lifts_module_edges() -> None:
+    graph = {
+        "hf_contrast.a.x": {"hf_contrast.b.y"},
+        "hf_contrast.b.y": {"hf_contrast.b.z"},
+        "hf_contrast.b.z": {"hf_contrast.a"},  # two modules, no module cycle, but a ↔ b
+        "hf_contrast.a": set(),
+        "hf_contrast.c": {"hf_contrast.a.x"},
+    }
+    assert _find_cycle(graph) is None
+    packages = _package_graph(graph)
+    assert packages == {"hf_contrast.a": {"hf_contrast.b"}, "hf_contrast.b": {"hf_contrast.a"}, "hf_contrast.c": {"hf_contrast.a"}}
+    assert _find_cycle(packages) == ["hf_contrast.a", "hf_contrast.b", "hf_contrast.a"]
+    assert _package_graph(_import_graph())["hf_contrast.training"] >= {"hf_contrast.objectives", "hf_contrast.views"}
+
+
+def test_no_package_import_cycles() -> None:
+    """Subpackages depend one way (e.g. views <- objectives <- training), even through imports inside functions."""
+    cycle = _find_cycle(_package_graph(_import_graph()))
+    assert cycle is None, "package-level import cycle: " + " -> ".join(cycle or [])
+
+
+def test_views_depend_on_neither_objectives_nor_training() -> None:
+    packages = _package_graph(_import_graph())
+    assert "hf_contrast.views" in packages
+    bad = packages["hf_contrast.views"] & {"hf_contrast.objectives", "hf_contrast.training"}
+    assert not bad, f"hf_contrast.views imports {sorted(bad)}: objectives and training depend on views, never the reverse"
+    assert "hf_contrast.training" not in packages["hf_contrast.objectives"], "objectives must not import training"
+
+
+# Lazy loaders (`import_module` in a module `__getattr__`) load modules this graph cannot see, so they could hide a
+# cycle. Allowed only where import time needs them: the package root (`import hf_contrast` stays cheap; nothing in
+# the package needs a name from it) and metrics (`evaluate` takes seconds to import; targets inside metrics/).
+LAZY_LOADERS = {"hf_contrast", "hf_contrast.metrics"}
+
+
+def test_lazy_loaders_only_where_import_time_needs_them() -> None:
+    found = set()
+    for name, path in _modules().items():
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Call) and getattr(node.func, "id", getattr(node.func, "attr", None)) == "import_module":
+                found.add(name)
+    assert found <= LAZY_LOADERS, f"lazy imports hide edges from the import graph: {sorted(found - LAZY_LOADERS)}"
 
 
 def _imports_of(prefix: str) -> dict[str, set[str]]:

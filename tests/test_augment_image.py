@@ -8,7 +8,7 @@ import torch
 from PIL import Image
 from torchvision.transforms import v2
 
-from hf_contrast.augment import (
+from hf_contrast.views import (
     ChunkedAugmentation,
     PairedTransform,
     TwoViewTransform,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from hf_contrast.augment import ChunkedTextAugmentation, simcse_views
+from hf_contrast.views import ChunkedTextAugmentation, simcse_views
 
 PAD, CLS, SEP, MASK = 0, 101, 102, 103
 SPECIAL = (PAD, CLS, SEP, MASK)

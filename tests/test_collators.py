@@ -14,15 +14,17 @@ from _tiny import tiny_tokenizer
 from PIL import Image
 from torch.utils.data import DataLoader
 
-from hf_contrast.augment import eval_transform, paired_transform, simclr_transform
-from hf_contrast.augment.decode import BadImageError, convert_image_mode, decode_image
-from hf_contrast.training.collators import (
+from hf_contrast.views import (
     ImageViewCollator,
     PairedImageCollator,
     TextViewCollator,
+    eval_transform,
+    paired_transform,
     pop_view_batch_index,
     raw_image_transform,
+    simclr_transform,
 )
+from hf_contrast.views.decode import BadImageError, convert_image_mode, decode_image
 
 MEAN3, STD3 = (0.5, 0.5, 0.5), (0.25, 0.25, 0.25)
 

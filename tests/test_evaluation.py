@@ -322,7 +322,7 @@ def _overshooting_rows(n: int = 16, side: int = 12) -> list[dict]:
 def test_equivariance_views_are_made_from_uint8_images_and_stay_finite() -> None:
     """The views of the main job's evaluator: images that make bicubic resampling overshoot, under draws
     with colour jitter. Made from float images these gave NaN pixels (a crash at the first evaluation)."""
-    from hf_contrast.augment import simclr_transform_from_data_config
+    from hf_contrast.views import simclr_transform_from_data_config
 
     rows = _overshooting_rows()
     config = {"input_size": (3, 32, 32), "mean": (0.49, 0.48, 0.45), "std": (0.25, 0.24, 0.26),

@@ -29,7 +29,6 @@ from hf_contrast.objectives import (
     SimOConfig,
     SupConConfig,
     VICRegConfig,
-    ViewBuilder,
     available_objectives,
     build_objective,
     get_objective,
@@ -37,6 +36,7 @@ from hf_contrast.objectives import (
 )
 from hf_contrast.objectives import registry as registry_module
 from hf_contrast.training import CARETrainer, ContrastiveTrainer, ContrastiveTrainingArguments
+from hf_contrast.views import ViewBuilder
 
 EXPECTED = {"align_uniform", "binary_nce", "care", "care_moco", "local", "ocl", "pair", "simclr", "simo", "spectral",
             "supcon", "vicreg"}  # fmt: skip

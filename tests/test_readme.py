@@ -35,7 +35,7 @@ README = Path(__file__).resolve().parents[1] / "README.md"
 # heading -> number of ``py`` fragments under it (see the module docstring for why each is not run)
 FRAGMENTS = {
     "Encoders: timm and Hugging Face text backbones": 1,
-    "Views (`hf_contrast.augment`)": 1,
+    "Views (`hf_contrast.views`)": 1,
     "Data users bring (`hf_contrast.data`)": 1,
     "Publishing to the Hub": 2,
 }
@@ -78,7 +78,7 @@ def readme_blocks(text: str) -> list[Block]:
 
 
 def _slug(heading: str) -> str:
-    """A test id: the heading without its code spans and parentheses ("Views (`hf_contrast.augment`)" -> views)."""
+    """A test id: the heading without its code spans and parentheses ("Views (`hf_contrast.views`)" -> views)."""
     words = re.sub(r"`[^`]*`|\([^)]*\)", " ", heading).lower()
     return re.sub(r"[^a-z0-9]+", "-", words).strip("-")[:48].rstrip("-") or "block"
 

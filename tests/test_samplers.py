@@ -14,7 +14,7 @@ import torch
 from torch.utils.data import DataLoader, TensorDataset
 
 from _launch import free_port
-from hf_contrast.training.samplers import AFCLBatchSampler
+from hf_contrast.views import AFCLBatchSampler
 
 
 def _labels(n_classes: int = 10, per_class: int = 20, seed: int = 0) -> list[int]:
@@ -154,7 +154,7 @@ def test_two_real_processes_get_distinct_batches(tmp_path) -> None:
             """
             import json, sys
             import torch.distributed as dist
-            from hf_contrast.training.samplers import AFCLBatchSampler
+            from hf_contrast.views import AFCLBatchSampler
             dist.init_process_group("gloo")
             labels = [c for c in range(10) for _ in range(30)]
             sampler = AFCLBatchSampler(labels, 3, 5, seed=4)

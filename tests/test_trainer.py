@@ -33,12 +33,12 @@ from hf_contrast.training import (
     AlignUniformTrainer,
     ContrastiveTrainer,
     ContrastiveTrainingArguments,
-    ImageViewCollator,
     OCLTrainer,
     SimCLRTrainer,
     SimOTrainer,
     SupConTrainer,
 )
+from hf_contrast.views import ImageViewCollator
 
 
 @pytest.fixture(scope="module")

@@ -47,7 +47,7 @@ def _default_collate(model: nn.Module, input_column: str | None, max_length: int
         return tokenize, column
     data_config = getattr(inner, "data_config", None)
     if data_config is not None:
-        from ..augment import eval_transform_from_data_config
+        from ..views import eval_transform_from_data_config
 
         return _stack(eval_transform_from_data_config(data_config)), input_column or "image"
     raise ValueError(
@@ -89,7 +89,7 @@ def encode_dataset(
       ``row[input_column or "text"]`` are tokenised (padding, truncation at ``max_length``); for a
       model with a ``data_config`` (timm ``ContrastiveEncoder``), the images of
       ``row[input_column or "image"]`` go through its deterministic evaluation transform
-      (:func:`hf_contrast.augment.eval_transform_from_data_config`).
+      (:func:`hf_contrast.views.eval_transform_from_data_config`).
 
     A row may be a dict, an ``(input, label)`` tuple (torchvision datasets) or the input itself
     (a list of sentences or images).

@@ -31,7 +31,7 @@ def _decoded(dataset: Any, row: int, column: str, transform: Callable[[Any], Ten
     Raises:
         BadImageError: naming the row, the file when known, the cause and the fix.
     """
-    from ..augment.decode import BadImageError
+    from ..views.decode import BadImageError
 
     try:
         return transform(dataset[row][column])
@@ -137,7 +137,7 @@ class EquivarianceEvaluator(Evaluator):
         The rows are a seeded class-balanced subset (:func:`balanced_subset`; a seeded random one
         without ``label_column``), decoded to ``uint8``, resized to the ``input_size`` of
         ``data_config`` (no crop) and normalised with its ``mean``/``std``. Each augmentation applies
-        one draw of :func:`hf_contrast.augment.simclr_transform_from_data_config` to the whole batch
+        one draw of :func:`hf_contrast.views.simclr_transform_from_data_config` to the whole batch
         of ``uint8`` images — the way training makes its views: resampling ``uint8`` saturates, where
         bicubic resampling of float images overshoots ``[0, 1]`` and colour jitter then gives NaN.
 
@@ -151,8 +151,8 @@ class EquivarianceEvaluator(Evaluator):
         """
         from torchvision.transforms import v2
 
-        from ..augment import simclr_transform_from_data_config
-        from ..augment._common import to_image_steps
+        from ..views import simclr_transform_from_data_config
+        from ..views._common import to_image_steps
 
         n_rows = len(dataset)
         if isinstance(num_samples, bool) or not isinstance(num_samples, int) or not 2 <= num_samples <= n_rows:

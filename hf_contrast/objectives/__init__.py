@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from .base import Objective, ObjectiveConfig
 from .registry import available_objectives, build_objective, get_objective, register_objective
-from .views import ViewBuilder
 
 # Registration: importing a module registers its objectives.
 from .align_uniform import AlignUniformConfig, AlignUniformObjective
@@ -55,7 +54,6 @@ __all__ = [
     "SupConObjective",
     "VICRegConfig",
     "VICRegObjective",
-    "ViewBuilder",
     "available_objectives",
     "build_objective",
     "get_objective",

@@ -17,9 +17,9 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..losses import AlignUniformLoss, InfoNCELoss
+from ..views import ViewBuilder
 from .base import Objective, ObjectiveConfig, is_real, require
 from .registry import register_objective
-from .views import ViewBuilder
 
 __all__ = ["AlignUniformConfig", "AlignUniformObjective"]
 

@@ -8,7 +8,7 @@ The trainer only calls the hooks below; it never branches on a method name.
 Lifecycle (driven by :class:`~hf_contrast.training.ContrastiveTrainer`):
 
 1. ``setup(views, train_dataset)`` once, when the trainer is built: build losses and augmentations from
-   the encoder (via :class:`~hf_contrast.objectives.views.ViewBuilder`) and the training data;
+   the encoder (via :class:`~hf_contrast.views.ViewBuilder`) and the training data;
 2. ``train_collator(views)`` / ``eval_collator(views)`` / ``train_batch_sampler(dataset, views)``: how rows
    become batches of views;
 3. ``forward(model, inputs, views)`` every step: a dict of named, already-weighted terms with their total
@@ -32,7 +32,7 @@ from ..evaluation import EmbeddingMetrics
 if TYPE_CHECKING:
     from transformers import TrainerCallback
 
-    from .views import ViewBuilder
+    from ..views import ViewBuilder
 
 __all__ = ["Objective", "ObjectiveConfig", "require", "is_int", "is_real"]
 

@@ -2,9 +2,9 @@
 
 CARE (https://arxiv.org/abs/2306.13924, docs/methods.md §4). Per batch: two per-sample SimCLR views
 (invariance, built by the CPU collator) and two equivariance views: the collator passes the resized
-un-normalised images (``pixel_values_eq``) and :class:`hf_contrast.augment.ChunkedAugmentation` draws one
+un-normalised images (``pixel_values_eq``) and :class:`hf_contrast.views.ChunkedAugmentation` draws one
 augmentation pair per chunk of ``n_splits`` on the training device. Text uses SimCSE dropout views (or
-``text_pair_column``) for invariance and :class:`hf_contrast.augment.ChunkedTextAugmentation` for
+``text_pair_column``) for invariance and :class:`hf_contrast.views.ChunkedTextAugmentation` for
 equivariance. All views share one forward pass. ``share_views=True`` computes InfoNCE on the equivariance
 views (two forward passes fewer, weaker invariance views).
 
@@ -22,13 +22,11 @@ from typing import Any
 from torch import Tensor, nn
 
 from .. import distributed
-from ..augment.chunked import ChunkedAugmentation
-from ..augment.text import ChunkedTextAugmentation
 from ..losses import CARELoss, CAREMoCoLoss
+from ..views import ViewBuilder
 from .base import Objective, ObjectiveConfig, is_int, is_real, require
 from .moco import MoCoState, MomentumUpdateCallback
 from .registry import register_objective
-from .views import ViewBuilder
 
 __all__ = ["CAREConfig", "CAREObjective", "CAREMoCoConfig", "CAREMoCoObjective"]
 
@@ -80,14 +78,7 @@ class _ChunkedObjective(Objective):
                 "or a smaller `n_splits`."
             )
         if self.equivariance_augmentation is None:
-            if views.is_text:
-                self.equivariance_augmentation = ChunkedTextAugmentation.from_tokenizer(
-                    views.processing_class, self.config.n_splits
-                )
-            else:
-                self.equivariance_augmentation = ChunkedAugmentation.from_data_config(
-                    self.config.n_splits, views.data_config()
-                )
+            self.equivariance_augmentation = views.chunked_augmentation(self.config.n_splits)
 
     def train_collator(self, views: ViewBuilder) -> Callable[[list[dict[str, Any]]], dict[str, Any]]:
         return views.collator(n_views=0 if self.config.share_views else 2, raw=True)
@@ -97,21 +88,11 @@ class _ChunkedObjective(Objective):
 
     def equivariance_views(self, inputs: Mapping[str, Any], views: ViewBuilder) -> list[dict[str, Tensor]]:
         """The two chunk-shared views of the batch, built on its device."""
-        augment = self.equivariance_augmentation
-        if views.is_text:
-            view1, view2 = augment(views.view(inputs, ""))  # type: ignore[misc]
-            return [dict(view1), dict(view2)]
-        if "pixel_values_eq" not in inputs:
-            raise ValueError(
-                f"The batch has no `pixel_values_eq` (keys: {sorted(inputs)}): CARE's collator must pass the "
-                "resized un-normalised images (ImageViewCollator(raw_transform=...))."
-            )
-        view1, view2 = augment(inputs["pixel_values_eq"])  # type: ignore[misc]
-        return [{"pixel_values": view1}, {"pixel_values": view2}]
+        return views.chunked_views(self.equivariance_augmentation, inputs)  # type: ignore[arg-type]
 
     def eval_loss(self, model: nn.Module, inputs: Mapping[str, Any], views: ViewBuilder) -> Tensor | None:
-        first = next(iter(views.view(inputs, "").values())) if views.is_text else inputs.get("pixel_values_eq")
-        if first is None or first.shape[0] % self.config.n_splits or first.shape[0] // self.config.n_splits < 2:
+        size = views.chunked_batch_size(inputs)
+        if size is None or size % self.config.n_splits or size // self.config.n_splits < 2:
             return None  # a ragged evaluation batch has no whole chunks
         return super().eval_loss(model, inputs, views)
 

@@ -20,13 +20,11 @@ import torch
 from torch import Tensor, nn
 from transformers import EvalPrediction
 
-from ..augment.paired import paired_transform
 from ..losses.local import LOCALLoss, local_alpha, pair_difference
 from ..metrics.probes import macro_f1
-from ..training.collators import PairedImageCollator
+from ..views import ViewBuilder
 from .base import Objective, ObjectiveConfig, is_int, is_real, require
 from .registry import register_objective
-from .views import ViewBuilder
 
 __all__ = ["LOCALConfig", "LOCALObjective"]
 
@@ -85,16 +83,6 @@ class PairClassifierMetrics:
         return metrics
 
 
-class _EachImage:
-    """Apply one deterministic transform to both images of a pair (evaluation)."""
-
-    def __init__(self, transform: Callable[[Any], Tensor]) -> None:
-        self.transform = transform
-
-    def __call__(self, pre: Any, post: Any) -> tuple[Tensor, Tensor]:
-        return self.transform(pre), self.transform(post)
-
-
 @register_objective("local")
 class LOCALObjective(Objective):
     """LOCAL on paired images (a timm encoder: its stage maps feed the latent correlation module)."""
@@ -104,8 +92,7 @@ class LOCALObjective(Objective):
     needs_labels = True
 
     def setup(self, views: ViewBuilder, train_dataset: Any) -> None:
-        if views.is_text:
-            raise ValueError("LOCAL needs a timm image encoder (stage feature maps); got a text encoder.")
+        views.check_pairs(self.config.pre_column, self.config.post_column)
         column = views.args.label_column
         if train_dataset is None or not hasattr(train_dataset, "column_names") or column not in train_dataset.column_names:
             raise ValueError(
@@ -130,35 +117,23 @@ class LOCALObjective(Objective):
             contrastive=c.contrastive,
         )
 
-    def _collator(self, views: ViewBuilder, transform: Callable[[Any, Any], tuple[Tensor, Tensor]]) -> PairedImageCollator:
-        return PairedImageCollator(
-            transform=transform,
-            pre_column=self.config.pre_column,
-            post_column=self.config.post_column,
-            label_column=views.args.label_column,
-            seed=views.seed,
-            on_bad_image=views.args.on_bad_image,
-            n_channels=views.data_config()["input_size"][0],
-        )
-
     def required_columns(self, views: ViewBuilder) -> list[str | tuple[str, ...]]:
         return [self.config.pre_column, self.config.post_column, (views.args.label_column, "labels")]
 
-    def train_collator(self, views: ViewBuilder) -> PairedImageCollator:
-        """Training pairs: one shared random crop/flip per pair (:func:`~hf_contrast.augment.paired_transform`)."""
-        config = views.data_config()
-        return self._collator(views, paired_transform(config["input_size"][1:], config["mean"], config["std"]))
+    def train_collator(self, views: ViewBuilder) -> Callable[[list[dict[str, Any]]], dict[str, Any]]:
+        """Training pairs: one shared random crop/flip per pair (:func:`~hf_contrast.views.paired_transform`)."""
+        return views.paired_collator(self.config.pre_column, self.config.post_column, train=True)
 
-    def eval_collator(self, views: ViewBuilder) -> PairedImageCollator:
+    def eval_collator(self, views: ViewBuilder) -> Callable[[list[dict[str, Any]]], dict[str, Any]]:
         """Evaluation pairs: the deterministic resize / centre-crop / normalise of each image."""
-        return self._collator(views, _EachImage(views.deterministic_transform()))
+        return views.paired_collator(self.config.pre_column, self.config.post_column, train=False)
 
     def alpha(self, views: ViewBuilder) -> float:
         """α at the current integer epoch."""
         return local_alpha(int(views.epoch), self.config.alpha_schedule, self.config.alpha)
 
     def _encode(self, model: nn.Module, inputs: Mapping[str, Any], views: ViewBuilder, maps: bool) -> list[dict[str, Any]]:
-        pair = [{"pixel_values": inputs["pixel_values_pre"]}, {"pixel_values": inputs["pixel_values_post"]}]
+        pair = [views.view(inputs, "pre"), views.view(inputs, "post")]
         return views.encode(model, pair, output_feature_maps=maps)
 
     def forward(self, model: nn.Module, inputs: Mapping[str, Any], views: ViewBuilder) -> dict[str, Tensor]:

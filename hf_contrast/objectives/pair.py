@@ -14,9 +14,9 @@ from typing import Any
 from torch import Tensor, nn
 
 from ..losses import BinaryNCELoss, InfoNCELoss, SpectralContrastiveLoss, VICRegLoss
+from ..views import ViewBuilder
 from .base import Objective, ObjectiveConfig, is_real, require
 from .registry import register_objective
-from .views import ViewBuilder
 
 __all__ = [
     "PairObjective",

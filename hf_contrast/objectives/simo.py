@@ -19,10 +19,9 @@ import torch
 from torch import Tensor, nn
 
 from ..losses import AFCLLoss
-from ..training.samplers import AFCLBatchSampler
+from ..views import AFCLBatchSampler, ViewBuilder
 from .base import Objective, ObjectiveConfig, is_int, is_real, require
 from .registry import register_objective
-from .views import ViewBuilder
 
 __all__ = ["SimOConfig", "SimOObjective"]
 

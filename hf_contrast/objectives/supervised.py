@@ -18,9 +18,9 @@ from torch import Tensor, nn
 
 from .. import distributed
 from ..losses import OCLoss, SupConLoss
+from ..views import ViewBuilder
 from .base import Objective, ObjectiveConfig, is_int, is_real, require
 from .registry import register_objective
-from .views import ViewBuilder
 
 __all__ = ["SupConConfig", "SupConObjective", "OCLObjective"]
 

@@ -38,10 +38,10 @@ from .. import distributed
 from ..data.checks import check_dataset
 from ..losses import finite_input_checks
 from ..model_card import ModelCardCallback
-from ..objectives import Objective, ViewBuilder, build_objective
+from ..objectives import Objective, build_objective
+from ..views import pop_view_batch_index, views_for
 from .arguments import ContrastiveTrainingArguments
 from .checkpointing import CheckpointingMixin
-from .collators import pop_view_batch_index
 from .gradient_cache import GradientCache
 from .loss_terms import LossTermTracker, NonFiniteLossError
 from .publishing import HubPublishingMixin
@@ -157,10 +157,8 @@ class ContrastiveTrainer(CheckpointingMixin, HubPublishingMixin, Trainer):
         # accumulation steps. Set after `Trainer.__init__`, which sets it from the model's signature.
         self.model_accepts_loss_kwargs = False
         self.evaluator = evaluator
-        if self.args.image_size is not None and hasattr(self.model, "set_image_size"):
-            if getattr(self.model.config, "backbone_type", None) == "timm":
-                self.model.set_image_size(self.args.image_size)  # what the saved data config will say
-        self.views = ViewBuilder(self.model, self.args, self.processing_class, epoch=lambda: self.state.epoch)
+        self.views = views_for(self.model, self.args, self.processing_class, epoch=lambda: self.state.epoch)
+        self.views.prepare_model()  # image views: the saved data config says `args.image_size`
         self._check_objective_fits()
         self.objective.setup(self.views, train_dataset)
         self.objective.to(self.args.device)

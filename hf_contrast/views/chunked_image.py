@@ -18,9 +18,9 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from hf_contrast.augment._common import ImageSize
-from hf_contrast.augment.image import simclr_transform, simclr_transform_from_data_config
 from hf_contrast.seeding import seeded_cpu_rng
+from hf_contrast.views._common import ImageSize
+from hf_contrast.views.image_transforms import simclr_transform, simclr_transform_from_data_config
 
 __all__ = ["ChunkedAugmentation"]
 

@@ -21,7 +21,7 @@ from torch import Tensor
 from torchvision import tv_tensors
 from torchvision.transforms import InterpolationMode, v2
 
-from hf_contrast.augment._common import (
+from hf_contrast.views._common import (
     ImageSize,
     check_mean_std,
     check_probability,
@@ -38,6 +38,7 @@ __all__ = [
     "eval_transform_from_data_config",
     "TwoViewTransform",
     "default_blur_kernel",
+    "raw_image_transform",
 ]
 
 def _data_config_fields(data_config: Mapping[str, Any]) -> tuple[tuple[int, int], list[float], list[float], dict]:
@@ -264,3 +265,15 @@ class TwoViewTransform:
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.transform!r})"
+
+
+def raw_image_transform(image_size: int | tuple[int, int], n_channels: int = 3) -> v2.Compose:
+    """Resize an image to ``image_size`` and return it un-normalised as ``uint8`` ``(C, H, W)``.
+
+    The input of :class:`~hf_contrast.views.ChunkedAugmentation`, which augments and normalises
+    the whole batch on the device. PIL images of any mode are converted to ``n_channels`` first.
+    """
+    size = (image_size, image_size) if isinstance(image_size, int) else tuple(image_size)
+    return v2.Compose(
+        [*to_image_steps(n_channels), v2.Resize(size, antialias=True), v2.ToDtype(torch.uint8, scale=True), v2.ToPureTensor()]
+    )

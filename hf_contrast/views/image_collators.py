@@ -1,17 +1,17 @@
-"""Data collators that turn ``datasets.Dataset`` rows into contrastive views on the CPU workers.
+"""Image data collators: ``datasets.Dataset`` rows into per-sample random views on the CPU workers.
 
-Batch keys (what the trainers read):
+Batch keys (what :class:`~hf_contrast.views.ImageViews` reads):
 
-- images: ``pixel_values_1`` … ``pixel_values_V`` — ``V`` independent per-sample random views;
+- ``pixel_values_1`` … ``pixel_values_V`` — ``V`` independent per-sample random views;
   ``pixel_values`` — one deterministic (evaluation) view; ``pixel_values_eq`` — the images resized
   to one size, un-normalised ``uint8``, for CARE's chunk-shared views built on the device;
   ``pixel_values_pre`` / ``pixel_values_post`` — LOCAL's pairs (:class:`PairedImageCollator`);
-- text: ``input_ids`` / ``attention_mask`` (/ ``token_type_ids``) of the text column and
-  ``pair_input_ids`` / ``pair_attention_mask`` of an optional positive-pair column;
 - ``labels``: ``int64`` class labels when the label column exists;
 - ``view_batch_index``: ``int64`` ``(B,)``, the index of the collator batch that drew each row's
-  random views (seeded image collators only, see :class:`ImageViewCollator`); read it with
+  random views (seeded collators only, see :class:`ImageViewCollator`); read it with
   :func:`pop_view_batch_index`.
+
+Text rows are collated by :class:`~hf_contrast.views.TextViewCollator`.
 
 Every value of a batch is a tensor whose first dimension is the batch, so accelerate can
 concatenate, broadcast and slice batches (its ``DataLoaderDispatcher``, used for
@@ -20,12 +20,12 @@ like map-style rows.
 
 Images: each image value (a PIL image of any mode, a ``{"path", "bytes"}`` dict from
 ``datasets.Image(decode=False)``, a path) is decoded and converted to the encoder's channels
-(:mod:`hf_contrast.augment.decode`). A ``None`` image or an unreadable / truncated file raises a
+(:mod:`hf_contrast.views.decode`). A ``None`` image or an unreadable / truncated file raises a
 ``ValueError`` naming the row of the batch and the file, or, with ``on_bad_image="skip"``, the row
 is left out of the batch, counted in ``collator.skipped_images`` and reported with a warning.
 
 Pre-computed inputs pass through: a row that already holds ``pixel_values*`` tensors is stacked
-as is, and rows holding ``input_ids`` are padded with the tokenizer instead of re-tokenised.
+as is.
 """
 
 from __future__ import annotations
@@ -39,19 +39,12 @@ from typing import Any
 import numpy as np
 import torch
 from torch import Tensor
-from torchvision.transforms import v2
 
-from ..augment.decode import BadImageError, ConvertImageMode, image_source
 from ..seeding import seeded_cpu_rng
+from .decode import BadImageError, ConvertImageMode, image_source
+from .labels import collate_labels
 
-__all__ = [
-    "ImageViewCollator",
-    "PairedImageCollator",
-    "TextViewCollator",
-    "pad_and_concat",
-    "pop_view_batch_index",
-    "raw_image_transform",
-]
+__all__ = ["ImageViewCollator", "PairedImageCollator", "pop_view_batch_index"]
 
 ON_BAD_IMAGE = ("raise", "skip")
 
@@ -64,21 +57,6 @@ def _as_tensor(value: Any) -> Tensor:
 
 def _stack(values: Sequence[Any]) -> Tensor:
     return torch.stack([_as_tensor(v) for v in values])
-
-
-def _collate_labels(features: Sequence[Mapping[str, Any]], label_column: str | None) -> Tensor | None:
-    if label_column is None or label_column not in features[0]:
-        return None
-    labels = [f[label_column] for f in features]
-    if any(isinstance(y, bool) or not isinstance(y, (int, np.integer)) for y in labels):
-        row, got = next(
-            (i, type(y).__name__) for i, y in enumerate(labels) if isinstance(y, bool) or not isinstance(y, (int, np.integer))
-        )
-        raise ValueError(
-            f"`{label_column}` (the label column) must hold integer class labels, got a {got} in row {row} of "
-            "the batch; encode string labels with `dataset.class_encode_column(...)`."
-        )
-    return torch.tensor(labels, dtype=torch.long)
 
 
 def pop_view_batch_index(inputs: MutableMapping[str, Any]) -> Tensor | None:
@@ -129,7 +107,7 @@ class _SeededViews:
 
     def _finish(self, batch: dict[str, Any], features: Sequence[Mapping[str, Any]], index: int | None) -> dict[str, Any]:
         """Add ``labels`` (from ``label_column``) and ``view_batch_index`` (seeded batches) to ``batch``."""
-        labels = _collate_labels(features, self.label_column)  # type: ignore[attr-defined]
+        labels = collate_labels(features, self.label_column)  # type: ignore[attr-defined]
         if labels is not None:
             batch["labels"] = labels
         if index is not None:
@@ -178,20 +156,6 @@ class _SeededViews:
         return kept, images
 
 
-def raw_image_transform(image_size: int | tuple[int, int], n_channels: int = 3) -> v2.Compose:
-    """Resize an image to ``image_size`` and return it un-normalised as ``uint8`` ``(C, H, W)``.
-
-    The input of :class:`hf_contrast.augment.ChunkedAugmentation`, which augments and normalises
-    the whole batch on the device. PIL images of any mode are converted to ``n_channels`` first.
-    """
-    from ..augment._common import to_image_steps
-
-    size = (image_size, image_size) if isinstance(image_size, int) else tuple(image_size)
-    return v2.Compose(
-        [*to_image_steps(n_channels), v2.Resize(size, antialias=True), v2.ToDtype(torch.uint8, scale=True), v2.ToPureTensor()]
-    )
-
-
 @dataclass
 class ImageViewCollator(_SeededViews):
     """Collate image rows into augmented views, an evaluation view and the CARE raw batch.
@@ -210,20 +174,21 @@ class ImageViewCollator(_SeededViews):
 
     Args:
         transform: Random per-sample transform (PIL image / tensor → normalised ``(C, H, W)``),
-            e.g. :func:`hf_contrast.augment.simclr_transform`. ``None``: no augmented views.
+            e.g. :func:`hf_contrast.views.simclr_transform`. ``None``: no augmented views.
         n_views: Number of augmented views ``V`` (keys ``pixel_values_1`` … ``pixel_values_V``).
         image_column: Column holding the images.
         label_column: Column holding integer labels (``labels`` in the batch); ``None`` or a
             missing column: no labels.
         eval_transform: Deterministic transform for the ``pixel_values`` key (evaluation).
-        raw_transform: Transform for the ``pixel_values_eq`` key (:func:`raw_image_transform`).
+        raw_transform: Transform for the ``pixel_values_eq`` key
+            (:func:`~hf_contrast.views.raw_image_transform`).
         seed: Optional seed of the per-batch draws (see above).
         next_index: Index of the next batch (restored on resume).
         on_bad_image: ``"raise"`` (default): a ``None`` / unreadable image raises a ``ValueError``
             naming the row and file; ``"skip"``: the row is left out, counted in
             ``skipped_images`` and warned about.
         n_channels: Convert PIL images to ``RGB`` (3) / ``L`` (1) before the transforms;
-            ``None``: decode only (the transforms of :mod:`hf_contrast.augment` convert anyway).
+            ``None``: decode only (the transforms of :mod:`hf_contrast.views` convert anyway).
         skipped_images: Count of rows skipped so far.
 
     Raises:
@@ -297,7 +262,7 @@ class PairedImageCollator(_SeededViews):
 
     Args:
         transform: ``(pre, post) -> (pre', post')`` on one pair, e.g.
-            :func:`hf_contrast.augment.paired_transform` (shared geometric draw) for training.
+            :func:`hf_contrast.views.paired_transform` (shared geometric draw) for training.
         pre_column, post_column: Columns holding the two images.
         label_column: Integer class of the pair (``labels`` in the batch).
         seed: Optional seed of the per-batch draws.
@@ -341,72 +306,3 @@ class PairedImageCollator(_SeededViews):
             "pixel_values_post": torch.stack([p[1] for p in pairs]),
         }
         return self._finish(batch, features, index)
-
-
-@dataclass
-class TextViewCollator:
-    """Tokenise a text column (and an optional positive-pair column) with the processing class.
-
-    Args:
-        tokenizer: The ``processing_class`` (a ``PreTrainedTokenizerBase``).
-        text_column: Column holding the sentences (keys ``input_ids``, ``attention_mask``…).
-        text_pair_column: Optional column with a positive sentence per row (keys
-            ``pair_input_ids``, ``pair_attention_mask``…). ``None``: SimCSE, the trainer encodes
-            the same sentence twice under dropout.
-        label_column: Column holding integer labels, as in :class:`ImageViewCollator`.
-        max_length: Truncation length.
-
-    Raises:
-        ValueError: if a row lacks the text column, a text is not a string (e.g. ``None``, naming
-            the row), or a label is not an int.
-    """
-
-    tokenizer: Any
-    text_column: str = "text"
-    text_pair_column: str | None = None
-    label_column: str | None = "label"
-    max_length: int = 128
-
-    def _encode(self, features: Sequence[Mapping[str, Any]], column: str) -> dict[str, Tensor]:
-        if column not in features[0]:
-            raise ValueError(
-                f"{column!r} is not a column of the dataset (columns: {sorted(features[0])}); set "
-                "`text_column` / `text_pair_column` in the training arguments."
-            )
-        texts = [f[column] for f in features]
-        for row, text in enumerate(texts):
-            if not isinstance(text, str):
-                raise ValueError(
-                    f"Row {row} of the batch holds a {type(text).__name__} in the text column {column!r}, not a "
-                    "string; remove or fill missing texts (e.g. `dataset.filter(lambda r: r[column] is not None)`)."
-                )
-        encoded = self.tokenizer(
-            texts, padding=True, truncation=True, max_length=self.max_length, return_tensors="pt"
-        )
-        return dict(encoded)
-
-    def __call__(self, features: Sequence[Mapping[str, Any]]) -> dict[str, Tensor]:
-        if len(features) == 0:
-            raise ValueError("Cannot collate an empty batch (0 rows).")
-        if "input_ids" in features[0]:  # pre-tokenised rows
-            keys = [k for k in ("input_ids", "attention_mask", "token_type_ids") if k in features[0]]
-            batch = dict(self.tokenizer.pad([{k: f[k] for k in keys} for f in features], return_tensors="pt"))
-        else:
-            batch = self._encode(features, self.text_column)
-        if self.text_pair_column is not None:
-            batch.update({f"pair_{k}": v for k, v in self._encode(features, self.text_pair_column).items()})
-        labels = _collate_labels(features, self.label_column)
-        if labels is not None:
-            batch["labels"] = labels
-        return batch
-
-
-def pad_and_concat(tensors: Sequence[Tensor], pad_value: int = 0) -> Tensor:
-    """Concatenate ``(B_i, L_i)`` token tensors along dim 0, right-padding to the longest ``L``.
-
-    Right padding (with mask 0) changes neither mean pooling over the attention mask nor the CLS
-    token, so several text views can share one forward pass.
-    """
-    length = max(t.shape[1] for t in tensors)
-    padded = [torch.nn.functional.pad(t, (0, length - t.shape[1]), value=pad_value) for t in tensors]
-    return torch.cat(padded, dim=0)

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 
 from torchvision.transforms import InterpolationMode, v2
 
-from hf_contrast.augment.decode import ConvertImageMode
+from hf_contrast.views.decode import ConvertImageMode
 
 __all__ = [
     "ImageSize",
@@ -85,7 +85,7 @@ def channel_step(n_channels: int) -> list[v2.Transform]:
 def to_image_steps(n_channels: int) -> list[object]:
     """First steps of every image transform: decode + convert any PIL mode, ``ToImage``, channel fix.
 
-    :class:`~hf_contrast.augment.decode.ConvertImageMode` turns PIL images of any mode (RGBA,
+    :class:`~hf_contrast.views.decode.ConvertImageMode` turns PIL images of any mode (RGBA,
     palette, 16-bit, CMYK...) into ``RGB`` / ``L``; :func:`channel_step` then fixes tensors.
     """
     return [ConvertImageMode(n_channels if n_channels in (1, 3) else None), v2.ToImage(), *channel_step(n_channels)]

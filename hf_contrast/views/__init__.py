@@ -1,0 +1,64 @@
+"""Views: everything that turns dataset rows into what an objective encodes.
+
+* :class:`ViewBuilder` -- the one interface objectives and the trainer use; :class:`ImageViews`
+  (timm encoders) and :class:`TextViews` (text encoders) implement it, and :func:`views_for`
+  picks one from the model.
+* Per-sample transforms: :mod:`~hf_contrast.views.image_transforms` (SimCLR augmentation,
+  evaluation transform, :class:`TwoViewTransform`, :func:`raw_image_transform`, sized from a timm
+  data config); :mod:`~hf_contrast.views.decode` (any PIL mode / path / bytes to the encoder's channels).
+* Chunk-shared views (CARE's equivariance views, one augmentation pair per chunk, on the batch's
+  device): :class:`ChunkedAugmentation` (images), :class:`ChunkedTextAugmentation` and
+  :func:`simcse_views` (text).
+* Paired views: :class:`PairedTransform` for LOCAL's (pre, post) pairs.
+* Collators: :class:`ImageViewCollator`, :class:`PairedImageCollator`, :class:`TextViewCollator`,
+  :func:`pop_view_batch_index`.
+* Batches: :class:`AFCLBatchSampler`, SimO's class-grouped ``C x k`` batches.
+"""
+
+from .afcl_sampler import AFCLBatchSampler
+from .builder import ViewBuilder, split_output
+from .chunked_image import ChunkedAugmentation
+from .chunked_text import ChunkedTextAugmentation, simcse_views
+from .decode import BadImageError
+from .for_model import views_for
+from .image_collators import ImageViewCollator, PairedImageCollator, pop_view_batch_index
+from .image_transforms import (
+    TwoViewTransform,
+    default_blur_kernel,
+    eval_transform,
+    eval_transform_from_data_config,
+    raw_image_transform,
+    simclr_transform,
+    simclr_transform_from_data_config,
+)
+from .image_views import ImageViews
+from .paired_transform import PairedTransform, paired_transform
+from .text_collator import TextViewCollator
+from .text_views import TextViews, pad_and_concat
+
+__all__ = [
+    "AFCLBatchSampler",
+    "BadImageError",
+    "ChunkedAugmentation",
+    "ChunkedTextAugmentation",
+    "ImageViewCollator",
+    "ImageViews",
+    "PairedImageCollator",
+    "PairedTransform",
+    "TextViewCollator",
+    "TextViews",
+    "TwoViewTransform",
+    "ViewBuilder",
+    "default_blur_kernel",
+    "eval_transform",
+    "eval_transform_from_data_config",
+    "paired_transform",
+    "pad_and_concat",
+    "pop_view_batch_index",
+    "raw_image_transform",
+    "simclr_transform",
+    "simclr_transform_from_data_config",
+    "simcse_views",
+    "split_output",
+    "views_for",
+]

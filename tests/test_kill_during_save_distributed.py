@@ -1,0 +1,75 @@
+"""A kill during a checkpoint save, on 2 real processes, then ``resume_from_checkpoint=True`` on 2 processes:
+the run ends with the weights of an uninterrupted 2-process run and no leftover of the interrupted save.
+
+The same script as the soak test (``distributed_scripts/soak_run.py``) under
+``accelerate launch --multi_gpu --num_processes 2`` (gloo on CPU). The test watches the output folder and
+sends SIGKILL to both processes the moment the second checkpoint's folder appears, i.e. while it is written.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from _launch import free_port
+
+SCRIPT = Path(__file__).parent / "distributed_scripts" / "soak_run.py"
+MAX_STEPS, SAVE_STEPS = 40, 10
+
+pytestmark = pytest.mark.distributed
+
+
+def _launch(output_dir: Path, log) -> subprocess.Popen:
+    root = str(Path(__file__).resolve().parents[1])
+    command = [
+        sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2",
+        "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no",
+        "--main_process_port", str(free_port()),
+        str(SCRIPT), "--output_dir", str(output_dir), "--max_steps", str(MAX_STEPS), "--save_steps", str(SAVE_STEPS),
+    ]  # fmt: skip
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": os.pathsep.join([root, os.environ.get("PYTHONPATH", "")])}
+    return subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+
+
+def _finish(process: subprocess.Popen, log_path: Path) -> None:
+    try:
+        process.wait(timeout=400)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        pytest.fail(f"the run did not finish:\n{log_path.read_text()[-4000:]}")
+    assert process.returncode == 0, log_path.read_text()[-4000:]
+
+
+def test_a_kill_during_a_save_on_two_processes_resumes_to_the_uninterrupted_weights(tmp_path) -> None:
+    reference_log, killed_log = tmp_path / "reference.log", tmp_path / "killed.log"
+    with open(reference_log, "w") as log:
+        _finish(_launch(tmp_path / "reference", log), reference_log)
+    reference = load_file(str(tmp_path / "reference" / "final.safetensors"))
+
+    output_dir = tmp_path / "killed"
+    target = output_dir / f"checkpoint-{2 * SAVE_STEPS}"
+    with open(killed_log, "w") as log:
+        process = _launch(output_dir, log)
+        deadline = time.monotonic() + 400
+        while not target.exists():
+            assert process.poll() is None, f"the run ended before its second checkpoint:\n{killed_log.read_text()[-4000:]}"
+            assert time.monotonic() < deadline, "no second checkpoint within 400 s"
+            time.sleep(0.002)
+        os.killpg(process.pid, signal.SIGKILL)  # both ranks and the launcher, while checkpoint-20 is written
+        process.wait()
+    assert not (output_dir / "final.safetensors").exists()
+    with open(killed_log, "a") as log:
+        _finish(_launch(output_dir, log), killed_log)
+    resumed = load_file(str(output_dir / "final.safetensors"))
+    for key in reference:
+        assert torch.equal(resumed[key], reference[key]), f"{key} differs from the uninterrupted run"
+    leftovers = [p.name for p in output_dir.iterdir() if p.is_dir() and not p.name.startswith("checkpoint-")]
+    assert not leftovers, f"leftovers of the interrupted save: {leftovers}"
