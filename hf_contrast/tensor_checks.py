@@ -25,7 +25,7 @@ __all__ = [
     "check_unit_interval",
     "check_int",
     "check_finite_values",
-    "check_label_range",
+    "check_index_range",
     "check_finite_result",
     "finite_input_checks",
     "value_checks_enabled",
@@ -77,10 +77,11 @@ def value_checks_enabled(t: Tensor) -> bool:
     return t.device.type == "cpu" and _FINITE_INPUT_CHECKS.get()
 
 
-def check_finite_values(name: str, z: Tensor) -> None:
-    """Reject NaN/inf in ``z`` when that is cheap to detect (see :func:`value_checks_enabled`)."""
+def check_finite_values(name: str, z: Tensor, fix: str = "") -> None:
+    """Reject NaN/inf in ``z`` when that is cheap to detect (see :func:`value_checks_enabled`);
+    ``fix`` (what to change) is appended to the message."""
     if value_checks_enabled(z) and not bool(torch.isfinite(z).all()):
-        raise ValueError(f"`{name}` contains NaN or infinite values.")
+        raise ValueError(f"`{name}` contains NaN or infinite values" + (f"; {fix}" if fix else "."))
 
 
 def check_finite_result(result: Tensor, what: str, inputs: str) -> Tensor:
@@ -104,24 +105,23 @@ def check_finite_result(result: Tensor, what: str, inputs: str) -> Tensor:
     return result
 
 
-def check_label_range(name: str, labels: Tensor, num_classes: int, fix: str = "") -> None:
-    """Reject a label outside ``[0, num_classes)`` (see :func:`value_checks_enabled` for when values are read).
+def check_index_range(name: str, values: Tensor, size: int, kind: str = "classes", fix: str = "") -> None:
+    """Reject an index outside ``[0, size)``: a class label, a token id (see :func:`value_checks_enabled`
+    for when values are read).
 
     Args:
         name: The argument named in the error.
-        labels: Integer class labels, any shape.
-        num_classes: ``K``: valid labels are ``0 .. K-1``.
+        values: Integer indices, any shape.
+        size: Valid indices are ``0 .. size-1``.
+        kind: What ``size`` counts, for the message (``"classes"``, ``"token ids in the vocabulary"``).
         fix: What to change, appended to the message.
     """
-    if labels.numel() == 0 or not value_checks_enabled(labels):
+    if values.numel() == 0 or not value_checks_enabled(values):
         return
-    low, high = int(labels.min()), int(labels.max())
-    if low < 0 or high >= num_classes:
+    low, high = int(values.min()), int(values.max())
+    if low < 0 or high >= size:
         bad = low if low < 0 else high
-        raise ValueError(
-            f"`{name}` holds the label {bad}, outside 0..{num_classes - 1} ({num_classes} classes)"
-            + (f"; {fix}" if fix else ".")
-        )
+        raise ValueError(f"`{name}` holds {bad}, outside 0..{size - 1} ({size} {kind})" + (f"; {fix}" if fix else "."))
 
 
 def check_same_shape(name1: str, z1: Tensor, name2: str, z2: Tensor) -> None:

@@ -26,7 +26,7 @@ from ..tensor_checks import (
     compute_dtype,
     check_embeddings,
     check_int,
-    check_label_range,
+    check_index_range,
     check_labels,
     check_non_negative,
     check_positive,
@@ -199,7 +199,7 @@ def _local_terms(
     check_positive("temperature", temperature)
     if contrastive not in _CONTRASTIVE:
         raise ValueError(f"`contrastive` must be 'ocl' or 'supcon', got {contrastive!r}.")
-    check_label_range(
+    check_index_range(
         "labels", labels, logits.shape[1], fix="the classifier has one logit per class: build `LOCALLoss` with "
         "`num_classes` = the number of classes of the dataset (largest label + 1), or remap the labels to 0..K-1."
     )
