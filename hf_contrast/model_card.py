@@ -122,7 +122,8 @@ def _tag_list(value: Any) -> list[str]:
 
 
 def _dataset_entries(name: str, value: Any) -> list[dict[str, Any]]:
-    """``train_datasets`` / ``eval_datasets`` as a list of dicts: a Hub id string is ``{"id": ...}``."""
+    """``train_datasets`` / ``eval_datasets`` as a list of dicts with every documented key (``None``
+    when not given); a Hub id string is ``{"id": ...}``."""
     entries = [value] if isinstance(value, (str, Mapping)) else value
     if not isinstance(entries, (list, tuple)):
         entries = [None]
@@ -135,7 +136,7 @@ def _dataset_entries(name: str, value: Any) -> list[dict[str, Any]]:
                 f"`{name}` must be a dataset id, a dict like {{'id': 'my-org/imgs', 'split': 'train'}} or a list of "
                 f"them, got {value!r}."
             )
-        result.append(dict(entry))
+        result.append({"name": None, "id": None, "split": None, "size": None, "columns": None, **entry})
     return result
 
 

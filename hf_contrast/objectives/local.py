@@ -104,6 +104,7 @@ class LOCALObjective(Objective):
     needs_labels = True
 
     def setup(self, views: ViewBuilder, train_dataset: Any) -> None:
+        super().setup(views, train_dataset)
         if views.is_text:
             raise ValueError("LOCAL needs a timm image encoder (stage feature maps); got a text encoder.")
         column = views.args.label_column

@@ -50,6 +50,7 @@ class PairObjective(Objective):
         raise ValueError(f"{type(self).__name__} needs `loss=`: a module called as loss(z1, z2).")
 
     def setup(self, views: ViewBuilder, train_dataset: Any) -> None:
+        super().setup(views, train_dataset)
         if self.loss is None:
             self.loss = self.build_loss(views)
 
