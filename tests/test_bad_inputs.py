@@ -370,3 +370,15 @@ def test_alignment_gradient_is_zero_on_identical_pairs_and_analytic_elsewhere(al
     assert torch.isfinite(x.grad).all()
     torch.testing.assert_close(x.grad, want, rtol=1e-12, atol=1e-12)
     assert torch.equal(x.grad[:2], torch.zeros(2, 5, dtype=torch.float64))
+
+
+def test_a_ragged_batch_of_one_sample_is_skipped_and_counted_not_scored_as_zero(tmp_path) -> None:
+    trainer = SimCLRTrainer(model=vit_encoder(), args=training_args(tmp_path), train_dataset=image_dataset(n=9))
+    with pytest.warns(RuntimeWarning, match="skipped a batch of 1 sample"):
+        trainer.train()  # 2 steps: a batch of 8, then the epoch's last row alone
+    logged = [entry for entry in trainer.state.log_history if "loss" in entry]
+    assert [entry.get("skipped_batches", 0) for entry in logged] == [0, 1]
+    one = trainer.get_eval_dataloader(image_dataset(n=1))
+    batch = trainer._prepare_inputs(next(iter(one)))
+    with pytest.warns(RuntimeWarning, match="skipped a batch of 1 sample"):
+        assert trainer.objective.eval_loss(trainer.model.eval(), batch, trainer.views) is None

@@ -177,7 +177,8 @@ class Objective(nn.Module):
         last batch of a chunked method); ``eval_loss`` is the mean over the scored batches."""
         if not self.has_eval_loss:
             return None
-        return self(model, inputs, views)["loss"]
+        terms = self(model, inputs, views)
+        return None if "skipped" in terms else terms["loss"]  # a skipped batch is not scored as 0
 
     def eval_embeddings(
         self, model: nn.Module, inputs: Mapping[str, Any], views: ViewBuilder
