@@ -113,6 +113,33 @@ def _finite_number(value: Any) -> float | int | None:
     return value
 
 
+def _tag_list(value: Any) -> list[str]:
+    """``tags`` as a list: a single string is one tag (``"vision"``, not ``v, i, s, o, n``)."""
+    tags = [value] if isinstance(value, str) else value
+    if not isinstance(tags, (list, tuple)) or not all(isinstance(tag, str) for tag in tags):
+        raise ValueError(f"`tags` must be a tag or a list of tags (strings), e.g. ['vision'], got {value!r}.")
+    return list(tags)
+
+
+def _dataset_entries(name: str, value: Any) -> list[dict[str, Any]]:
+    """``train_datasets`` / ``eval_datasets`` as a list of dicts with every documented key (``None``
+    when not given); a Hub id string is ``{"id": ...}``."""
+    entries = [value] if isinstance(value, (str, Mapping)) else value
+    if not isinstance(entries, (list, tuple)):
+        entries = [None]
+    result = []
+    for entry in entries:
+        if isinstance(entry, str):
+            entry = {"id": entry}
+        if not isinstance(entry, Mapping):
+            raise ValueError(
+                f"`{name}` must be a dataset id, a dict like {{'id': 'my-org/imgs', 'split': 'train'}} or a list of "
+                f"them, got {value!r}."
+            )
+        result.append({"name": None, "id": None, "split": None, "size": None, "columns": None, **entry})
+    return result
+
+
 @dataclass
 class ContrastiveModelCardData:
     """What the model card of a contrastive encoder says beyond the encoder's own config.
@@ -125,11 +152,13 @@ class ContrastiveModelCardData:
         model_name: The card's title; defaults to ``"<objective> encoder on <backbone>"``.
         license: SPDX id of the weights' license; ``None`` takes the base model's, if known.
         language: Language code(s) of a text encoder.
-        tags: Extra Hub tags (``hf_contrast`` and the format's tags are always added).
+        tags: Extra Hub tags (``hf_contrast`` and the format's tags are always added); a single
+            string is one tag.
         base_model: Hub id of the pretrained starting point; ``None`` infers it from the backbone
             (a from-scratch model has none; a local path is never used).
         train_datasets: ``[{"name": ..., "id": ..., "split": ..., "size": ..., "columns": [...]}]``;
             given by hand or inferred from the trainer's datasets (sizes and columns are filled in).
+            A Hub id string (``"my-org/imgs"``) is the entry ``{"id": "my-org/imgs"}``.
         eval_datasets: The same for the evaluation data.
         objective_name: The method's name (``"CARE"``); objective_class, objective_config and
             citations (BibTeX) come from ``set_objective``.
@@ -159,6 +188,14 @@ class ContrastiveModelCardData:
     metrics: dict[str, float] = field(default_factory=dict)
     baseline_metrics: dict[str, float] = field(default_factory=dict)
     best_model_step: int | None = None
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        # At construction and on later assignment: one tag or one dataset id is a list of one.
+        if name == "tags":
+            value = _tag_list(value)
+        elif name in ("train_datasets", "eval_datasets"):
+            value = _dataset_entries(name, value)
+        super().__setattr__(name, value)
 
     def add_tags(self, tags: str | list[str]) -> None:
         """Add Hub tags (duplicates ignored)."""

@@ -25,8 +25,12 @@ __all__ = [
     "check_unit_interval",
     "check_int",
     "check_finite_values",
+    "check_index_range",
+    "check_finite_result",
     "finite_input_checks",
+    "value_checks_enabled",
     "l2_normalize",
+    "power_of_two_scale",
     "compute_dtype",
     "float32_math",
 ]
@@ -52,7 +56,8 @@ _FINITE_INPUT_CHECKS: ContextVar[bool] = ContextVar("hf_contrast_finite_input_ch
 
 @contextmanager
 def finite_input_checks(enabled: bool) -> Iterator[None]:
-    """Switch the NaN/inf check of the losses' inputs on or off inside the block.
+    """Switch the checks that read input *values* (NaN/inf, label ranges, empty attention masks, token
+    ids; see :func:`value_checks_enabled`) on or off inside the block.
 
     The trainer switches it off while computing a training loss: a non-finite loss is then its
     business (``nonfinite_policy``: reported with the step and term, or the step skipped) rather
@@ -65,11 +70,58 @@ def finite_input_checks(enabled: bool) -> Iterator[None]:
         _FINITE_INPUT_CHECKS.reset(token)
 
 
-def check_finite_values(name: str, z: Tensor) -> None:
-    """Reject NaN/inf in ``z`` when that is cheap to detect (CPU tensors: no device sync), unless switched
-    off by :func:`finite_input_checks`."""
-    if _FINITE_INPUT_CHECKS.get() and z.device.type == "cpu" and not bool(torch.isfinite(z).all()):
-        raise ValueError(f"`{name}` contains NaN or infinite values.")
+def value_checks_enabled(t: Tensor) -> bool:
+    """Whether checks that read the *values* of ``t`` run: ``t`` is on the CPU (reading it needs no
+    device sync) and :func:`finite_input_checks` has not switched them off (the trainer does, for
+    its training loss)."""
+    return t.device.type == "cpu" and _FINITE_INPUT_CHECKS.get()
+
+
+def check_finite_values(name: str, z: Tensor, fix: str = "") -> None:
+    """Reject NaN/inf in ``z`` when that is cheap to detect (see :func:`value_checks_enabled`);
+    ``fix`` (what to change) is appended to the message."""
+    if value_checks_enabled(z) and not bool(torch.isfinite(z).all()):
+        raise ValueError(f"`{name}` contains NaN or infinite values" + (f"; {fix}" if fix else "."))
+
+
+def check_finite_result(result: Tensor, what: str, inputs: str) -> Tensor:
+    """Reject a non-finite loss computed from finite inputs: its true value is beyond the float range.
+
+    Losses on raw embeddings grow with a power of their scale (squares, fourth powers); they are
+    computed on rescaled inputs, so only a result that float32 cannot hold ends up ``inf``. Checked
+    when :func:`value_checks_enabled` (a training loss is ``nonfinite_policy``'s business).
+
+    Args:
+        result: The loss (or a term of it).
+        what: The loss, named in the error (e.g. ``"the spectral contrastive loss"``).
+        inputs: The arguments it was computed from, named in the error (e.g. ``"`z1`, `z2`"``).
+    """
+    if value_checks_enabled(result) and not bool(torch.isfinite(result).all()):
+        raise ValueError(
+            f"{what} of {inputs} is beyond the range of {result.dtype} (the inputs are finite but their scale is "
+            f"so large that the loss overflows): pass float64 inputs (`.double()`) or bring the embeddings to a "
+            "smaller scale (normalise them, or lower the learning rate if training made them grow)."
+        )
+    return result
+
+
+def check_index_range(name: str, values: Tensor, size: int, kind: str = "classes", fix: str = "") -> None:
+    """Reject an index outside ``[0, size)``: a class label, a token id (see :func:`value_checks_enabled`
+    for when values are read).
+
+    Args:
+        name: The argument named in the error.
+        values: Integer indices, any shape.
+        size: Valid indices are ``0 .. size-1``.
+        kind: What ``size`` counts, for the message (``"classes"``, ``"token ids in the vocabulary"``).
+        fix: What to change, appended to the message.
+    """
+    if values.numel() == 0 or not value_checks_enabled(values):
+        return
+    low, high = int(values.min()), int(values.max())
+    if low < 0 or high >= size:
+        bad = low if low < 0 else high
+        raise ValueError(f"`{name}` holds {bad}, outside 0..{size - 1} ({size} {kind})" + (f"; {fix}" if fix else "."))
 
 
 def check_same_shape(name1: str, z1: Tensor, name2: str, z2: Tensor) -> None:
@@ -138,6 +190,18 @@ def check_int(name: str, value: object, minimum: int) -> int:
 def l2_normalize(z: Tensor, eps: float = 1e-12) -> Tensor:
     """Row-wise ``z / max(||z||_2, eps)`` along the last axis: never divides by zero."""
     return F.normalize(z, p=2.0, dim=-1, eps=eps)
+
+
+def power_of_two_scale(z: Tensor, dim: int | tuple[int, ...] | None = None) -> Tensor:
+    """A power of two near the largest ``|z|`` (over ``dim``, kept; all of ``z`` for ``None``), detached.
+
+    Losses on *raw* embeddings divide by it and put the scale back analytically, so that squares
+    and fourth powers of large norms (~1e10) do not overflow float32 on the way to a representable
+    result. A power of two makes the division exact; an all-zero ``z`` gives the smallest normal
+    number, never 0.
+    """
+    largest = z.detach().abs().amax() if dim is None else z.detach().abs().amax(dim=dim, keepdim=True)
+    return torch.exp2(torch.log2(largest.clamp(min=torch.finfo(z.dtype).tiny)).floor())
 
 
 def compute_dtype(*tensors: Tensor) -> torch.dtype:

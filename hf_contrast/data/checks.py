@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-__all__ = ["check_dataset", "dataset_columns"]
+__all__ = ["check_dataset", "dataset_columns", "dataset_classes"]
 
 
 def dataset_columns(dataset: Any) -> list[str] | None:
@@ -28,6 +28,26 @@ def dataset_columns(dataset: Any) -> list[str] | None:
             return None
         if isinstance(first, Mapping):
             return list(first)
+    return None
+
+
+def dataset_classes(dataset: Any, column: str) -> list[Any] | None:
+    """The distinct values of a label column, or ``None`` when they cannot be read cheaply.
+
+    ``datasets.Dataset``: ``dataset.unique(column)`` (Arrow, no image is decoded); a list or
+    tuple of mappings: the values of its rows. ``IterableDataset`` s, other torch datasets and a
+    missing column give ``None`` (reading them would mean decoding every row).
+
+    >>> dataset_classes([{"label": 1}, {"label": 0}, {"label": 1}], "label")
+    [0, 1]
+    """
+    names = getattr(dataset, "column_names", None)
+    if names is not None and hasattr(dataset, "unique"):
+        return sorted(dataset.unique(column), key=repr) if column in names else None
+    if isinstance(dataset, (list, tuple)) and dataset and all(isinstance(row, Mapping) for row in dataset):
+        if not all(column in row for row in dataset):
+            return None
+        return sorted({row[column] for row in dataset}, key=repr)
     return None
 
 

@@ -38,8 +38,9 @@ __all__ = ["alignment_loss", "uniformity_loss", "AlignUniformLoss"]
 def alignment_loss(x: Tensor, y: Tensor, alpha: float = 2, normalize: bool = True) -> Tensor:
     """Alignment loss ``mean_i ||x_i - y_i||^alpha`` of positive pairs (docs/methods.md §6).
 
-    Computed as ``(||x_i - y_i||²)^(alpha/2)``, so with the default ``alpha = 2`` the gradient is
-    finite even for identical pairs. float32 (float64 stays float64) under autocast.
+    Computed as ``(||x_i - y_i||²)^(alpha/2)``; an identical pair (``x_i = y_i``) has gradient 0
+    for every ``alpha`` (its minimum: the derivative for ``alpha > 1``, a subgradient for
+    ``alpha <= 1``), never NaN. float32 (float64 stays float64) under autocast.
 
     Paper: https://arxiv.org/abs/2005.10242
 
@@ -69,7 +70,14 @@ def alignment_loss(x: Tensor, y: Tensor, alpha: float = 2, normalize: bool = Tru
         if normalize:
             a, b = l2_normalize(a), l2_normalize(b)
         sq_dist = (a - b).pow(2).sum(dim=1)
-        return (sq_dist if alpha == 2 else sq_dist.pow(alpha / 2)).mean()
+        if alpha == 2:
+            return sq_dist.mean()
+        # d/dd ||d||^α = α ||d||^(α-2) d is 0/0 at d = 0 for α < 2: the gradient there is 0 (a minimum of
+        # the term; the derivative for 1 < α < 2, a subgradient for α <= 1). `where` on both sides keeps
+        # the NaN of pow's backward at 0 out of the graph.
+        positive = sq_dist > 0
+        safe = torch.where(positive, sq_dist, torch.ones_like(sq_dist))
+        return torch.where(positive, safe.pow(alpha / 2), torch.zeros_like(sq_dist)).mean()
 
 
 def uniformity_loss(

@@ -76,7 +76,8 @@ def info_nce_loss(
 
     Raises:
         ValueError: If ``z1``/``z2`` are not floating-point rank-2 tensors of the same shape,
-            contain NaN/inf (checked on CPU only, where it needs no device sync), or if
+            contain NaN/inf (checked on CPU only, where it needs no device sync), hold fewer
+            than 2 samples (over all processes when gathering: no negatives), or if
             ``temperature <= 0``, or if ``tile_size`` is not ``None`` or an integer ``>= 0``.
 
     >>> z = torch.ones(4, 8)  # all similarities equal: loss = log(2·4 − 1)
@@ -102,6 +103,12 @@ def info_nce_loss(
         else:
             candidates, offset = anchors, 0
         n_global = candidates.shape[0] // 2
+        if n_global < 2:
+            raise ValueError(
+                f"`z1` and `z2` need a batch of at least 2 samples, got shape {tuple(z1.shape)}: with one sample the "
+                "only candidate of each view is its positive, so the loss is 0 with a zero gradient. Use a batch size "
+                ">= 2 (SimCLR trains best with hundreds)."
+            )
         tile = resolve_tile_size(tile_size, anchors.shape[0], candidates.shape[0], anchors.device.type)
         if tile:
             scaled = anchors / temperature

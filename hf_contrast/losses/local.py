@@ -25,6 +25,8 @@ from torch import Tensor, nn
 from ..tensor_checks import (
     compute_dtype,
     check_embeddings,
+    check_int,
+    check_index_range,
     check_labels,
     check_non_negative,
     check_positive,
@@ -197,6 +199,10 @@ def _local_terms(
     check_positive("temperature", temperature)
     if contrastive not in _CONTRASTIVE:
         raise ValueError(f"`contrastive` must be 'ocl' or 'supcon', got {contrastive!r}.")
+    check_index_range(
+        "labels", labels, logits.shape[1], fix="the classifier has one logit per class: build `LOCALLoss` with "
+        "`num_classes` = the number of classes of the dataset (largest label + 1), or remap the labels to 0..K-1."
+    )
     if class_weights is not None and class_weights.shape != (logits.shape[1],):
         raise ValueError(
             f"`class_weights` must have shape ({logits.shape[1]},) (one weight per class), got {tuple(class_weights.shape)}."
@@ -305,10 +311,10 @@ class LOCALLoss(nn.Module):
         latent_size: int | tuple[int, int] | None = None,
     ) -> None:
         super().__init__()
-        if embedding_dim < 1 or num_classes < 2:
-            raise ValueError(
-                f"`embedding_dim` must be >= 1 and `num_classes` >= 2, got {embedding_dim} and {num_classes}."
-            )
+        check_int("embedding_dim", embedding_dim, 1)
+        check_int("num_classes", num_classes, 2)
+        if classifier_hidden_dim is not None:
+            check_int("classifier_hidden_dim", classifier_hidden_dim, 1)
         self.beta = check_non_negative("beta", beta)
         self.temperature = check_positive("temperature", temperature)
         if contrastive not in _CONTRASTIVE:

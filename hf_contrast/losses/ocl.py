@@ -40,7 +40,8 @@ def ocl_loss(
 
     Note:
         Checking that the batch has a positive pair reads one value from the device (one sync per
-        call); the loss is undefined otherwise, so it raises instead of returning NaN.
+        call); the loss is undefined otherwise, so it raises instead of returning NaN. A one-class
+        batch is scored with a ``RuntimeWarning`` (see :func:`~hf_contrast.losses.supcon_loss`).
 
     Args:
         z: Embeddings. Shape: ``(N, D)`` (multi-view input flattened view-major, see

@@ -31,7 +31,15 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from ..tensor_checks import compute_dtype, check_embeddings, check_positive, check_unit_interval, float32_math
+from ..tensor_checks import (
+    compute_dtype,
+    check_embeddings,
+    check_finite_result,
+    check_positive,
+    check_unit_interval,
+    float32_math,
+    power_of_two_scale,
+)
 
 __all__ = ["simo_loss", "afcl_loss", "SimOLoss", "AFCLLoss"]
 
@@ -45,15 +53,30 @@ _CITATION = """@article{bouhsine2024simo,
 
 
 def _simo(e: Tensor, y: float | Tensor, eps: float) -> Tensor:
-    """Unchecked SimO on groups ``e`` of shape ``(G, m, D)`` (already float32/64) -> ``(G,)``."""
+    """Unchecked SimO on groups ``e`` of shape ``(G, m, D)`` (already float32/64) -> ``(G,)``.
+
+    Each group is divided by ``s``, a power of two near its largest absolute entry (a constant for
+    autograd), and the scale is put back analytically: with ``Dsum = s² D'`` and ``Osum = s⁴ O'``,
+    ``Dsum / (eps + Osum) = D' / (eps/s² + s² O')`` and ``Osum / (eps + Dsum) = s² O' / (eps/s² + D')``.
+    Equal to the unscaled formula, but raw embeddings of norm ~1e10 (``Osum`` ~1e40) give the
+    correct float32 value instead of inf/NaN; only a result beyond the float range is ``inf``.
+    """
     m = e.shape[-2]
+    scale = power_of_two_scale(e, dim=(-2, -1))  # (G, 1, 1)
+    e = e / scale
+    scale = scale.reshape(-1)  # (G,)
     centred = e - e.mean(dim=-2, keepdim=True)
     d_sum = centred.pow(2).sum(dim=(-2, -1)) * m
     gram = e @ e.transpose(-2, -1)
     diagonal = torch.eye(m, dtype=torch.bool, device=e.device)
     o_sum = gram.masked_fill(diagonal, 0.0).pow(2).sum(dim=(-2, -1)) * 0.5
     n_pairs = m * (m - 1) / 2
-    return (y * d_sum / (eps + o_sum) + (1 - y) * o_sum / (eps + d_sum)) / n_pairs
+    # s² is applied as two factors of s, the last after the division: no subnormal s², no overflow
+    # of an intermediate when the result is representable, and 0 · s stays 0.
+    eps_scaled = eps / scale / scale
+    similar = y * d_sum / (eps_scaled + o_sum * scale * scale)
+    dissimilar = (1 - y) * o_sum * scale / (eps_scaled + d_sum) * scale
+    return (similar + dissimilar) / n_pairs
 
 
 def _check_label(y: object, n_groups: int | None) -> float | Tensor:
@@ -93,7 +116,9 @@ def simo_loss(e: Tensor, y: float | Tensor, eps: float = 1e-6) -> Tensor:
 
     Raises:
         ValueError: if ``e`` is not a finite floating tensor of rank 2 or 3, a group has fewer
-            than 2 samples, ``y`` is outside ``[0, 1]`` or of the wrong shape, or ``eps <= 0``.
+            than 2 samples, ``y`` is outside ``[0, 1]`` or of the wrong shape, or ``eps <= 0``; or
+            if the loss of finite inputs is beyond the float range (checked on CPU outside
+            training; inputs are rescaled, so raw norms ~1e10 are fine).
 
     >>> simo_loss(torch.tensor([[1.0, 0.0], [0.0, 1.0]]), y=0.0)  # orthogonal: Osum = 0
     tensor(0.)
@@ -111,6 +136,7 @@ def simo_loss(e: Tensor, y: float | Tensor, eps: float = 1e-6) -> Tensor:
         if isinstance(y, Tensor):
             y = y.to(device=e.device, dtype=dtype)
         out = _simo(e.to(dtype) if grouped else e.to(dtype).unsqueeze(0), y, eps)
+    check_finite_result(out, "the SimO loss", "`e`")
     return out if grouped else out.squeeze(0)
 
 
@@ -140,6 +166,8 @@ def _afcl_terms(e: Tensor, n_classes: int, olean: float, eps: float) -> tuple[Te
         same = _simo(e, 1.0, eps).sum()
         mean = _simo(e.mean(dim=1).unsqueeze(0), olean, eps).squeeze(0)
         diff = _simo(e.transpose(0, 1), olean, eps).sum()
+    for term in (same, mean, diff):
+        check_finite_result(term, "the AFCL loss", "`e`")
     return same, mean, diff
 
 
@@ -160,7 +188,8 @@ def afcl_loss(e: Tensor, n_classes: int, olean: float = 0.01, eps: float = 1e-6)
 
     Raises:
         ValueError: if ``e`` has the wrong rank, its rows are not ``n_classes × k`` with ``k >= 2``,
-            ``n_classes < 2``, ``olean`` is outside ``[0, 1]``, or ``eps <= 0``.
+            ``n_classes < 2``, ``olean`` is outside ``[0, 1]``, or ``eps <= 0``; or if a term is
+            beyond the float range (as :func:`simo_loss`).
 
     >>> afcl_loss(torch.randn(3 * 4, 8), n_classes=3).shape
     torch.Size([])

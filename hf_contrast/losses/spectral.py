@@ -16,7 +16,14 @@ from typing import Any
 from torch import Tensor, nn
 
 from ..distributed import gather_with_offset, world_size
-from ..tensor_checks import compute_dtype, check_embeddings, check_same_shape, float32_math
+from ..tensor_checks import (
+    compute_dtype,
+    check_embeddings,
+    check_finite_result,
+    check_same_shape,
+    float32_math,
+    power_of_two_scale,
+)
 
 __all__ = ["spectral_contrastive_loss", "SpectralContrastiveLoss"]
 
@@ -42,7 +49,9 @@ def spectral_contrastive_loss(z1: Tensor, z2: Tensor, gather_distributed: bool =
     term is computed from the two ``(D, D)`` Gram matrices, ``sum_{i,j} (z1_i . z2_j)^2 =
     <z1^T z1, z2^T z2>_F``, when ``D <= B`` (``O(B D^2)``), and from the ``(B, B)`` similarity
     matrix otherwise (``O(B^2 D)``); never ``O(B^2 D)`` memory. All arithmetic is float32 (or
-    float64 for float64 inputs), also under fp16/bf16 autocast.
+    float64 for float64 inputs), also under fp16/bf16 autocast, on embeddings divided by a power
+    of two and rescaled after the sums, so that large raw norms (~1e10) give the float32 value of
+    the loss rather than inf/NaN (a loss beyond the float range is ``inf``).
 
     Args:
         z1: First view. Shape: ``(B, D)``, ``B >= 2``.
@@ -60,7 +69,8 @@ def spectral_contrastive_loss(z1: Tensor, z2: Tensor, gather_distributed: bool =
 
     Raises:
         ValueError: if ``z1``/``z2`` are not floating-point ``(B, D)`` tensors of the same shape,
-            contain NaN/inf (checked on CPU), or ``B < 2``.
+            contain NaN/inf (checked on CPU), or ``B < 2``; or if the loss of finite inputs is beyond
+            the float range (checked on CPU outside training; pass float64 or smaller embeddings).
 
     >>> z = torch.eye(4)
     >>> spectral_contrastive_loss(z, z)  # -(2/4)*4 + 0
@@ -77,7 +87,14 @@ def spectral_contrastive_loss(z1: Tensor, z2: Tensor, gather_distributed: bool =
     dtype = compute_dtype(z1, z2)
     with float32_math(z1.device.type):
         z1, z2 = z1.to(dtype), z2.to(dtype)
-        candidates = gather_with_offset(z2)[0] if gather_distributed and world_size() > 1 else z2
+        gathered = gather_distributed and world_size() > 1
+        candidates = gather_with_offset(z2)[0] if gathered else z2
+        # Raw embeddings: dot products are O(|z|²) and their squares O(|z|⁴), which overflow float32 for
+        # norms ~1e10 although the loss may be representable. Divide by powers of two s1, s2 and put
+        # them back after the sums: L = -(2/B) s1 s2 Σ p' + s1² s2² Σ n' / (B(N-1)).
+        s1, s2 = power_of_two_scale(z1), power_of_two_scale(candidates)
+        z1, z2 = z1 / s1, z2 / s2
+        candidates = candidates / s2 if gathered else z2
         b, d = z1.shape
         n = candidates.shape[0]
         positive = (z1 * z2).sum(dim=1)  # (B,): z1_i . z2_i, the positive is the local row
@@ -87,10 +104,11 @@ def spectral_contrastive_loss(z1: Tensor, z2: Tensor, gather_distributed: bool =
         else:
             all_pairs = (z1 @ candidates.T).square().sum()
         negative = all_pairs - positive.square().sum()
-        if candidates is z2:
-            return -2.0 * positive.mean() + negative / (b * (n - 1))
-        # This process's share: the mean over processes is the loss of the concatenated batch.
-        return world_size() * (-2.0 * positive.sum() / n + negative / (n * (n - 1)))
+        if gathered:  # this process's share, the mean over processes is the global loss
+            loss = world_size() * (-2.0 * positive.sum() / n * s1 * s2 + negative * s1 * s2 / (n * (n - 1)) * s1 * s2)
+        else:
+            loss = -2.0 * positive.mean() * s1 * s2 + negative * s1 * s2 / (b * (n - 1)) * s1 * s2
+    return check_finite_result(loss, "the spectral contrastive loss", "`z1`, `z2`")
 
 
 class SpectralContrastiveLoss(nn.Module):

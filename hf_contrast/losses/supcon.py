@@ -7,6 +7,7 @@ https://arxiv.org/abs/2004.11362.
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Sequence
 from typing import Any
 
@@ -123,8 +124,19 @@ def _supervised_contrastive_loss(
         if distributed:  # anchors with a positive over all processes, so every rank agrees
             n_valid = n_valid.clone()
             dist.all_reduce(n_valid, op=dist.ReduceOp.SUM)
+        # Anchors with a negative (another class among the candidates): none in a one-class batch.
+        n_with_negative = (n_positives < candidates.shape[0] - 1).sum()
         # The single device sync of this loss: without a positive pair the loss is undefined.
-        if not bool(n_valid > 0):
+        n_valid_host, n_with_negative_host = torch.stack([n_valid, n_with_negative.to(n_valid.dtype)]).tolist()
+        if n_with_negative_host == 0 and n_valid_host > 0:
+            warnings.warn(
+                f"`labels`: all {candidate_labels.shape[0]} samples of the batch are of one class, so there are no "
+                "negatives: the loss only pulls the batch together and cannot separate classes. Batches need 2 or "
+                "more classes (shuffle the data, use larger batches or a class-balanced sampler). Computed anyway.",
+                RuntimeWarning,
+                stacklevel=3,
+            )
+        if not n_valid_host > 0:
             n_classes = int(torch.unique(candidate_labels).numel())
             raise ValueError(
                 f"`labels`: no anchor has a positive: got {candidate_labels.shape[0]} samples of {n_classes} "
@@ -182,7 +194,10 @@ def supcon_loss(
 
     Note:
         Checking that the batch has a positive pair reads one value from the device (one sync per
-        call); the loss is undefined otherwise, so it raises instead of returning NaN.
+        call); the loss is undefined otherwise, so it raises instead of returning NaN. A batch of
+        one class (positives, no negatives) is scored with a ``RuntimeWarning``: a class-sorted
+        evaluation batch or an unlucky small training batch is legitimate, a one-class *dataset*
+        is not (the SupCon/OCL trainers reject it before training).
 
     Args:
         z: Embeddings. Shape: ``(N, D)``.

@@ -18,7 +18,16 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ..tensor_checks import compute_dtype, check_embeddings, check_non_negative, check_positive, check_same_shape, float32_math
+from ..tensor_checks import (
+    compute_dtype,
+    check_embeddings,
+    check_finite_result,
+    check_non_negative,
+    check_positive,
+    check_same_shape,
+    float32_math,
+    power_of_two_scale,
+)
 
 __all__ = ["vicreg_loss", "VICRegLoss"]
 
@@ -47,12 +56,18 @@ def _variance_term(z: Tensor, gamma: float, eps: float) -> Tensor:
 
 
 def _covariance_term(z: Tensor) -> Tensor:
-    """``(1/D) sum_{d != e} Cov(z)_de^2`` with the unbiased covariance."""
+    """``(1/D) sum_{d != e} Cov(z)_de^2`` with the unbiased covariance.
+
+    Computed on ``z / s`` (``s`` a power of two, :func:`~hf_contrast.tensor_checks.power_of_two_scale`)
+    and multiplied by ``s⁴`` one factor at a time: raw embeddings of norm ~1e10 have covariances
+    ~1e20 whose squares overflow float32 although the term may be representable.
+    """
     b, d = z.shape
-    centred = z - z.mean(dim=0)
+    scale = power_of_two_scale(z)
+    centred = (z - z.mean(dim=0)) / scale
     cov = (centred.T @ centred) / (b - 1)
     off_diagonal = cov - torch.diag_embed(cov.diagonal())  # the diagonal becomes exactly 0
-    return off_diagonal.square().sum() / d
+    return off_diagonal.square().sum() / d * scale * scale * scale * scale
 
 
 def _vicreg_terms(
@@ -80,11 +95,14 @@ def _vicreg_terms(
         invariance = (z1 - z2).square().mean()  # = mean_i ||z1_i - z2_i||^2 / D
         variance = 0.5 * (_variance_term(z1, gamma, eps) + _variance_term(z2, gamma, eps))
         covariance = _covariance_term(z1) + _covariance_term(z2)
-        return {
+        terms = {
             "invariance": invariance_weight * invariance,
             "variance": variance_weight * variance,
             "covariance": covariance_weight * covariance,
         }
+    for name, term in terms.items():
+        check_finite_result(term, f"the VICReg {name} term", "`z1`, `z2`")
+    return terms
 
 
 def vicreg_loss(
@@ -117,7 +135,9 @@ def vicreg_loss(
     Raises:
         ValueError: if ``z1``/``z2`` are not floating-point ``(B, D)`` tensors of the same shape,
             contain NaN/inf (checked on CPU), ``B < 2``, a weight is negative, or ``gamma`` or
-            ``eps`` is not positive.
+            ``eps`` is not positive; or if a term of finite inputs is beyond the float range
+            (checked on CPU outside training; large raw norms such as ~1e10 are computed rescaled
+            and are fine while the loss itself fits).
 
     >>> z = torch.randn(16, 8)
     >>> loss = vicreg_loss(z, z + 0.1 * torch.randn(16, 8))

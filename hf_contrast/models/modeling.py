@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import shutil
@@ -12,6 +11,7 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
+from safetensors import SafetensorError
 from torch import Tensor, nn
 from transformers import AutoTokenizer, PretrainedConfig, PreTrainedModel
 from transformers.utils import ModelOutput, cached_file
@@ -30,6 +30,8 @@ from hf_contrast.models.backbones import (
 from hf_contrast.models.configuration import ContrastiveEncoderConfig
 from hf_contrast.models.export import HUB_SUBFOLDER, export_native
 from hf_contrast.models.heads import ProjectionHead
+from hf_contrast.models.loading import check_loaded_weights, check_source, encoder_subfolder, weights_location
+from hf_contrast.models.inputs import check_pixel_values, check_token_inputs, check_training_batch
 from hf_contrast.models.pooling import pool_tokens
 from hf_contrast.models.st_layout import read_st_layout
 from hf_contrast.models.staging import staged_directory
@@ -65,20 +67,6 @@ class ContrastiveEncoderOutput(ModelOutput):
 
 def _hub_kwargs(kwargs: dict[str, Any]) -> dict[str, Any]:
     return {key: kwargs[key] for key in _HUB_KWARGS if key in kwargs}
-
-
-def _hub_layout_subfolder(path: str | os.PathLike[str], hub_kwargs: dict[str, Any]) -> bool:
-    """Whether ``path`` is the save layout (a native root config and ``hf_contrast/config.json``), not an old flat save."""
-    options = dict(hub_kwargs, _raise_exceptions_for_missing_entries=False, _raise_exceptions_for_connection_errors=False)
-    try:
-        root = cached_file(path, "config.json", **options)
-        if root is not None:
-            with open(root, encoding="utf-8") as handle:
-                if json.load(handle).get("model_type") == ContrastiveEncoderConfig.model_type:
-                    return False
-        return cached_file(path, "config.json", subfolder=HUB_SUBFOLDER, **options) is not None
-    except Exception:  # let from_pretrained report the problem with its own error
-        return False
 
 
 class ContrastiveEncoder(PreTrainedModel):
@@ -367,6 +355,15 @@ class ContrastiveEncoder(PreTrainedModel):
                 raise ValueError("`pixel_values` of shape (B, C, H, W) are required for a timm vision backbone.")
             if pixel_values.ndim != 4:
                 raise ValueError(f"`pixel_values` must have shape (B, C, H, W), got shape {tuple(pixel_values.shape)}.")
+            pixel_values = check_pixel_values(
+                pixel_values,
+                channels=int((self.data_config or {}).get("input_size", (pixel_values.shape[1],))[0]),
+                min_size=self._total_stride(),
+                dtype=self.dtype,
+                training=self.training,
+                backbone=self.config.backbone,
+            )
+            check_training_batch("pixel_values", self, pixel_values.shape[0])
             embeddings, feature_maps = self._encode_images(pixel_values, output_feature_maps)
         else:
             if pixel_values is not None:
@@ -387,6 +384,14 @@ class ContrastiveEncoder(PreTrainedModel):
         if return_dict is False:
             return output.to_tuple()
         return output
+
+    def _total_stride(self) -> int:
+        """The timm backbone's total stride (its last stage's ``reduction``; 1 when timm does not say)."""
+        info = getattr(self.backbone, "feature_info", None) or []
+        try:
+            return int(info[-1]["reduction"])
+        except (IndexError, KeyError, TypeError):
+            return 1
 
     def _encode_images(self, pixel_values: Tensor, output_feature_maps: bool) -> tuple[Tensor, tuple[Tensor, ...] | None]:
         if not output_feature_maps:
@@ -410,6 +415,13 @@ class ContrastiveEncoder(PreTrainedModel):
                 raise ValueError(
                     f"`{name}` must have the shape of `input_ids` {tuple(input_ids.shape)}, got {tuple(tensor.shape)}."
                 )
+        check_token_inputs(
+            input_ids,
+            attention_mask,
+            vocab_size=self.backbone.get_input_embeddings().num_embeddings,
+            backbone=self.config.backbone,
+        )
+        check_training_batch("input_ids", self, input_ids.shape[0])
         extra = {"token_type_ids": token_type_ids} if token_type_ids is not None else {}
         outputs = self.backbone(input_ids=input_ids, attention_mask=attention_mask, return_dict=True, **extra)
         return pool_tokens(outputs.last_hidden_state, attention_mask, self.config.pooling)
@@ -507,19 +519,42 @@ class ContrastiveEncoder(PreTrainedModel):
 
         Reads the ``hf_contrast/`` subfolder of the save layout, or an older flat save (our
         ``config.json`` at the root). The tokenizer of a text encoder is loaded from the same place.
-        All ``PreTrainedModel.from_pretrained`` arguments apply.
+        All ``PreTrainedModel.from_pretrained`` arguments apply. Only a task head (``classifier.*``,
+        e.g. a new ``num_labels``) may be missing from the weights; the others must all be there.
+
+        Raises:
+            FileNotFoundError: if ``pretrained_model_name_or_path`` is neither a folder nor a Hub id.
+            OSError: if ``hf_contrast/config.json`` is missing next to a native root model, or the
+                weights file is corrupted, truncated or empty (the file is named).
+            ValueError: if backbone or projection-head tensors are missing from the weights, or a
+                saved tensor holds NaN/inf (see :mod:`hf_contrast.models.loading`).
         """
         kwargs.pop("tokenizer", None)
         hub_kwargs = _hub_kwargs(kwargs)
-        if not kwargs.get("subfolder") and _hub_layout_subfolder(pretrained_model_name_or_path, hub_kwargs):
-            kwargs["subfolder"] = HUB_SUBFOLDER
-        model = super().from_pretrained(pretrained_model_name_or_path, *model_args, **kwargs)
+        check_source(pretrained_model_name_or_path)
+        if not kwargs.get("subfolder"):
+            kwargs["subfolder"] = encoder_subfolder(pretrained_model_name_or_path, hub_kwargs)
+        output_loading_info = kwargs.pop("output_loading_info", False)
+        try:
+            model, loading_info = super().from_pretrained(
+                pretrained_model_name_or_path, *model_args, output_loading_info=True, **kwargs
+            )
+        except SafetensorError as error:
+            location = weights_location(pretrained_model_name_or_path, kwargs["subfolder"], hub_kwargs)
+            raise OSError(
+                f"{location} is not a readable safetensors file ({error}): it is corrupted, truncated or empty (an "
+                "interrupted save, copy or download). Save or copy the model again, or download it again "
+                "(`force_download=True`)."
+            ) from error
+        check_loaded_weights(
+            model, loading_info, weights_location(pretrained_model_name_or_path, kwargs["subfolder"], hub_kwargs)
+        )
         config = model.config
         if config.backbone_type == "timm":
             restore_non_persistent_buffers(model.backbone, config.backbone_architecture or config.backbone, config.backbone_kwargs)
         elif model.tokenizer is None:
-            model.tokenizer = _load_tokenizer(pretrained_model_name_or_path, kwargs.get("subfolder", ""), hub_kwargs)
-        return model
+            model.tokenizer = _load_tokenizer(pretrained_model_name_or_path, kwargs["subfolder"], hub_kwargs)
+        return (model, loading_info) if output_loading_info else model
 
     def push_to_hub(
         self,

@@ -52,6 +52,7 @@ class AlignUniformObjective(Objective):
     config: AlignUniformConfig
 
     def setup(self, views: ViewBuilder, train_dataset: Any) -> None:
+        super().setup(views, train_dataset)
         c = self.config
         self.loss = AlignUniformLoss(c.align_weight, c.uniform_weight, gather_distributed=views.gather_distributed)
         self.simcse = (

@@ -137,7 +137,20 @@ class Objective(nn.Module):
     # ---- hooks --------------------------------------------------------------------------------
 
     def setup(self, views: ViewBuilder, train_dataset: Any) -> None:
-        """Build losses and augmentations from the encoder and the training data (called once)."""
+        """Build losses and augmentations from the encoder and the training data (called once).
+
+        Subclasses call ``super().setup(views, train_dataset)`` first: it rejects, before training,
+        a per-device batch of 1 sample when there is training data (every method compares the
+        samples of a batch; SimCLR's loss is then 0 with a zero gradient, and BatchNorm fails).
+        """
+        batch = views.args.per_device_train_batch_size
+        if train_dataset is not None and batch < 2:
+            raise ValueError(
+                f"`per_device_train_batch_size`={batch} is too small for {type(self).__name__}: contrastive methods "
+                "compare each sample with the others of its batch (with 1 sample there are no negatives: SimCLR's "
+                "loss is 0 with a zero gradient) and BatchNorm needs 2+ samples. Use 2 or more (contrastive learning "
+                "works best with hundreds; `gradient_cache_size` fits large batches in little memory)."
+            )
 
     def train_collator(self, views: ViewBuilder) -> Callable[[list[dict[str, Any]]], dict[str, Any]]:
         """Training collator: two random views per sample (images) or the tokenised text."""
@@ -164,7 +177,8 @@ class Objective(nn.Module):
         last batch of a chunked method); ``eval_loss`` is the mean over the scored batches."""
         if not self.has_eval_loss:
             return None
-        return self(model, inputs, views)["loss"]
+        terms = self(model, inputs, views)
+        return None if "skipped" in terms else terms["loss"]  # a skipped batch is not scored as 0
 
     def eval_embeddings(
         self, model: nn.Module, inputs: Mapping[str, Any], views: ViewBuilder

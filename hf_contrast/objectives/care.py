@@ -70,6 +70,7 @@ class _ChunkedObjective(Objective):
         return self.config.n_splits
 
     def setup(self, views: ViewBuilder, train_dataset: Any) -> None:
+        super().setup(views, train_dataset)
         batch, n = views.args.per_device_train_batch_size, self.config.n_splits
         if train_dataset is not None and batch // n < 2:  # the trainer checked it is a multiple of n
             raise ValueError(

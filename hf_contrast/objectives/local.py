@@ -92,6 +92,7 @@ class LOCALObjective(Objective):
     needs_labels = True
 
     def setup(self, views: ViewBuilder, train_dataset: Any) -> None:
+        super().setup(views, train_dataset)
         views.check_pairs(self.config.pre_column, self.config.post_column)
         column = views.args.label_column
         if train_dataset is None or not hasattr(train_dataset, "column_names") or column not in train_dataset.column_names:

@@ -7,11 +7,15 @@ sentence as the second view. docs/methods.md §1 and §9.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+import torch
 from torch import Tensor, nn
+
+from .. import distributed
 
 from ..losses import BinaryNCELoss, InfoNCELoss, SpectralContrastiveLoss, VICRegLoss
 from ..views import ViewBuilder
@@ -50,11 +54,24 @@ class PairObjective(Objective):
         raise ValueError(f"{type(self).__name__} needs `loss=`: a module called as loss(z1, z2).")
 
     def setup(self, views: ViewBuilder, train_dataset: Any) -> None:
+        super().setup(views, train_dataset)
         if self.loss is None:
             self.loss = self.build_loss(views)
 
     def forward(self, model: nn.Module, inputs: Mapping[str, Any], views: ViewBuilder) -> dict[str, Tensor]:
+        """The loss terms of two views; a batch of one sample (the ragged end of an epoch or of an evaluation
+        set) has no negative: it is skipped (zero loss on the graph, counted as ``skipped_batches``, not
+        scored in ``eval_loss``) with a warning, unless the loss gathers negatives from other processes."""
         z1, z2 = views.projections(model, views.augmented(inputs, 2))
+        if z1.shape[0] < 2 and not (views.gather_distributed and distributed.world_size() > 1):
+            warnings.warn(
+                f"{type(self).__name__}: skipped a batch of 1 sample (no negatives; usually the last, ragged batch of "
+                "an epoch or evaluation set). Choose a batch size that leaves no single sample, or set "
+                "`dataloader_drop_last=True`. Training continues; the count is logged as `skipped_batches`.",
+                RuntimeWarning,
+                stacklevel=2,
+            )
+            return {"loss": (z1.sum() + z2.sum()) * 0.0, "skipped": torch.ones((), device=z1.device)}
         return as_terms(self.loss(z1, z2))
 
 

@@ -71,6 +71,7 @@ class SimOObjective(Objective):
         return self.config.classes_per_batch * self.config.samples_per_class
 
     def setup(self, views: ViewBuilder, train_dataset: Any) -> None:
+        super().setup(views, train_dataset)
         per_device = views.args.per_device_train_batch_size
         if per_device != self.batch_size:
             c, k = self.config.classes_per_batch, self.config.samples_per_class

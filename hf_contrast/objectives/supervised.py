@@ -17,6 +17,7 @@ import torch
 from torch import Tensor, nn
 
 from .. import distributed
+from ..data.checks import dataset_classes
 from ..losses import OCLoss, SupConLoss
 from ..views import ViewBuilder
 from .base import Objective, ObjectiveConfig, is_int, is_real, require
@@ -49,7 +50,29 @@ class SupConObjective(Objective):
         self.skipped_batches = 0
 
     def setup(self, views: ViewBuilder, train_dataset: Any) -> None:
+        """Build the loss; reject, before training, a training set whose labels hold one class.
+
+        Raises:
+            ValueError: if the per-device batch is 1 sample, or the label column of ``train_dataset``
+                (when it can be read cheaply, :func:`~hf_contrast.data.checks.dataset_classes`) holds
+                fewer than 2 classes.
+        """
+        super().setup(views, train_dataset)
+        classes = dataset_classes(train_dataset, views.args.label_column) if train_dataset is not None else None
+        if classes is not None:
+            self.check_classes(classes, views)
         self.loss = self.loss_class(temperature=self.config.temperature, gather_distributed=views.gather_distributed)
+
+    def check_classes(self, classes: list[Any], views: ViewBuilder) -> None:
+        """Raise ``ValueError`` if the training labels ``classes`` (distinct values) cannot train this objective."""
+        column = views.args.label_column
+        if len(classes) < 2:
+            raise ValueError(
+                f"`train_dataset` holds a single class ({classes[0]!r}) in `label_column`={column!r}: "
+                f"{type(self).__name__} learns by contrasting classes, with one class it has no negatives and only "
+                "collapses the embeddings. Use a dataset with 2 or more classes, check `label_column`, or train "
+                "without labels (e.g. objective='simclr')."
+            )
 
     def train_collator(self, views: ViewBuilder) -> Any:
         return views.collator(n_views=self.config.n_views)
@@ -88,3 +111,14 @@ class OCLObjective(SupConObjective):
     entering the denominator through ``|cos|``."""
 
     loss_class = OCLoss
+
+    def check_classes(self, classes: list[Any], views: ViewBuilder) -> None:
+        """Also reject more classes than projection dimensions: OCL's minimum (orthogonal classes) needs ``P >= K``."""
+        super().check_classes(classes, views)
+        dim = getattr(getattr(views.model, "config", None), "projection_dim", None)
+        if isinstance(dim, int) and len(classes) > dim:
+            raise ValueError(
+                f"OCL makes the {len(classes)} classes of `train_dataset` mutually orthogonal, which needs at least "
+                f"{len(classes)} projection dimensions, but the encoder's `projection_dim` is {dim}. Build the encoder "
+                f"with `projection_dim` >= {len(classes)}, or use SupCon (objective='supcon'), which has no such bound."
+            )

@@ -49,9 +49,9 @@ def check_mean_std(mean: Sequence[float], std: Sequence[float]) -> tuple[list[fl
 
 
 def check_probability(name: str, p: float) -> float:
-    """Check that ``p`` lies in ``[0, 1]``."""
-    if not 0.0 <= p <= 1.0:
-        raise ValueError(f"`{name}` must be a probability in [0, 1], got {p}.")
+    """Check that ``p`` is a number (not a string or bool) in ``[0, 1]``."""
+    if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0.0 <= p <= 1.0:
+        raise ValueError(f"`{name}` must be a probability in [0, 1] (a number, e.g. 0.5), got {p!r}.")
     return float(p)
 
 

@@ -67,6 +67,8 @@ def decode_image(value: Any) -> Any:
 
     source = image_source(value)
     where = f" file {source!r}" if source else ""
+    if not source and isinstance(value, Mapping) and isinstance(value.get("bytes"), (bytes, bytearray)):
+        where = f" (embedded bytes, {len(value['bytes'])} bytes, no file name)"
     try:
         if isinstance(value, Image.Image):
             value.load()

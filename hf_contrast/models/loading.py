@@ -1,0 +1,135 @@
+"""What ``ContrastiveEncoder.from_pretrained`` reads: where the encoder is in a save, and whether it loaded whole.
+
+A save (:meth:`~hf_contrast.models.ContrastiveEncoder.save_pretrained`) holds the native model at
+its root and the full encoder in ``hf_contrast/``; an older flat save has our ``config.json`` at the
+root. Without these checks a bad source fails with an error about something else (``Repo id must be
+in the form ...`` for a folder that does not exist; ``A timm encoder needs 'backbone'`` when
+``hf_contrast/config.json`` is missing; ``SafetensorError: header too small`` without a path) or
+loads silently wrong (weights of NaN; a projection head left at random initialisation with only
+transformers' load report). Each raises an error naming the file, what is wrong and the fix.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+from torch import nn
+from transformers.utils import cached_file
+
+from hf_contrast.models.configuration import ContrastiveEncoderConfig
+from hf_contrast.models.export import HUB_SUBFOLDER
+
+__all__ = ["check_source", "encoder_subfolder", "weights_location", "check_loaded_weights"]
+
+_FIX_SAVE = "pass the folder that `save_pretrained` / `trainer.save_model` wrote (or a checkpoint-* folder)"
+
+
+def _lookup(path: str | os.PathLike[str], filename: str, subfolder: str, hub_kwargs: Mapping[str, Any]) -> str | None:
+    options = dict(hub_kwargs, _raise_exceptions_for_missing_entries=False, _raise_exceptions_for_connection_errors=False)
+    try:
+        return cached_file(path, filename, subfolder=subfolder, **options)
+    except Exception:  # an unreachable Hub: from_pretrained reports it with its own error
+        return None
+
+
+def check_source(path: str | os.PathLike[str]) -> None:
+    """Reject a local path that does not exist (instead of treating it as a malformed Hub id).
+
+    Raises:
+        FileNotFoundError: if ``path`` is not a folder and cannot be a Hub repository id.
+    """
+    from huggingface_hub.utils import HFValidationError, validate_repo_id
+
+    text = os.fspath(path)
+    if os.path.isdir(text):
+        return
+    if os.path.isfile(text):
+        raise FileNotFoundError(
+            f"`pretrained_model_name_or_path`={text!r} is a file; pass the folder that holds it ({_FIX_SAVE})."
+        )
+    try:
+        validate_repo_id(text)
+    except HFValidationError:
+        raise FileNotFoundError(
+            f"`pretrained_model_name_or_path`={text!r} is not a folder (no such directory; the working directory is "
+            f"{os.getcwd()!r}) nor a Hub repository id like 'user/name': check the path, or {_FIX_SAVE}."
+        ) from None
+
+
+def encoder_subfolder(path: str | os.PathLike[str], hub_kwargs: Mapping[str, Any]) -> str:
+    """The subfolder holding the encoder's config: ``"hf_contrast"`` (the save layout) or ``""`` (a flat save).
+
+    Raises:
+        OSError: if the root ``config.json`` belongs to another model (timm's or a text backbone's
+            export) and ``hf_contrast/config.json`` is missing: the save is incomplete.
+    """
+    root = _lookup(path, "config.json", "", hub_kwargs)
+    model_type = None
+    if root is not None:
+        try:
+            with open(root, encoding="utf-8") as handle:
+                model_type = json.load(handle).get("model_type")
+        except (OSError, ValueError):
+            return ""  # let from_pretrained report the unreadable config
+        if model_type == ContrastiveEncoderConfig.model_type:
+            return ""
+    if _lookup(path, "config.json", HUB_SUBFOLDER, hub_kwargs) is not None:
+        return HUB_SUBFOLDER
+    if root is not None:
+        location = os.path.join(os.fspath(path), HUB_SUBFOLDER, "config.json")
+        raise OSError(
+            f"{location} is missing: {os.fspath(path)!r} holds a native {model_type or 'timm'} model at its root but not "
+            f"the hf_contrast encoder (its projection head and preprocessing). Restore the `{HUB_SUBFOLDER}/` folder "
+            "from the original save, or load the root with timm / transformers, or start a new encoder on these "
+            "backbone weights with `ContrastiveEncoder.from_backbone('local-dir:<folder>')` (timm) or "
+            "`from_backbone('<folder>')` (text)."
+        )
+    return ""
+
+
+def weights_location(path: str | os.PathLike[str], subfolder: str, hub_kwargs: Mapping[str, Any]) -> str:
+    """The weights file that ``from_pretrained`` reads (its cached copy for a Hub id), or the folder if sharded."""
+    found = _lookup(path, "model.safetensors", subfolder, hub_kwargs)
+    return found if found is not None else os.path.join(os.fspath(path), subfolder)
+
+
+def check_loaded_weights(model: nn.Module, loading_info: Mapping[str, Any], location: str) -> None:
+    """Reject an encoder whose weights did not all come from the file, or are not finite.
+
+    ``classifier.*`` may be missing (a task head added with ``num_labels``: transformers' documented
+    behaviour, reported by its load report); every backbone and projection-head tensor must be read.
+
+    Args:
+        model: The loaded encoder.
+        loading_info: ``from_pretrained(..., output_loading_info=True)``'s report (``missing_keys``).
+        location: The weights file, named in the errors.
+
+    Raises:
+        ValueError: if backbone or projection-head tensors are missing from the file, or a saved
+            tensor holds NaN/inf.
+    """
+    missing = sorted(k for k in loading_info.get("missing_keys", ()) if not k.startswith("classifier."))
+    if missing:
+        shown = ", ".join(missing[:4]) + (f" and {len(missing) - 4} more" if len(missing) > 4 else "")
+        raise ValueError(
+            f"{location} lacks {len(missing)} of the encoder's tensors ({shown}); they would start from random values. "
+            "The file is not a complete ContrastiveEncoder save (a backbone-only export, or a save of another "
+            f"configuration): {_FIX_SAVE}, or build a new encoder with `ContrastiveEncoder.from_backbone` to train "
+            "a new head."
+        )
+    bad = [
+        name
+        for name, tensor in model.state_dict().items()
+        if tensor.is_floating_point() and tensor.device.type != "meta" and not bool(torch.isfinite(tensor).all())
+    ]
+    if bad:
+        shown = ", ".join(bad[:4]) + (f" and {len(bad) - 4} more" if len(bad) > 4 else "")
+        raise ValueError(
+            f"{location} holds NaN or infinite values in {len(bad)} tensor(s) ({shown}): the weights are unusable "
+            "(a training run that diverged saved them?). Load an earlier checkpoint, or retrain (e.g. with a lower "
+            "learning rate); `safetensors.torch.load_file` reads the file as is for inspection."
+        )
