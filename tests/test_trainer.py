@@ -222,13 +222,22 @@ def test_objective_owned_parameters_are_optimized_and_checkpointed(tmp_path, ima
     torch.testing.assert_close(reloaded(pixel_values=x).projections, trainer.model(pixel_values=x).projections)
 
 
-def test_remove_unused_columns_keeps_what_the_collator_reads(tmp_path, images) -> None:
+def test_remove_unused_columns_is_refused_with_the_fix(tmp_path, images) -> None:
     data = images.add_column("noise", list(range(len(images))))
     args = training_args(tmp_path, max_steps=1, remove_unused_columns=True)
-    trainer = SupConTrainer(model=vit_encoder(), args=args, train_dataset=data)
-    kept = trainer._remove_unused_columns(data)
-    assert sorted(kept.column_names) == ["image", "label"]
-    trainer.train()  # image and label survive
+    with pytest.raises(ValueError, match=r"remove_unused_columns=True.*'image'.*remove_unused_columns=False.*select_columns"):
+        SupConTrainer(model=vit_encoder(), args=args, train_dataset=data)
+    # the fix the message gives: keep the columns the objective reads, nothing else reaches the collator
+    seen: list[set[str]] = []
+
+    def collator(features):  # noqa: ANN001, ANN202
+        seen.append(set(features[0]))
+        return fixed_views_collator(features)
+
+    kept = data.select_columns(["image", "label"])
+    trainer = SupConTrainer(model=vit_encoder(), args=training_args(tmp_path, max_steps=1), train_dataset=kept, data_collator=collator)
+    trainer.train()
+    assert seen and all(columns == {"image", "label"} for columns in seen)
 
 
 # ---- evaluation --------------------------------------------------------------------------------
