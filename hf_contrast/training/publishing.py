@@ -96,7 +96,8 @@ class HubPublishingMixin:
         known = {entry.get("id") for entry in data.train_datasets}
         for index, dataset_id in enumerate(ids):
             if dataset_id not in known:
-                data.train_datasets.append({"id": dataset_id, "name": names[index] if index < len(names) else dataset_id})
+                name = names[index] if index < len(names) else dataset_id
+                data.train_datasets.append({"id": dataset_id, "name": name, "size": None})  # the card template reads `size`
         self._set_card_model_id()
         write_model_card(self.model, self.args.output_dir)
 
