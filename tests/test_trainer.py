@@ -240,6 +240,36 @@ def test_remove_unused_columns_is_refused_with_the_fix(tmp_path, images) -> None
     assert seen and all(columns == {"image", "label"} for columns in seen)
 
 
+def test_a_batch_sampler_loader_keeps_every_trainer_dataloader_option(tmp_path) -> None:
+    """SimO's class-major batch sampler needs its own DataLoader; it gets every option the Trainer's own loader gets."""
+    from transformers import Trainer
+    from transformers.trainer_utils import seed_worker
+
+    options = {"dataloader_num_workers": 2, "dataloader_prefetch_factor": 3, "dataloader_persistent_workers": True}
+    fields = TrainingArguments.__dataclass_fields__
+    if "dataloader_multiprocessing_context" in fields:
+        options["dataloader_multiprocessing_context"] = "spawn"
+    if "dataloader_in_order" in fields:
+        options["dataloader_in_order"] = False
+    data = image_dataset(n=30, size=16, n_classes=5)
+    args = training_args(tmp_path, per_device_train_batch_size=6, **options)
+    trainer = SimOTrainer(model=vit_encoder(), args=args, train_dataset=data, objective=SimOObjective(classes_per_batch=2, samples_per_class=3))
+    ours, reference = trainer.get_train_dataloader(), Trainer.get_train_dataloader(trainer)  # the Trainer's own loader
+    assert type(ours.batch_sampler).__name__ == "AFCLBatchSampler" != type(reference.batch_sampler).__name__
+    for name in ("num_workers", "prefetch_factor", "persistent_workers", "pin_memory", "multiprocessing_context", "in_order", "timeout"):
+        assert getattr(ours, name, None) == getattr(reference, name, None), name
+    assert ours.num_workers == 2 and ours.prefetch_factor == 3 and ours.persistent_workers
+    assert ours.worker_init_fn.func is seed_worker and ours.worker_init_fn.keywords == reference.worker_init_fn.keywords
+
+
+def test_auto_find_batch_size_is_refused_for_a_batch_sampler(tmp_path) -> None:
+    data = image_dataset(n=30, size=16, n_classes=5)
+    args = training_args(tmp_path, per_device_train_batch_size=6, auto_find_batch_size=True)
+    trainer = SimOTrainer(model=vit_encoder(), args=args, train_dataset=data, objective=SimOObjective(classes_per_batch=2, samples_per_class=3))
+    with pytest.raises(ValueError, match="auto_find_batch_size=True` cannot resize the batches of SimOObjective"):
+        trainer.get_train_dataloader()
+
+
 # ---- evaluation --------------------------------------------------------------------------------
 
 

@@ -410,6 +410,12 @@ class ContrastiveTrainer(CheckpointingMixin, HubPublishingMixin, Trainer):
                 with _drop_last(self.args):
                     return super().get_train_dataloader()
             return super().get_train_dataloader()
+        if self.args.auto_find_batch_size:  # the Trainer would shrink only its own loader's batches
+            raise ValueError(
+                f"`auto_find_batch_size=True` cannot resize the batches of {type(self.objective).__name__} "
+                f"({'its batch sampler' if batch_sampler is not None else 'whole chunks of a streaming dataset'}); set "
+                "`auto_find_batch_size=False` and choose `per_device_train_batch_size`."
+            )
         batching: dict[str, Any] = (
             {"batch_sampler": batch_sampler}
             if batch_sampler is not None
