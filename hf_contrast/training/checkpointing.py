@@ -206,7 +206,7 @@ class CheckpointingMixin:
     def _load_contrastive_state(self, folder: str) -> None:
         path = os.path.join(folder, CONTRASTIVE_STATE_NAME)
         if os.path.isfile(path) and hasattr(self, "load_contrastive_state_dict"):
-            self.load_contrastive_state_dict(torch.load(path, map_location=self.args.device, weights_only=True))
+            self.load_contrastive_state_dict(torch.load(path, map_location="cpu", weights_only=True))  # copied onto the objective's devices
 
     # Private override: see the module docstring (the Trainer would read the bare backbone at the root).
     def _load_from_checkpoint(self, resume_from_checkpoint: str, model: nn.Module | None = None) -> None:
