@@ -129,7 +129,7 @@ def test_resume_true_falls_back_past_an_unreadable_file(tmp_path, full_run, dama
     skipped = [r.getMessage() for r in caplog.records if "Skipping the incomplete checkpoint" in r.getMessage()]
     assert len(skipped) == 1 and "checkpoint-6" in skipped[0] and DAMAGES[damage] in skipped[0]
     assert trainer.state.global_step == 4 and trainer.steps.item() == 4
-    _assert_same_state(trainer.model.state_dict(), ContrastiveEncoder.from_pretrained(source / "checkpoint-4").state_dict())
+    _assert_same_state(trainer.model.state_dict(), safetensors.torch.load_file(source / "checkpoint-4" / HUB_SUBFOLDER / "model.safetensors"))
     assert not (tmp_path / "checkpoint-6").exists()  # an incomplete checkpoint newer than the resume point is removed
 
 
@@ -352,6 +352,6 @@ def test_load_best_model_reads_the_encoder_subfolder(tmp_path, full_run) -> None
     trainer = _trainer(tmp_path, seed=5)
     trainer.state.best_model_checkpoint = str(source / "checkpoint-2")
     trainer._load_best_model()
-    want = ContrastiveEncoder.from_pretrained(source / "checkpoint-2").state_dict()
+    want = safetensors.torch.load_file(source / "checkpoint-2" / HUB_SUBFOLDER / "model.safetensors")
     _assert_same_state(trainer.model.state_dict(), want)
     assert trainer.steps.item() == 2  # the contrastive state of that checkpoint

@@ -33,8 +33,8 @@ from typing import Any, ClassVar
 
 import torch
 import torch.distributed as dist
-from torch import Tensor, nn
 from accelerate.utils import send_to_device
+from torch import Tensor, nn
 from torch.utils.data import DataLoader, IterableDataset
 from transformers import Trainer, TrainerCallback
 from transformers.trainer_utils import seed_worker
