@@ -2,24 +2,25 @@
 
 from __future__ import annotations
 
+import dataclasses
+import io
+import json
 import logging
+import os
 import shutil
 from pathlib import Path
+from typing import Any
 
 import pytest
+import safetensors.torch
 import torch
 from _tiny import tiny_timm_encoder
 from _tiny_trainer import TOKEN, RandomImages, TinyTrainer, losses_of, tiny_args
-from transformers import PreTrainedModel, TrainerCallback, TrainingArguments
+from transformers import PreTrainedModel, TrainerCallback, TrainerState, TrainingArguments
 
 from hf_contrast.models import HUB_SUBFOLDER, ContrastiveEncoder
-from hf_contrast.training.checkpointing import (
-    CONTRASTIVE_STATE_NAME,
-    checkpoint_problem,
-    first_nonfinite_tensor,
-    last_complete_checkpoint,
-    sanitized_training_args,
-)
+from hf_contrast.training.checkpoint_validation import CONTRASTIVE_STATE_NAME, checkpoint_problem, last_complete_checkpoint
+from hf_contrast.training.checkpointing import first_nonfinite_tensor, sanitized_training_args
 
 
 def _trainer(output_dir: Path, seed: int = 0, **overrides) -> TinyTrainer:
@@ -61,32 +62,202 @@ def test_checkpoints_are_complete_and_in_the_save_layout(full_run) -> None:
     assert len(losses) == 6 and len(set(losses.values())) == 6
 
 
+# damage -> the file the warning must name
+DAMAGES = {
+    "truncated_weights": "model.safetensors",
+    "no_trainer_state": "trainer_state.json",
+    "broken_trainer_state": "trainer_state.json",
+    "no_optimizer": "optimizer.pt",
+    "truncated_optimizer": "optimizer.pt",
+    "truncated_scheduler": "scheduler.pt",
+    "truncated_rng_state": "rng_state.pth",
+    "truncated_contrastive_state": CONTRASTIVE_STATE_NAME,
+    "bin_instead_of_safetensors": "pytorch_model.bin",
+}
+
+
+def _damage(folder: Path, damage: str) -> None:
+    """What a process killed while writing ``folder`` (or a converted / corrupted copy) leaves."""
+    if damage == "truncated_weights":
+        _truncate(folder / HUB_SUBFOLDER / "model.safetensors")
+    elif damage == "no_trainer_state":
+        (folder / "trainer_state.json").unlink()
+    elif damage == "broken_trainer_state":
+        (folder / "trainer_state.json").write_text('{"global_step": 6, "log_hi')
+    elif damage == "no_optimizer":
+        (folder / "optimizer.pt").unlink()
+    elif damage == "bin_instead_of_safetensors":  # resuming would read the root backbone and start from random weights
+        weights = folder / HUB_SUBFOLDER / "model.safetensors"
+        torch.save(safetensors.torch.load_file(weights), folder / HUB_SUBFOLDER / "pytorch_model.bin")
+        weights.unlink()
+    else:
+        _truncate(folder / DAMAGES[damage])
+
+
 @pytest.mark.parametrize("damage", ["truncated_weights", "no_trainer_state", "broken_trainer_state", "no_optimizer"])
 def test_resume_true_skips_an_incomplete_newest_checkpoint(tmp_path, full_run, damage: str, caplog) -> None:
     source, full_losses, full_state = full_run
     for step in (2, 4, 6):
         shutil.copytree(source / f"checkpoint-{step}", tmp_path / f"checkpoint-{step}")
-    newest = tmp_path / "checkpoint-6"  # what a process killed while writing step 6 leaves (without atomic saves)
-    if damage == "truncated_weights":
-        _truncate(newest / HUB_SUBFOLDER / "model.safetensors")
-    elif damage == "no_trainer_state":
-        (newest / "trainer_state.json").unlink()
-    elif damage == "broken_trainer_state":
-        (newest / "trainer_state.json").write_text('{"global_step": 6, "log_hi')
-    else:
-        (newest / "optimizer.pt").unlink()
-    assert checkpoint_problem(newest) is not None
+    newest = tmp_path / "checkpoint-6"
+    _damage(newest, damage)
+    assert DAMAGES[damage] in checkpoint_problem(newest, require_contrastive_state=True)
     (tmp_path / "checkpoint-4" / "extra").mkdir()  # unrelated content does not matter
 
     trainer = _trainer(tmp_path, seed=1)  # other initial weights: everything must come from checkpoint-4
     with caplog.at_level(logging.WARNING, logger="hf_contrast.training.checkpointing"):
         trainer.train(resume_from_checkpoint=True)
-    assert "checkpoint-6" in caplog.text and "incomplete" in caplog.text
+    skipped = [r.getMessage() for r in caplog.records if "Skipping the incomplete checkpoint" in r.getMessage()]
+    assert len(skipped) == 1 and "checkpoint-6" in skipped[0] and DAMAGES[damage] in skipped[0]
     resumed = losses_of(trainer)
     assert trainer.state.global_step == 6 and sorted(resumed) == [1, 2, 3, 4, 5, 6]  # 1-4 from checkpoint-4's state
     assert [resumed[5], resumed[6]] == pytest.approx([full_losses[5], full_losses[6]], rel=1e-5, abs=1e-7)
     _assert_same_state(trainer.model.state_dict(), full_state)
     assert checkpoint_problem(newest) is None  # rewritten by the resumed run
+
+
+@pytest.mark.parametrize("damage", [d for d in DAMAGES if d.startswith(("truncated_", "bin_")) and d != "truncated_weights"])
+def test_resume_true_falls_back_past_an_unreadable_file(tmp_path, full_run, damage: str, caplog) -> None:
+    """Every file the resume reads is checked: the newest checkpoint with one bad file is skipped, naming it."""
+    source, _, _ = full_run
+    for step in (4, 6):
+        shutil.copytree(source / f"checkpoint-{step}", tmp_path / f"checkpoint-{step}")
+    _damage(tmp_path / "checkpoint-6", damage)
+    trainer = _trainer(tmp_path, seed=1, max_steps=4)  # resumes at its last step: loads checkpoint-4 and stops
+    with caplog.at_level(logging.WARNING, logger="hf_contrast.training"):
+        trainer.train(resume_from_checkpoint=True)
+    skipped = [r.getMessage() for r in caplog.records if "Skipping the incomplete checkpoint" in r.getMessage()]
+    assert len(skipped) == 1 and "checkpoint-6" in skipped[0] and DAMAGES[damage] in skipped[0]
+    assert trainer.state.global_step == 4 and trainer.steps.item() == 4
+    _assert_same_state(trainer.model.state_dict(), safetensors.torch.load_file(source / "checkpoint-4" / HUB_SUBFOLDER / "model.safetensors"))
+    assert not (tmp_path / "checkpoint-6").exists()  # an incomplete checkpoint newer than the resume point is removed
+
+
+def test_leftovers_of_interrupted_saves_are_removed_at_the_next_start(tmp_path, full_run, caplog) -> None:
+    source, _, _ = full_run
+    for step in (2, 4):
+        shutil.copytree(source / f"checkpoint-{step}", tmp_path / f"checkpoint-{step}")
+    leftovers = ["checkpoint-6", "checkpoint-8", "tmp-checkpoint-6", "tmp-old-checkpoint-4", ".tmp-checkpoint-6.staging-0a1b2c3d",
+                 ".checkpoint-6.staging-0a1b2c3d", ".checkpoint-4.replaced-0a1b2c3d"]  # fmt: skip
+    for name in leftovers:
+        shutil.copytree(source / "checkpoint-6", tmp_path / name)
+    (tmp_path / "checkpoint-6" / "rng_state.pth").unlink()  # killed before its RNG state and trainer_state.json
+    (tmp_path / "checkpoint-6" / "trainer_state.json").unlink()
+    (tmp_path / "checkpoint-8" / "optimizer.pt").write_bytes(b"")
+    shutil.copytree(source / "checkpoint-2", tmp_path / "checkpoint-1")  # incomplete but older than the resume point
+    (tmp_path / "checkpoint-1" / "optimizer.pt").unlink()
+    (tmp_path / "notes").mkdir()
+
+    trainer = _trainer(tmp_path, seed=1, max_steps=4)
+    with caplog.at_level(logging.WARNING, logger="hf_contrast.training"):
+        trainer.train(resume_from_checkpoint=True)
+    removed = [r.getMessage() for r in caplog.records if r.getMessage().startswith("Removing ")]
+    assert len(removed) == len(leftovers) and all("interrupted save" in message for message in removed)
+    assert any("checkpoint-8" in message and "optimizer.pt" in message for message in removed)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["checkpoint-1", "checkpoint-2", "checkpoint-4", "notes"]
+    assert trainer.state.global_step == 4
+
+
+def test_rng_states_of_every_process_are_required(tmp_path, full_run) -> None:
+    source, _, _ = full_run
+    folder = tmp_path / "checkpoint-6"
+    shutil.copytree(source / "checkpoint-6", folder)
+    assert checkpoint_problem(folder, world_size=1) is None
+    assert checkpoint_problem(folder, world_size=2) is None  # written by one process: resumed without its RNG state
+    shutil.copy(folder / "rng_state.pth", folder / "rng_state_0.pth")
+    (folder / "rng_state.pth").unlink()
+    assert checkpoint_problem(folder, world_size=2) == "rng_state_1.pth is missing"  # a torn save of 2 processes
+    shutil.copy(folder / "rng_state_0.pth", folder / "rng_state_1.pth")
+    assert checkpoint_problem(folder, world_size=2) is None
+    (folder / "rng_state_1.pth").write_bytes(b"PK\x03\x04")
+    assert "rng_state_1.pth is unreadable or truncated" in checkpoint_problem(folder, world_size=2)
+    for name in ("rng_state_0.pth", "rng_state_1.pth"):
+        (folder / name).unlink()
+    assert checkpoint_problem(folder) == "rng_state.pth is missing"
+    assert checkpoint_problem(folder, require_optimizer=False) is None  # save_only_model checkpoints
+
+
+class _Killed(BaseException):
+    """Stands for SIGKILL: nothing catches it (a real kill would not run `finally` blocks either)."""
+
+
+def _kill_at(monkeypatch, point: str, seen: list[str]) -> None:
+    """Patch the file operations of a checkpoint save; at the one labelled ``point`` (``"save:optimizer.pt"``,
+    ``"rmtree:checkpoint-2"``...) do half of it (half a file written, half a folder deleted) and raise :class:`_Killed`."""
+    real_save, real_rmtree, real_replace = torch.save, shutil.rmtree, os.replace
+
+    def step(label: str, half: Any) -> None:
+        seen.append(label)
+        if label == point:
+            half()
+            raise _Killed(label)
+
+    def save(obj: Any, f: Any, *args: Any, **kwargs: Any) -> Any:
+        if isinstance(f, (str, os.PathLike)) and "checkpoint-" in str(f):
+            def half() -> None:
+                buffer = io.BytesIO()
+                real_save(obj, buffer, *args, **kwargs)
+                Path(f).write_bytes(buffer.getvalue()[: len(buffer.getvalue()) // 2])
+
+            step(f"save:{Path(f).name}", half)
+        return real_save(obj, f, *args, **kwargs)
+
+    def rmtree(path: Any, *args: Any, **kwargs: Any) -> Any:
+        if Path(path).name.startswith("checkpoint-"):
+            def half() -> None:
+                files = sorted(p for p in Path(path).rglob("*") if p.is_file())
+                for file in files[: len(files) // 2]:
+                    file.unlink()
+
+            step(f"rmtree:{Path(path).name}", half)
+        return real_rmtree(path, *args, **kwargs)
+
+    def replace(src: Any, dst: Any, *args: Any, **kwargs: Any) -> Any:
+        if Path(dst).name.startswith("checkpoint-"):
+            step(f"replace:{Path(dst).name}", lambda: None)  # the model folder, written aside, is moved in
+        return real_replace(src, dst, *args, **kwargs)
+
+    def save_to_json(self: TrainerState, json_path: str) -> None:
+        text = json.dumps(dataclasses.asdict(self), indent=2, sort_keys=True) + "\n"
+        step(f"json:{Path(json_path).name}", lambda: Path(json_path).write_text(text[: len(text) // 2]))
+        Path(json_path).write_text(text)
+
+    monkeypatch.setattr(torch, "save", save)
+    monkeypatch.setattr(shutil, "rmtree", rmtree)
+    monkeypatch.setattr(os, "replace", replace)
+    monkeypatch.setattr(TrainerState, "save_to_json", save_to_json)
+
+
+# The file operations of the save at step 4 with save_total_limit=1, in the order the Trainer does them.
+KILL_POINTS = [
+    "replace:checkpoint-4", "save:training_args.bin", "save:contrastive_state.pt", "save:optimizer.pt",
+    "save:scheduler.pt", "save:rng_state.pth", "json:trainer_state.json", "rmtree:checkpoint-2",
+]  # fmt: skip
+_QUICK_KILL_POINTS = {"json:trainer_state.json", "rmtree:checkpoint-2"}  # the others run with -m slow
+
+
+@pytest.mark.parametrize(
+    "point", [p if p in _QUICK_KILL_POINTS else pytest.param(p, marks=pytest.mark.slow) for p in KILL_POINTS]
+)
+def test_a_kill_at_any_moment_of_a_save_resumes_exactly(tmp_path, full_run, monkeypatch, point: str) -> None:
+    """With ``save_total_limit=1``: a kill anywhere in the save of checkpoint-4 leaves a complete checkpoint,
+    and ``resume_from_checkpoint=True`` ends where the uninterrupted run ends, without leftovers."""
+    source, full_losses, full_state = full_run
+    shutil.copytree(source / "checkpoint-2", tmp_path / "checkpoint-2")
+    seen: list[str] = []
+    with monkeypatch.context() as patch:
+        _kill_at(patch, point, seen)
+        with pytest.raises(_Killed):
+            _trainer(tmp_path, seed=1, save_total_limit=1).train(resume_from_checkpoint=str(tmp_path / "checkpoint-2"))
+    assert seen == KILL_POINTS[: KILL_POINTS.index(point) + 1]  # the save went as far as `point`, in this order
+    assert last_complete_checkpoint(tmp_path, require_contrastive_state=True) is not None
+
+    trainer = _trainer(tmp_path, seed=2, save_total_limit=1)
+    trainer.train(resume_from_checkpoint=True)
+    resumed = losses_of(trainer)
+    assert [resumed[5], resumed[6]] == pytest.approx([full_losses[5], full_losses[6]], rel=1e-5, abs=1e-7)
+    _assert_same_state(trainer.model.state_dict(), full_state)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["checkpoint-6"]  # rotated, no staging leftovers
 
 
 def test_resume_from_an_explicit_incomplete_checkpoint_is_refused(tmp_path, full_run) -> None:
@@ -181,6 +352,6 @@ def test_load_best_model_reads_the_encoder_subfolder(tmp_path, full_run) -> None
     trainer = _trainer(tmp_path, seed=5)
     trainer.state.best_model_checkpoint = str(source / "checkpoint-2")
     trainer._load_best_model()
-    want = ContrastiveEncoder.from_pretrained(source / "checkpoint-2").state_dict()
+    want = safetensors.torch.load_file(source / "checkpoint-2" / HUB_SUBFOLDER / "model.safetensors")
     _assert_same_state(trainer.model.state_dict(), want)
     assert trainer.steps.item() == 2  # the contrastive state of that checkpoint

@@ -342,3 +342,30 @@ def test_trainer_push_keeps_a_hand_written_readme(hub: HubServer, tmp_path: Path
     assert "hf_contrast/model.safetensors" in api.list_repo_files("user/kept")
     trainer.push_to_hub(replace_model_card=True)
     assert GENERATED_MARKER in Path(hf_hub_download("user/kept", "README.md")).read_text()
+
+
+def test_create_model_card_takes_every_trainer_argument(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """transformers' run_clip.py passes `tasks=`; what an hf_contrast card cannot hold is named in a warning."""
+    import inspect
+    import logging
+
+    import datasets
+
+    args = TrainingArguments(
+        output_dir=str(tmp_path), max_steps=1, per_device_train_batch_size=4, save_strategy="no", report_to="none",
+        use_cpu=True, disable_tqdm=True, remove_unused_columns=False,
+    )  # fmt: skip
+    data = datasets.Dataset.from_dict({"pixel_values": torch.randn(4, 3, 32, 32).tolist()})
+    trainer = _PushTrainer(model=tiny_timm_encoder(), args=args, train_dataset=data)
+    trainer.train()
+    trainer_parameters = set(inspect.signature(Trainer.create_model_card).parameters) - {"self"}
+    assert trainer_parameters <= set(inspect.signature(trainer.create_model_card).parameters)
+    with caplog.at_level(logging.WARNING, logger="hf_contrast.training.publishing"):
+        trainer.create_model_card(
+            language="en", license="mit", tags=["digits"], model_name="tiny", finetuned_from=None,
+            tasks="contrastive-image-text-modeling", dataset_tags="user/imgs", dataset="imgs", dataset_args="default",
+        )  # fmt: skip
+    assert "`dataset_args`, `tasks` not used" in caplog.text
+    card = ModelCard.load(tmp_path / "README.md")
+    assert card.data.license == "mit" and "digits" in card.data.tags and card.data.datasets == ["user/imgs"]
+    assert GENERATED_MARKER in card.text

@@ -136,8 +136,9 @@ def test_custom_pair_objective_needs_a_loss(tmp_path, images) -> None:
 
 def test_gradient_accumulation_equals_one_large_batch(tmp_path, images) -> None:
     """Alignment is a per-sample mean: 2 accumulated half batches must give the full-batch step.
-    Dividing the loss twice by the accumulation steps (or not at all) would change the update."""
-    common = dict(max_steps=1, learning_rate=0.5, optim="sgd", max_grad_norm=0.0, train_sampling_strategy="sequential")
+    Dividing the loss twice by the accumulation steps (or not at all) would change the update.
+    The data is one batch of 8, so both runs see the same samples in any sampling order."""
+    common = dict(max_steps=1, learning_rate=0.5, optim="sgd", max_grad_norm=0.0)
     results = []
     for batch_size, accumulation in [(8, 1), (4, 2)]:
         model = vit_encoder()
@@ -146,7 +147,7 @@ def test_gradient_accumulation_equals_one_large_batch(tmp_path, images) -> None:
             gradient_accumulation_steps=accumulation, **common,
         )  # fmt: skip
         trainer = AlignUniformTrainer(
-            model=model, args=args, train_dataset=images, data_collator=fixed_views_collator,
+            model=model, args=args, train_dataset=images.select(range(8)), data_collator=fixed_views_collator,
             objective=AlignUniformObjective(uniform_weight=0.0),
         )  # fmt: skip
         trainer.train()
@@ -161,11 +162,11 @@ def test_gradient_accumulation_equals_one_large_batch(tmp_path, images) -> None:
 
 @pytest.mark.parametrize(("trainer_cls", "objective_cls"), [(SupConTrainer, SupConObjective), (OCLTrainer, OCLObjective)])
 def test_a_batch_without_positive_pair_is_skipped_with_a_warning(tmp_path, trainer_cls, objective_cls) -> None:
-    # labels 0..3 then 0..3: each batch of 4 has four distinct classes; one view -> no positive pair
-    data = image_dataset(n=8, labels=[0, 1, 2, 3, 0, 1, 2, 3])
+    # one batch of 4 distinct classes (in any sampling order); one view -> no positive pair
+    data = image_dataset(n=4, labels=[0, 1, 2, 3])
     model = vit_encoder()
     before = parameters(model)
-    args = training_args(tmp_path, per_device_train_batch_size=4, max_steps=3, train_sampling_strategy="sequential")
+    args = training_args(tmp_path, per_device_train_batch_size=4, max_steps=3)
     trainer = trainer_cls(
         model=model, args=args, train_dataset=data, data_collator=fixed_views_collator, objective=objective_cls(n_views=1)
     )
@@ -179,9 +180,9 @@ def test_a_batch_without_positive_pair_is_skipped_with_a_warning(tmp_path, train
 
 
 def test_a_batch_with_positives_is_not_skipped(tmp_path) -> None:
-    data = image_dataset(n=8, labels=[0, 0, 1, 2, 3, 3, 1, 2])
+    data = image_dataset(n=4, labels=[0, 0, 1, 2])  # one batch, with a positive pair in any sampling order
     model = vit_encoder()
-    args = training_args(tmp_path, per_device_train_batch_size=4, max_steps=2, train_sampling_strategy="sequential")
+    args = training_args(tmp_path, per_device_train_batch_size=4, max_steps=2)
     trainer = SupConTrainer(
         model=model, args=args, train_dataset=data, data_collator=fixed_views_collator, objective=SupConObjective(n_views=1)
     )
@@ -222,13 +223,52 @@ def test_objective_owned_parameters_are_optimized_and_checkpointed(tmp_path, ima
     torch.testing.assert_close(reloaded(pixel_values=x).projections, trainer.model(pixel_values=x).projections)
 
 
-def test_remove_unused_columns_keeps_what_the_collator_reads(tmp_path, images) -> None:
+def test_remove_unused_columns_is_refused_with_the_fix(tmp_path, images) -> None:
     data = images.add_column("noise", list(range(len(images))))
     args = training_args(tmp_path, max_steps=1, remove_unused_columns=True)
-    trainer = SupConTrainer(model=vit_encoder(), args=args, train_dataset=data)
-    kept = trainer._remove_unused_columns(data)
-    assert sorted(kept.column_names) == ["image", "label"]
-    trainer.train()  # image and label survive
+    with pytest.raises(ValueError, match=r"remove_unused_columns=True.*'image'.*remove_unused_columns=False.*select_columns"):
+        SupConTrainer(model=vit_encoder(), args=args, train_dataset=data)
+    # the fix the message gives: keep the columns the objective reads, nothing else reaches the collator
+    seen: list[set[str]] = []
+
+    def collator(features):  # noqa: ANN001, ANN202
+        seen.append(set(features[0]))
+        return fixed_views_collator(features)
+
+    kept = data.select_columns(["image", "label"])
+    trainer = SupConTrainer(model=vit_encoder(), args=training_args(tmp_path, max_steps=1), train_dataset=kept, data_collator=collator)
+    trainer.train()
+    assert seen and all(columns == {"image", "label"} for columns in seen)
+
+
+def test_a_batch_sampler_loader_keeps_every_trainer_dataloader_option(tmp_path) -> None:
+    """SimO's class-major batch sampler needs its own DataLoader; it gets every option the Trainer's own loader gets."""
+    from transformers import Trainer
+    from transformers.trainer_utils import seed_worker
+
+    options = {"dataloader_num_workers": 2, "dataloader_prefetch_factor": 3, "dataloader_persistent_workers": True}
+    fields = TrainingArguments.__dataclass_fields__
+    if "dataloader_multiprocessing_context" in fields:
+        options["dataloader_multiprocessing_context"] = "spawn"
+    if "dataloader_in_order" in fields:
+        options["dataloader_in_order"] = False
+    data = image_dataset(n=30, size=16, n_classes=5)
+    args = training_args(tmp_path, per_device_train_batch_size=6, **options)
+    trainer = SimOTrainer(model=vit_encoder(), args=args, train_dataset=data, objective=SimOObjective(classes_per_batch=2, samples_per_class=3))
+    ours, reference = trainer.get_train_dataloader(), Trainer.get_train_dataloader(trainer)  # the Trainer's own loader
+    assert type(ours.batch_sampler).__name__ == "AFCLBatchSampler" != type(reference.batch_sampler).__name__
+    for name in ("num_workers", "prefetch_factor", "persistent_workers", "pin_memory", "multiprocessing_context", "in_order", "timeout"):
+        assert getattr(ours, name, None) == getattr(reference, name, None), name
+    assert ours.num_workers == 2 and ours.prefetch_factor == 3 and ours.persistent_workers
+    assert ours.worker_init_fn.func is seed_worker and ours.worker_init_fn.keywords == reference.worker_init_fn.keywords
+
+
+def test_auto_find_batch_size_is_refused_for_a_batch_sampler(tmp_path) -> None:
+    data = image_dataset(n=30, size=16, n_classes=5)
+    args = training_args(tmp_path, per_device_train_batch_size=6, auto_find_batch_size=True)
+    trainer = SimOTrainer(model=vit_encoder(), args=args, train_dataset=data, objective=SimOObjective(classes_per_batch=2, samples_per_class=3))
+    with pytest.raises(ValueError, match="auto_find_batch_size=True` cannot resize the batches of SimOObjective"):
+        trainer.get_train_dataloader()
 
 
 # ---- evaluation --------------------------------------------------------------------------------

@@ -27,7 +27,7 @@ class ContrastiveTrainingArguments(TrainingArguments):
     evaluation representation and the non-finite policy.
 
     Defaults that differ from ``TrainingArguments``: ``remove_unused_columns=False`` (the collators read
-    columns the encoder's ``forward`` does not take) and ``logging_nan_inf_filter=False`` (a NaN loss is
+    columns the encoder's ``forward`` does not take; the trainers refuse ``True``) and ``logging_nan_inf_filter=False`` (a NaN loss is
     never replaced in the logs: ``nonfinite_policy`` decides what happens).
 
     Raises:
@@ -99,7 +99,10 @@ class ContrastiveTrainingArguments(TrainingArguments):
     # ---- TrainingArguments defaults changed for contrastive training ---------------------------
     remove_unused_columns: bool = field(
         default=False,
-        metadata={"help": "Drop dataset columns the collator does not read (False: keep all)."},
+        metadata={
+            "help": "Keep it False: the collators read columns the encoder's forward does not take, and the contrastive "
+            "trainers refuse True (select columns with `dataset.select_columns`)."
+        },
     )
     logging_nan_inf_filter: bool = field(
         default=False,

@@ -1,26 +1,32 @@
 """The trainers' Hub side: ``push_to_hub`` and checkpoint pushes upload the folder ``save_pretrained`` writes.
 
-Mixed into ``ContrastiveTrainer``. It keeps ``transformers.Trainer``'s flow (``init_hf_repo``,
-``save_model``, ``create_model_card``, background checkpoint pushes with ``hub_strategy``) and
-changes three things:
+Mixed into ``ContrastiveTrainer``. It keeps ``transformers.Trainer``'s flow (the repository named by
+``hub_model_id``, ``save_model``, ``create_model_card``, background checkpoint pushes with
+``hub_strategy``) and changes three things:
 
 - the card is hf_contrast's (:mod:`hf_contrast.model_card`, filled by ``ModelCardCallback``), not
   the Trainer's generic one;
-- every upload goes through :func:`hf_contrast.hub.push.upload_model_folder`: a README.md on the
+- every upload goes through :func:`hf_contrast.models.upload.upload_model_folder`: a README.md on the
   Hub that a person wrote is kept unless ``push_to_hub(replace_model_card=True)`` (or
   ``trainer.replace_model_card = True`` for the checkpoint pushes);
 - what is uploaded is what ``CheckpointingMixin._save`` wrote: ``training_args.bin`` without
   ``hub_token`` (:func:`~hf_contrast.training.checkpointing.sanitized_training_args`).
+
+``push_to_hub`` and ``create_model_card`` are public ``Trainer`` methods. ``_push_from_checkpoint`` is
+a private override (sentence-transformers 6 overrides it too): the Trainer calls it from its checkpoint
+save with no public hook around it, and its own version pickles ``self.args`` (with ``hub_token``) into
+``output_dir`` and uploads over a hand-written README.md.
 """
 
 from __future__ import annotations
 
-import copy
+import logging
 import os
 import shutil
 from pathlib import Path
 from typing import Any
 
+from huggingface_hub import HfApi
 from transformers.trainer_utils import HubStrategy, SaveStrategy
 from transformers.utils import PushInProgress
 
@@ -32,6 +38,10 @@ __all__ = ["HubPublishingMixin"]
 # Trainer state in a checkpoint folder: needed to resume, not part of the model folder pushed at the root.
 _TRAINER_STATE_SUFFIXES = (".pt", ".pth")
 _TRAINER_STATE_FILES = frozenset({"trainer_state.json"})
+# Never uploaded from output_dir: private files, checkpoints and the staging folders of interrupted saves.
+_NOT_PUSHED = ["_*", ".*", "checkpoint-*", "tmp-checkpoint-*"]
+
+logger = logging.getLogger(__name__)
 
 
 class HubPublishingMixin:
@@ -59,17 +69,18 @@ class HubPublishingMixin:
     ) -> None:
         """Write hf_contrast's card into ``output_dir``, after setting the given fields on ``model.model_card_data``.
 
-        Takes ``Trainer.create_model_card``'s arguments: ``dataset_tags`` are Hub dataset ids,
-        ``dataset`` their names, ``finetuned_from`` the base model's Hub id. A README.md in
-        ``output_dir`` that hf_contrast did not write is kept.
-
-        Raises:
-            ValueError: For ``tasks`` / ``dataset_args``, which hf_contrast cards do not use.
+        Takes ``Trainer.create_model_card``'s arguments: ``language``, ``license``, ``tags``,
+        ``model_name``; ``finetuned_from`` (the base model's Hub id); ``dataset_tags`` (Hub dataset ids)
+        with ``dataset`` (their names). Ignored, with a warning: ``tasks`` (an hf_contrast card's task
+        is the encoder's feature extraction) and ``dataset_args`` (dataset configurations have no place
+        in the card). A README.md in ``output_dir`` that
+        hf_contrast did not write is kept.
         """
-        if tasks is not None or dataset_args is not None:
-            raise ValueError(
-                "`tasks` and `dataset_args` have no place in an hf_contrast card (its task is feature extraction); "
-                "set fields on `trainer.model.model_card_data` instead."
+        ignored = [name for name, value in (("dataset_args", dataset_args), ("tasks", tasks)) if value is not None]
+        if ignored:
+            logger.warning(
+                "create_model_card: %s not used by hf_contrast cards (their task is feature extraction); set fields on "
+                "`trainer.model.model_card_data` for anything else.", ", ".join(f"`{name}`" for name in ignored)
             )
         if not self.is_world_process_zero():
             return
@@ -85,9 +96,23 @@ class HubPublishingMixin:
         known = {entry.get("id") for entry in data.train_datasets}
         for index, dataset_id in enumerate(ids):
             if dataset_id not in known:
-                data.train_datasets.append({"id": dataset_id, "name": names[index] if index < len(names) else dataset_id})
+                name = names[index] if index < len(names) else dataset_id
+                data.train_datasets.append({"id": dataset_id, "name": name, "size": None})  # the card template reads `size`
         self._set_card_model_id()
         write_model_card(self.model, self.args.output_dir)
+
+    def _create_hub_repo(self, token: str | None, private: bool | None) -> None:
+        """Create (or reuse) the repository ``args.hub_model_id`` (default: the name of ``output_dir``)."""
+        name = self.args.hub_model_id or Path(self.args.output_dir).absolute().name
+        private = private if private is not None else self.args.hub_private_repo
+        self.hub_model_id = HfApi(token=token).create_repo(name, private=private, exist_ok=True).repo_id
+        self.push_in_progress = None
+
+    def _wait_for_checkpoint_pushes(self) -> None:
+        pushes = getattr(self, "push_in_progress", None)
+        if pushes is not None and not pushes.is_done():
+            logger.info("Waiting for the checkpoint pushes in progress to finish.")
+            pushes.wait_until_done()
 
     def push_to_hub(
         self,
@@ -102,51 +127,47 @@ class HubPublishingMixin:
         """Save the model to ``output_dir`` (``save_pretrained``'s one layout, card included) and upload it.
 
         As ``Trainer.push_to_hub``: the repository is ``args.hub_model_id`` (or the name of
-        ``output_dir``), ``kwargs`` go to :meth:`create_model_card` (``license``, ``tags``,
-        ``language``, ``model_name``, ``finetuned_from``, ``dataset_tags``, ``dataset``), and only
-        the main process uploads. ``replace_model_card=True`` replaces a README.md on the Hub that
-        a person wrote (kept by default, with a warning).
+        ``output_dir``), created if needed (``private`` or ``args.hub_private_repo``), ``kwargs`` go to
+        :meth:`create_model_card`, and only the main process uploads, after the checkpoint pushes in
+        progress. ``replace_model_card=True`` replaces a README.md on the Hub that a person wrote
+        (kept by default, with a warning).
 
         Returns:
             The ``CommitInfo`` (a ``Future`` of it with ``blocking=False``); ``None`` on other processes.
         """
-        from transformers.utils.hub import hf_api
-
         self.callback_handler.on_push_begin(self.args, self.state, self.control)
         if replace_model_card is not None:
             self.replace_model_card = bool(replace_model_card)
         model_name = kwargs.pop("model_name", None)
         token = token if token is not None else self.args.hub_token
-        if getattr(self, "hub_model_id", None) is None:
-            self.init_hf_repo(token=token, private=private)
+        if getattr(self, "hub_model_id", None) is None and self.is_world_process_zero():
+            self._create_hub_repo(token, private)
         self._set_card_model_id()
         self.save_model(_internal_call=True)
         if not self.is_world_process_zero():
             return None
         self.create_model_card(model_name=model_name, **kwargs)
-        self._finish_current_push()
-        api = copy.copy(hf_api())
-        api.token = token
+        self._wait_for_checkpoint_pushes()
         return upload_model_folder(
             self.args.output_dir,
             self.hub_model_id,
-            api=api,
+            api=HfApi(token=token),
             commit_message=commit_message or "End of training",
             revision=revision if revision is not None else self.args.hub_revision,
             replace_model_card=self.replace_model_card,
-            ignore_patterns=["_*", "checkpoint-*", "tmp-checkpoint-*"],
+            ignore_patterns=_NOT_PUSHED,
             run_as_future=not blocking,
         )
 
+    # Private override: see the module docstring (the Trainer's own writes the token and overwrites a hand-written card).
     def _push_from_checkpoint(self, checkpoint_folder: str) -> None:
         """``Trainer._push_from_checkpoint`` for the one layout: the checkpoint's model folder (every
         file but the trainer state) replaces the one in ``output_dir``, which is uploaded in the
         background; ``hub_strategy="checkpoint"``/``"all_checkpoints"`` also upload the checkpoint."""
-        from transformers.utils.hub import hf_api
-
+        pushes = getattr(self, "push_in_progress", None)
         if not self.is_world_process_zero() or self.args.hub_strategy == HubStrategy.END:
             return
-        if not self.args.hub_always_push and self.push_in_progress is not None and not self.push_in_progress.is_done():
+        if not self.args.hub_always_push and pushes is not None and not pushes.is_done():
             return
         self.callback_handler.on_push_begin(self.args, self.state, self.control)
         output_dir = Path(self.args.output_dir)
@@ -162,14 +183,13 @@ class HubPublishingMixin:
             commit_message = f"Training in progress, step {self.state.global_step}"
         else:
             commit_message = f"Training in progress, epoch {int(self.state.epoch)}"
-        api = copy.copy(hf_api())
-        api.token = self.args.hub_token
+        api = HfApi(token=self.args.hub_token)
         jobs = [
             upload_model_folder(
                 output_dir, self.hub_model_id, api=api, commit_message=commit_message, revision=self.args.hub_revision,
-                replace_model_card=self.replace_model_card, ignore_patterns=["_*", "checkpoint-*", "tmp-checkpoint-*"], run_as_future=True,
+                replace_model_card=self.replace_model_card, ignore_patterns=_NOT_PUSHED, run_as_future=True,
             )
-        ]
+        ]  # fmt: skip
         if self.args.hub_strategy in (HubStrategy.CHECKPOINT, HubStrategy.ALL_CHECKPOINTS):
             path_in_repo = "last-checkpoint" if self.args.hub_strategy == HubStrategy.CHECKPOINT else os.path.basename(checkpoint_folder)
             jobs.append(
@@ -177,8 +197,8 @@ class HubPublishingMixin:
                     repo_id=self.hub_model_id, folder_path=checkpoint_folder, path_in_repo=path_in_repo,
                     commit_message=commit_message + ", checkpoint", revision=self.args.hub_revision, run_as_future=True,
                 )
-            )
-        if self.push_in_progress is None or self.push_in_progress.is_done():
+            )  # fmt: skip
+        if pushes is None or pushes.is_done():
             self.push_in_progress = PushInProgress(jobs)
         else:
-            self.push_in_progress.jobs.extend(jobs)
+            pushes.jobs.extend(jobs)

@@ -8,10 +8,13 @@ and the Hub (:class:`~hf_contrast.training.checkpointing.CheckpointingMixin`,
 :class:`~hf_contrast.training.publishing.HubPublishingMixin`).
 
 The trainer never branches on a method name: everything method-specific lives in the
-:class:`~hf_contrast.objectives.Objective`. It overrides only documented ``Trainer`` hooks:
+:class:`~hf_contrast.objectives.Objective`. It overrides public ``Trainer`` methods only:
 ``compute_loss``, ``training_step``, ``get_train_dataloader`` (an objective's batch sampler, whole chunks),
 ``create_optimizer`` (the objective's trainable parameters), ``prediction_step`` / ``evaluation_loop``
-(embedding evaluation), ``log`` (per-term losses) and callbacks.
+(embedding evaluation), ``log`` (per-term losses), ``save_model`` / ``train`` and callbacks. The four
+private overrides of the mixins (``_save``, ``_load_from_checkpoint``, ``_load_best_model``,
+``_push_from_checkpoint``, the ones sentence-transformers keeps) are explained where they are; no other
+private ``Trainer`` member is used.
 
 Objective-owned parameters (a learnable temperature, LOCAL's classifier) live in ``trainer.objective``,
 *not* in the model: the saved encoder stays a clean ``ContrastiveEncoder``. They get their own optimizer
@@ -22,6 +25,7 @@ by DDP), and the objective's ``state_dict`` is stored in every checkpoint and re
 from __future__ import annotations
 
 import contextlib
+import inspect
 import warnings
 from collections.abc import Callable, Iterator, Mapping
 from functools import partial
@@ -29,6 +33,7 @@ from typing import Any, ClassVar
 
 import torch
 import torch.distributed as dist
+from accelerate.utils import send_to_device
 from torch import Tensor, nn
 from torch.utils.data import DataLoader, IterableDataset
 from transformers import Trainer, TrainerCallback
@@ -41,7 +46,7 @@ from ..model_card import ModelCardCallback
 from ..objectives import Objective, build_objective
 from ..views import pop_view_batch_index, views_for
 from .arguments import ContrastiveTrainingArguments
-from .checkpointing import CheckpointingMixin
+from .checkpointing import CheckpointingMixin, first_nonfinite_tensor
 from .gradient_cache import GradientCache
 from .loss_terms import LossTermTracker, NonFiniteLossError
 from .publishing import HubPublishingMixin
@@ -130,6 +135,14 @@ class ContrastiveTrainer(CheckpointingMixin, HubPublishingMixin, Trainer):
             raise ValueError(
                 f"`args` must be a ContrastiveTrainingArguments, got {type(args).__name__}; build it with the same "
                 "fields, e.g. ContrastiveTrainingArguments(output_dir=...)."
+            )
+        if args.remove_unused_columns:
+            raise ValueError(
+                "`remove_unused_columns=True` does not work with a ContrastiveTrainer: the Trainer would keep only the "
+                f"arguments of the encoder's `forward`, dropping the columns the views are made from ({args.image_column!r} / "
+                f"{args.text_column!r}). Set `remove_unused_columns=False` (the ContrastiveTrainingArguments default); to "
+                "drop columns, call `dataset.select_columns([...])` with those the objective reads (its "
+                "`required_columns`: the image or text column, and the label column for supervised methods)."
             )
         objective = objective if objective is not None else self.default_objective
         if objective is None:
@@ -278,7 +291,7 @@ class ContrastiveTrainer(CheckpointingMixin, HubPublishingMixin, Trainer):
         """Drop this optimizer step (gradients set to None) when its loss or a gradient is not finite."""
         params = [*self.model.parameters(), *self.objective.parameters()]
         grads = [p.grad for p in params if p.grad is not None]
-        finite = torch.stack([torch.isfinite(n) for n in torch._foreach_norm(grads)]).all() if grads else torch.tensor(True)
+        finite = torch.stack([torch.isfinite(g).all() for g in grads]).all() if grads else torch.tensor(True)
         if self.loss_terms.last_loss_finite is not None:
             finite = finite & self.loss_terms.last_loss_finite.to(finite.device)
         if bool(finite):  # the one host sync per step of the "skip" policy
@@ -339,14 +352,15 @@ class ContrastiveTrainer(CheckpointingMixin, HubPublishingMixin, Trainer):
             dist.all_reduce(grad, op=dist.ReduceOp.SUM)
             p.grad = grad / world
 
-    def create_optimizer(self, model: nn.Module | None = None) -> torch.optim.Optimizer:
+    def create_optimizer(self, *args: Any, **kwargs: Any) -> torch.optim.Optimizer:
         """``Trainer.create_optimizer`` plus parameter groups for the objective's trainable parameters.
 
         Matrices get ``args.weight_decay``, vectors and scalars (temperatures, biases) none. With a
-        user-given optimizer nothing is added; a warning says which parameters it misses.
+        user-given optimizer nothing is added; a warning says which parameters it misses. The arguments
+        go to ``Trainer.create_optimizer`` as given (``model=`` since transformers 5.x, none before).
         """
         created = self.optimizer is None
-        optimizer = super().create_optimizer(model)
+        optimizer = super().create_optimizer(*args, **kwargs)
         params = self.objective_parameters()
         if not params:
             return optimizer
@@ -394,24 +408,32 @@ class ContrastiveTrainer(CheckpointingMixin, HubPublishingMixin, Trainer):
                 with _drop_last(self.args):
                     return super().get_train_dataloader()
             return super().get_train_dataloader()
-        if getattr(dataset, "column_names", None):
-            dataset = self._remove_unused_columns(dataset, description="Training")
+        if self.args.auto_find_batch_size:  # the Trainer would shrink only its own loader's batches
+            raise ValueError(
+                f"`auto_find_batch_size=True` cannot resize the batches of {type(self.objective).__name__} "
+                f"({'its batch sampler' if batch_sampler is not None else 'whole chunks of a streaming dataset'}); set "
+                "`auto_find_batch_size=False` and choose `per_device_train_batch_size`."
+            )
         batching: dict[str, Any] = (
             {"batch_sampler": batch_sampler}
             if batch_sampler is not None
-            else {"batch_size": self._train_batch_size, "drop_last": True}
+            else {"batch_size": self.args.train_batch_size, "drop_last": True}
         )
-        loader = DataLoader(
-            dataset,
-            **batching,
-            collate_fn=self.data_collator,
-            num_workers=self.args.dataloader_num_workers,
-            pin_memory=self.args.dataloader_pin_memory,
-            persistent_workers=self.args.dataloader_persistent_workers and self.args.dataloader_num_workers > 0,
-            prefetch_factor=self.args.dataloader_prefetch_factor,
-            worker_init_fn=partial(seed_worker, num_workers=self.args.dataloader_num_workers, rank=self.args.process_index),
-        )
+        loader = DataLoader(dataset, **batching, collate_fn=self.data_collator, **self._dataloader_options())
         return self.accelerator.prepare(loader)
+
+    def _dataloader_options(self) -> dict[str, Any]:
+        """The options the Trainer gives its training ``DataLoader``, derived the way it derives them:
+        each ``DataLoader`` argument ``x`` that ``TrainingArguments`` has as ``dataloader_x``
+        (``num_workers``, ``pin_memory``, ``persistent_workers``, ``prefetch_factor``, and
+        ``multiprocessing_context`` / ``in_order`` where the installed versions have them), and
+        ``worker_init_fn`` seeding each worker with transformers' ``seed_worker``. Batching
+        (``batch_size``, ``drop_last``, samplers) is not included."""
+        accepted = inspect.signature(DataLoader).parameters
+        options = {name: getattr(self.args, f"dataloader_{name}") for name in accepted if hasattr(self.args, f"dataloader_{name}")}
+        options.pop("drop_last", None)
+        options["worker_init_fn"] = partial(seed_worker, num_workers=self.args.dataloader_num_workers, rank=self.args.process_index)
+        return options
 
     @contextlib.contextmanager
     def _eval_collation(self) -> Iterator[None]:
@@ -435,26 +457,6 @@ class ContrastiveTrainer(CheckpointingMixin, HubPublishingMixin, Trainer):
         with self._eval_collation():
             return super().get_test_dataloader(test_dataset)
 
-    def _set_signature_columns_if_needed(self) -> None:
-        """With ``remove_unused_columns=True``, keep every column the collators read."""
-        if self._signature_columns is None:
-            args = self.args
-            columns = {args.image_column, args.text_column, args.label_column, "labels", "label", "input_ids",
-                       "attention_mask", "token_type_ids"}  # fmt: skip
-            if args.text_pair_column is not None:
-                columns.add(args.text_pair_column)
-            config = self.objective.config
-            columns.update(getattr(config, name) for name in ("pre_column", "post_column") if hasattr(config, name))
-            self._signature_columns = sorted(columns)
-
-    def _remove_unused_columns(self, dataset: Any, description: str | None = None) -> Any:
-        if not self.args.remove_unused_columns or not hasattr(dataset, "column_names"):
-            return dataset
-        self._set_signature_columns_if_needed()
-        keep = set(self._signature_columns) | {c for c in dataset.column_names if c.startswith("pixel_values")}
-        drop = [c for c in dataset.column_names if c not in keep]
-        return dataset.remove_columns(drop) if drop else dataset
-
     # ---- evaluation ------------------------------------------------------------------------------------
 
     def prediction_step(
@@ -471,7 +473,7 @@ class ContrastiveTrainer(CheckpointingMixin, HubPublishingMixin, Trainer):
         of the deterministic view (and of two random views, for alignment). Unlabelled batches get labels
         ``-1`` so that ``compute_metrics`` still runs.
         """
-        inputs = self._prepare_inputs(inputs)
+        inputs = send_to_device(inputs, self.args.device)
         pop_view_batch_index(inputs)
         with torch.no_grad(), self.compute_loss_context_manager():
             loss = self.objective.eval_loss(model, inputs, self.views)
@@ -493,7 +495,7 @@ class ContrastiveTrainer(CheckpointingMixin, HubPublishingMixin, Trainer):
                 output.metrics[f"{prefix}_{key}"] = value
         return output
 
-    # ---- checkpoint state (saved by CheckpointingMixin) -------------------------------------------------
+    # ---- checkpoints (written by CheckpointingMixin) -------------------------------------------------
 
     def contrastive_state_dict(self) -> dict[str, Any]:
         """Training state outside the model and optimizer, saved in every checkpoint: the objective's
@@ -512,6 +514,22 @@ class ContrastiveTrainer(CheckpointingMixin, HubPublishingMixin, Trainer):
             self._next_view_index = int(state["collator"]["next_index"])
             self.data_collator.next_index = self._next_view_index
 
-    def _save_checkpoint(self, model: nn.Module, trial: Any) -> None:
-        self.check_finite()  # a non-finite loss names its step and term before the mixin checks the weights
-        super()._save_checkpoint(model, trial)
+    def save_model(self, output_dir: str | None = None, _internal_call: bool = False, *, allow_nonfinite: bool = False) -> None:
+        """:meth:`CheckpointingMixin.save_model <hf_contrast.training.checkpointing.CheckpointingMixin.save_model>`
+        after :meth:`check_finite` (a non-finite loss is named by its step and terms) and a check of the
+        objective's own parameters and buffers (its state is in every checkpoint).
+
+        Raises:
+            NonFiniteLossError: If a loss since the last check, a weight of the model or of the objective is
+                NaN/inf, unless ``allow_nonfinite=True``; nothing is written then.
+        """
+        if not allow_nonfinite:
+            self.check_finite()
+            bad = first_nonfinite_tensor(self.objective)
+            if bad is not None:
+                raise NonFiniteLossError(
+                    f"Refusing to save at step {self.state.global_step}: `{bad}` of {type(self.objective).__name__} holds "
+                    "NaN/inf. Resume from the last checkpoint with a lower learning rate or gradient clipping "
+                    "(`max_grad_norm`), or pass `allow_nonfinite=True` to write it anyway."
+                )
+        super().save_model(output_dir, _internal_call, allow_nonfinite=allow_nonfinite)
