@@ -150,6 +150,17 @@ def augmented_embeddings(model: Any, evaluator: Any) -> tuple[torch.Tensor, list
         model.train(was_training)
 
 
+def final_evaluation(trainer: Any) -> dict[str, float]:
+    """``trainer.evaluate()`` of the final model with the names the model card uses (no ``eval_`` prefix, no
+    timings): the trainer's ``compute_metrics`` on the evaluation views (alignment, uniformity, …) and its
+    ``evaluator`` (the probes fitted on the training split, …). Call it on every process."""
+    metrics = trainer.evaluate()
+    timings = ("_runtime", "_samples_per_second", "_steps_per_second")
+    return {
+        key.removeprefix("eval_"): value for key, value in metrics.items() if key.startswith("eval_") and not key.endswith(timings)
+    }
+
+
 def write_results(output_dir: str, title: str, results: Mapping[str, Any]) -> dict[str, Any]:
     """Write ``results.json`` (non-finite numbers left out, with a warning) and print the table."""
     bad = [k for k, v in results.items() if isinstance(v, float) and not math.isfinite(v)]
