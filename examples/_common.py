@@ -151,14 +151,19 @@ def augmented_embeddings(model: Any, evaluator: Any) -> tuple[torch.Tensor, list
 
 
 def final_evaluation(trainer: Any) -> dict[str, float]:
-    """``trainer.evaluate()`` of the final model with the names the model card uses (no ``eval_`` prefix, no
-    timings): the trainer's ``compute_metrics`` on the evaluation views (alignment, uniformity, …) and its
-    ``evaluator`` (the probes fitted on the training split, …). Call it on every process."""
-    metrics = trainer.evaluate()
+    """The trainer's evaluation of the final model, with the names the model card uses (no ``eval_`` prefix,
+    no timings): its ``compute_metrics`` on the evaluation views (alignment, uniformity, …) and its
+    ``evaluator`` (the probes fitted on the training split, …).
+
+    The evaluation logged at the last step is reused when it saw the final weights (no best checkpoint
+    reloaded); otherwise ``trainer.evaluate()`` runs. Call it on every process.
+    """
+    history = trainer.state.log_history
+    logged = next((entry for entry in reversed(history) if any(key.startswith("eval_") for key in entry)), None)
+    if logged is None or logged.get("step") != trainer.state.global_step or trainer.args.load_best_model_at_end:
+        logged = trainer.evaluate()
     timings = ("_runtime", "_samples_per_second", "_steps_per_second")
-    return {
-        key.removeprefix("eval_"): value for key, value in metrics.items() if key.startswith("eval_") and not key.endswith(timings)
-    }
+    return {key.removeprefix("eval_"): value for key, value in logged.items() if key.startswith("eval_") and not key.endswith(timings)}
 
 
 def write_results(output_dir: str, title: str, results: Mapping[str, Any]) -> dict[str, Any]:

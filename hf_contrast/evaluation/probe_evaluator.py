@@ -37,7 +37,8 @@ class ProbeEvaluator(Evaluator):
 
     As the trainer's ``evaluator=`` it runs at every evaluation and its keys are reported as
     ``eval_linear_probe_accuracy``, …; called at the end of a run it gives the same names in
-    ``results.json``.
+    ``results.json``. Under several processes every process encodes both splits whole and computes
+    the same numbers (nothing is gathered).
 
     Args:
         fit_dataset: Labelled rows the probes are fitted on (the training split).
