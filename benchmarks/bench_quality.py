@@ -3,7 +3,7 @@
 Runs ``examples/run_care.py --method simclr`` and ``--method care`` (and any other registered
 objective given in ``--methods``: the script's registry resolves it) one after the other in subprocesses, with the same seed, steps and batch size, then reads each
 run's ``results.json`` and prints, per method: linear-probe and kNN accuracy of the test
-embeddings, and the Wahba error (W and W/√n) and relative rotational equivariance γ_f of test
+embeddings (fitted on the train split), the alignment of two evaluation views, and the Wahba error (W and W/√n) and relative rotational equivariance γ_f of test
 projections under sampled augmentations (lower = augmentations act more like one rotation; CARE,
 https://arxiv.org/abs/2306.13924, Figures 2c and 5).
 
@@ -31,6 +31,7 @@ SCRIPT = Path(__file__).resolve().parents[1] / "examples" / "run_care.py"
 COLUMNS = (
     ("linear_probe_accuracy", "linear probe acc ↑"),
     ("knn_accuracy", "kNN acc ↑"),
+    ("alignment", "alignment ↓"),
     ("equivariance_wahba_error", "Wahba W ↓"),
     ("equivariance_wahba_error_per_sample", "W/√n ↓"),
     ("equivariance_relative_rotational_equivariance", "γ_f ↓"),

@@ -62,7 +62,8 @@ LONG_TAIL_TRAIN, IMBALANCE = 5000, 10  # 500 per class, then 500 → 50 per clas
 FULL_TEST = 2000
 FULL_STEPS = 6000
 # No evaluation during training (an evaluation of 1,000 test images costs ~20 training steps here): the
-# scripts' final evaluation (results.json) is the one reported.
+# scripts' final evaluation (trainer.evaluate() with the probes fitted on the training split: results.json)
+# is the one reported.
 IMAGE_COMMON = [
     "--max_eval_samples", str(IMAGE_TEST), "--image_size", "32", "--seed", "0", "--logging_steps", "10",
     "--eval_strategy", "no",
@@ -265,19 +266,12 @@ def seed0_resnet18(**config: object):
 
 
 def frozen_scores(encoder, train, test) -> dict:
-    """Linear-probe and kNN accuracy of ``encoder``'s frozen embeddings, fitted on ``train``, scored on ``test``."""
-    from hf_contrast.evaluation import encode_dataset
-    from hf_contrast.metrics import knn_accuracy, linear_probe_accuracy
+    """Linear-probe and kNN accuracy and macro-F1 of ``encoder``'s frozen embeddings, fitted on ``train``,
+    scored on ``test``: the examples' evaluator (:class:`~hf_contrast.evaluation.ProbeEvaluator`), same names."""
+    from hf_contrast.evaluation import ProbeEvaluator
 
-    encode = {"input_column": "image", "label_column": "label", "batch_size": 256}
-    train_z, train_y = encode_dataset(encoder, train, **encode)
-    test_z, test_y = encode_dataset(encoder, test, **encode)
-    return {
-        "linear_probe_accuracy": linear_probe_accuracy(
-            train_z, train_y, test_z, test_y, seed=0
-        ),
-        "knn_accuracy": knn_accuracy(train_z, train_y, test_z, test_y),
-    }
+    probe = ProbeEvaluator(train, test, input_column="image", label_column="label", batch_size=256, seed=0)
+    return probe(encoder)
 
 
 def random_init_baseline(
@@ -293,7 +287,7 @@ def random_init_baseline(
     from _common import load_images
 
     from hf_contrast.data import make_long_tailed
-    from hf_contrast.metrics import linear_probe_accuracy
+    from hf_contrast.metrics import probe_scores
     from hf_contrast.training import ContrastiveTrainingArguments
 
     args = ContrastiveTrainingArguments(
@@ -325,9 +319,8 @@ def random_init_baseline(
         for metric, value in frozen_scores(encoder, train, data["test"]).items():
             results[f"{name}_{metric}"] = value
         (train_x, train_y), (test_x, test_y) = pixels(train), pixels(data["test"])
-        results[f"{name}_pixel_linear_probe_accuracy"] = linear_probe_accuracy(
-            train_x, train_y, test_x, test_y, seed=0
-        )
+        pixel_scores = probe_scores(train_x, train_y, test_x, test_y, seed=0)  # the probes of frozen_scores, on pixels
+        results[f"{name}_pixel_linear_probe_accuracy"] = pixel_scores["linear_probe_accuracy"]
         results[f"{name}_train_size"] = len(train_y)
     return results
 
@@ -473,6 +466,7 @@ def summary(records: dict) -> str:
         "care": [
             "linear_probe_accuracy",
             "knn_accuracy",
+            "alignment",
             "equivariance_wahba_error",
             "equivariance_relative_rotational_equivariance",
             "effective_rank",
@@ -480,6 +474,7 @@ def summary(records: dict) -> str:
         "simclr": [
             "linear_probe_accuracy",
             "knn_accuracy",
+            "alignment",
             "equivariance_wahba_error",
             "equivariance_relative_rotational_equivariance",
             "effective_rank",
@@ -508,6 +503,7 @@ def summary(records: dict) -> str:
     image_keys["ocl_full"] = image_keys["supcon_full"] = image_keys["ocl"]
     image_keys["cross_entropy"] = image_keys["cross_entropy_full"] = [
         "linear_probe_accuracy",
+        "linear_probe_macro_f1",
         "knn_accuracy",
         "final_train_loss",
     ]

@@ -150,6 +150,22 @@ def augmented_embeddings(model: Any, evaluator: Any) -> tuple[torch.Tensor, list
         model.train(was_training)
 
 
+def final_evaluation(trainer: Any) -> dict[str, float]:
+    """The trainer's evaluation of the final model, with the names the model card uses (no ``eval_`` prefix,
+    no timings): its ``compute_metrics`` on the evaluation views (alignment, uniformity, …) and its
+    ``evaluator`` (the probes fitted on the training split, …).
+
+    The evaluation logged at the last step is reused when it saw the final weights (no best checkpoint
+    reloaded); otherwise ``trainer.evaluate()`` runs. Call it on every process.
+    """
+    history = trainer.state.log_history
+    logged = next((entry for entry in reversed(history) if any(key.startswith("eval_") for key in entry)), None)
+    if logged is None or logged.get("step") != trainer.state.global_step or trainer.args.load_best_model_at_end:
+        logged = trainer.evaluate()
+    timings = ("_runtime", "_samples_per_second", "_steps_per_second")
+    return {key.removeprefix("eval_"): value for key, value in logged.items() if key.startswith("eval_") and not key.endswith(timings)}
+
+
 def write_results(output_dir: str, title: str, results: Mapping[str, Any]) -> dict[str, Any]:
     """Write ``results.json`` (non-finite numbers left out, with a warning) and print the table."""
     bad = [k for k, v in results.items() if isinstance(v, float) and not math.isfinite(v)]

@@ -27,11 +27,17 @@ from dataclasses import dataclass, field
 
 import torch
 
-from _common import augmented_embeddings, class_names, parse_args, save_plots, write_results
+from _common import augmented_embeddings, class_names, final_evaluation, parse_args, save_plots, write_results
 from hf_contrast.views import ChunkedTextAugmentation
 from hf_contrast.data import SENTENCE_PAIRS_PATH, load_sts_pairs, load_text_dataset
-from hf_contrast.evaluation import EquivarianceEvaluator, STSEvaluator, balanced_split, encode_dataset
-from hf_contrast.metrics import knn_accuracy, uniformity
+from hf_contrast.evaluation import (
+    EquivarianceEvaluator,
+    ProbeEvaluator,
+    SequentialEvaluator,
+    STSEvaluator,
+    balanced_split,
+    encode_dataset,
+)
 from hf_contrast.models import ContrastiveEncoder, HubUnavailableError
 from hf_contrast.objectives import get_objective
 from hf_contrast.training import ContrastiveTrainer
@@ -134,13 +140,22 @@ def main() -> None:
         num_labels = feature.num_classes if hasattr(feature, "num_classes") else max(train[args.label_column]) + 1
     encoder = load_encoder(script, num_labels)
     sts = STSEvaluator.from_dataset(sts_pairs, batch_size=args.per_device_eval_batch_size, max_length=args.max_length)
+    encode = dict(input_column=args.text_column, label_column=args.label_column if has_labels else None,
+                  batch_size=args.per_device_eval_batch_size, max_length=args.max_length)  # fmt: skip
+    evaluator = sts
+    if has_labels:  # + linear probe and kNN fitted on the training sentences, scored on the held-out ones
+        probe = ProbeEvaluator(
+            train, held_out, knn_k=min(args.knn_k, len(train)), knn_temperature=args.knn_temperature, seed=args.seed,
+            progress=False, **encode,
+        )
+        evaluator = SequentialEvaluator([sts, probe])  # the primary metric (checkpoint selection): STS
     trainer = ContrastiveTrainer(
         model=encoder,
         args=args,
         objective=get_objective(script.method)(config),
         train_dataset=train,
         eval_dataset=held_out,
-        evaluator=sts,
+        evaluator=evaluator,
     )
     spearman_before = sts(encoder)["sts_spearman"] if trainer.is_world_process_zero() else float("nan")
     if trainer.is_world_process_zero():
@@ -151,14 +166,13 @@ def main() -> None:
             f"on {len(sts_pairs)} pairs before training: {spearman_before:.4f}"
         )
     trainer.train()  # with load_best_model_at_end the best `eval_sts_spearman` checkpoint is reloaded
+    results = final_evaluation(trainer)  # the trainer's evaluation (STS, probes, alignment, …) of the final encoder
     trainer.save_model()  # encoder + tokenizer + model card, on the main process
 
     if not trainer.is_world_process_zero():  # the main process evaluates and writes
         return
     encoder = trainer.accelerator.unwrap_model(trainer.model)
-    encode = dict(input_column=args.text_column, label_column=args.label_column if has_labels else None,
-                  batch_size=args.per_device_eval_batch_size, max_length=args.max_length)
-    test_z, test_y = encode_dataset(encoder, held_out, **encode)
+    test_z, test_y = encode_dataset(encoder, held_out, **encode)  # for the picture
     # Equivariance under token edits: each sampled edit (delete / insert / mask at one relative position) hits every sentence.
     sentences = list(held_out[args.text_column][:256])
     batch = dict(encoder.tokenizer(sentences, padding=True, truncation=True, max_length=args.max_length, return_tensors="pt"))
@@ -166,24 +180,19 @@ def main() -> None:
     equivariance = EquivarianceEvaluator(
         batch, lambda inputs: edit(inputs)[0], augment_key=None, num_augmentations=script.num_augmentations, seed=args.seed
     )
-    spearman_after = sts(encoder)["sts_spearman"]
+    spearman_after = results["sts_spearman"]
     if spearman_after < spearman_before:
         print(
             f"WARNING: the fine-tuned model's STS Spearman ({spearman_after:.4f}) is below the starting model's "
             f"({spearman_before:.4f}): {script.method} did not help on these pairs; keep using {script.model} or try "
             "supervised pairs (`--text_pair_column`), a lower learning rate or fewer steps."
         )
-    results = {
-        "sts_spearman": spearman_after,
+    results |= {
         "sts_spearman_before_training": spearman_before,
-        "uniformity": uniformity(test_z),
         **equivariance(encoder),
         "train_steps": trainer.state.global_step,
         "best_step": trainer.state.best_global_step,
     }
-    if has_labels:
-        train_z, train_y = encode_dataset(encoder, train, **encode)
-        results["knn_accuracy"] = knn_accuracy(train_z, train_y, test_z, test_y, k=min(args.knn_k, len(train_y)))
     write_results(args.output_dir, script.method, {k: v for k, v in results.items() if v is not None})
     f, f_a = augmented_embeddings(encoder, equivariance)
     save_plots(

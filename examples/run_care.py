@@ -4,8 +4,10 @@
 # adds to SimCLR's InfoNCE a term λ·L_equi that asks every augmentation to act on the embedding
 # sphere as ONE rotation (the batch is cut into `--n_splits` chunks sharing an augmentation pair).
 # With no arguments this trains a timm ResNet-18 from scratch on the embedded scikit-learn digits
-# (32×32, nothing downloaded) and reports linear-probe and kNN accuracy of frozen features, and the
-# Wahba error and γ_f of test embeddings under sampled augmentations (lower = closer to a rotation).
+# (32×32, nothing downloaded) and reports, at every evaluation and at the end, the trainer's metrics of
+# the test split (alignment of two evaluation views, uniformity, …), linear-probe and kNN accuracy and
+# macro-F1 of frozen features (fitted on the train split, scored on the test split: ProbeEvaluator), and
+# the Wahba error and γ_f of test embeddings under sampled augmentations (lower = closer to a rotation).
 #
 # Launch (the same script everywhere, Accelerate picks the devices):
 #   one CPU or GPU      python examples/run_care.py          (one CPU process uses every core)
@@ -23,9 +25,8 @@ from dataclasses import dataclass, field
 
 import torch
 
-from _common import augmented_embeddings, class_names, load_images, parse_args, save_plots, write_results
-from hf_contrast.evaluation import EquivarianceEvaluator, balanced_subset, encode_dataset
-from hf_contrast.metrics import effective_rank, knn_accuracy, linear_probe_accuracy, uniformity
+from _common import augmented_embeddings, class_names, final_evaluation, load_images, parse_args, save_plots, write_results
+from hf_contrast.evaluation import EquivarianceEvaluator, ProbeEvaluator, SequentialEvaluator, balanced_subset, encode_dataset
 from hf_contrast.models import ContrastiveEncoder, HubUnavailableError
 from hf_contrast.objectives import get_objective
 from hf_contrast.training import ContrastiveTrainer
@@ -80,7 +81,13 @@ def main() -> None:
     if args.image_size is not None:
         encoder.set_image_size(args.image_size)  # what the saved data config (and timm's pretrained_cfg) says
 
-    # Wahba error / γ_f of a fixed class-balanced test batch under sampled augmentations, at every evaluation.
+    # At every evaluation: linear probe and kNN fitted on the train split's frozen embeddings, scored on the test
+    # split; the Wahba error / γ_f of a fixed class-balanced test batch under sampled augmentations.
+    encode = dict(input_column=args.image_column, label_column=args.label_column, batch_size=args.per_device_eval_batch_size)
+    probe = ProbeEvaluator(
+        data["train"], data["test"], knn_k=args.knn_k, knn_temperature=args.knn_temperature, seed=args.seed, progress=False,
+        **encode,
+    )
     equivariance = EquivarianceEvaluator.from_image_dataset(
         data["test"], encoder.data_config, num_samples=min(script.num_probe_images, len(data["test"])),
         image_column=args.image_column, label_column=args.label_column, seed=args.seed,
@@ -92,7 +99,7 @@ def main() -> None:
         objective=get_objective(script.method)(config),
         train_dataset=data["train"],
         eval_dataset=data["test"],
-        evaluator=equivariance,
+        evaluator=SequentialEvaluator([probe, equivariance]),
     )
     if trainer.is_world_process_zero():
         print(
@@ -103,25 +110,18 @@ def main() -> None:
             f"thread(s) per process."
         )
     trainer.train()
-    trainer.save_model()  # encoder + model card (written by the library), on the main process
-
-    # ---- final evaluation on the main process: frozen features of the train and test images ----
+    # ---- final evaluation of the trained encoder: the trainer's evaluation, as during training (every process) ----
+    results = final_evaluation(trainer)
+    trainer.save_model()  # encoder + model card (written by the library, with the final evaluation), on the main process
     if not trainer.is_world_process_zero():
         return
-    encoder = trainer.accelerator.unwrap_model(trainer.model)
-    encode = dict(input_column=args.image_column, label_column=args.label_column, batch_size=args.per_device_eval_batch_size)
-    train_z, train_y = encode_dataset(encoder, data["train"], **encode)
-    test_z, test_y = encode_dataset(encoder, data["test"], **encode)
-    results = {
-        "linear_probe_accuracy": linear_probe_accuracy(train_z, train_y, test_z, test_y, seed=args.seed),
-        "knn_accuracy": knn_accuracy(train_z, train_y, test_z, test_y, k=args.knn_k, temperature=args.knn_temperature),
-        "uniformity": uniformity(test_z),
-        "effective_rank": effective_rank(test_z),
-        **equivariance(encoder),
+    results |= {
         "train_steps": trainer.state.global_step,
-        "train_runtime_seconds": round(trainer.state.log_history[-1].get("train_runtime", float("nan")), 1),
+        "train_runtime_seconds": round(next(e["train_runtime"] for e in trainer.state.log_history if "train_runtime" in e), 1),
     }
     write_results(args.output_dir, script.method, results)
+    encoder = trainer.accelerator.unwrap_model(trainer.model)
+    test_z, test_y = encode_dataset(encoder, data["test"], **encode)  # for the picture
     shown = balanced_subset(test_y, min(script.max_plot_samples, len(test_y)), args.seed)
     f, f_a = augmented_embeddings(encoder, equivariance)
     save_plots(

@@ -1,9 +1,10 @@
 # run_linear_probe.py — evaluate a trained encoder on frozen features: linear-probe and kNN accuracy.
 #
 # Loads a ContrastiveEncoder (the output folder of any run_*.py, or a Hub repository), encodes the train
-# and test splits with the encoder's own preprocessing (hf_contrast.evaluation.encode_dataset), and
-# reports the top-1 accuracy of a multinomial logistic-regression probe (scikit-learn, standardised
-# features) and of a weighted cosine kNN classifier (k = 20, τ = 0.07) fitted on the train split.
+# and test splits with the encoder's own preprocessing, and reports the accuracy and macro-F1 of a
+# multinomial logistic-regression probe (scikit-learn, standardised features) and of a weighted cosine
+# kNN classifier (k = 20, τ = 0.07) fitted on the train split and scored on the test split
+# (hf_contrast.evaluation.ProbeEvaluator: the names and numbers of the training runs' evaluation).
 # Images: the embedded digits or --dataset (image folder / Hub id); text encoders: the topics of the
 # shipped sentences or --dataset (Hub id / CSV / TSV / JSON / parquet with --text_column, --label_column).
 # No training, no GPU needed.
@@ -24,8 +25,7 @@ from transformers import HfArgumentParser
 
 from _common import class_names, load_images, save_plots, write_results
 from hf_contrast.data import SENTENCE_PAIRS_PATH, load_text_dataset
-from hf_contrast.evaluation import balanced_split, balanced_subset, encode_dataset
-from hf_contrast.metrics import knn_accuracy, linear_probe_accuracy
+from hf_contrast.evaluation import ProbeEvaluator, balanced_split, balanced_subset, encode_dataset
 from hf_contrast.models import ContrastiveEncoder
 
 
@@ -75,14 +75,9 @@ def main() -> None:
         data = load_images(args.dataset, SimpleNamespace(**vars(args), image_size=size), args.max_train_samples, args.max_eval_samples)
         column = args.image_column
     encode = dict(input_column=column, label_column=args.label_column, batch_size=args.batch_size, output=args.representation)
-    train_z, train_y = encode_dataset(encoder, data["train"], **encode)
-    test_z, test_y = encode_dataset(encoder, data["test"], **encode)
-    results = {
-        "linear_probe_accuracy": linear_probe_accuracy(train_z, train_y, test_z, test_y, seed=args.seed),
-        "knn_accuracy": knn_accuracy(train_z, train_y, test_z, test_y, k=min(args.knn_k, len(train_z))),
-        "num_train": len(train_y),
-        "num_test": len(test_y),
-    }
+    probe = ProbeEvaluator(data["train"], data["test"], knn_k=min(args.knn_k, len(data["train"])), seed=args.seed, **encode)
+    results = {**probe(encoder), "num_train": len(data["train"]), "num_test": len(data["test"])}
+    test_z, test_y = encode_dataset(encoder, data["test"], **encode)  # for the picture
     output_dir = args.output_dir or (
         os.path.join(args.model, "linear_probe") if os.path.isdir(args.model) else "outputs/linear_probe"
     )

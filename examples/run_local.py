@@ -6,8 +6,9 @@
 # the class-weighted cross-entropy of a pair classifier, weighted by α (α decreases every epoch).
 # `--contrastive supcon` gives the paper's L-SCL baseline. With no arguments the pairs come from the
 # embedded digits: x_post is x_pre unchanged (noise only), with a patch erased, shifted, or replaced
-# by another digit, with skewed frequencies 50/25/15/10 %. Reports accuracy and macro-F1 of the
-# pair classifier on held-out pairs (built from the test digits).
+# by another digit, with skewed frequencies 50/25/15/10 %. Reports the trainer's evaluation of held-out
+# pairs (built from the test digits): the pair classifier's `accuracy` and `macro_f1` (LOCAL's metrics),
+# the embedding metrics of z, and per-class recall. (No frozen-feature probe: a pair is no single input.)
 #
 # Launch:
 #   one CPU or GPU   python examples/run_local.py [--contrastive supcon]   (or: accelerate launch examples/run_local.py)
@@ -24,10 +25,9 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 import torch
-from sklearn.metrics import f1_score
 from torch.utils.data import DataLoader
 
-from _common import parse_args, save_plots, write_results
+from _common import final_evaluation, parse_args, save_plots, write_results
 from hf_contrast.data import load_digits_dataset, make_change_pairs
 from hf_contrast.evaluation import balanced_subset
 from hf_contrast.models import ContrastiveEncoder, HubUnavailableError
@@ -101,12 +101,14 @@ def main() -> None:
             f"({', '.join(f'{names[c]}: {n}' for c, n in sorted(counts.items()))}), batches of {args.per_device_train_batch_size} pairs."
         )
     trainer.train()
+    results = final_evaluation(trainer)  # the trainer's evaluation of the final encoder (every process)
     trainer.save_model()  # encoder + model card, on the main process
 
-    if not trainer.is_world_process_zero():  # the main process evaluates and writes
+    if not trainer.is_world_process_zero():  # the main process writes
         return
     # The pair classifier belongs to the objective: keep its weights next to the encoder.
     torch.save(objective.state_dict(), os.path.join(args.output_dir, "local_objective.pt"))
+    # Per-class predictions and the pair representations z (for the recall and the picture).
     encoder = trainer.accelerator.unwrap_model(trainer.model).eval()
     loader = DataLoader(test, batch_size=args.per_device_eval_batch_size, collate_fn=trainer.eval_data_collator)
     logits, z, labels = [], [], []
@@ -117,9 +119,7 @@ def main() -> None:
             z.append(objective.eval_embeddings(encoder, batch, trainer.views)[0].cpu())
             labels.append(batch["labels"].cpu())
     predicted, z, labels = torch.cat(logits).argmax(dim=1), torch.cat(z), torch.cat(labels)
-    results = {
-        "pair_classifier_accuracy": float((predicted == labels).double().mean()),
-        "pair_classifier_macro_f1": float(f1_score(labels.numpy(), predicted.numpy(), average="macro")),
+    results |= {
         "majority_class_accuracy": float((labels == max(counts, key=counts.get)).double().mean()),
         "train_steps": trainer.state.global_step,
     }

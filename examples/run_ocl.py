@@ -6,8 +6,9 @@
 # With no arguments: a timm ResNet-18 from scratch on the embedded digits as they are, batches of 32
 # images × 2 views; `--imbalance_ratio 10` first makes the training split long-tailed (the largest
 # class keeps 10× the images of the smallest); data that is already long-tailed is used as is.
-# Reports accuracy and macro-F1 of a linear probe and of a kNN classifier on frozen features of the
-# test split, and the orthogonality of its class means in the projection space (mean |cos|, 0 =
+# Reports accuracy and macro-F1 of a linear probe and of a kNN classifier fitted on frozen features of
+# the training split and scored on the test split (ProbeEvaluator, at every evaluation and at the end),
+# the trainer's metrics of the test split, and the orthogonality of its class means in the projection space (mean |cos|, 0 =
 # orthogonal). `--method supcon` trains the SupCon baseline.
 #
 # Launch:
@@ -21,17 +22,11 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 
-import numpy as np
 import torch
-from sklearn.linear_model import LogisticRegression
-from sklearn.metrics import accuracy_score, f1_score
-from sklearn.neighbors import KNeighborsClassifier
-from sklearn.pipeline import make_pipeline
-from sklearn.preprocessing import StandardScaler
 
-from _common import class_names, load_images, parse_args, save_plots, write_results
+from _common import class_names, final_evaluation, load_images, parse_args, save_plots, write_results
 from hf_contrast.data import make_long_tailed
-from hf_contrast.evaluation import balanced_subset, encode_dataset
+from hf_contrast.evaluation import ProbeEvaluator, balanced_subset, encode_dataset
 from hf_contrast.metrics import class_orthogonality
 from hf_contrast.models import ContrastiveEncoder, HubUnavailableError
 from hf_contrast.objectives import get_objective
@@ -79,8 +74,14 @@ def main() -> None:
         encoder = ContrastiveEncoder.from_backbone(script.model, pretrained=script.pretrained, projection_dim=script.projection_dim)
     except HubUnavailableError as error:
         raise SystemExit(f"{error}\nOr drop `--pretrained` to train `{script.model}` from scratch.") from error
+    # Macro-F1 weighs every class alike, so the rare classes count: the probes report it next to the accuracy.
+    encode = dict(input_column=args.image_column, label_column=args.label_column, batch_size=args.per_device_eval_batch_size)
+    probe = ProbeEvaluator(
+        train, test, knn_k=args.knn_k, knn_temperature=args.knn_temperature, seed=args.seed, progress=False, **encode
+    )
     trainer = ContrastiveTrainer(
-        model=encoder, args=args, objective=get_objective(script.method)(config), train_dataset=train, eval_dataset=test
+        model=encoder, args=args, objective=get_objective(script.method)(config), train_dataset=train, eval_dataset=test,
+        evaluator=probe,
     )
     counts = sorted(Counter(train[args.label_column]).values(), reverse=True)
     if trainer.is_world_process_zero():
@@ -90,26 +91,16 @@ def main() -> None:
             f"ratio {counts[0] / counts[-1]:.1f}), batches of {args.per_device_train_batch_size}."
         )
     trainer.train()
+    results = final_evaluation(trainer)  # the trainer's evaluation of the final encoder (every process)
     trainer.save_model()  # encoder + model card, on the main process
 
-    if not trainer.is_world_process_zero():  # the main process evaluates and writes
+    if not trainer.is_world_process_zero():  # the main process writes
         return
     encoder = trainer.accelerator.unwrap_model(trainer.model)
-    encode = dict(input_column=args.image_column, label_column=args.label_column, batch_size=args.per_device_eval_batch_size)
-    train_z, train_y = encode_dataset(encoder, train, **encode)
     test_z, test_y = encode_dataset(encoder, test, **encode)
     test_p, _ = encode_dataset(encoder, test, output="projections", **encode)
-    # Macro-F1 weighs every class alike, so the rare classes count: scikit-learn estimators with the
-    # protocols of hf_contrast.metrics (standardised logistic regression; cosine kNN voting exp(-d/τ)).
-    probe = make_pipeline(StandardScaler(), LogisticRegression(max_iter=1000, random_state=args.seed))
-    knn = KNeighborsClassifier(min(args.knn_k, len(train_y)), metric="cosine", weights=lambda d: np.exp(-d / args.knn_temperature))
-    results = {}
-    for name, estimator in (("linear_probe", probe), ("knn", knn)):
-        predicted = estimator.fit(train_z.numpy(), train_y.numpy()).predict(test_z.numpy())
-        results[f"{name}_accuracy"] = float(accuracy_score(test_y.numpy(), predicted))
-        results[f"{name}_macro_f1"] = float(f1_score(test_y.numpy(), predicted, average="macro"))
     results |= {
-        # Of the projections the loss shapes (the trainer's `eval_class_orthogonality` uses `eval_representation`).
+        # Of the projections the loss shapes (the trainer's `class_orthogonality` uses `eval_representation`).
         "projection_class_orthogonality": class_orthogonality(test_p, test_y),
         "train_class_sizes": counts,
         "train_steps": trainer.state.global_step,

@@ -5,7 +5,8 @@
 # (un-normalised) projections. With no arguments: a timm ResNet-18 from scratch on the embedded
 # scikit-learn digits, C = 4 classes × k = 32 images per batch; reports the class-mean
 # orthogonality of the test projections (mean |cos| between class means, 0 = orthogonal) and
-# kNN / linear-probe accuracy of frozen features.
+# linear-probe / kNN accuracy and macro-F1 of frozen features (fitted on train, scored on test), with
+# the trainer's metrics of the test split, at every evaluation and at the end.
 #
 # Launch:
 #   one CPU or GPU   python examples/run_simo.py          (or: accelerate launch examples/run_simo.py)
@@ -21,9 +22,9 @@ from dataclasses import dataclass, field
 
 import torch
 
-from _common import class_names, load_images, parse_args, save_plots, write_results
-from hf_contrast.evaluation import balanced_subset, encode_dataset
-from hf_contrast.metrics import class_orthogonality, effective_rank, knn_accuracy, linear_probe_accuracy
+from _common import class_names, final_evaluation, load_images, parse_args, save_plots, write_results
+from hf_contrast.evaluation import ProbeEvaluator, balanced_subset, encode_dataset
+from hf_contrast.metrics import class_orthogonality, effective_rank
 from hf_contrast.models import ContrastiveEncoder, HubUnavailableError
 from hf_contrast.objectives import get_objective
 from hf_contrast.training import ContrastiveTrainer
@@ -69,12 +70,18 @@ def main() -> None:
         )
     except HubUnavailableError as error:
         raise SystemExit(f"{error}\nOr drop `--pretrained` to train `{script.model}` from scratch.") from error
+    encode = dict(input_column=args.image_column, label_column=args.label_column, batch_size=args.per_device_eval_batch_size)
+    probe = ProbeEvaluator(  # linear probe and kNN fitted on the train split, scored on the test split
+        data["train"], data["test"], knn_k=args.knn_k, knn_temperature=args.knn_temperature, seed=args.seed, progress=False,
+        **encode,
+    )
     trainer = ContrastiveTrainer(
         model=encoder,
         args=args,
         objective=get_objective(script.method)(config),
         train_dataset=data["train"],
         eval_dataset=data["test"],
+        evaluator=probe,
     )
     if trainer.is_world_process_zero():
         print(
@@ -82,20 +89,16 @@ def main() -> None:
             f"{args.max_steps} steps of {config.classes_per_batch} classes × {config.samples_per_class} images."
         )
     trainer.train()
+    results = final_evaluation(trainer)  # the trainer's evaluation of the final encoder (every process)
     trainer.save_model()  # encoder + model card, on the main process
 
-    if not trainer.is_world_process_zero():  # the main process evaluates and writes
+    if not trainer.is_world_process_zero():  # the main process writes
         return
     encoder = trainer.accelerator.unwrap_model(trainer.model)
-    encode = dict(input_column=args.image_column, label_column=args.label_column, batch_size=args.per_device_eval_batch_size)
-    train_z, train_y = encode_dataset(encoder, data["train"], **encode)
-    test_z, test_y = encode_dataset(encoder, data["test"], **encode)
-    test_p, _ = encode_dataset(encoder, data["test"], output="projections", **encode)
-    results = {
-        # Of the projections SimO shapes (the trainer's `eval_class_orthogonality` uses `eval_representation`).
+    test_p, test_y = encode_dataset(encoder, data["test"], output="projections", **encode)
+    results |= {
+        # Of the projections SimO shapes (the trainer's `class_orthogonality` uses `eval_representation`).
         "projection_class_orthogonality": class_orthogonality(test_p, test_y),
-        "linear_probe_accuracy": linear_probe_accuracy(train_z, train_y, test_z, test_y, seed=args.seed),
-        "knn_accuracy": knn_accuracy(train_z, train_y, test_z, test_y, k=args.knn_k, temperature=args.knn_temperature),
         "projection_effective_rank": effective_rank(test_p),
         "train_steps": trainer.state.global_step,
     }

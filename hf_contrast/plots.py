@@ -44,7 +44,7 @@ __all__ = [
 EVAL_METRICS = (
     "eval_alignment",
     "eval_uniformity",
-    "eval_knn_accuracy",
+    "eval_knn_loo_accuracy",
     "eval_equivariance_wahba_error",
     "eval_equivariance_gamma_f",
 )

@@ -73,11 +73,11 @@ def test_knn_and_class_orthogonality_metrics(views: tuple[np.ndarray, np.ndarray
     knn = KNNAccuracyMetric(keep_in_memory=True)
     knn.add_batch(predictions=z1[:12], references=labels[:12])
     knn.add_batch(predictions=z1[12:], references=labels[12:])
-    assert knn.compute(k=5)["knn_accuracy"] == pytest.approx(knn_accuracy(z1, labels, k=5))
+    assert knn.compute(k=5) == pytest.approx({"knn_loo_accuracy": knn_accuracy(z1, labels, k=5)})
     bank = KNNAccuracyMetric(keep_in_memory=True).compute(
         predictions=z1[16:], references=labels[16:], train_embeddings=z1[:16], train_labels=labels[:16], k=3, temperature=0.5
     )
-    assert bank["knn_accuracy"] == pytest.approx(knn_accuracy(z1[:16], labels[:16], z1[16:], labels[16:], k=3, temperature=0.5))
+    assert list(bank) == ["knn_accuracy"] and bank["knn_accuracy"] == pytest.approx(knn_accuracy(z1[:16], labels[:16], z1[16:], labels[16:], k=3, temperature=0.5))
     orth = ClassOrthogonalityMetric(keep_in_memory=True).compute(predictions=z1, references=labels)
     assert orth["class_orthogonality"] == pytest.approx(class_orthogonality(z1, labels), rel=1e-9)
 

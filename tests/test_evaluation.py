@@ -16,6 +16,7 @@ from hf_contrast.evaluation import (
     EmbeddingMetrics,
     EquivarianceEvaluator,
     Evaluator,
+    ProbeEvaluator,
     RepresentationCollapseWarning,
     SequentialEvaluator,
     STSEvaluator,
@@ -77,8 +78,8 @@ def test_embedding_metrics_match_independent_references() -> None:
     v1, v2 = z + 0.5 * torch.randn(z.shape, generator=g, dtype=torch.float64), z + 0.5 * torch.randn(z.shape, generator=g, dtype=torch.float64)
     metrics = EmbeddingMetrics(knn_k=5, knn_temperature=0.1, max_samples=None, progress=False)
     out = metrics(EvalPrediction(predictions=(z.numpy(), v1.numpy(), v2.numpy()), label_ids=y.numpy()))
-    assert set(out) == {"alignment", "uniformity", "mean_cosine", "effective_rank", "knn_accuracy",
-                        "linear_probe_accuracy", "class_orthogonality"}
+    assert set(out) == {"alignment", "uniformity", "mean_cosine", "effective_rank", "knn_loo_accuracy",
+                        "linear_probe_holdout_accuracy", "class_orthogonality"}
     u, a, b = (x.numpy() / np.linalg.norm(x.numpy(), axis=1, keepdims=True) for x in (z, v1, v2))
     n = len(u)
     assert out["alignment"] == pytest.approx(np.mean(np.sum((a - b) ** 2, axis=1)), rel=1e-10)
@@ -86,7 +87,7 @@ def test_embedding_metrics_match_independent_references() -> None:
     assert out["uniformity"] == pytest.approx(np.log(np.mean([np.exp(-2 * np.sum((u[i] - u[j]) ** 2)) for i, j in pairs])), rel=1e-10)
     assert out["mean_cosine"] == pytest.approx(np.mean([u[i] @ u[j] for i, j in pairs]), rel=1e-10)
     assert out["effective_rank"] == pytest.approx(effective_rank(z))
-    assert out["knn_accuracy"] == pytest.approx(knn_accuracy(z, y, k=5, temperature=0.1))
+    assert out["knn_loo_accuracy"] == pytest.approx(knn_accuracy(z, y, k=5, temperature=0.1))
     assert out["class_orthogonality"] == pytest.approx(class_orthogonality(z, y))
     # the probe: scikit-learn on the seeded stratified split, fitted independently here
     from sklearn.linear_model import LogisticRegression
@@ -95,7 +96,7 @@ def test_embedding_metrics_match_independent_references() -> None:
     train, test = balanced_split(y, 0.25, seed=0)
     scaler = StandardScaler().fit(z[train].numpy())
     clf = LogisticRegression(max_iter=1000, random_state=0).fit(scaler.transform(z[train].numpy()), y[train].numpy())
-    assert out["linear_probe_accuracy"] == pytest.approx(np.mean(clf.predict(scaler.transform(z[test].numpy())) == y[test].numpy()))
+    assert out["linear_probe_holdout_accuracy"] == pytest.approx(np.mean(clf.predict(scaler.transform(z[test].numpy())) == y[test].numpy()))
     unlabelled = metrics(EvalPrediction(predictions=z, label_ids=None))  # tensors, no labels, no views
     assert set(unlabelled) == {"uniformity", "mean_cosine", "effective_rank"}
     placeholder = metrics(EvalPrediction(predictions=(z,), label_ids=np.full(len(z), -1)))  # the trainer's "no labels"
@@ -109,8 +110,8 @@ def test_embedding_metrics_subsample_a_class_sorted_split_class_balanced() -> No
     out = EmbeddingMetrics(knn_k=10, max_samples=90, seed=3, progress=False)((z, y))
     rows = balanced_subset(y, 90, seed=3)
     assert torch.bincount(y[rows]).tolist() == [30, 30, 30]
-    assert out["knn_accuracy"] == pytest.approx(knn_accuracy(z[rows], y[rows], k=10)) and out["knn_accuracy"] == 1.0
-    assert out["linear_probe_accuracy"] == 1.0
+    assert out["knn_loo_accuracy"] == pytest.approx(knn_accuracy(z[rows], y[rows], k=10)) and out["knn_loo_accuracy"] == 1.0
+    assert out["linear_probe_holdout_accuracy"] == 1.0
     assert out["class_orthogonality"] == pytest.approx(class_orthogonality(z[rows], y[rows]))
     assert out == EmbeddingMetrics(knn_k=10, max_samples=90, seed=3, progress=False)((z, y))  # seeded
 
@@ -143,10 +144,10 @@ def test_embedding_metrics_bad_input_and_small_sets() -> None:
         EmbeddingMetrics(knn_k=0)
     with pytest.warns(UserWarning, match="knn_k=20 exceeds the 8 other rows; using k=8"):
         out = EmbeddingMetrics(progress=False)((z, y))
-    assert out["knn_accuracy"] == pytest.approx(knn_accuracy(z, y, k=8))
-    with pytest.warns(UserWarning, match="linear_probe_accuracy left out"):
+    assert out["knn_loo_accuracy"] == pytest.approx(knn_accuracy(z, y, k=8))
+    with pytest.warns(UserWarning, match="linear_probe_holdout_accuracy left out"):
         out = EmbeddingMetrics(knn_k=2, progress=False)((z[:4], torch.tensor([0, 1, 2, 3])))  # no class has 2 rows
-    assert "linear_probe_accuracy" not in out
+    assert "linear_probe_holdout_accuracy" not in out
 
 
 def test_embedding_metrics_as_trainer_compute_metrics(tmp_path) -> None:
@@ -178,7 +179,7 @@ def test_embedding_metrics_as_trainer_compute_metrics(tmp_path) -> None:
     expected = EmbeddingMetrics(knn_k=5, max_samples=30, progress=False)((z.float(), y))
     for key, value in expected.items():
         assert metrics[f"eval_{key}"] == pytest.approx(value, rel=1e-5), key
-    assert trainer.state.log_history[-1]["eval_knn_accuracy"] == metrics["eval_knn_accuracy"]
+    assert trainer.state.log_history[-1]["eval_knn_loo_accuracy"] == metrics["eval_knn_loo_accuracy"]
 
 
 # --------------------------------------------------------------------------- encode_dataset
@@ -247,7 +248,79 @@ def test_embedding_evaluator_prefixes_metrics_and_restores_mode() -> None:
         (encode_dataset(encoder, texts, label_column=None, progress=False)[0], torch.tensor(labels))
     )
     assert out == pytest.approx({f"embedding_{k}": v for k, v in expected.items()})
-    assert evaluator.primary_metric == "embedding_knn_accuracy"
+    assert evaluator.primary_metric == "embedding_knn_loo_accuracy"
+
+
+_SENTENCES = [
+    ("the cat sat", 0), ("a cat sat on a mat", 0), ("the cat is here", 0), ("cats sat", 0), ("a small cat", 0),
+    ("a dog ran", 1), ("the dog ran far", 1), ("dogs ran", 1), ("the red dog", 1), ("a dog is here", 1),
+    ("hello world", 2), ("the world is big", 2), ("a new world", 2), ("world peace", 2), ("hello there world", 2),
+]  # fmt: skip
+
+
+def _sentence_rows(indices) -> list[dict]:  # noqa: ANN001
+    return [{"text": _SENTENCES[i][0], "label": _SENTENCES[i][1]} for i in indices]
+
+
+def test_probe_evaluator_equals_scikit_learn_on_the_encoded_splits() -> None:
+    """Fit on one split, score on the other: the four numbers equal scikit-learn run directly on the same embeddings."""
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.metrics import accuracy_score, f1_score
+    from sklearn.neighbors import KNeighborsClassifier
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import StandardScaler
+
+    encoder = tiny_text_encoder().train()
+    fit, score = _sentence_rows(range(0, 15, 2)), _sentence_rows(range(1, 15, 2))
+    evaluator = ProbeEvaluator(fit, score, knn_k=3, knn_temperature=0.5, seed=1, batch_size=4, progress=False)
+    out = evaluator(encoder)
+    assert encoder.training  # mode restored
+    assert list(out) == ["linear_probe_accuracy", "linear_probe_macro_f1", "knn_accuracy", "knn_macro_f1"]
+    fit_z = encode_dataset(encoder, [r["text"] for r in fit], label_column=None, progress=False)[0].numpy()
+    score_z = encode_dataset(encoder, [r["text"] for r in score], label_column=None, progress=False)[0].numpy()
+    fit_y, score_y = [r["label"] for r in fit], [r["label"] for r in score]
+    probe = make_pipeline(StandardScaler(), LogisticRegression(max_iter=1000, random_state=1))
+    knn = KNeighborsClassifier(3, metric="cosine", weights=lambda d: np.exp(-d / 0.5), algorithm="brute")
+    for name, estimator in (("linear_probe", probe), ("knn", knn)):
+        predicted = estimator.fit(fit_z, fit_y).predict(score_z)
+        assert out[f"{name}_accuracy"] == pytest.approx(accuracy_score(score_y, predicted)), name
+        assert out[f"{name}_macro_f1"] == pytest.approx(f1_score(score_y, predicted, average="macro")), name
+    named = ProbeEvaluator(fit, score, name="topics", knn_k=3, knn_temperature=0.5, seed=1, progress=False)
+    assert named(encoder) == pytest.approx({f"topics_{k}": v for k, v in out.items()})
+    assert named.primary_metric == "topics_knn_accuracy" and evaluator.primary_metric == "knn_accuracy"
+
+
+def test_probe_evaluator_bad_arguments_and_unlabelled_rows() -> None:
+    rows = _sentence_rows(range(15))
+    with pytest.raises(ValueError, match="`primary` must be one of"):
+        ProbeEvaluator(rows, rows, primary="knn_loo_accuracy")
+    with pytest.raises(ValueError, match="`label_column` must name the label column"):
+        ProbeEvaluator(rows, rows, label_column=None)
+    with pytest.raises(ValueError, match="`knn_temperature` must be > 0"):
+        ProbeEvaluator(rows, rows, knn_temperature=0)
+    unlabelled = [{"text": r["text"]} for r in rows]
+    with pytest.raises(ValueError, match="`score_dataset` has no labels in `label_column`='label'"):
+        ProbeEvaluator(rows, unlabelled, knn_k=3, progress=False)(tiny_text_encoder())
+
+
+def test_probe_evaluator_as_the_trainers_evaluator(tmp_path) -> None:
+    """``evaluator=ProbeEvaluator(train, test)``: ``eval_linear_probe_accuracy`` … next to the within-split
+    ``eval_knn_loo_accuracy`` / ``eval_linear_probe_holdout_accuracy`` of ``EmbeddingMetrics`` (other numbers, other names)."""
+    from distributed_scripts.trainer_utils import image_dataset, training_args, vit_encoder
+
+    from hf_contrast.training import SimCLRTrainer
+
+    train, test = image_dataset(n=24, size=16, seed=0), image_dataset(n=16, size=16, seed=1)
+    probe = ProbeEvaluator(train, test, knn_k=5, batch_size=8, progress=False)
+    model = vit_encoder()
+    trainer = SimCLRTrainer(model=model, args=training_args(tmp_path, knn_k=5), train_dataset=train, eval_dataset=test, evaluator=probe)
+    metrics = trainer.evaluate()
+    expected = probe(model)
+    for key in ("linear_probe_accuracy", "linear_probe_macro_f1", "knn_accuracy", "knn_macro_f1"):
+        assert metrics[f"eval_{key}"] == pytest.approx(expected[key]), key
+    assert {"eval_knn_loo_accuracy", "eval_linear_probe_holdout_accuracy", "eval_alignment"} <= set(metrics)
+    z, y = encode_dataset(model, test, progress=False)
+    assert metrics["eval_knn_loo_accuracy"] == pytest.approx(knn_accuracy(z, y, k=5), abs=1e-12)
 
 
 class _Flatten(nn.Module):

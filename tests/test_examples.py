@@ -113,13 +113,30 @@ def test_run_care_writes_encoder_card_results_and_plots(care_run: tuple[Path, st
     output_dir, stdout = care_run
     results = check_output(
         output_dir,
-        ("linear_probe_accuracy", "knn_accuracy", "equivariance_wahba_error", "equivariance_relative_rotational_equivariance"),
+        ("linear_probe_accuracy", "linear_probe_macro_f1", "knn_accuracy", "knn_macro_f1", "alignment", "uniformity",
+         "knn_loo_accuracy", "linear_probe_holdout_accuracy", "equivariance_wahba_error",
+         "equivariance_relative_rotational_equivariance"),
         ("embeddings.png", "augmentation_cosines.png", "loss_curves.png", "eval_curves.png"),
-    )
+    )  # fmt: skip
     assert 0.0 <= results["linear_probe_accuracy"] <= 1.0 and results["equivariance_wahba_error"] >= 0.0
+    assert 0.0 <= results["alignment"] <= 4.0  # mean squared distance of two unit vectors
     assert results["train_steps"] == 2
     assert "care: final metrics" in stdout and "equivariance_wahba_error" in stdout
+    assert " alignment " in stdout and " linear_probe_accuracy " in stdout
     assert ContrastiveEncoder.from_pretrained(output_dir).data_config["input_size"] == (3, 32, 32)  # the training size
+
+
+def test_run_care_card_and_results_give_each_number_one_name(care_run: tuple[Path, str]) -> None:
+    """The card's evaluation table holds the final evaluation under the names of results.json: the probes
+    fitted on train and scored on test apart from the within-split (leave-one-out / held-out) scores."""
+    import re
+
+    output_dir, _ = care_run
+    results = json.loads((output_dir / "results.json").read_text(encoding="utf-8"))
+    card = (output_dir / "README.md").read_text(encoding="utf-8")
+    table = dict(re.findall(r"^\| `(\w+)` \| ([-+0-9.e]+) \|$", card.split("## Evaluation", 1)[1], flags=re.M))
+    for key in ("linear_probe_accuracy", "knn_accuracy", "knn_loo_accuracy", "linear_probe_holdout_accuracy", "alignment"):
+        assert float(table[key]) == pytest.approx(results[key], rel=1e-3, abs=1e-12), key
 
 
 def test_run_care_card_names_the_objective_and_its_hyperparameters(care_run: tuple[Path, str]) -> None:
@@ -131,14 +148,18 @@ def test_run_linear_probe_on_a_saved_encoder(care_run: tuple[Path, str], tmp_pat
     model_dir, _ = care_run
     output_dir = tmp_path / "probe"
     stdout = run_example(
-        "run_linear_probe.py", "--model", str(model_dir), "--max_train_samples", "64", "--max_eval_samples", "30",
+        "run_linear_probe.py", "--model", str(model_dir), "--max_train_samples", "64", "--max_eval_samples", "32",
         output_dir=output_dir,
     )  # fmt: skip
     results = json.loads((output_dir / "results.json").read_text(encoding="utf-8"))
     assert 0.0 <= results["linear_probe_accuracy"] <= 1.0 and 0.0 <= results["knn_accuracy"] <= 1.0
-    assert results["num_train"] == 64 and results["num_test"] == 30
+    assert results["num_train"] == 64 and results["num_test"] == 32
     assert (output_dir / "embeddings.png").stat().st_size > 2000
     assert "linear_probe_accuracy" in stdout
+    # The same splits (seed 0) and the same encoder: the training run's final numbers, under the same names.
+    trained = json.loads((model_dir / "results.json").read_text(encoding="utf-8"))
+    for key in ("linear_probe_accuracy", "linear_probe_macro_f1", "knn_accuracy", "knn_macro_f1"):
+        assert results[key] == pytest.approx(trained[key]), key
 
 
 @pytest.mark.distributed
@@ -237,7 +258,9 @@ def test_run_simo(tmp_path: Path) -> None:
         "--classes_per_batch", "4", "--samples_per_class", "2", "--per_device_train_batch_size", "8",
         output_dir=output_dir,
     )  # fmt: skip
-    results = check_output(output_dir, ("projection_class_orthogonality", "knn_accuracy", "linear_probe_accuracy"), ("embeddings.png",))
+    results = check_output(
+        output_dir, ("projection_class_orthogonality", "knn_accuracy", "linear_probe_accuracy", "alignment"), ("embeddings.png",)
+    )
     assert 0.0 <= results["projection_class_orthogonality"] <= 1.0
     assert ContrastiveEncoder.from_pretrained(output_dir).config.normalize_projections is False
 
@@ -249,10 +272,8 @@ def test_run_local_pairs(contrastive: str, tmp_path: Path) -> None:
         "run_local.py", *TINY_IMAGES, "--contrastive", contrastive, "--per_device_train_batch_size", "8",
         output_dir=output_dir,
     )  # fmt: skip
-    results = check_output(
-        output_dir, ("pair_classifier_accuracy", "pair_classifier_macro_f1", "majority_class_accuracy"), ("embeddings.png",)
-    )
-    assert 0.0 <= results["pair_classifier_macro_f1"] <= 1.0
+    results = check_output(output_dir, ("accuracy", "macro_f1", "knn_loo_accuracy", "majority_class_accuracy"), ("embeddings.png",))
+    assert 0.0 <= results["macro_f1"] <= 1.0 and 0.0 <= results["accuracy"] <= 1.0
     state = __import__("torch").load(output_dir / "local_objective.pt")
     assert any(key.startswith("loss.") for key in state)  # the pair classifier, kept next to the encoder
 

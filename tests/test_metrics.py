@@ -415,3 +415,65 @@ def test_macro_f1_matches_sklearn_and_rejects_bad_input() -> None:
         macro_f1(p[:10], y)
     with pytest.raises(ValueError, match="`num_classes`"):
         macro_f1(p, y, num_classes=3)
+
+
+# ------------------------------------------------------------- probes fitted on one split, scored on another
+def _sklearn_probe_scores(train_z, train_y, test_z, test_y, k: int, temperature: float, seed: int) -> dict[str, float]:
+    """The four numbers from scikit-learn alone: standardised logistic regression and a cosine kNN voting exp(-d/τ)."""
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.metrics import accuracy_score, f1_score
+    from sklearn.neighbors import KNeighborsClassifier
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import StandardScaler
+
+    probe = make_pipeline(StandardScaler(), LogisticRegression(max_iter=1000, random_state=seed))
+    knn = KNeighborsClassifier(k, metric="cosine", weights=lambda d: np.exp(-d / temperature), algorithm="brute")
+    scores = {}
+    for name, estimator in (("linear_probe", probe), ("knn", knn)):
+        predicted = estimator.fit(train_z, train_y).predict(test_z)
+        scores[f"{name}_accuracy"] = accuracy_score(test_y, predicted)
+        scores[f"{name}_macro_f1"] = f1_score(test_y, predicted, average="macro")
+    return scores
+
+
+def test_probe_scores_match_scikit_learn_on_the_same_embeddings(gen: torch.Generator) -> None:
+    from hf_contrast.metrics import PROBE_METRICS, knn_predict, linear_probe_predict, probe_scores
+
+    centres = torch.randn(4, 8, generator=gen, dtype=torch.float64)
+    klass = torch.tensor([0] * 100 + [1] * 70 + [2] * 45 + [3] * 25)[torch.randperm(240, generator=gen)]  # skewed
+    labels = torch.tensor([3, 5, 7, 9])[klass]
+    z = centres[klass] + 1.3 * torch.randn(240, 8, generator=gen, dtype=torch.float64)
+    z[:, 0] = 4.0 * z[:, 0] - 2.0  # badly scaled feature: the probe standardises
+    tr, te = slice(0, 160), slice(160, 240)
+    ours = probe_scores(z[tr], labels[tr], z[te], labels[te], knn_k=9, knn_temperature=0.1, seed=3)
+    reference = _sklearn_probe_scores(z[tr].numpy(), labels[tr].numpy(), z[te].numpy(), labels[te].numpy(), 9, 0.1, 3)
+    assert tuple(ours) == PROBE_METRICS
+    assert ours == pytest.approx(reference, abs=1e-12)
+    assert all(0.3 < value < 1.0 for value in ours.values())  # not trivially separable
+    assert ours["knn_macro_f1"] != pytest.approx(ours["knn_accuracy"])  # skewed classes: two different numbers
+    assert ours["knn_accuracy"] == knn_accuracy(z[tr], labels[tr], z[te], labels[te], k=9, temperature=0.1)
+    assert ours["linear_probe_accuracy"] == linear_probe_accuracy(z[tr], labels[tr], z[te], labels[te], seed=3)
+    assert set(knn_predict(z[tr], labels[tr], z[te], k=9).tolist()) <= {3, 5, 7, 9}  # the original label values
+    assert linear_probe_predict(z[tr].numpy(), labels[tr].numpy(), z[te].numpy()).shape == (80,)  # numpy in
+
+
+def test_knn_predict_leave_one_out_never_votes_for_itself() -> None:
+    from hf_contrast.metrics import knn_predict
+
+    z = torch.tensor([[1.0, 0.0], [0.99, 0.1], [0.0, 1.0], [0.1, 0.99]])
+    assert knn_predict(z, torch.tensor([0, 1, 2, 2]), k=1).tolist() == [1, 0, 2, 2]
+
+
+def test_probe_scores_warn_on_a_small_fit_split_and_reject_bad_input() -> None:
+    from hf_contrast.metrics import probe_scores
+
+    z, y = torch.randn(6, 3), torch.tensor([0, 1, 0, 1, 0, 1])
+    with pytest.warns(UserWarning, match="knn_k=20 exceeds the 6 training rows; using k=6"):
+        out = probe_scores(z, y, z, y)
+    assert out["knn_accuracy"] == knn_accuracy(z, y, z, y, k=6)
+    with pytest.raises(ValueError, match="`train_y` must contain at least two classes"):
+        probe_scores(z, torch.zeros(6, dtype=torch.long), z, y, knn_k=2)
+    with pytest.raises(ValueError, match=r"`test_y` must have shape \(6,\)"):
+        probe_scores(z, y, z, y[:5], knn_k=2)
+    with pytest.raises(ValueError, match="`knn_k` must be an integer >= 1"):
+        probe_scores(z, y, z, y, knn_k=0)

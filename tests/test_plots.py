@@ -130,7 +130,7 @@ def test_metric_curves_read_the_evaluation_names(tmp_path: Path, figures: list) 
         {
             "eval_alignment": 1.0 - 0.1 * i,
             "eval_uniformity": -1.0 - 0.2 * i,
-            "eval_knn_accuracy": 0.2 + 0.1 * i,
+            "eval_knn_loo_accuracy": 0.2 + 0.1 * i,
             "eval_equivariance_wahba_error": 0.5 / (i + 1),
             "eval_equivariance_gamma_f": 0.1 * i,
             "eval_loss": 2.0,
@@ -141,8 +141,8 @@ def test_metric_curves_read_the_evaluation_names(tmp_path: Path, figures: list) 
     _assert_png(plot_metric_curves(history, tmp_path / "metrics.png"))
     titles = [ax.get_title() for ax in figures[0].axes if ax.get_visible()]
     assert titles == list(EVAL_METRICS)
-    plot_metric_curves(history, tmp_path / "two.png", metrics=["eval_knn_accuracy", "eval_missing"])
-    assert [ax.get_title() for ax in figures[1].axes if ax.get_visible()] == ["eval_knn_accuracy"]
+    plot_metric_curves(history, tmp_path / "two.png", metrics=["eval_knn_loo_accuracy", "eval_missing"])
+    assert [ax.get_title() for ax in figures[1].axes if ax.get_visible()] == ["eval_knn_loo_accuracy"]
     with pytest.raises(ValueError, match="no finite value for any of"):
         plot_metric_curves([{"eval_loss": 1.0, "step": 1}], tmp_path / "x.png")
 

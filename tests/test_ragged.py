@@ -102,7 +102,7 @@ def test_care_text_drops_the_ragged_last_batch_of_every_epoch(tmp_path, sentence
     assert len(_finite_losses(trainer)) == 6
     assert any(not torch.equal(before[k], p) for k, p in parameters(model).items())
     metrics = trainer.evaluate()  # eval batches 4, 4, 2: the last has chunks of one sentence
-    assert math.isfinite(metrics["eval_loss"]) and "eval_knn_accuracy" in metrics
+    assert math.isfinite(metrics["eval_loss"]) and "eval_knn_loo_accuracy" in metrics
 
 
 def test_care_streaming_dataset_with_a_ragged_end(tmp_path, images) -> None:
@@ -134,5 +134,5 @@ def test_streaming_datasets_train_and_evaluate(tmp_path, images) -> None:
     assert trainer.state.global_step == 3 and len(_finite_losses(trainer)) == 3
     mapped = trainer.evaluate()
     streamed = trainer.evaluate(images.to_iterable_dataset())
-    for key in ("eval_loss", "eval_knn_accuracy", "eval_uniformity", "eval_alignment"):
+    for key in ("eval_loss", "eval_knn_loo_accuracy", "eval_uniformity", "eval_alignment"):
         assert streamed[key] == pytest.approx(mapped[key], abs=1e-5), key

@@ -298,9 +298,9 @@ def test_evaluate_returns_embedding_metrics(tmp_path, images) -> None:
         eval_dataset=images, eval_data_collator=fixed_views_collator, callbacks=[recorder],
     )  # fmt: skip
     metrics = trainer.evaluate()
-    assert {"eval_alignment", "eval_uniformity", "eval_knn_accuracy", "eval_loss"} <= set(metrics)
+    assert {"eval_alignment", "eval_uniformity", "eval_knn_loo_accuracy", "eval_loss"} <= set(metrics)
     assert "eval_knn_top1" not in metrics  # one name per metric
-    assert recorder.metrics and recorder.metrics[-1]["eval_knn_accuracy"] == metrics["eval_knn_accuracy"]
+    assert recorder.metrics and recorder.metrics[-1]["eval_knn_loo_accuracy"] == metrics["eval_knn_loo_accuracy"]
     # independent computation on the same views (batch size 5 does not divide 16: nothing dropped)
     batch, out = _eval_views(model, images)
     z = out["pixel_values"].embeddings
@@ -308,7 +308,7 @@ def test_evaluate_returns_embedding_metrics(tmp_path, images) -> None:
     assert metrics["eval_alignment"] == pytest.approx(
         alignment(out["pixel_values_1"].embeddings, out["pixel_values_2"].embeddings), abs=1e-5
     )
-    assert metrics["eval_knn_accuracy"] == pytest.approx(knn_accuracy(z, batch["labels"], k=15, temperature=0.07))
+    assert metrics["eval_knn_loo_accuracy"] == pytest.approx(knn_accuracy(z, batch["labels"], k=15, temperature=0.07))
 
 
 def test_eval_loss_is_the_objective_on_the_evaluation_views(tmp_path, images) -> None:
@@ -333,7 +333,7 @@ def test_evaluate_with_projections_and_without_labels(tmp_path, images) -> None:
     )  # fmt: skip
     metrics = trainer.evaluate()
     assert "eval_a_uniformity" in metrics and "eval_a_alignment" in metrics and "eval_a_loss" in metrics
-    assert "eval_a_knn_accuracy" not in metrics and "eval_a_linear_probe_accuracy" not in metrics
+    assert "eval_a_knn_loo_accuracy" not in metrics and "eval_a_linear_probe_holdout_accuracy" not in metrics
 
 
 def test_load_best_model_at_end_uses_eval_loss_by_default(tmp_path, images) -> None:
@@ -360,14 +360,14 @@ def test_load_best_model_without_eval_loss_is_rejected_before_training(tmp_path)
     # with a metric it is accepted
     args = training_args(
         tmp_path, per_device_train_batch_size=4, eval_strategy="steps", save_strategy="steps", load_best_model_at_end=True,
-        metric_for_best_model="eval_knn_accuracy",
+        metric_for_best_model="eval_knn_loo_accuracy",
     )  # fmt: skip
     trainer = SimOTrainer(
         model=vit_encoder(), args=args, train_dataset=data, eval_dataset=data,
         objective=SimOObjective(classes_per_batch=2, samples_per_class=2),
     )  # fmt: skip
     metrics = trainer.evaluate()
-    assert "eval_loss" not in metrics and "eval_knn_accuracy" in metrics
+    assert "eval_loss" not in metrics and "eval_knn_loo_accuracy" in metrics
 
 
 def test_compute_metrics_is_called_with_the_embeddings(tmp_path, images) -> None:

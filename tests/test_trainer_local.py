@@ -91,7 +91,7 @@ def test_local_evaluation_and_the_pair_classifier(tmp_path, pairs) -> None:
     trainer = _trainer(tmp_path, pairs, contrastive="supcon")
     assert trainer.objective.loss.contrastive == "supcon"  # L-SCL
     metrics = trainer.evaluate()
-    for key in ("eval_knn_accuracy", "eval_class_orthogonality"):
+    for key in ("eval_knn_loo_accuracy", "eval_class_orthogonality"):
         assert 0.0 <= metrics[key] <= 1.0, key
     assert "eval_loss" in metrics
     # predict: the pair representation z = n(n(e_pre) - n(e_post)) of every row

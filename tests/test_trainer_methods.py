@@ -237,7 +237,7 @@ def test_text_trainers(tmp_path, sentences, trainer_cls, objective, extra, terms
     for entry in logged:
         assert terms <= set(entry)
     metrics = trainer.evaluate()
-    assert {"eval_uniformity", "eval_knn_accuracy"} <= set(metrics)
+    assert {"eval_uniformity", "eval_knn_loo_accuracy"} <= set(metrics)
     assert ("eval_alignment" in metrics) == ("text_pair_column" in extra)
 
 

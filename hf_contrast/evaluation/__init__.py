@@ -1,13 +1,15 @@
 """One evaluation path: embedding metrics for the Trainer, evaluators, and dataset encoding.
 
 - :class:`EmbeddingMetrics` — ``compute_metrics`` for ``transformers.Trainer``: alignment,
-  uniformity, mean cosine, effective rank, kNN and linear-probe accuracy, class orthogonality
-  (the functions of :mod:`hf_contrast.metrics`, ``docs/methods.md`` §6–7), class-balanced
-  subsampling, a warning on collapse.
+  uniformity, mean cosine, effective rank, leave-one-out kNN and held-out linear-probe accuracy
+  within the evaluation set, class orthogonality (the functions of :mod:`hf_contrast.metrics`,
+  ``docs/methods.md`` §6–7), class-balanced subsampling, a warning on collapse.
 - Evaluators (sentence-transformers style, ``evaluator(model) -> {"<name>_<metric>": float}``):
-  :class:`STSEvaluator`, :class:`EmbeddingEvaluator`, :class:`EquivarianceEvaluator`,
-  :class:`SequentialEvaluator`, base :class:`Evaluator`. A metric that cannot be computed is reported as
-  NaN with an :class:`EvaluationFailedWarning` (once per cause): it never ends a training run.
+  :class:`ProbeEvaluator` (linear probe and kNN fitted on a training split, scored on a test split:
+  accuracy and macro-F1), :class:`STSEvaluator`, :class:`EmbeddingEvaluator`,
+  :class:`EquivarianceEvaluator`, :class:`SequentialEvaluator`, base :class:`Evaluator`. A metric that
+  cannot be computed is reported as NaN with an :class:`EvaluationFailedWarning` (once per cause): it
+  never ends a training run.
 - :func:`encode_dataset` — embed a dataset with a model; :func:`balanced_subset` /
   :func:`balanced_split` — seeded class-balanced rows.
 """
@@ -21,6 +23,7 @@ from .encode import encode_dataset
 from .equivariance import EquivarianceEvaluator
 from .evaluator import Evaluator, SequentialEvaluator
 from .failures import EvaluationFailedWarning
+from .probe_evaluator import ProbeEvaluator
 from .sampling import balanced_split, balanced_subset
 from .sts import STSEvaluator
 
@@ -29,6 +32,7 @@ __all__ = [
     "Evaluator",
     "SequentialEvaluator",
     "STSEvaluator",
+    "ProbeEvaluator",
     "EmbeddingEvaluator",
     "EquivarianceEvaluator",
     "encode_dataset",

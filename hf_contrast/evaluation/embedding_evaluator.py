@@ -18,14 +18,15 @@ class EmbeddingEvaluator(Evaluator):
     """Encode ``dataset`` with :func:`encode_dataset` and return its :class:`EmbeddingMetrics`.
 
     Keys: ``<name>_uniformity``, ``<name>_mean_cosine``, ``<name>_effective_rank`` and, with
-    labels, ``<name>_knn_accuracy`` (the primary metric), ``<name>_linear_probe_accuracy``,
-    ``<name>_class_orthogonality`` (definitions: :class:`EmbeddingMetrics`).
+    labels, ``<name>_knn_loo_accuracy`` (the primary metric), ``<name>_linear_probe_holdout_accuracy``,
+    ``<name>_class_orthogonality`` (definitions: :class:`EmbeddingMetrics`; all within ``dataset``.
+    A probe fitted on one split and scored on another is :class:`ProbeEvaluator`).
 
     Args:
         dataset: Labelled rows (a ``datasets.Dataset``, a torch dataset or a list), read in order.
         metrics: The :class:`EmbeddingMetrics` to compute (default: ``EmbeddingMetrics()``).
         name: Metric-key prefix.
-        primary: Unprefixed key of the primary metric (``"knn_accuracy"``; ``"uniformity"`` is
+        primary: Unprefixed key of the primary metric (``"knn_loo_accuracy"``; ``"uniformity"`` is
             a lower-is-better choice for unlabelled data, set ``greater_is_better=False``).
         greater_is_better: Whether a larger primary metric is better.
         collate_fn, transform, input_column, label_column, batch_size, output, max_length, progress:
@@ -34,7 +35,7 @@ class EmbeddingEvaluator(Evaluator):
     Example:
         >>> evaluator = EmbeddingEvaluator(data["test"], metrics=EmbeddingMetrics(knn_k=20))  # doctest: +SKIP
         >>> evaluator(encoder)  # doctest: +SKIP
-        {'embedding_uniformity': -3.1, ..., 'embedding_knn_accuracy': 0.93, ...}
+        {'embedding_uniformity': -3.1, ..., 'embedding_knn_loo_accuracy': 0.93, ...}
     """
 
     def __init__(
@@ -43,7 +44,7 @@ class EmbeddingEvaluator(Evaluator):
         *,
         metrics: EmbeddingMetrics | None = None,
         name: str = "embedding",
-        primary: str = "knn_accuracy",
+        primary: str = "knn_loo_accuracy",
         greater_is_better: bool = True,
         collate_fn: Callable[[list[Any]], Mapping[str, Any]] | None = None,
         transform: Callable[[Any], Tensor] | None = None,

@@ -68,12 +68,17 @@ class EmbeddingMetrics:
     - ``uniformity`` — :func:`~hf_contrast.metrics.uniformity` (``t = 2``, normalised) of the embeddings;
     - ``mean_cosine`` — :func:`~hf_contrast.metrics.mean_cosine`, mean pairwise cosine;
     - ``effective_rank`` — :func:`~hf_contrast.metrics.effective_rank`;
-    - with labels: ``knn_accuracy`` — leave-one-out :func:`~hf_contrast.metrics.knn_accuracy`
-      (``knn_k``, ``knn_temperature``); ``linear_probe_accuracy`` — :func:`~hf_contrast.metrics.
-      linear_probe_accuracy` (scikit-learn logistic regression) trained on a seeded class-balanced
-      ``1 − probe_test_fraction`` of the rows and scored on the rest (``probe=True``);
-      ``class_orthogonality`` — :func:`~hf_contrast.metrics.class_orthogonality` (mean ``|cos|``
-      of distinct class means).
+    - with labels: ``knn_loo_accuracy`` — leave-one-out :func:`~hf_contrast.metrics.knn_accuracy`
+      on the evaluation set itself (``knn_k``, ``knn_temperature``); ``linear_probe_holdout_accuracy``
+      — :func:`~hf_contrast.metrics.linear_probe_accuracy` (scikit-learn logistic regression)
+      trained on a seeded class-balanced ``1 − probe_test_fraction`` of the evaluation rows and
+      scored on the held-out rest (``probe=True``); ``class_orthogonality`` —
+      :func:`~hf_contrast.metrics.class_orthogonality` (mean ``|cos|`` of distinct class means).
+
+    The two probe scores are estimated *within* the evaluation set, hence their ``loo`` /
+    ``holdout`` names: ``knn_accuracy`` and ``linear_probe_accuracy`` always mean a probe fitted
+    on a training split and scored on the evaluation split
+    (:class:`~hf_contrast.evaluation.ProbeEvaluator`, :func:`~hf_contrast.metrics.probe_scores`).
 
     Every metric is computed on the same rows: all ``N``, or — when ``N > max_samples`` — a
     seeded class-balanced subset of ``max_samples`` rows (random without labels), never "the
@@ -82,11 +87,12 @@ class EmbeddingMetrics:
     :class:`~hf_contrast.evaluation.RepresentationCollapseWarning` raised, naming likely causes.
 
     Args:
-        knn_k: Neighbours of the kNN classifier (``min(knn_k, n − 1)`` is used, with a warning,
+        knn_k: Neighbours of the leave-one-out kNN classifier (``min(knn_k, n − 1)`` is used, with a warning,
             on an evaluation set of ``n <= knn_k`` rows).
         knn_temperature: Vote temperature of the kNN classifier.
-        probe: Fit the linear probe (the slowest metric; ``False`` leaves it out).
-        probe_test_fraction: Fraction of each class held out to score the probe, in ``(0, 1)``.
+        probe: Fit the held-out linear probe (the slowest metric; ``False`` leaves it out).
+        probe_test_fraction: Fraction of each class of the evaluation set held out to score the
+            probe, in ``(0, 1)``.
         max_samples: Largest number of rows used (pairwise metrics cost ``O(n²)`` memory);
             ``None`` uses all rows.
         seed: Seed of the subsampling, the probe split and the probe.
@@ -100,7 +106,7 @@ class EmbeddingMetrics:
         >>> metrics = EmbeddingMetrics(knn_k=20, probe=True, max_samples=2000, seed=0)  # doctest: +SKIP
         >>> trainer = ContrastiveTrainer(..., compute_metrics=metrics)  # doctest: +SKIP
         >>> metrics((embeddings, labels))  # doctest: +SKIP
-        {'uniformity': -3.2, 'mean_cosine': 0.04, 'effective_rank': 41.3, 'knn_accuracy': 0.91, ...}
+        {'uniformity': -3.2, 'mean_cosine': 0.04, 'effective_rank': 41.3, 'knn_loo_accuracy': 0.91, ...}
     """
 
     def __init__(
@@ -195,9 +201,9 @@ class EmbeddingMetrics:
             ("effective_rank", lambda: effective_rank(z)),
         ]
         if y is not None:
-            phases.append(("knn_accuracy", lambda: self._knn(z, y)))
+            phases.append(("knn_loo_accuracy", lambda: self._knn(z, y)))
             if self.probe:
-                phases.append(("linear_probe_accuracy", lambda: self._probe(z, y)))
+                phases.append(("linear_probe_holdout_accuracy", lambda: self._probe(z, y)))
             phases.append(("class_orthogonality", lambda: self._class_orthogonality(z, y)))
         metrics: dict[str, float] = {}
         with tqdm(total=len(phases), desc="Embedding metrics", disable=not self.progress, leave=False) as bar:
@@ -231,7 +237,7 @@ class EmbeddingMetrics:
         train_classes = torch.unique(y[train.to(y.device)]).numel()
         if test.numel() == 0 or train_classes < 2:
             message = (
-                "EmbeddingMetrics: linear_probe_accuracy left out: the evaluation set needs at least two "
+                "EmbeddingMetrics: linear_probe_holdout_accuracy left out: the evaluation set needs at least two "
                 f"classes with two rows each (got {torch.unique(y).numel()} class(es), {y.numel()} rows)."
             )
             logger.warning(message)

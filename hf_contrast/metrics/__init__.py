@@ -19,7 +19,15 @@ from .geometry import (
     uniformity,
     wahba_error,
 )
-from .probes import knn_accuracy, linear_probe_accuracy, macro_f1
+from .probes import (
+    PROBE_METRICS,
+    knn_accuracy,
+    knn_predict,
+    linear_probe_accuracy,
+    linear_probe_predict,
+    macro_f1,
+    probe_scores,
+)
 from .sts import spearman_correlation, sts_spearman
 
 if TYPE_CHECKING:
@@ -51,8 +59,12 @@ __all__ = [
     "effective_rank",
     "mean_cosine",
     "knn_accuracy",
+    "knn_predict",
     "linear_probe_accuracy",
+    "linear_probe_predict",
     "macro_f1",
+    "probe_scores",
+    "PROBE_METRICS",
     "spearman_correlation",
     "sts_spearman",
     "GeometryMetric",

@@ -166,7 +166,8 @@ class KNNAccuracyMetric(evaluate.Metric):
     train_embeddings ((N, D) array, compute kwarg, optional): memory bank; default leave-one-out.
     train_labels ((N,) int array, compute kwarg, optional): labels of the memory bank.
     k (int, default 20), temperature (float, default 0.07): compute kwargs.
-Returns: {"knn_accuracy": float}
+Returns: {"knn_accuracy": float} with a memory bank, {"knn_loo_accuracy": float} leave-one-out (the
+names of hf_contrast.evaluation: a score within one split is named apart).
 """,
         )
 
@@ -183,11 +184,9 @@ Returns: {"knn_accuracy": float}
         if (train_embeddings is None) != (train_labels is None):
             raise ValueError("`train_embeddings` and `train_labels` must be given together.")
         if train_embeddings is None:
-            accuracy = knn_accuracy(z, y, k=k, temperature=temperature)
-        else:
-            bank = _matrix("train_embeddings", train_embeddings)
-            accuracy = knn_accuracy(bank, _labels(train_labels), z, y, k=k, temperature=temperature)
-        return {"knn_accuracy": accuracy}
+            return {"knn_loo_accuracy": knn_accuracy(z, y, k=k, temperature=temperature)}
+        bank = _matrix("train_embeddings", train_embeddings)
+        return {"knn_accuracy": knn_accuracy(bank, _labels(train_labels), z, y, k=k, temperature=temperature)}
 
 
 class ClassOrthogonalityMetric(evaluate.Metric):

@@ -1,10 +1,16 @@
 """Frozen-feature probes (``docs/methods.md`` §7): weighted kNN and a linear (logistic) probe.
 
 kNN runs in torch on the device of the features; the linear probe is scikit-learn's
-``LogisticRegression``. Both return the top-1 accuracy as a Python float.
+``LogisticRegression``; macro-F1 is scikit-learn's ``f1_score``. ``*_predict`` return the predicted
+classes, ``*_accuracy`` the top-1 accuracy as a Python float, and :func:`probe_scores` the four
+numbers of a probe fitted on one split and scored on another, under the names
+:data:`PROBE_METRICS` (the names the evaluators, the examples and the model card use).
 """
 
 from __future__ import annotations
+
+import logging
+import warnings
 
 import torch
 from torch import Tensor
@@ -12,16 +18,32 @@ from torch import Tensor
 from ..tensor_checks import check_int, check_positive, l2_normalize
 from ._inputs import as_embeddings, as_labels
 
-__all__ = ["knn_accuracy", "linear_probe_accuracy", "macro_f1"]
+__all__ = [
+    "PROBE_METRICS",
+    "knn_accuracy",
+    "knn_predict",
+    "linear_probe_accuracy",
+    "linear_probe_predict",
+    "macro_f1",
+    "probe_scores",
+]
+
+logger = logging.getLogger(__name__)
+
+#: The names of :func:`probe_scores`: probes fitted on one split and scored on another. (Scores
+#: estimated within one split are named apart: ``knn_loo_accuracy``, ``linear_probe_holdout_accuracy``
+#: of :class:`~hf_contrast.evaluation.EmbeddingMetrics`.)
+PROBE_METRICS = ("linear_probe_accuracy", "linear_probe_macro_f1", "knn_accuracy", "knn_macro_f1")
 
 
 def _train_test(
-    train_z: object, train_y: object, test_z: object | None, test_y: object | None
-) -> tuple[Tensor, Tensor, Tensor, Tensor, bool]:
-    """Check the four inputs; ``test_z is None`` selects leave-one-out on the training set."""
+    train_z: object, train_y: object, test_z: object | None, test_y: object | None, labelled: bool = True
+) -> tuple[Tensor, Tensor, Tensor, Tensor | None, bool]:
+    """Check the inputs; ``test_z is None`` selects leave-one-out on the training set; ``labelled=False``
+    (predictions) takes no ``test_y``."""
     xtr = as_embeddings("train_z", train_z)
     ytr = as_labels("train_y", train_y, xtr.shape[0], xtr.device)
-    if (test_z is None) != (test_y is None):
+    if labelled and (test_z is None) != (test_y is None):
         raise ValueError("`test_z` and `test_y` must be given together (or both omitted for leave-one-out).")
     if test_z is None:
         return xtr, ytr, xtr, ytr, True
@@ -32,11 +54,73 @@ def _train_test(
         )
     if xte.device != xtr.device:
         raise ValueError(f"`test_z` must be on the device of `train_z` ({xtr.device}), got {xte.device}.")
-    yte = as_labels("test_y", test_y, xte.shape[0], xtr.device)
+    yte = None if test_y is None else as_labels("test_y", test_y, xte.shape[0], xtr.device)
     return xtr, ytr, xte, yte, False
 
 
 @torch.no_grad()
+def knn_predict(
+    train_z: object,
+    train_y: object,
+    test_z: object | None = None,
+    k: int = 20,
+    temperature: float = 0.07,
+    batch_size: int = 1024,
+) -> Tensor:
+    """Predictions of a weighted k-nearest-neighbour classifier on cosine similarity.
+
+    The InstDisc (https://arxiv.org/abs/1805.01978) / DINO kNN protocol: each test point takes
+    the ``k`` training points of highest cosine similarity ``s``; each votes for its class with
+    weight ``exp(s / temperature)``; the class with the largest total wins (ties: the smallest
+    label; the weights are computed as ``exp((s − 1) / τ)``, a common factor that cannot
+    overflow). With ``test_z=None`` it is leave-one-out on the training set (a point never votes
+    for itself). scikit-learn's ``KNeighborsClassifier(k, metric="cosine",
+    weights=lambda d: exp(-d / τ))`` gives the same predictions (up to ties in similarity).
+
+    Args:
+        train_z: Training (memory bank) features. Shape: ``(N, D)``.
+        train_y: Integer training labels. Shape: ``(N,)``.
+        test_z: Test features, or ``None`` for leave-one-out. Shape: ``(M, D)``.
+        k: Number of neighbours, ``1 <= k <= N`` (``<= N - 1`` for leave-one-out).
+        temperature: Vote temperature ``τ > 0``.
+        batch_size: Test rows per similarity block (memory ``batch_size × N``).
+
+    Returns:
+        The predicted labels, int64 on the device of ``train_z``. Shape: ``(M,)`` (``(N,)`` for
+        leave-one-out).
+
+    Raises:
+        ValueError: on bad shapes/dtypes, ``k`` out of range or ``temperature <= 0``.
+    """
+    xtr, ytr, xte, _, leave_one_out = _train_test(train_z, train_y, test_z, None, labelled=False)
+    return _knn_predictions(xtr, ytr, xte, leave_one_out, k, temperature, batch_size)
+
+
+def _knn_predictions(
+    xtr: Tensor, ytr: Tensor, xte: Tensor, leave_one_out: bool, k: int, temperature: float, batch_size: int
+) -> Tensor:
+    temperature = check_positive("temperature", temperature)
+    batch_size = check_int("batch_size", batch_size, 1)
+    available = xtr.shape[0] - int(leave_one_out)
+    if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= available:
+        raise ValueError(
+            f"`k` must be an integer in [1, {available}] (number of candidate neighbours), got {k!r}."
+        )
+    classes, ytr_idx = torch.unique(ytr, return_inverse=True)
+    xtr, xte = l2_normalize(xtr), l2_normalize(xte)
+    predicted = []
+    for start in range(0, xte.shape[0], batch_size):
+        sim = xte[start : start + batch_size] @ xtr.T
+        if leave_one_out:
+            rows = torch.arange(sim.shape[0], device=sim.device)
+            sim[rows, rows + start] = -torch.inf
+        top_sim, top_idx = sim.topk(k, dim=1)
+        votes = torch.zeros(sim.shape[0], classes.numel(), dtype=sim.dtype, device=sim.device)
+        votes.scatter_add_(1, ytr_idx[top_idx], torch.exp((top_sim - 1.0) / temperature))
+        predicted.append(classes[votes.argmax(dim=1)])
+    return torch.cat(predicted)
+
+
 def knn_accuracy(
     train_z: object,
     train_y: object,
@@ -46,23 +130,12 @@ def knn_accuracy(
     temperature: float = 0.07,
     batch_size: int = 1024,
 ) -> float:
-    """Top-1 accuracy of a weighted k-nearest-neighbour classifier on cosine similarity.
-
-    The InstDisc (https://arxiv.org/abs/1805.01978) / DINO kNN protocol: each test point takes
-    the ``k`` training points of highest cosine similarity ``s``; each votes for its class with
-    weight ``exp(s / temperature)``; the class with the largest total wins (ties: the smallest
-    label; the weights are computed as ``exp((s − 1) / τ)``, a common factor that cannot
-    overflow). With ``test_z=None`` it is leave-one-out on the training set (a point never votes
-    for itself).
+    """Top-1 accuracy of :func:`knn_predict` (the weighted cosine kNN classifier).
 
     Args:
-        train_z: Training (memory bank) features. Shape: ``(N, D)``.
-        train_y: Integer training labels. Shape: ``(N,)``.
-        test_z: Test features, or ``None`` for leave-one-out. Shape: ``(M, D)``.
-        test_y: Integer test labels, or ``None``. Shape: ``(M,)``.
-        k: Number of neighbours, ``1 <= k <= N`` (``<= N - 1`` for leave-one-out).
-        temperature: Vote temperature ``τ > 0``.
-        batch_size: Test rows per similarity block (memory ``batch_size × N``).
+        train_z, train_y, k, temperature, batch_size: As in :func:`knn_predict`.
+        test_z: Test features, or ``None`` for leave-one-out on the training set. Shape: ``(M, D)``.
+        test_y: Integer test labels, or ``None`` (with ``test_z``). Shape: ``(M,)``.
 
     Returns:
         The fraction of test points whose predicted label equals ``test_y``.
@@ -76,27 +149,65 @@ def knn_accuracy(
         1.0
     """
     xtr, ytr, xte, yte, leave_one_out = _train_test(train_z, train_y, test_z, test_y)
-    temperature = check_positive("temperature", temperature)
-    batch_size = check_int("batch_size", batch_size, 1)
-    available = xtr.shape[0] - int(leave_one_out)
-    if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= available:
-        raise ValueError(
-            f"`k` must be an integer in [1, {available}] (number of candidate neighbours), got {k!r}."
-        )
-    classes, ytr_idx = torch.unique(ytr, return_inverse=True)
-    xtr, xte = l2_normalize(xtr), l2_normalize(xte)
-    correct = torch.zeros((), dtype=torch.long, device=xtr.device)
-    for start in range(0, xte.shape[0], batch_size):
-        sim = xte[start : start + batch_size] @ xtr.T
-        if leave_one_out:
-            rows = torch.arange(sim.shape[0], device=sim.device)
-            sim[rows, rows + start] = -torch.inf
-        top_sim, top_idx = sim.topk(k, dim=1)
-        votes = torch.zeros(sim.shape[0], classes.numel(), dtype=sim.dtype, device=sim.device)
-        votes.scatter_add_(1, ytr_idx[top_idx], torch.exp((top_sim - 1.0) / temperature))
-        predicted = classes[votes.argmax(dim=1)]
-        correct += (predicted == yte[start : start + batch_size]).sum()
-    return float(correct) / xte.shape[0]
+    predicted = _knn_predictions(xtr, ytr, xte, leave_one_out, k, temperature, batch_size)
+    return float((predicted == yte).sum()) / xte.shape[0]
+
+
+def linear_probe_predict(
+    train_z: object,
+    train_y: object,
+    test_z: object,
+    C: float = 1.0,
+    max_iter: int = 1000,
+    standardize: bool = True,
+    seed: int = 0,
+) -> Tensor:
+    """Predictions of a multinomial logistic-regression probe fitted on frozen training features.
+
+    scikit-learn's ``LogisticRegression(C=C, max_iter=max_iter, random_state=seed)`` (L-BFGS,
+    minimising ``C · Σ_i CE(W x_i + b, y_i) + ½ ‖W‖²``) fitted in float64 on the training
+    features, after a ``StandardScaler`` fitted on them (``standardize=True``). Labels may be any
+    integers.
+
+    Args:
+        train_z: Training features. Shape: ``(N, D)``; at least two classes in ``train_y``.
+        train_y: Integer training labels. Shape: ``(N,)``.
+        test_z: Test features. Shape: ``(M, D)``.
+        C: Inverse regularisation strength ``> 0`` (scikit-learn's ``C``).
+        max_iter: Maximum L-BFGS iterations.
+        standardize: Standardise the features with the training mean and standard deviation first.
+        seed: ``random_state`` of the estimator.
+
+    Returns:
+        The predicted labels (classes of ``train_y``), int64 on the device of ``train_z``. Shape: ``(M,)``.
+
+    Raises:
+        ValueError: on bad shapes/dtypes, fewer than two training classes, ``C <= 0`` or
+            ``max_iter < 1``.
+        ImportError: without scikit-learn (``pip install scikit-learn``).
+    """
+    xtr, ytr, xte, _, _ = _train_test(train_z, train_y, test_z, None, labelled=False)
+    return _probe_predictions(xtr, ytr, xte, C, max_iter, standardize, seed)
+
+
+def _probe_predictions(
+    xtr: Tensor, ytr: Tensor, xte: Tensor, C: float, max_iter: int, standardize: bool, seed: int
+) -> Tensor:
+    C = check_positive("C", C)
+    max_iter = check_int("max_iter", max_iter, 1)
+    classes = torch.unique(ytr)
+    if classes.numel() < 2:
+        raise ValueError(f"`train_y` must contain at least two classes, got {classes.tolist()}.")
+    try:
+        from sklearn.linear_model import LogisticRegression
+        from sklearn.pipeline import make_pipeline
+        from sklearn.preprocessing import StandardScaler
+    except ImportError as error:  # pragma: no cover - scikit-learn is a dependency
+        raise ImportError("The linear probe needs scikit-learn: `pip install scikit-learn`.") from error
+    steps = [StandardScaler()] if standardize else []
+    probe = make_pipeline(*steps, LogisticRegression(C=C, max_iter=max_iter, random_state=seed))
+    probe.fit(xtr.cpu().numpy(), ytr.cpu().numpy())
+    return torch.from_numpy(probe.predict(xte.cpu().numpy())).long().to(xtr.device)
 
 
 def linear_probe_accuracy(
@@ -109,22 +220,13 @@ def linear_probe_accuracy(
     standardize: bool = True,
     seed: int = 0,
 ) -> float:
-    """Top-1 accuracy of a multinomial logistic-regression probe on frozen features.
+    """Top-1 accuracy of :func:`linear_probe_predict` (logistic regression on frozen features).
 
-    scikit-learn's ``LogisticRegression(C=C, max_iter=max_iter, random_state=seed)`` (L-BFGS,
-    minimising ``C · Σ_i CE(W x_i + b, y_i) + ½ ‖W‖²``) fitted in float64 on the training
-    features, after a ``StandardScaler`` fitted on them (``standardize=True``). Labels may be any
-    integers; a test label never seen in training counts as an error.
+    A test label never seen in training counts as an error.
 
     Args:
-        train_z: Training features. Shape: ``(N, D)``; at least two classes in ``train_y``.
-        train_y: Integer training labels. Shape: ``(N,)``.
-        test_z: Test features. Shape: ``(M, D)``.
+        train_z, train_y, test_z, C, max_iter, standardize, seed: As in :func:`linear_probe_predict`.
         test_y: Integer test labels. Shape: ``(M,)``.
-        C: Inverse regularisation strength ``> 0`` (scikit-learn's ``C``).
-        max_iter: Maximum L-BFGS iterations.
-        standardize: Standardise the features with the training mean and standard deviation first.
-        seed: ``random_state`` of the estimator.
 
     Returns:
         The test accuracy in ``[0, 1]``.
@@ -132,37 +234,22 @@ def linear_probe_accuracy(
     Raises:
         ValueError: on bad shapes/dtypes, fewer than two training classes, ``C <= 0`` or
             ``max_iter < 1``.
-        ImportError: without scikit-learn (``pip install scikit-learn``).
     """
     xtr, ytr, xte, yte, _ = _train_test(train_z, train_y, test_z, test_y)
-    C = check_positive("C", C)
-    max_iter = check_int("max_iter", max_iter, 1)
-    classes = torch.unique(ytr)
-    if classes.numel() < 2:
-        raise ValueError(f"`train_y` must contain at least two classes, got {classes.tolist()}.")
-    try:
-        from sklearn.linear_model import LogisticRegression
-        from sklearn.pipeline import make_pipeline
-        from sklearn.preprocessing import StandardScaler
-    except ImportError as error:  # pragma: no cover - scikit-learn is a dependency
-        raise ImportError("linear_probe_accuracy needs scikit-learn: `pip install scikit-learn`.") from error
-    steps = [StandardScaler()] if standardize else []
-    probe = make_pipeline(*steps, LogisticRegression(C=C, max_iter=max_iter, random_state=seed))
-    probe.fit(xtr.cpu().numpy(), ytr.cpu().numpy())
-    predicted = torch.from_numpy(probe.predict(xte.cpu().numpy())).to(yte.device)
+    predicted = _probe_predictions(xtr, ytr, xte, C, max_iter, standardize, seed)
     return float((predicted == yte).double().mean())
 
 
-def macro_f1(predicted: Tensor, labels: Tensor, num_classes: int | None = None) -> float:
-    """Macro-averaged F1: the unweighted mean of the per-class F1 scores.
+def macro_f1(predicted: object, labels: object, num_classes: int | None = None) -> float:
+    """Macro-averaged F1: the unweighted mean of the per-class F1 scores (scikit-learn's
+    ``f1_score(labels, predicted, average="macro")``).
 
-    Classes that occur in neither ``labels`` nor ``predicted`` are ignored, as in scikit-learn's
-    ``f1_score(labels, predicted, average="macro")``.
+    Classes that occur in neither ``labels`` nor ``predicted`` are ignored.
 
     Args:
-        predicted: Predicted classes. Shape: ``(N,)``, integer.
+        predicted: Predicted classes. Shape: ``(N,)``, integer (torch or numpy).
         labels: True classes. Shape: ``(N,)``, integer.
-        num_classes: Number of classes (default: ``max(predicted, labels) + 1``).
+        num_classes: Number of classes, checked against the inputs (``None``: not checked).
 
     Raises:
         ValueError: on empty or mismatched inputs, negative classes, or a class >= ``num_classes``.
@@ -178,11 +265,67 @@ def macro_f1(predicted: Tensor, labels: Tensor, num_classes: int | None = None) 
     largest = int(torch.maximum(predicted.max(), labels.max()))
     if int(torch.minimum(predicted.min(), labels.min())) < 0:
         raise ValueError("`predicted` and `labels` must hold class indices >= 0.")
-    k = largest + 1 if num_classes is None else check_int("num_classes", num_classes, 1)
-    if largest >= k:
-        raise ValueError(f"`num_classes`={k} is too small: the inputs hold class {largest}.")
-    confusion = torch.bincount(labels * k + predicted, minlength=k * k).reshape(k, k).double()
-    true_count, predicted_count = confusion.sum(dim=1), confusion.sum(dim=0)
-    present = (true_count + predicted_count) > 0
-    f1 = 2 * confusion.diag()[present] / (true_count + predicted_count)[present]
-    return float(f1.mean())
+    if num_classes is not None and largest >= check_int("num_classes", num_classes, 1):
+        raise ValueError(f"`num_classes`={num_classes} is too small: the inputs hold class {largest}.")
+    from sklearn.metrics import f1_score
+
+    return float(f1_score(labels.numpy(), predicted.numpy(), average="macro"))
+
+
+def probe_scores(
+    train_z: object,
+    train_y: object,
+    test_z: object,
+    test_y: object,
+    *,
+    knn_k: int = 20,
+    knn_temperature: float = 0.07,
+    C: float = 1.0,
+    max_iter: int = 1000,
+    standardize: bool = True,
+    seed: int = 0,
+) -> dict[str, float]:
+    """Linear probe and kNN fitted on ``train`` and scored on ``test``: accuracy and macro-F1 of each.
+
+    The one block "fit on the training features, score on the test features" of every evaluation
+    (:class:`~hf_contrast.evaluation.ProbeEvaluator`, the examples, the benchmarks):
+    :func:`linear_probe_predict` (``C``, ``max_iter``, ``standardize``, ``seed``) and
+    :func:`knn_predict` (``knn_k``, ``knn_temperature``; ``k = min(knn_k, N)`` with a warning when
+    the training set has ``N < knn_k`` rows), scored with scikit-learn's ``accuracy_score`` and
+    ``f1_score(average="macro")`` (macro-F1 weighs every class alike: the rare classes of a
+    long-tailed split count).
+
+    Args:
+        train_z: Training features. Shape: ``(N, D)``; at least two classes in ``train_y``.
+        train_y: Integer training labels. Shape: ``(N,)``.
+        test_z: Test features. Shape: ``(M, D)``.
+        test_y: Integer test labels. Shape: ``(M,)``.
+        knn_k, knn_temperature: Neighbours and vote temperature of the kNN classifier.
+        C, max_iter, standardize, seed: The linear probe's settings (:func:`linear_probe_predict`).
+
+    Returns:
+        ``{"linear_probe_accuracy", "linear_probe_macro_f1", "knn_accuracy", "knn_macro_f1"}``
+        (:data:`PROBE_METRICS`), floats in ``[0, 1]``.
+
+    Raises:
+        ValueError: on bad shapes/dtypes or settings, or fewer than two training classes.
+    """
+    xtr, ytr, xte, yte, _ = _train_test(train_z, train_y, test_z, test_y)
+    knn_k = check_int("knn_k", knn_k, 1)
+    if knn_k > xtr.shape[0]:
+        message = f"probe_scores: knn_k={knn_k} exceeds the {xtr.shape[0]} training rows; using k={xtr.shape[0]}."
+        logger.warning(message)
+        warnings.warn(message, stacklevel=2)
+        knn_k = xtr.shape[0]
+    from sklearn.metrics import accuracy_score, f1_score
+
+    truth = yte.cpu().numpy()
+    scores: dict[str, float] = {}
+    for name, predicted in (
+        ("linear_probe", _probe_predictions(xtr, ytr, xte, C, max_iter, standardize, seed)),
+        ("knn", _knn_predictions(xtr, ytr, xte, False, knn_k, knn_temperature, 1024)),
+    ):
+        predicted = predicted.cpu().numpy()
+        scores[f"{name}_accuracy"] = float(accuracy_score(truth, predicted))
+        scores[f"{name}_macro_f1"] = float(f1_score(truth, predicted, average="macro"))
+    return scores

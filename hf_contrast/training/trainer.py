@@ -206,7 +206,7 @@ class ContrastiveTrainer(CheckpointingMixin, HubPublishingMixin, Trainer):
             raise ValueError(
                 f"`load_best_model_at_end=True` chooses by `eval_loss`, which {type(objective).__name__} does not "
                 "report (its batches are not evaluation batches); set `metric_for_best_model`, e.g. "
-                "'eval_knn_accuracy'."
+                "'eval_knn_loo_accuracy'."
             )
 
     def check_datasets(self) -> None:

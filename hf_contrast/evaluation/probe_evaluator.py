@@ -1,0 +1,128 @@
+"""``ProbeEvaluator``: linear probe and kNN of frozen features, fitted on one split and scored on another."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from torch import Tensor, nn
+
+from ..metrics.probes import PROBE_METRICS, probe_scores
+from ..tensor_checks import check_int, check_positive
+from .encode import encode_dataset
+from .evaluator import Evaluator
+
+__all__ = ["ProbeEvaluator"]
+
+
+class ProbeEvaluator(Evaluator):
+    """Encode a *fit* split and a *score* split with the model; fit a linear probe and a kNN classifier
+    on the first, score them on the second.
+
+    The frozen-feature evaluation of a representation (``docs/methods.md`` §7): both splits go through
+    :func:`encode_dataset` (eval mode, no gradient, the encoder's own deterministic preprocessing), then
+    :func:`~hf_contrast.metrics.probe_scores` fits scikit-learn's standardised
+    ``LogisticRegression`` (``C``, ``max_iter``, ``random_state=seed``) and the weighted cosine kNN
+    (``knn_k``, ``knn_temperature``) on the fit split and reports, on the score split:
+
+    - ``linear_probe_accuracy``, ``linear_probe_macro_f1``,
+    - ``knn_accuracy`` (the primary metric), ``knn_macro_f1``
+
+    (each prefixed with ``<name>_`` when ``name`` is not empty). These names always mean "fitted on
+    one split, scored on another"; the scores :class:`EmbeddingMetrics` estimates within the
+    evaluation set are ``knn_loo_accuracy`` and ``linear_probe_holdout_accuracy``. Every split is used
+    whole, in order; for a quicker evaluation pass a seeded class-balanced part
+    (``dataset.select(balanced_subset(labels, n, seed))``). The result is deterministic for a given
+    model and ``seed``.
+
+    As the trainer's ``evaluator=`` it runs at every evaluation and its keys are reported as
+    ``eval_linear_probe_accuracy``, …; called at the end of a run it gives the same names in
+    ``results.json``. Under several processes every process encodes both splits whole and computes
+    the same numbers (nothing is gathered).
+
+    Args:
+        fit_dataset: Labelled rows the probes are fitted on (the training split).
+        score_dataset: Labelled rows they are scored on (the test split).
+        name: Metric-key prefix (default ``""``: the plain names above).
+        knn_k: Neighbours of the kNN classifier (``min(knn_k, N_fit)``, with a warning, on a smaller fit split).
+        knn_temperature: Vote temperature of the kNN classifier.
+        C: Inverse regularisation strength of the logistic regression.
+        max_iter: Maximum L-BFGS iterations of the logistic regression.
+        standardize: Standardise the features with the fit split's mean and standard deviation first.
+        seed: ``random_state`` of the logistic regression.
+        primary: Unprefixed key of the primary metric (one of the four above).
+        collate_fn, transform, input_column, label_column, batch_size, output, max_length, progress:
+            As in :func:`encode_dataset` (``label_column`` must name labels on every row).
+
+    Raises:
+        ValueError: on bad arguments (here); at call, on rows without labels or a fit split with
+            fewer than two classes.
+
+    Example:
+        >>> probe = ProbeEvaluator(data["train"], data["test"], input_column="image")  # doctest: +SKIP
+        >>> probe(encoder)  # doctest: +SKIP
+        {'linear_probe_accuracy': 0.93, 'linear_probe_macro_f1': 0.93, 'knn_accuracy': 0.91, 'knn_macro_f1': 0.91}
+        >>> trainer = ContrastiveTrainer(..., evaluator=probe)  # eval_linear_probe_accuracy, ...  # doctest: +SKIP
+    """
+
+    def __init__(
+        self,
+        fit_dataset: Any,
+        score_dataset: Any,
+        *,
+        name: str = "",
+        knn_k: int = 20,
+        knn_temperature: float = 0.07,
+        C: float = 1.0,
+        max_iter: int = 1000,
+        standardize: bool = True,
+        seed: int = 0,
+        primary: str = "knn_accuracy",
+        collate_fn: Callable[[list[Any]], Mapping[str, Any]] | None = None,
+        transform: Callable[[Any], Tensor] | None = None,
+        input_column: str | None = None,
+        label_column: str | None = "label",
+        batch_size: int = 64,
+        output: str = "embeddings",
+        max_length: int | None = None,
+        progress: bool = True,
+    ) -> None:
+        if primary not in PROBE_METRICS:
+            raise ValueError(f"`primary` must be one of {list(PROBE_METRICS)}, got {primary!r}.")
+        super().__init__(name, primary, greater_is_better=True)
+        if label_column is None:
+            raise ValueError("`label_column` must name the label column: the probes are fitted on labels.")
+        self.fit_dataset = fit_dataset
+        self.score_dataset = score_dataset
+        self.probe_kwargs: dict[str, Any] = {
+            "knn_k": check_int("knn_k", knn_k, 1),
+            "knn_temperature": check_positive("knn_temperature", knn_temperature),
+            "C": check_positive("C", C),
+            "max_iter": check_int("max_iter", max_iter, 1),
+            "standardize": bool(standardize),
+            "seed": check_int("seed", seed, 0),
+        }
+        self.encode_kwargs: dict[str, Any] = {
+            "collate_fn": collate_fn,
+            "transform": transform,
+            "input_column": input_column,
+            "label_column": label_column,
+            "batch_size": batch_size,
+            "output": output,
+            "max_length": max_length,
+            "progress": progress,
+        }
+
+    def compute(self, model: nn.Module) -> dict[str, float]:
+        fit_z, fit_y = self._encode(model, self.fit_dataset, "fit_dataset")
+        score_z, score_y = self._encode(model, self.score_dataset, "score_dataset")
+        return probe_scores(fit_z, fit_y, score_z, score_y, **self.probe_kwargs)
+
+    def _encode(self, model: nn.Module, dataset: Any, argument: str) -> tuple[Tensor, Tensor]:
+        z, y = encode_dataset(model, dataset, **self.encode_kwargs)
+        if y is None:
+            raise ValueError(
+                f"`{argument}` has no labels in `label_column`={self.encode_kwargs['label_column']!r}: the probes "
+                "need a label on every row (pass `label_column=` the column that holds them)."
+            )
+        return z, y
