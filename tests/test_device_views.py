@@ -334,3 +334,13 @@ def test_bad_inputs_raise_clear_errors():
         BatchedSimCLRViews(16, MEAN, STD[:2])
     with pytest.raises(ValueError, match="hue"):
         jitter_ranges(0.4, 0.4, 0.4, 0.6)
+
+
+def test_views_inside_a_bf16_autocast_are_computed_in_float32():
+    """The trainer's step may run under autocast; the views' matmuls must not drop to bf16."""
+    views = BatchedSimCLRViews(16, MEAN, STD, seed=0)
+    x = torch.randint(0, 256, (8, 3, 20, 20), dtype=torch.uint8, generator=torch.Generator().manual_seed(0))
+    plain = views(x, views.generator(0))
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        inside = views(x, views.generator(0))
+    assert inside.dtype == torch.float32 and torch.equal(inside, plain)

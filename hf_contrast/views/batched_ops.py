@@ -190,7 +190,8 @@ def adjust_hue(images: Tensor, factor: Tensor) -> Tensor:
     rc, gc, bc = (maxc - r) / safe, (maxc - g) / safe, (maxc - b) / safe
     hue6 = torch.where(maxc == r, bc - gc, torch.where(maxc == g, 2.0 + rc - bc, 4.0 + gc - rc))
     hue = torch.remainder(hue6 / 6.0 + factor.to(images.dtype).reshape(-1, 1, 1), 1.0)
-    n = torch.tensor((5.0, 3.0, 1.0), dtype=images.dtype, device=images.device).reshape(1, 3, 1, 1)
+    # n = 5, 3, 1, made on the device (a tensor literal would be a blocking host-to-device copy)
+    n = (5.0 - 2.0 * torch.arange(3, dtype=images.dtype, device=images.device)).reshape(1, 3, 1, 1)
     k = torch.remainder(n + 6.0 * hue.unsqueeze(1), 6.0)
     ramp = torch.minimum(k, 4.0 - k).clamp(0.0, 1.0)
     return maxc.unsqueeze(1) - delta.unsqueeze(1) * ramp

@@ -233,6 +233,10 @@ class BatchedSimCLRViews:
         Returns:
             Normalised float32 views. Shape: ``(B, C, *image_size)``.
         """
+        with torch.autocast(images.device.type, enabled=False):  # float32 maths inside a bf16/fp16 autocast
+            return self._apply(images, params)
+
+    def _apply(self, images: Tensor, params: ViewParams) -> Tensor:
         device = images.device
         jitter = self.jitter_p > 0 and images.shape[1] == 3
         perm = None
