@@ -84,7 +84,7 @@ def _interpolation_matrix(start: Tensor, length: Tensor, in_size: int, out_size:
     support = scale.clamp(min=1.0) if antialias else torch.ones_like(scale)
     distance = (pixel.unsqueeze(1) + 0.5 - centre.unsqueeze(2)).abs() / support.unsqueeze(2)  # (B, out, in)
     inside = (pixel >= 0) & (pixel < length.unsqueeze(1))  # (B, in)
-    weights = (1.0 - distance).clamp(min=0.0) * inside.unsqueeze(1)
+    weights = (1.0 - distance).clamp(min=0.0).masked_fill(~inside.unsqueeze(1), 0.0)
     return weights / weights.sum(dim=2, keepdim=True)
 
 
@@ -267,10 +267,11 @@ def color_jitter(images: Tensor, factors: Tensor, order: Tensor, hue_counts: lis
 def blur_matrices(sigma: Tensor, kernel_size: int, size: int) -> Tensor:
     """Per-sample 1-D Gaussian blur with reflect padding as a banded ``(size, size)`` matrix.
 
-    The kernel is torchvision's: weights ``∝ exp(-t² / (2σ²))`` for ``t = -r..r``, ``r =
+    The kernel is torchvision's: weights ``g(t) ∝ exp(-t² / (2σ²))`` for ``t = -r..r``, ``r =
     kernel_size // 2``, normalised; padding ``"reflect"`` (the edge pixel not repeated), folded into
-    the matrix: ``M[i, j] = g(j - i) + [j > 0] g(-j - i) + [j < n - 1] g(2(n - 1) - j - i)``. A
-    sample with ``sigma <= 0`` gets the identity (no blur).
+    the matrix: ``M[i, j] = g(j - i) + [j > 0] g(-j - i) + [j < n - 1] g(2(n - 1) - j - i)``. The
+    ``2r + 1`` weights per sample are computed once and looked up by offset (``g = 0`` beyond ``r``). A sample with
+    ``sigma <= 0`` gets the identity (no blur).
 
     Args:
         sigma: Standard deviation per sample; ``<= 0`` means no blur. Shape: ``(B,)``, float.
@@ -282,21 +283,27 @@ def blur_matrices(sigma: Tensor, kernel_size: int, size: int) -> Tensor:
     """
     radius = kernel_size // 2
     dtype, device = sigma.dtype, sigma.device
+    blur = sigma > 0
     taps = torch.arange(-radius, radius + 1, dtype=dtype, device=device)
-    safe_sigma = torch.where(sigma > 0, sigma, torch.ones_like(sigma)).unsqueeze(1)
-    norm = torch.exp(-0.5 * (taps / safe_sigma) ** 2).sum(dim=1)  # (B,)
-    idx = torch.arange(size, dtype=dtype, device=device)
-    i, j = idx.reshape(1, -1, 1), idx.reshape(1, 1, -1)
-    s = safe_sigma.reshape(-1, 1, 1)
-
-    def tap(offset: Tensor) -> Tensor:
-        return torch.exp(-0.5 * (offset / s) ** 2) * (offset.abs() <= radius)
-
+    safe_sigma = torch.where(blur, sigma, torch.ones_like(sigma)).unsqueeze(1)
+    weights = torch.exp(-0.5 * (taps / safe_sigma) ** 2)
+    weights = weights / weights.sum(dim=1, keepdim=True)  # (B, 2r + 1)
+    identity = (taps == 0).to(dtype)
+    weights = torch.where(blur.unsqueeze(1), weights, identity)
+    # table[b, d + r + 1] = weight of offset d for |d| <= r; the two end slots (|d| > r) are zero
+    table = torch.nn.functional.pad(weights, (1, 1))
+    idx = torch.arange(size, device=device)
+    i, j = idx.reshape(-1, 1), idx.reshape(1, -1)
     last = size - 1
-    matrix = tap(j - i) + tap(-j - i) * (j > 0) + tap(2 * last - j - i) * (j < last)
-    matrix = matrix / norm.reshape(-1, 1, 1)
-    eye = torch.eye(size, dtype=dtype, device=device).expand_as(matrix)
-    return torch.where((sigma > 0).reshape(-1, 1, 1), matrix, eye)
+    outside = torch.full_like(i + j, radius + 1)
+
+    def slot(offset: Tensor) -> Tensor:
+        return offset.clamp(-radius - 1, radius + 1) + radius + 1
+
+    direct = slot(j - i)
+    low = slot(torch.where(j > 0, -j - i, outside))  # reflected below 0
+    high = slot(torch.where(j < last, 2 * last - j - i, outside))  # reflected above n - 1
+    return table[:, direct] + table[:, low] + table[:, high]
 
 
 def gaussian_blur(images: Tensor, sigma: Tensor, kernel_size: int) -> Tensor:
