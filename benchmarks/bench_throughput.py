@@ -8,8 +8,9 @@ Launch (not a test, not part of CI)::
 
 Every configuration (method × model × pipeline) trains a random-init timm encoder
 (``pretrained=False``) with a linear projection for ``--steps`` timed steps after ``--warmup``
-untimed ones, on synthetic images (random PIL images, ``--raw_size`` pixels, decoded in the
-DataLoader as real data would be). One step: fetch the batch (the *wait*), move it to the device,
+untimed ones, ``--rounds`` times (medians reported), on synthetic images (random PIL images,
+``--raw_size`` pixels, decoded in the DataLoader as real data would be). On the CPU the pipelines of
+a method advance step by step in turn (``--interleave``), so the load of other jobs hits them alike. One step: fetch the batch (the *wait*), move it to the device,
 make the views, forward all views in one pass, the method's loss, backward, AdamW step; on CUDA the
 step ends with a synchronisation so its time is the device's time.
 
@@ -51,6 +52,7 @@ import sys
 import threading
 import time
 from contextlib import nullcontext
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -172,7 +174,10 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def run_config(args: argparse.Namespace, method: str, model_key: str, image_size: int, pipeline: str) -> Result:
+def config_steps(
+    args: argparse.Namespace, method: str, model_key: str, image_size: int, pipeline: str
+) -> Iterator[None]:
+    """Set up one configuration and train it, yielding after every step; returns its :class:`Result`."""
     device = torch.device(args.device)
     cuda = device.type == "cuda"
     batch = args.batch_size
@@ -266,6 +271,7 @@ def run_config(args: argparse.Namespace, method: str, model_key: str, image_size
             if step >= args.warmup:
                 waits.append(fetched - start)
                 totals.append(end - start)
+            yield
     total = sum(totals)
     return Result(
         method=method, model=model_key, image_size=image_size, pipeline=pipeline, batch_size=batch, steps=args.steps,
@@ -273,6 +279,55 @@ def run_config(args: argparse.Namespace, method: str, model_key: str, image_size
         views_ms=views_ms,
         peak_mem_gib=torch.cuda.max_memory_allocated(device) / 2**30 if cuda else None, gpu_util=util.mean,
     )
+
+
+def run_configs(args: argparse.Namespace, method: str, model_key: str, image_size: int) -> dict[str, list[Result]]:
+    """Every pipeline of one method and model, ``--rounds`` times.
+
+    Sequential (``--no-interleave``): one configuration after the other, the pipelines' order rotated
+    every round. Interleaved: the pipelines advance one step each in turn (rotated every step), so load
+    from other jobs hits all of them alike; the worker pipeline's DataLoader workers keep preparing
+    batches meanwhile, as they do during any training step.
+    """
+    runs: dict[str, list[Result]] = {p: [] for p in args.pipelines}
+    for round_ in range(args.rounds):
+        shift = round_ % len(args.pipelines)
+        order = args.pipelines[shift:] + args.pipelines[:shift]
+        if not args.interleave:
+            for pipeline in order:
+                steps = config_steps(args, method, model_key, image_size, pipeline)
+                while True:
+                    try:
+                        next(steps)
+                    except StopIteration as done:
+                        runs[pipeline].append(done.value)
+                        break
+            continue
+        live = {p: config_steps(args, method, model_key, image_size, p) for p in order}
+        turn = 0
+        while live:
+            names = list(live)
+            for pipeline in names[turn % len(names):] + names[: turn % len(names)]:
+                try:
+                    next(live[pipeline])
+                except StopIteration as done:
+                    runs[pipeline].append(done.value)
+                    del live[pipeline]
+            turn += 1
+    return runs
+
+
+def _median_result(runs: list[Result]) -> Result:
+    """One result per configuration: the median of every measured field over the rounds."""
+    if len(runs) == 1:
+        return runs[0]
+
+    def median(name: str) -> float | None:
+        values = [getattr(r, name) for r in runs if getattr(r, name) is not None]
+        return statistics.median(values) if values else None
+
+    measured = ("images_per_s", "step_ms", "wait_share", "views_ms", "peak_mem_gib", "gpu_util")
+    return Result(**{**asdict(runs[0]), **{name: median(name) for name in measured}})
 
 
 def _parse_models(values: list[str]) -> list[tuple[str, int]]:
@@ -287,7 +342,7 @@ def _parse_models(values: list[str]) -> list[tuple[str, int]]:
 
 def main(argv: list[str] | None = None) -> list[Result]:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--quick", action="store_true", help="CPU, resnet18:32, B=16, 3 steps, 1 thread (CI-sized)")
+    parser.add_argument("--quick", action="store_true", help="CPU, resnet18:32, B=16, 4 interleaved steps, 1 thread")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--models", nargs="+", default=["resnet18:32", "vit_s16:224"])
     parser.add_argument("--methods", nargs="+", default=list(METHODS), choices=METHODS)
@@ -295,6 +350,9 @@ def main(argv: list[str] | None = None) -> list[Result]:
     parser.add_argument("--batch_size", type=int, default=512)
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--warmup", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=1, help="runs per configuration (median reported)")
+    parser.add_argument("--interleave", action=argparse.BooleanOptionalAction, default=None,
+                        help="advance the pipelines step by step in turn (default: on the CPU only)")
     parser.add_argument("--workers", type=int, default=min(16, os.cpu_count() or 1))
     parser.add_argument("--prefetch", type=int, default=4)
     parser.add_argument("--raw_size", type=int, default=256, help="decoded image side for models above 64 px")
@@ -306,13 +364,17 @@ def main(argv: list[str] | None = None) -> list[Result]:
     parser.add_argument("--json", default=None, help="also write the results to this JSON file")
     args = parser.parse_args(argv)
     if args.quick:
-        args.device, args.models, args.batch_size, args.steps, args.warmup = "cpu", ["resnet18:32"], 16, 3, 1
+        args.device, args.models, args.batch_size, args.steps, args.warmup = "cpu", ["resnet18:32"], 16, 4, 1
         args.workers, args.threads = min(args.workers, 2), args.threads or 1
     if args.batch_size % N_SPLITS:
         raise SystemExit(f"--batch_size must be a multiple of n_splits={N_SPLITS} (CARE's chunks), got {args.batch_size}.")
     if args.threads:
         torch.set_num_threads(args.threads)
     device = torch.device(args.device)
+    if args.interleave is None:
+        args.interleave = device.type == "cpu"
+    if args.interleave and device.type == "cuda":
+        print("note: interleaved on CUDA, peak memory is the maximum over the pipelines run together")
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else f"CPU ({os.cpu_count()} cores)"
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     print(f"device: {name}; torch {torch.__version__}; load average {load:.1f}; workers {args.workers}; "
@@ -324,8 +386,9 @@ def main(argv: list[str] | None = None) -> list[Result]:
     print("-" * len(header))
     for model_key, size in _parse_models(args.models):
         for method in args.methods:
+            runs = run_configs(args, method, model_key, size)
             for pipeline in args.pipelines:
-                r = run_config(args, method, model_key, size, pipeline)
+                r = _median_result(runs[pipeline])
                 results.append(r)
                 mem = f"{r.peak_mem_gib:8.2f}" if r.peak_mem_gib is not None else f"{'-':>8}"
                 util = f"{r.gpu_util:6.0f}" if r.gpu_util is not None else f"{'-':>6}"
