@@ -52,7 +52,7 @@ import sys
 import threading
 import time
 from contextlib import nullcontext
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -70,7 +70,6 @@ from hf_contrast.views.batched_simclr import BatchedSimCLRViews  # noqa: E402
 
 MEAN, STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
 MODELS = {"resnet18": "resnet18", "vit_s16": "vit_small_patch16_224"}
-METHODS = ("simclr", "care", "supcon")
 PIPELINES = ("model-only", "workers", "device")
 N_SPLITS = 8
 N_CLASSES = 10
@@ -159,14 +158,42 @@ class Result:
     gpu_util: float | None
 
 
-def _loss(method: str, z: torch.Tensor, labels: torch.Tensor, batch: int, care: CARELoss) -> torch.Tensor:
-    if method == "care":
-        z1, z2, e1, e2 = z.split(batch)
-        return care(z1, z2, e1, e2)["loss"]
+def _info_nce(z: torch.Tensor, labels: torch.Tensor, batch: int) -> torch.Tensor:
     z1, z2 = z.split(batch)
-    if method == "supcon":
-        return supcon_loss(torch.cat([z1, z2]), labels.repeat(2))
     return info_nce_loss(z1, z2, temperature=0.5)
+
+
+def _supcon(z: torch.Tensor, labels: torch.Tensor, batch: int) -> torch.Tensor:
+    return supcon_loss(z, labels.repeat(2))
+
+
+_CARE_LOSS = CARELoss(n_splits=N_SPLITS)
+
+
+def _care(z: torch.Tensor, labels: torch.Tensor, batch: int) -> torch.Tensor:
+    z1, z2, e1, e2 = z.split(batch)
+    return _CARE_LOSS(z1, z2, e1, e2)["loss"]
+
+
+@dataclass(frozen=True)
+class Workload:
+    """What a method asks of the data pipeline and the step: views per image and a loss.
+
+    Attributes:
+        name: The method (``--methods``).
+        chunk_shared_views: Chunk-shared views per batch besides the 2 per-sample ones (0 or 2).
+        loss: ``(z, labels, B) -> loss`` on the projections of all views, view-major ``(V·B, D)``.
+    """
+
+    name: str
+    chunk_shared_views: int
+    loss: Callable[[torch.Tensor, torch.Tensor, int], torch.Tensor]
+
+
+WORKLOADS = {
+    w.name: w
+    for w in (Workload("simclr", 0, _info_nce), Workload("care", 2, _care), Workload("supcon", 0, _supcon))
+}
 
 
 def _sync(device: torch.device) -> None:
@@ -189,9 +216,10 @@ def config_steps(
         model = model.to(memory_format=torch.channels_last)
     step_model = torch.compile(model) if (cuda and args.compile) else model
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=cuda)
-    care = CARELoss(n_splits=N_SPLITS)
+    workload = WORKLOADS[method]
+    chunk_shared = workload.chunk_shared_views > 0
     autocast = torch.autocast("cuda", dtype=torch.bfloat16) if (cuda and args.bf16) else nullcontext()
-    n_views = 4 if method == "care" else 2
+    n_views = 2 + workload.chunk_shared_views
     total_steps = args.warmup + args.steps
 
     per_sample = simclr_transform(image_size, MEAN, STD)
@@ -204,7 +232,7 @@ def config_steps(
         if pipeline == "workers":
             collator = ImageViewCollator(
                 transform=per_sample, n_views=2, n_channels=3,
-                raw_transform=raw_image_transform(raw_size) if method == "care" else None,
+                raw_transform=raw_image_transform(raw_size) if chunk_shared else None,
             )
         else:
             collator = ImageViewCollator(n_views=0, n_channels=3, raw_transform=raw_image_transform(raw_size))
@@ -223,14 +251,13 @@ def config_steps(
         if pipeline == "workers":
             views = [data["pixel_values_1"], data["pixel_values_2"]]
             views = [v.to(device, non_blocking=True) for v in views]
-            if method == "care":
+            if chunk_shared:
                 views += list(chunked(data["pixel_values_eq"].to(device, non_blocking=True)))
             return torch.cat(views), labels
         raw = data["pixel_values_eq"].to(device, non_blocking=True)
         g = device_views.generator(step)
         views = [device_views(raw, g), device_views(raw, g)]
-        if method == "care":
-            views += [device_views(raw, g, chunk_size=batch // N_SPLITS) for _ in range(2)]
+        views += [device_views(raw, g, chunk_size=batch // N_SPLITS) for _ in range(workload.chunk_shared_views)]
         return torch.cat(views), labels
 
     views_ms = 0.0
@@ -262,7 +289,7 @@ def config_steps(
                 x = x.contiguous(memory_format=torch.channels_last)
             with autocast:
                 z = step_model(x)
-                loss = _loss(method, z.float(), labels, batch, care)
+                loss = workload.loss(z.float(), labels, batch)
             loss.backward()
             optimizer.step()
             optimizer.zero_grad(set_to_none=True)
@@ -345,7 +372,7 @@ def main(argv: list[str] | None = None) -> list[Result]:
     parser.add_argument("--quick", action="store_true", help="CPU, resnet18:32, B=16, 4 interleaved steps, 1 thread")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--models", nargs="+", default=["resnet18:32", "vit_s16:224"])
-    parser.add_argument("--methods", nargs="+", default=list(METHODS), choices=METHODS)
+    parser.add_argument("--methods", nargs="+", default=list(WORKLOADS), choices=list(WORKLOADS))
     parser.add_argument("--pipelines", nargs="+", default=list(PIPELINES), choices=PIPELINES)
     parser.add_argument("--batch_size", type=int, default=512)
     parser.add_argument("--steps", type=int, default=20)
@@ -366,8 +393,11 @@ def main(argv: list[str] | None = None) -> list[Result]:
     if args.quick:
         args.device, args.models, args.batch_size, args.steps, args.warmup = "cpu", ["resnet18:32"], 16, 4, 1
         args.workers, args.threads = min(args.workers, 2), args.threads or 1
-    if args.batch_size % N_SPLITS:
-        raise SystemExit(f"--batch_size must be a multiple of n_splits={N_SPLITS} (CARE's chunks), got {args.batch_size}.")
+    if args.batch_size % N_SPLITS or args.batch_size < 2 * N_SPLITS:
+        raise SystemExit(
+            f"--batch_size must be a multiple of n_splits={N_SPLITS} and at least {2 * N_SPLITS} (CARE's chunks need "
+            f"2 samples or more), got {args.batch_size}."
+        )
     if args.threads:
         torch.set_num_threads(args.threads)
     device = torch.device(args.device)
