@@ -344,3 +344,12 @@ def test_views_inside_a_bf16_autocast_are_computed_in_float32():
     with torch.autocast("cpu", dtype=torch.bfloat16):
         inside = views(x, views.generator(0))
     assert inside.dtype == torch.float32 and torch.equal(inside, plain)
+
+
+def test_from_data_config_sizes_and_normalises_like_the_config():
+    config = {"input_size": (3, 12, 14), "mean": MEAN, "std": STD, "interpolation": "bicubic"}
+    views = BatchedSimCLRViews.from_data_config(config, seed=1, blur_kernel=3)
+    x = torch.randint(0, 256, (4, 3, 20, 20), dtype=torch.uint8)
+    assert views(x, views.generator(0)).shape == (4, 3, 12, 14)
+    with pytest.raises(ValueError, match="input_size"):
+        BatchedSimCLRViews.from_data_config({"mean": MEAN, "std": STD})
