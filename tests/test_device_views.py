@@ -271,6 +271,7 @@ def test_same_seed_and_batch_index_give_bit_identical_views():
     assert not torch.equal(first[0], views(x, views.generator(6)))
     other_seed = BatchedSimCLRViews(16, MEAN, STD, seed=8)
     assert not torch.equal(first[0], other_seed(x, other_seed.generator(5)))
+    assert not torch.equal(first[0], views(x, views.generator(5, process_index=1)))  # ranks draw apart
 
 
 def test_views_are_normalised_float32_of_the_right_shape():

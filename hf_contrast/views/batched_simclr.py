@@ -166,17 +166,23 @@ class BatchedSimCLRViews:
         _, height, width = tuple(data_config["input_size"])
         return cls((int(height), int(width)), data_config["mean"], data_config["std"], **kwargs)
 
-    def generator(self, batch_index: int) -> torch.Generator:
-        """A CPU generator seeded from ``(seed, batch_index)``: the views of batch ``batch_index``.
+    def generator(self, batch_index: int, process_index: int = 0) -> torch.Generator:
+        """A CPU generator seeded from ``(seed, batch_index, process_index)``: the views of one batch.
+
+        Args:
+            batch_index: Position of the batch in the run (restored on resume).
+            process_index: The process's rank in distributed training, so that processes draw
+                different parameters for their local rows.
 
         Raises:
-            ValueError: if the views were built without ``seed`` or ``batch_index`` is negative.
+            ValueError: if the views were built without ``seed`` or an index is negative.
         """
         if self.seed is None:
             raise ValueError("`seed` is required for per-batch generators; build BatchedSimCLRViews(..., seed=...).")
-        if not isinstance(batch_index, int) or batch_index < 0:
-            raise ValueError(f"`batch_index` must be an int >= 0, got {batch_index!r}.")
-        state = np.random.SeedSequence([self.seed, batch_index]).generate_state(1, dtype=np.uint64)[0]
+        for name, value in (("batch_index", batch_index), ("process_index", process_index)):
+            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+                raise ValueError(f"`{name}` must be an int >= 0, got {value!r}.")
+        state = np.random.SeedSequence([self.seed, batch_index, process_index]).generate_state(1, dtype=np.uint64)[0]
         return torch.Generator().manual_seed(int(state >> np.uint64(1)))
 
     def sample(
