@@ -1,0 +1,320 @@
+"""SimCLR/BYOL views made on the batch's device, with per-sample (or per-chunk) random parameters.
+
+The per-sample pipeline (``simclr_transform`` in the DataLoader) crops and jitters one image at a
+time on the CPU; :class:`BatchedSimCLRViews` takes the decoded ``uint8`` batch once, on the
+accelerator, and makes a view of every sample in a few batched tensor ops
+(:mod:`hf_contrast.views.batched_ops`), each sample with its own parameters drawn from
+torchvision's distributions (:mod:`hf_contrast.views.batched_params`). The same object makes
+CARE's chunk-shared views (``chunk_size=m``: one parameter set per chunk of ``m`` rows).
+
+Recipe (SimCLR, Chen et al. 2020, https://arxiv.org/abs/2002.05709, appendix A; solarisation from
+BYOL, Grill et al. 2020, https://arxiv.org/abs/2006.07733): random resized crop (bilinear) →
+horizontal flip → colour jitter with probability ``jitter_p`` (per-sample random order) →
+grayscale → Gaussian blur → solarisation → normalisation. The defaults are those of
+``hf_contrast.augment.simclr_transform``.
+
+Differences from the per-sample ``uint8`` pipeline: colour maths run in float32 without rounding
+to ``uint8`` after each step (torchvision rounds after each op on ``uint8`` images: the views differ
+by about 1.3/255 on average and 6/255 at most, ``tests/test_device_views.py``), and resampling is
+always bilinear (antialiased by default, as there).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from hf_contrast.augment import default_blur_kernel
+from hf_contrast.views import batched_ops as ops
+from hf_contrast.views.batched_params import (
+    ViewParams,
+    jitter_ranges,
+    sample_bernoulli,
+    sample_color_jitter,
+    sample_resized_crop,
+    sample_uniform,
+)
+
+__all__ = ["BatchedSimCLRViews"]
+
+
+def _pair(name: str, value: object) -> tuple[int, int]:
+    if isinstance(value, int) and not isinstance(value, bool):
+        value = (value, value)
+    if (
+        not isinstance(value, Sequence)
+        or len(value) != 2
+        or not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in value)
+    ):
+        raise ValueError(f"`{name}` must be a positive int or a pair (H, W) of positive ints, got {value!r}.")
+    return int(value[0]), int(value[1])
+
+
+def _range(name: str, value: Sequence[float], low: float, high: float) -> tuple[float, float]:
+    if len(value) != 2 or not (low < value[0] <= value[1] <= high):
+        raise ValueError(f"`{name}` must be a pair (lo, hi) with {low} < lo <= hi <= {high}, got {tuple(value)}.")
+    return float(value[0]), float(value[1])
+
+
+def _probability(name: str, value: float) -> float:
+    if not 0.0 <= value <= 1.0:
+        raise ValueError(f"`{name}` must be a probability in [0, 1], got {value}.")
+    return float(value)
+
+
+class BatchedSimCLRViews:
+    """Random SimCLR/BYOL views of a ``uint8`` (or ``[0, 1]`` float) batch, made on its device.
+
+    Usage (one generator per batch; calls in a fixed order, so a resumed run redraws the same views)::
+
+        views = BatchedSimCLRViews(32, mean, std, seed=0)
+        g = views.generator(batch_index)                       # CPU generator seeded by (seed, index)
+        x = batch["pixel_values_eq"].to("cuda", non_blocking=True)   # (B, C, H, W) uint8, sent once
+        v1, v2 = views(x, g), views(x, g)                      # per-sample views (SimCLR, SupCon)
+        e1, e2 = views(x, g, chunk_size=m), views(x, g, chunk_size=m)   # CARE's chunk-shared views
+
+    Args:
+        image_size: Output side ``S`` or ``(H, W)``.
+        mean, std: Per-channel normalisation; their length must equal the input's channels.
+        scale, ratio: ``RandomResizedCrop``'s area fraction and aspect-ratio ranges.
+        hflip_p: Probability of a horizontal flip.
+        jitter_strength: ``s`` of ``ColorJitter(0.8s, 0.8s, 0.8s, 0.2s)`` (0: no jitter).
+        jitter_p: Probability of applying the colour jitter.
+        grayscale_p: Probability of a grayscale conversion.
+        blur_p: Probability of a Gaussian blur.
+        blur_kernel: Odd kernel size; default ~10 % of the output side (``default_blur_kernel``, as
+            ``simclr_transform``).
+        blur_sigma: Range of the blur's standard deviation (drawn uniformly).
+        solarize_p: Probability of solarisation (BYOL: 0 / 0.2 for its two views).
+        solarize_threshold: Solarisation threshold on the ``[0, 1]`` scale.
+        antialias: Antialiased bilinear resampling (``simclr_transform``'s setting) or plain bilinear.
+        seed: Seed of :meth:`generator` (per-batch generators for exact resume).
+
+    Raises:
+        ValueError: on an invalid size, range, probability, kernel or mean/std pair.
+    """
+
+    def __init__(
+        self,
+        image_size: int | tuple[int, int],
+        mean: Sequence[float],
+        std: Sequence[float],
+        *,
+        scale: tuple[float, float] = (0.08, 1.0),
+        ratio: tuple[float, float] = (3.0 / 4.0, 4.0 / 3.0),
+        hflip_p: float = 0.5,
+        jitter_strength: float = 0.5,
+        jitter_p: float = 0.8,
+        grayscale_p: float = 0.2,
+        blur_p: float = 0.5,
+        blur_kernel: int | None = None,
+        blur_sigma: tuple[float, float] = (0.1, 2.0),
+        solarize_p: float = 0.0,
+        solarize_threshold: float = 0.5,
+        antialias: bool = True,
+        seed: int | None = None,
+    ) -> None:
+        self.image_size = _pair("image_size", image_size)
+        self.mean, self.std = [float(m) for m in mean], [float(s) for s in std]
+        if not self.mean or len(self.mean) != len(self.std) or min(self.std) <= 0:
+            raise ValueError(
+                f"`mean` and `std` must have one value per channel, the same length and positive `std`, "
+                f"got mean={tuple(self.mean)}, std={tuple(self.std)}."
+            )
+        self.scale = _range("scale", scale, 0.0, 1.0)
+        self.ratio = _range("ratio", ratio, 0.0, math.inf)
+        self.hflip_p = _probability("hflip_p", hflip_p)
+        if jitter_strength < 0:
+            raise ValueError(f"`jitter_strength` must be >= 0, got {jitter_strength}.")
+        s = float(jitter_strength)
+        self.jitter_ranges = jitter_ranges(0.8 * s, 0.8 * s, 0.8 * s, min(0.2 * s, 0.5))
+        self.jitter_p = _probability("jitter_p", jitter_p) if s > 0 else 0.0
+        self.grayscale_p = _probability("grayscale_p", grayscale_p)
+        self.blur_p = _probability("blur_p", blur_p)
+        kernel = default_blur_kernel(self.image_size) if blur_kernel is None else blur_kernel
+        if not isinstance(kernel, int) or isinstance(kernel, bool) or kernel <= 0 or kernel % 2 == 0:
+            raise ValueError(f"`blur_kernel` must be a positive odd int, got {blur_kernel!r}.")
+        if self.blur_p > 0 and kernel // 2 >= min(self.image_size):
+            raise ValueError(
+                f"`blur_kernel`={kernel} needs an output side above {kernel // 2} (reflect padding), got "
+                f"image_size={self.image_size}; pass a smaller `blur_kernel`."
+            )
+        self.blur_kernel = kernel
+        self.blur_sigma = _range("blur_sigma", blur_sigma, 0.0, math.inf)
+        self.solarize_p = _probability("solarize_p", solarize_p)
+        if not 0.0 <= solarize_threshold <= 1.0:
+            raise ValueError(f"`solarize_threshold` must lie in [0, 1], got {solarize_threshold}.")
+        self.solarize_threshold = float(solarize_threshold)
+        self.antialias = bool(antialias)
+        self.seed = seed
+        self._norm: dict[torch.device, tuple[Tensor, Tensor]] = {}
+
+    @classmethod
+    def from_data_config(cls, data_config: Mapping[str, Any], **kwargs: Any) -> BatchedSimCLRViews:
+        """Sized and normalised from a timm data config (``input_size``, ``mean``, ``std``).
+
+        The config's ``interpolation`` is not used: device views always resample bilinearly.
+        """
+        missing = [k for k in ("input_size", "mean", "std") if k not in data_config]
+        if missing:
+            raise ValueError(f"`data_config` must hold 'input_size', 'mean' and 'std', missing {missing}.")
+        _, height, width = tuple(data_config["input_size"])
+        return cls((int(height), int(width)), data_config["mean"], data_config["std"], **kwargs)
+
+    def generator(self, batch_index: int, process_index: int = 0) -> torch.Generator:
+        """A CPU generator seeded from ``(seed, batch_index, process_index)``: the views of one batch.
+
+        Args:
+            batch_index: Position of the batch in the run (restored on resume).
+            process_index: The process's rank in distributed training, so that processes draw
+                different parameters for their local rows.
+
+        Raises:
+            ValueError: if the views were built without ``seed`` or an index is negative.
+        """
+        if self.seed is None:
+            raise ValueError("`seed` is required for per-batch generators; build BatchedSimCLRViews(..., seed=...).")
+        for name, value in (("batch_index", batch_index), ("process_index", process_index)):
+            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+                raise ValueError(f"`{name}` must be an int >= 0, got {value!r}.")
+        state = np.random.SeedSequence([self.seed, batch_index, process_index]).generate_state(1, dtype=np.uint64)[0]
+        return torch.Generator().manual_seed(int(state >> np.uint64(1)))
+
+    def sample(
+        self, n: int, input_size: tuple[int, int], generator: torch.Generator | None = None
+    ) -> ViewParams:
+        """Draw ``n`` independent parameter sets on the CPU (a fixed number of draws per call).
+
+        Args:
+            n: Number of parameter sets.
+            input_size: ``(H, W)`` of the images the crops are taken from.
+            generator: CPU generator (``None``: torch's global one).
+
+        Returns:
+            The parameters, on the CPU.
+        """
+        height, width = input_size
+        boxes = sample_resized_crop(n, height, width, self.scale, self.ratio, generator)
+        flip = sample_bernoulli(n, self.hflip_p, generator)
+        factors, order = sample_color_jitter(n, self.jitter_ranges, self.jitter_p, generator)
+        gray = sample_bernoulli(n, self.grayscale_p, generator)
+        blur = sample_bernoulli(n, self.blur_p, generator)
+        sigma = sample_uniform(n, *self.blur_sigma, generator=generator)
+        solar = sample_bernoulli(n, self.solarize_p, generator)
+        return ViewParams(
+            boxes=boxes,
+            flip=flip,
+            jitter_factors=factors,
+            jitter_order=order,
+            grayscale=gray,
+            blur_sigma=torch.where(blur, sigma, torch.zeros_like(sigma)),
+            solarize=solar,
+        )
+
+    def _normalisation(self, device: torch.device) -> tuple[Tensor, Tensor]:
+        if device not in self._norm:
+            mean = torch.tensor(self.mean, dtype=torch.float32).reshape(1, -1, 1, 1)
+            std = torch.tensor(self.std, dtype=torch.float32).reshape(1, -1, 1, 1)
+            self._norm[device] = (mean.to(device), std.to(device))
+        return self._norm[device]
+
+    def apply(self, images: Tensor, params: ViewParams) -> Tensor:
+        """Make the views of ``images`` with given per-sample parameters.
+
+        Args:
+            images: ``uint8`` or ``[0, 1]`` float images on any device. Shape: ``(B, C, H, W)``,
+                ``C = len(mean)``.
+            params: ``B`` parameter sets on the CPU (:meth:`sample`); they go to the images'
+                device in one copy. The colour jitter's hue rounds are grouped from them on the CPU
+                (:func:`~hf_contrast.views.batched_ops.hue_groups`): the batch is processed in
+                that order and put back in its own order at the end.
+
+        Returns:
+            Normalised float32 views. Shape: ``(B, C, *image_size)``.
+        """
+        with torch.autocast(images.device.type, enabled=False):  # float32 maths inside a bf16/fp16 autocast
+            return self._apply(images, params)
+
+    def _apply(self, images: Tensor, params: ViewParams) -> Tensor:
+        device = images.device
+        jitter = self.jitter_p > 0 and images.shape[1] == 3
+        perm = None
+        if jitter:
+            perm, hue_counts = ops.hue_groups(params.jitter_factors, params.jitter_order)
+            params = params.select(perm)
+            perm = (perm.pin_memory() if device.type == "cuda" else perm).to(device, non_blocking=True)
+            images = images.index_select(0, perm)
+        p = params.to(device)
+        x = images.float().div_(255.0) if images.dtype == torch.uint8 else images.float()
+        x = ops.resized_crop(x, p.boxes, self.image_size, flip=p.flip, antialias=self.antialias)
+        if jitter:
+            x = ops.color_jitter(x, p.jitter_factors, p.jitter_order, hue_counts)
+        if self.grayscale_p > 0 and x.shape[1] == 3:
+            x = torch.where(p.grayscale.reshape(-1, 1, 1, 1), ops.rgb_to_grayscale(x).expand_as(x), x)
+        if self.blur_p > 0:
+            x = ops.gaussian_blur(x, p.blur_sigma, self.blur_kernel)
+        if self.solarize_p > 0:
+            x = ops.solarize(x, p.solarize, self.solarize_threshold)
+        mean, std = self._normalisation(device)
+        x = (x - mean) / std
+        if perm is not None:
+            x = torch.empty_like(x).index_copy_(0, perm, x)
+        return x
+
+    def __call__(
+        self, images: Tensor, generator: torch.Generator | None = None, *, chunk_size: int | None = None
+    ) -> Tensor:
+        """One random view of every sample (or one shared view per chunk of ``chunk_size`` rows).
+
+        Args:
+            images: ``uint8`` or ``[0, 1]`` float images on any device. Shape: ``(B, C, H, W)``
+                with ``C = len(mean)``.
+            generator: CPU generator of the parameter draws (``None``: torch's global one); e.g.
+                :meth:`generator` of the batch index.
+            chunk_size: ``m``: rows ``c*m:(c+1)*m`` share one parameter set, each chunk its own
+                (CARE's equivariance views, https://arxiv.org/abs/2306.13924, Algorithm 1);
+                ``None``: every row its own.
+
+        Returns:
+            Normalised float32 views on the images' device. Shape: ``(B, C, *image_size)``.
+
+        Raises:
+            ValueError: on a tensor that is not ``(B, C, H, W)`` uint8/float with ``C = len(mean)``,
+                or a ``chunk_size`` that does not divide ``B``.
+        """
+        if not isinstance(images, Tensor) or images.ndim != 4:
+            got = tuple(images.shape) if isinstance(images, Tensor) else type(images).__name__
+            raise ValueError(f"`images` must be a tensor of shape (B, C, H, W), got {got}.")
+        if images.dtype != torch.uint8 and not images.is_floating_point():
+            raise ValueError(f"`images` must be uint8 or float in [0, 1], got dtype {images.dtype}.")
+        batch, channels = images.shape[:2]
+        if channels != len(self.mean):
+            raise ValueError(
+                f"`images` has {channels} channels but `mean`/`std` have {len(self.mean)}; convert the images "
+                f"(e.g. `raw_image_transform(size, n_channels={len(self.mean)})`) or pass matching mean/std."
+            )
+        if batch == 0:
+            raise ValueError("`images` is an empty batch (B = 0).")
+        if chunk_size is None:
+            params = self.sample(batch, tuple(images.shape[-2:]), generator)
+        else:
+            if not isinstance(chunk_size, int) or chunk_size < 1 or batch % chunk_size != 0:
+                raise ValueError(
+                    f"`chunk_size` must be a positive int dividing the batch size {batch}, got {chunk_size!r}."
+                )
+            shared = self.sample(batch // chunk_size, tuple(images.shape[-2:]), generator)
+            params = shared.repeat_interleave(chunk_size)
+        return self.apply(images, params)
+
+    def __repr__(self) -> str:
+        return (
+            f"{type(self).__name__}(image_size={self.image_size}, scale={self.scale}, ratio={self.ratio}, "
+            f"hflip_p={self.hflip_p}, jitter={self.jitter_ranges}, jitter_p={self.jitter_p}, "
+            f"grayscale_p={self.grayscale_p}, blur_p={self.blur_p}, blur_kernel={self.blur_kernel}, "
+            f"blur_sigma={self.blur_sigma}, solarize_p={self.solarize_p}, antialias={self.antialias})"
+        )
