@@ -63,7 +63,7 @@ import torch  # noqa: E402
 from PIL import Image  # noqa: E402
 from torch import nn  # noqa: E402
 
-from hf_contrast.augment import ChunkedAugmentation, simclr_transform  # noqa: E402
+from hf_contrast.views import ChunkedAugmentation, simclr_transform  # noqa: E402
 from hf_contrast.losses import CARELoss, info_nce_loss, supcon_loss  # noqa: E402
 from hf_contrast.training.collators import ImageViewCollator, raw_image_transform  # noqa: E402
 from hf_contrast.views.batched_simclr import BatchedSimCLRViews  # noqa: E402

@@ -90,6 +90,7 @@ class ProbeEvaluator(Evaluator):
         if primary not in PROBE_METRICS:
             raise ValueError(f"`primary` must be one of {list(PROBE_METRICS)}, got {primary!r}.")
         super().__init__(name, primary, greater_is_better=True)
+        self.metric_names = PROBE_METRICS
         if label_column is None:
             raise ValueError("`label_column` must name the label column: the probes are fitted on labels.")
         self.fit_dataset = fit_dataset

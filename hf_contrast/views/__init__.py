@@ -13,9 +13,14 @@
 * Collators: :class:`ImageViewCollator`, :class:`PairedImageCollator`, :class:`TextViewCollator`,
   :func:`pop_view_batch_index`.
 * Batches: :class:`AFCLBatchSampler`, SimO's class-grouped ``C x k`` batches.
+* Views made on the device: :class:`BatchedSimCLRViews` — the SimCLR/BYOL recipe with per-sample
+  parameters (:class:`ViewParams`, drawn like torchvision's) applied to a whole ``uint8`` batch in a few
+  batched tensor operations on its device (:mod:`~hf_contrast.views.batched_ops`), seeded per batch.
 """
 
 from .afcl_sampler import AFCLBatchSampler
+from .batched_params import ViewParams
+from .batched_simclr import BatchedSimCLRViews
 from .builder import ViewBuilder, split_output
 from .chunked_image import ChunkedAugmentation
 from .chunked_text import ChunkedTextAugmentation, simcse_views
@@ -39,6 +44,7 @@ from .text_views import TextViews, pad_and_concat
 __all__ = [
     "AFCLBatchSampler",
     "BadImageError",
+    "BatchedSimCLRViews",
     "ChunkedAugmentation",
     "ChunkedTextAugmentation",
     "ImageViewCollator",
@@ -49,6 +55,7 @@ __all__ = [
     "TextViews",
     "TwoViewTransform",
     "ViewBuilder",
+    "ViewParams",
     "default_blur_kernel",
     "eval_transform",
     "eval_transform_from_data_config",

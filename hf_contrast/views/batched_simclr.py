@@ -11,7 +11,7 @@ Recipe (SimCLR, Chen et al. 2020, https://arxiv.org/abs/2002.05709, appendix A; 
 BYOL, Grill et al. 2020, https://arxiv.org/abs/2006.07733): random resized crop (bilinear) →
 horizontal flip → colour jitter with probability ``jitter_p`` (per-sample random order) →
 grayscale → Gaussian blur → solarisation → normalisation. The defaults are those of
-``hf_contrast.augment.simclr_transform``.
+``hf_contrast.views.simclr_transform``.
 
 Differences from the per-sample ``uint8`` pipeline: colour maths run in float32 without rounding
 to ``uint8`` after each step (torchvision rounds after each op on ``uint8`` images: the views differ
@@ -29,8 +29,9 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from hf_contrast.augment import default_blur_kernel
 from hf_contrast.views import batched_ops as ops
+from hf_contrast.views._common import check_probability, check_range, check_size
+from hf_contrast.views.image_transforms import default_blur_kernel
 from hf_contrast.views.batched_params import (
     ViewParams,
     jitter_ranges,
@@ -41,30 +42,6 @@ from hf_contrast.views.batched_params import (
 )
 
 __all__ = ["BatchedSimCLRViews"]
-
-
-def _pair(name: str, value: object) -> tuple[int, int]:
-    if isinstance(value, int) and not isinstance(value, bool):
-        value = (value, value)
-    if (
-        not isinstance(value, Sequence)
-        or len(value) != 2
-        or not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in value)
-    ):
-        raise ValueError(f"`{name}` must be a positive int or a pair (H, W) of positive ints, got {value!r}.")
-    return int(value[0]), int(value[1])
-
-
-def _range(name: str, value: Sequence[float], low: float, high: float) -> tuple[float, float]:
-    if len(value) != 2 or not (low < value[0] <= value[1] <= high):
-        raise ValueError(f"`{name}` must be a pair (lo, hi) with {low} < lo <= hi <= {high}, got {tuple(value)}.")
-    return float(value[0]), float(value[1])
-
-
-def _probability(name: str, value: float) -> float:
-    if not 0.0 <= value <= 1.0:
-        raise ValueError(f"`{name}` must be a probability in [0, 1], got {value}.")
-    return float(value)
 
 
 class BatchedSimCLRViews:
@@ -119,23 +96,23 @@ class BatchedSimCLRViews:
         antialias: bool = True,
         seed: int | None = None,
     ) -> None:
-        self.image_size = _pair("image_size", image_size)
+        self.image_size = check_size("image_size", image_size)
         self.mean, self.std = [float(m) for m in mean], [float(s) for s in std]
         if not self.mean or len(self.mean) != len(self.std) or min(self.std) <= 0:
             raise ValueError(
                 f"`mean` and `std` must have one value per channel, the same length and positive `std`, "
                 f"got mean={tuple(self.mean)}, std={tuple(self.std)}."
             )
-        self.scale = _range("scale", scale, 0.0, 1.0)
-        self.ratio = _range("ratio", ratio, 0.0, math.inf)
-        self.hflip_p = _probability("hflip_p", hflip_p)
+        self.scale = check_range("scale", scale, 0.0, 1.0)
+        self.ratio = check_range("ratio", ratio, 0.0, math.inf)
+        self.hflip_p = check_probability("hflip_p", hflip_p)
         if jitter_strength < 0:
             raise ValueError(f"`jitter_strength` must be >= 0, got {jitter_strength}.")
         s = float(jitter_strength)
         self.jitter_ranges = jitter_ranges(0.8 * s, 0.8 * s, 0.8 * s, min(0.2 * s, 0.5))
-        self.jitter_p = _probability("jitter_p", jitter_p) if s > 0 else 0.0
-        self.grayscale_p = _probability("grayscale_p", grayscale_p)
-        self.blur_p = _probability("blur_p", blur_p)
+        self.jitter_p = check_probability("jitter_p", jitter_p) if s > 0 else 0.0
+        self.grayscale_p = check_probability("grayscale_p", grayscale_p)
+        self.blur_p = check_probability("blur_p", blur_p)
         kernel = default_blur_kernel(self.image_size) if blur_kernel is None else blur_kernel
         if not isinstance(kernel, int) or isinstance(kernel, bool) or kernel <= 0 or kernel % 2 == 0:
             raise ValueError(f"`blur_kernel` must be a positive odd int, got {blur_kernel!r}.")
@@ -145,8 +122,8 @@ class BatchedSimCLRViews:
                 f"image_size={self.image_size}; pass a smaller `blur_kernel`."
             )
         self.blur_kernel = kernel
-        self.blur_sigma = _range("blur_sigma", blur_sigma, 0.0, math.inf)
-        self.solarize_p = _probability("solarize_p", solarize_p)
+        self.blur_sigma = check_range("blur_sigma", blur_sigma, 0.0, math.inf)
+        self.solarize_p = check_probability("solarize_p", solarize_p)
         if not 0.0 <= solarize_threshold <= 1.0:
             raise ValueError(f"`solarize_threshold` must lie in [0, 1], got {solarize_threshold}.")
         self.solarize_threshold = float(solarize_threshold)
