@@ -29,7 +29,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from hf_contrast.views import batched_ops as ops
+import hf_contrast.views.batched_ops as ops
 from hf_contrast.views._common import check_probability, check_range, check_size
 from hf_contrast.views.image_transforms import default_blur_kernel
 from hf_contrast.views.batched_params import (
