@@ -166,3 +166,89 @@ def test_skip_policy_drops_the_step_and_counts_it(tmp_path, images) -> None:
     assert math.isnan(step3["loss"])  # a dropped step is not logged as 0.0
     assert all(math.isfinite(h["loss"]) and h["loss"] != 0.0 for i, h in enumerate(logged) if i != 2)
     _assert_finite_checkpoints(tmp_path, [1, 2, 3, 4, 5])
+
+
+class _NaNPixelsAt:
+    """``fixed_views_collator`` with NaN pixels in the ``bad_call``-th training batch (a broken image file)."""
+
+    def __init__(self, bad_call: int) -> None:
+        self.bad_call, self.calls = bad_call, 0
+
+    def __call__(self, features):  # noqa: ANN001, ANN204
+        batch = fixed_views_collator(features)
+        self.calls += 1
+        if self.calls == self.bad_call:
+            for key in ("pixel_values_1", "pixel_values_2"):
+                batch[key] = batch[key].clone()
+                batch[key][0, :, :4, :4] = float("nan")
+        return batch
+
+
+def _resnet_encoder() -> ContrastiveEncoder:
+    torch.manual_seed(0)
+    return ContrastiveEncoder.from_backbone("resnet10t", pretrained=False, projection_dim=8)
+
+
+def test_skip_keeps_batchnorm_statistics_and_reports_the_mean_of_the_kept_steps(tmp_path, images) -> None:
+    """NaN input pixels write NaN into BatchNorm running statistics during the forward pass, before the loss
+    is seen: a skipped step must put them back, or the next checkpoint (and the saved model) holds NaN."""
+    buffers: dict[str, dict[str, torch.Tensor]] = {}
+
+    class Snapshot(TrainerCallback):
+        def on_step_begin(self, args, state, control, model=None, **kwargs):  # noqa: ANN001, ANN201
+            if state.global_step + 1 == 2:
+                buffers["before"] = {k: v.clone() for k, v in model.named_buffers()}
+
+        def on_step_end(self, args, state, control, model=None, **kwargs):  # noqa: ANN001, ANN201
+            if state.global_step == 2:
+                buffers["after"] = {k: v.clone() for k, v in model.named_buffers()}
+
+    args = training_args(tmp_path, max_steps=4, per_device_train_batch_size=4, nonfinite_policy="skip", save_strategy="no")
+    trainer = SimCLRTrainer(
+        model=_resnet_encoder(), args=args, train_dataset=images, data_collator=_NaNPixelsAt(bad_call=2),
+        callbacks=[Snapshot()],
+    )  # fmt: skip
+    with pytest.warns(RuntimeWarning, match="Step 2: non-finite"):
+        output = trainer.train()
+    assert trainer.skipped_steps == 1
+    running = [k for k in buffers["before"] if "running_mean" in k]
+    assert running  # the encoder has BatchNorm
+    for name, value in buffers["before"].items():  # the NaN step left every buffer as it was
+        assert torch.equal(buffers["after"][name], value), name
+    trainer.save_model(str(tmp_path / "model"))  # finite: no error
+    assert all(torch.isfinite(b).all() for b in trainer.model.buffers() if b.is_floating_point())
+    kept = [h["loss"] for h in trainer.state.log_history if "loss" in h and math.isfinite(h["loss"])]
+    assert len(kept) == 3
+    final = trainer.state.log_history[-1]
+    assert final["train_loss"] == pytest.approx(sum(kept) / 3, rel=1e-5)  # not (sum + 0) / 4
+    assert final["skipped_steps"] == 1 and output.metrics["train_loss"] == final["train_loss"]
+
+
+class _NaNGradientAt(nn.Module):
+    """InfoNCE plus a term that is finite at every call but has a NaN gradient at the ``bad_call``-th call."""
+
+    def __init__(self, bad_call: int) -> None:
+        super().__init__()
+        self.bad_call, self.calls = bad_call, 0
+        self.info_nce = InfoNCELoss(temperature=0.5)
+
+    def forward(self, z1: torch.Tensor, z2: torch.Tensor) -> dict[str, torch.Tensor]:
+        self.calls += 1
+        invariance = self.info_nce(z1, z2)
+        extra = (z1 - z2).pow(2).mean()
+        if self.calls == self.bad_call:  # sqrt(0) is 0 but its derivative is inf: 0 * inf = NaN in backward
+            extra = extra + 0.0 * torch.sqrt(z1[:, 0] * 0.0).sum()
+        return {"invariance": invariance, "extra": extra, "loss": invariance + extra}
+
+
+def test_raise_names_the_step_whose_gradients_were_not_finite(tmp_path, images) -> None:
+    args = training_args(tmp_path, max_steps=6, per_device_train_batch_size=4, logging_steps=6, save_strategy="no")
+    trainer = ContrastiveTrainer(
+        model=vit_encoder(), args=args, train_dataset=images, data_collator=fixed_views_collator,
+        objective=CustomPairObjective(loss=_NaNGradientAt(bad_call=3)),
+    )  # fmt: skip
+    with pytest.raises(NonFiniteLossError, match="Non-finite gradients at step 3 \\(its loss was finite"):
+        trainer.train()
+    with pytest.raises(NonFiniteLossError, match="allow_nonfinite=True"):
+        trainer.save_model(str(tmp_path / "model"))  # the weights are NaN now: nothing is written silently
+    assert not (tmp_path / "model").exists()

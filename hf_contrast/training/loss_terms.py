@@ -44,6 +44,7 @@ class LossTermTracker:
         self._pending_counts: dict[str, int] = {}
         self._nonfinite: dict[str, Tensor] = {}
         self._first_bad_step: Tensor | None = None
+        self._first_bad_gradient_step: Tensor | None = None
         #: Whether the last recorded total loss was finite (a device bool), for the step's verdict.
         self.last_loss_finite: Tensor | None = None
         self.skipped_batches = 0
@@ -67,6 +68,14 @@ class LossTermTracker:
             sums[name] = sums[name] + value if name in sums else value
             counts[name] = counts.get(name, 0) + 1
 
+    def record_gradients(self, finite: Tensor, step: int) -> None:
+        """Remember (on the device) ``step`` if it is the first whose gradients were not finite."""
+        here = torch.full((), step, dtype=torch.long, device=finite.device)
+        first = self._first_bad_gradient_step
+        if first is None:
+            first = torch.full((), -1, dtype=torch.long, device=finite.device)
+        self._first_bad_gradient_step = torch.where((first < 0) & ~finite, here, first)
+
     def commit(self) -> None:
         """The step was kept: its pending terms count in the logs."""
         for name, total in self._pending.items():
@@ -87,20 +96,28 @@ class LossTermTracker:
         Args:
             fallback_step: The step named when the first bad step is unknown (a NaN term with a finite total).
         """
+        advice = (
+            "Training stopped before writing a checkpoint with these weights; the last checkpoint is intact. Lower "
+            "the learning rate, enable gradient clipping (`max_grad_norm`), check the inputs, or set "
+            "`nonfinite_policy='skip'` to drop such steps (`save_model(..., allow_nonfinite=True)` writes these "
+            "weights anyway)."
+        )
+        first_grad = int(self._first_bad_gradient_step) if self._first_bad_gradient_step is not None else -1
+        first_loss = int(self._first_bad_step) if self._first_bad_step is not None else -1
+        if first_grad >= 0 and (first_loss < 0 or first_grad < first_loss):  # the fault began in a backward pass
+            raise NonFiniteLossError(
+                f"Non-finite gradients at step {first_grad} (its loss was finite: the backward pass of a loss term "
+                f"overflowed, or an input gave an infinite derivative). {advice}"
+            )
         if not self._nonfinite:
             return
         flags = {name: bool(flag) for name, flag in self._nonfinite.items()}
         if not any(flags.values()):
             self._nonfinite.clear()
             return
-        first = int(self._first_bad_step) if self._first_bad_step is not None else -1
-        step = first if first >= 0 else fallback_step
+        step = first_loss if first_loss >= 0 else fallback_step
         bad = sorted(name for name, flag in flags.items() if flag and name != "loss") or ["loss"]
-        raise NonFiniteLossError(
-            f"Non-finite training loss at step {step} (terms: {', '.join(bad)}). Training stopped before writing a "
-            "checkpoint with these weights; the last checkpoint is intact. Lower the learning rate, enable gradient "
-            "clipping (`max_grad_norm`), check the inputs, or set `nonfinite_policy='skip'` to drop such steps."
-        )
+        raise NonFiniteLossError(f"Non-finite training loss at step {step} (terms: {', '.join(bad)}). {advice}")
 
     def drain(self) -> dict[str, float]:
         """``{"loss_<term>": mean}`` since the last call (over all processes) and ``skipped_batches``; resets."""

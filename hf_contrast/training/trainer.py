@@ -63,13 +63,17 @@ class _ObjectiveCallback(TrainerCallback):
     def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         self.trainer.objective.zero_grad(set_to_none=True)
         self.trainer._loss_log_start = (state.global_step, self.trainer.skipped_steps)
+        self.trainer._train_call_start = (state.global_step, self.trainer.skipped_steps)
 
     def on_pre_optimizer_step(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         if args.nonfinite_policy == "skip":
             self.trainer._skip_step_if_nonfinite()
+        else:  # "raise": remember, on the device, the first step whose gradients were not finite
+            self.trainer.loss_terms.record_gradients(self.trainer._gradients_finite(), step=state.global_step + 1)
 
     def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         self.trainer.objective.zero_grad(set_to_none=True)
+        self.trainer._state_before_step = None  # the next optimizer step takes its own snapshot
 
 
 @contextlib.contextmanager
@@ -184,6 +188,8 @@ class ContrastiveTrainer(CheckpointingMixin, HubPublishingMixin, Trainer):
         self.loss_terms = LossTermTracker(defer=self.args.nonfinite_policy == "skip")
         self._loss_log_start = (0, 0)  # (global step, skipped steps) at the last logged loss
         self.skipped_steps = 0
+        self._train_call_start = (0, 0)  # (global step, skipped steps) when this `train()` call began
+        self._state_before_step: list[tuple[Tensor, Tensor]] | None = None
         self._next_view_index: Tensor | int | None = None
         self.add_callback(ModelCardCallback(self))  # fills model.model_card_data while training
 
@@ -270,6 +276,8 @@ class ContrastiveTrainer(CheckpointingMixin, HubPublishingMixin, Trainer):
         """``Trainer.training_step`` (with ``args.gradient_cache_size``: the encoder in mini-batches, see
         :mod:`~hf_contrast.training.gradient_cache`); then average the objective's gradients over processes. Under
         ``nonfinite_policy="skip"`` a non-finite loss is reported as 0 (the step itself is dropped)."""
+        if self.args.nonfinite_policy == "skip" and self._state_before_step is None:
+            self._state_before_step = self._statistics_snapshot()  # restored if this optimizer step is dropped
         if self.args.gradient_cache_size is None:
             loss = super().training_step(model, inputs, num_items_in_batch)
         else:  # the objective sees the whole batch; the encoder runs in mini-batches (GradCache)
@@ -287,11 +295,27 @@ class ContrastiveTrainer(CheckpointingMixin, HubPublishingMixin, Trainer):
 
     # ---- non-finite steps ------------------------------------------------------------------------
 
+    def _gradients_finite(self) -> Tensor:
+        """Whether every gradient of the model and the objective is finite: a device bool (no host sync)."""
+        grads = [p.grad for p in [*self.model.parameters(), *self.objective.parameters()] if p.grad is not None]
+        if not grads:
+            return torch.tensor(True, device=self.args.device)
+        return torch.stack([torch.isfinite(g).all() for g in grads]).all()
+
+    def _statistics_snapshot(self) -> list[tuple[Tensor, Tensor]]:
+        """Copies of what a forward pass changes outside the optimizer: the model's buffers (BatchNorm running
+        statistics) and the objective's buffers and frozen parameters (a MoCo queue and key encoder), on their
+        devices; ``nonfinite_policy="skip"`` puts them back when it drops a step (NaN inputs write NaN into
+        running statistics before the loss is seen)."""
+        tensors = [*self.model.buffers(), *self.objective.buffers()]
+        tensors += [p for p in self.objective.parameters() if not p.requires_grad]
+        return [(t, t.detach().clone()) for t in tensors]
+
     def _skip_step_if_nonfinite(self) -> None:
-        """Drop this optimizer step (gradients set to None) when its loss or a gradient is not finite."""
+        """Drop this optimizer step (gradients set to None, running statistics restored) when its loss or a
+        gradient is not finite."""
         params = [*self.model.parameters(), *self.objective.parameters()]
-        grads = [p.grad for p in params if p.grad is not None]
-        finite = torch.stack([torch.isfinite(g).all() for g in grads]).all() if grads else torch.tensor(True)
+        finite = self._gradients_finite()
         if self.loss_terms.last_loss_finite is not None:
             finite = finite & self.loss_terms.last_loss_finite.to(finite.device)
         if bool(finite):  # the one host sync per step of the "skip" policy
@@ -299,6 +323,9 @@ class ContrastiveTrainer(CheckpointingMixin, HubPublishingMixin, Trainer):
             return
         for p in params:
             p.grad = None
+        with torch.no_grad():
+            for tensor, saved in self._state_before_step or []:
+                tensor.copy_(saved)
         self.loss_terms.discard()
         self.skipped_steps += 1
         warnings.warn(
@@ -325,6 +352,12 @@ class ContrastiveTrainer(CheckpointingMixin, HubPublishingMixin, Trainer):
         """
         if "loss" in logs or "train_loss" in logs:  # the end of training checks too
             self.check_finite()
+        if "train_loss" in logs and self.skipped_steps:  # in place: `train()`'s returned metrics are this dict
+            start_step, start_skipped = self._train_call_start
+            steps, skipped = self.state.global_step - start_step, self.skipped_steps - start_skipped
+            if skipped:
+                logs["train_loss"] = logs["train_loss"] * steps / (steps - skipped) if steps > skipped else float("nan")
+            logs["skipped_steps"] = self.skipped_steps
         if "loss" in logs:
             start_step, start_skipped = self._loss_log_start
             steps, skipped = self.state.global_step - start_step, self.skipped_steps - start_skipped
