@@ -300,7 +300,7 @@ def test_probe_evaluator_bad_arguments_and_unlabelled_rows() -> None:
         ProbeEvaluator(rows, rows, knn_temperature=0)
     unlabelled = [{"text": r["text"]} for r in rows]
     with pytest.raises(ValueError, match="`score_dataset` has no labels in `label_column`='label'"):
-        ProbeEvaluator(rows, unlabelled, knn_k=3, progress=False)(tiny_text_encoder())
+        ProbeEvaluator(rows, unlabelled, knn_k=3, progress=False)  # at construction, before any training
 
 
 def test_probe_evaluator_as_the_trainers_evaluator(tmp_path) -> None:
@@ -464,11 +464,11 @@ def test_embedding_metrics_reports_nan_for_a_metric_that_fails_and_keeps_the_oth
 
     z, y = _clusters(10)
     metrics = EmbeddingMetrics(seed=0)
-    with pytest.warns(EvaluationFailedWarning, match="could not compute knn_accuracy"):
+    with pytest.warns(EvaluationFailedWarning, match="^EmbeddingMetrics could not compute knn_loo_accuracy"):
         with pytest.MonkeyPatch.context() as patch:
             patch.setattr(metrics, "_knn", lambda z, y: (_ for _ in ()).throw(RuntimeError("solver diverged")))
             out = metrics.compute(z, y)
-    assert np.isnan(out["knn_accuracy"]) and np.isfinite(out["uniformity"]) and 0 <= out["class_orthogonality"] <= 1
+    assert np.isnan(out["knn_loo_accuracy"]) and np.isfinite(out["uniformity"]) and 0 <= out["class_orthogonality"] <= 1
 
 
 def test_sequential_evaluator_merges_and_rejects_clashes() -> None:

@@ -55,9 +55,10 @@ def metrics_or_nan(
         key = (id(source), ",".join(names), type(error).__name__)
         if key not in _reported:
             _reported.add(key)
-            label = getattr(source, "name", "") or type(source).__name__
+            name = getattr(source, "name", "")
+            label = f"{type(source).__name__} ({name!r})" if name else type(source).__name__
             warnings.warn(
-                f"{type(source).__name__} ({label!r}) could not compute {', '.join(names) or 'its metrics'}: "
+                f"{label} could not compute {', '.join(names) or 'its metrics'}: "
                 f"{type(error).__name__}: {error}. Reported as NaN; training goes on (given once per metric). "
                 "Call the evaluator with on_error='raise' to see the traceback.",
                 EvaluationFailedWarning,

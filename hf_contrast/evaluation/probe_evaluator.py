@@ -15,6 +15,27 @@ from .evaluator import Evaluator
 __all__ = ["ProbeEvaluator"]
 
 
+def _check_labelled(argument: str, dataset: Any, label_column: str) -> None:
+    """Fail at construction (before training) when ``dataset`` visibly lacks ``label_column``: a dataset's
+    ``column_names``, or the keys of a list of dict rows. Other datasets are checked when encoded."""
+    columns = getattr(dataset, "column_names", None)
+    if isinstance(columns, dict):  # a DatasetDict
+        raise ValueError(f"`{argument}` must be one split (e.g. dataset['test']), got a DatasetDict {sorted(columns)}.")
+    if columns is None and isinstance(dataset, (list, tuple)):
+        unlabelled = [i for i, row in enumerate(dataset) if isinstance(row, Mapping) and label_column not in row]
+        if unlabelled:
+            raise ValueError(
+                f"`{argument}` has no labels in `label_column`={label_column!r} (row {unlabelled[0]} and "
+                f"{len(unlabelled) - 1} more): the probes need a label on every row (pass `label_column=` the column "
+                "that holds them)."
+            )
+    elif columns is not None and label_column not in columns:
+        raise ValueError(
+            f"`{argument}` has no labels in `label_column`={label_column!r} (its columns: {list(columns)}): the "
+            "probes need a label on every row (pass `label_column=` the column that holds them)."
+        )
+
+
 class ProbeEvaluator(Evaluator):
     """Encode a *fit* split and a *score* split with the model; fit a linear probe and a kNN classifier
     on the first, score them on the second.
@@ -93,6 +114,8 @@ class ProbeEvaluator(Evaluator):
         self.metric_names = PROBE_METRICS
         if label_column is None:
             raise ValueError("`label_column` must name the label column: the probes are fitted on labels.")
+        for argument, dataset in (("fit_dataset", fit_dataset), ("score_dataset", score_dataset)):
+            _check_labelled(argument, dataset, label_column)
         self.fit_dataset = fit_dataset
         self.score_dataset = score_dataset
         self.probe_kwargs: dict[str, Any] = {
