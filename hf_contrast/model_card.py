@@ -314,6 +314,7 @@ def non_default_training_args(args: Any) -> dict[str, Any]:
         for key, value in current.items()
         if key not in _IGNORED_ARGS and "token" not in key.replace("tokens", "") and key in defaults
         and not _is_default(key, value, defaults[key])
+        and not (key == "fsdp_config" and not current.get("fsdp"))  # "used only when `fsdp` is enabled"; 5.0 fills it anyway
     }
 
 

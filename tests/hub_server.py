@@ -543,7 +543,7 @@ def _loopback_client_factory(timeout: float, refused: list[str]) -> Any:
     """An ``httpx`` client factory like ``huggingface_hub``'s, with a timeout and a loopback-only guard."""
     from huggingface_hub.utils import _http
 
-    httpx = _http.httpx2
+    httpx = getattr(_http, "httpx2", None) or _http.httpx  # huggingface_hub >= 2 is built on httpx2, 1.x on httpx
 
     def refuse_remote(request: Any) -> None:
         if request.url.host not in _LOOPBACK_HOSTS:
@@ -617,6 +617,9 @@ def use_hub_server(
         "AGENT_HARNESSES_PATH": harness_path,
     }
     saved_env = {name: os.environ.get(name) for name in env}
+    # a constant the installed huggingface_hub does not define yet (AGENT_HARNESSES_PATH is newer than
+    # the supported floor) is not used by it either: patch only those it has
+    patched = {name: value for name, value in patched.items() if hasattr(constants, name)}
     saved_constants = {name: getattr(constants, name) for name in patched}
     saved_factory = _http._GLOBAL_CLIENT_FACTORY
     module_api = hf_api.api  # the `HfApi()` behind `huggingface_hub.model_info` & co, made at import

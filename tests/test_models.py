@@ -91,11 +91,22 @@ def test_config_rejects_bad_options(kwargs: dict, match: str) -> None:
         ContrastiveEncoderConfig(**kwargs)
 
 
-def test_config_needs_a_backbone() -> None:
+def test_encoder_needs_a_backbone() -> None:
+    # the config itself has defaults for everything (transformers builds `ContrastiveEncoderConfig()`
+    # when it saves one); the encoder refuses to build a backbone from nothing
     with pytest.raises(ValueError, match="timm model name"):
-        ContrastiveEncoderConfig()
+        ContrastiveEncoder(ContrastiveEncoderConfig())
     with pytest.raises(ValueError, match="`text_config`"):
-        ContrastiveEncoderConfig(backbone_type="text")
+        ContrastiveEncoder(ContrastiveEncoderConfig(backbone_type="text"))
+
+
+def test_config_defaults_and_save_round_trip(tmp_path) -> None:
+    default = ContrastiveEncoderConfig()
+    assert default.backbone is None and default.backbone_type == "timm"
+    config = ContrastiveEncoderConfig(backbone="resnet18", projection_dim=8, backbone_kwargs={"drop_rate": 0.1})
+    config.save_pretrained(tmp_path)
+    loaded = ContrastiveEncoderConfig.from_pretrained(tmp_path)
+    assert (loaded.backbone, loaded.projection_dim, loaded.backbone_kwargs) == ("resnet18", 8, {"drop_rate": 0.1})
 
 
 # ----------------------------------------------------------------------------------------------
@@ -287,15 +298,19 @@ def test_text_round_trip_with_tokenizer(tmp_path) -> None:
 
 
 def test_non_persistent_timm_buffers_survive_loading(tmp_path) -> None:
-    # CoAtNet's relative position indices are persistent=False buffers: not in the checkpoint, and left
-    # uninitialised by transformers' meta-device loading unless rebuilt.
-    enc = ContrastiveEncoder.from_backbone("test_coatnet", pretrained=False, projection_dim=8).eval()
+    # Swin's relative position indices are persistent=False buffers: not in the checkpoint, and left
+    # uninitialised by transformers' meta-device loading unless rebuilt. A tiny Swin (every supported
+    # timm has it; its `test_*` models have no such buffer before timm 1.0.31's test_coatnet).
+    swin = dict(img_size=32, patch_size=4, window_size=4, embed_dim=16, depths=(1, 1), num_heads=(1, 1))
+    enc = ContrastiveEncoder.from_backbone("swin_tiny_patch4_window7_224", pretrained=False, projection_dim=8, backbone_kwargs=swin).eval()
+    non_persistent = set(dict(enc.backbone.named_buffers())) - set(enc.backbone.state_dict())
+    assert non_persistent, "the test needs a backbone with persistent=False buffers"
     enc.save_pretrained(tmp_path)
     loaded = ContrastiveEncoder.from_pretrained(tmp_path).eval()
     expected = dict(enc.backbone.named_buffers())
     for name, value in loaded.backbone.named_buffers():
         assert torch.equal(value, expected[name]), name
-    x = torch.randn(1, 3, 160, 160)  # CoAtNet's attention windows fix the input size
+    x = torch.randn(1, 3, 32, 32)  # Swin's attention windows fix the input size
     assert torch.equal(enc(pixel_values=x).projections, loaded(pixel_values=x).projections)
 
 

@@ -217,6 +217,27 @@ def build_timm_backbone(architecture: str, backbone_kwargs: dict[str, Any] | Non
         raise ValueError(f"`backbone_kwargs` {backbone_kwargs!r} do not fit timm model `{architecture}`: {error}") from error
 
 
+def _built_input_size(model: nn.Module) -> tuple[int, ...] | None:
+    """The ``(C, H, W)`` a timm model was built at, or ``None`` where timm does not say.
+
+    timm >= 1.0.31 reports it (``get_model_input_config``); older timm keeps only the pretrained tag's
+    size in ``pretrained_cfg``, and the built size of a patch-embedding model (ViT, DeiT, Swin...) is its
+    ``patch_embed.img_size``.
+    """
+    try:
+        from timm.data.model_config import get_model_input_config
+    except ImportError:  # timm < 1.0.31
+        img_size = getattr(getattr(model, "patch_embed", None), "img_size", None)
+        if not isinstance(img_size, (tuple, list)) or len(img_size) != 2:
+            return None
+        channels = getattr(model, "in_chans", None) or getattr(model, "pretrained_cfg", {}).get("input_size", (3,))[0]
+        return (int(channels), int(img_size[0]), int(img_size[1]))
+    try:
+        return tuple(get_model_input_config(model)["input_size"])
+    except (KeyError, TypeError, AttributeError):
+        return None
+
+
 def timm_data_config(model: nn.Module) -> dict[str, Any]:
     """The image preprocessing a timm model expects (``timm.data.resolve_data_config``, with the input size
     the module was built at), JSON-ready.
@@ -228,12 +249,9 @@ def timm_data_config(model: nn.Module) -> dict[str, Any]:
         ``input_size`` (C, H, W), ``mean``, ``std``, ``interpolation``, ``crop_pct`` and ``crop_mode``.
     """
     resolved = dict(timm.data.resolve_data_config({}, model=model))
-    try:  # the size the module was built at (e.g. a ViT with img_size=16), not its default tag's
-        from timm.data.model_config import get_model_input_config
-
-        resolved["input_size"] = tuple(get_model_input_config(model)["input_size"])
-    except (ImportError, KeyError, TypeError, AttributeError):  # timm < 1.0.20
-        pass
+    built_size = _built_input_size(model)
+    if built_size is not None:  # the size the module was built at (a ViT with img_size=16), not its tag's
+        resolved["input_size"] = built_size
     return {key: list(value) if isinstance(value, tuple) else value for key, value in resolved.items() if key in _DATA_CONFIG_KEYS}
 
 

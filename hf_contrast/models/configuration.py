@@ -63,6 +63,10 @@ class ContrastiveEncoderConfig(PretrainedConfig):
             (into ``backbone.feature_info``); ``None`` = all stages.
         **kwargs: Standard ``PretrainedConfig`` arguments.
 
+    Every argument has a default, as transformers requires of a config (``PretrainedConfig.to_diff_dict``
+    builds ``ContrastiveEncoderConfig()`` to compare against): a config without ``backbone`` is valid, and
+    :class:`~hf_contrast.models.ContrastiveEncoder` raises when asked to build a backbone from it.
+
     Raises:
         ValueError: If an option is outside its documented values.
 
@@ -146,10 +150,6 @@ class ContrastiveEncoderConfig(PretrainedConfig):
             )
         if data_config is not None and not isinstance(data_config, dict):
             raise ValueError(f"`data_config` must be a dict like timm.data.resolve_data_config's, got {type(data_config).__name__}.")
-        if backbone_type == "text" and backbone is None and text_config is None:
-            raise ValueError("A text encoder needs `backbone` (a Hub id or local path) or `text_config`.")
-        if backbone_type == "timm" and backbone is None and backbone_architecture is None:
-            raise ValueError("A timm encoder needs `backbone` (a timm model name, e.g. 'resnet18').")
 
         self.backbone = backbone
         self.backbone_type = backbone_type

@@ -116,7 +116,7 @@ def export_timm(encoder: Any, save_dir: str | os.PathLike[str], state_dict: Mapp
     else:  # timm < 1.0.20: preprocessing goes through the pretrained_cfg override
         options["model_config"] = {"pretrained_cfg": dict(encoder.data_config or {})}
     config_path = save_dir / "config.json"
-    save_config_for_hf(encoder.backbone, str(config_path), **options)
+    save_config_for_hf(encoder.backbone, config_path, **options)  # a Path: timm < 1.0.20 calls `config_path.open`
     config = json.loads(config_path.read_text(encoding="utf-8"))
     # `num_classes` is at the root already; in `model_args` too, transformers' TimmWrapper (AutoModel) passes it twice
     config.get("model_args", {}).pop("num_classes", None)

@@ -86,8 +86,10 @@ class ContrastiveEncoder(PreTrainedModel):
         tokenizer: The tokenizer of a text backbone (saved with the model).
 
     Raises:
-        ValueError: If ``config.embedding_dim`` does not match the backbone width, or
-            ``config.feature_stages`` indexes stages the backbone does not have.
+        ValueError: If ``config.embedding_dim`` does not match the backbone width,
+            ``config.feature_stages`` indexes stages the backbone does not have, or ``config`` names no
+            backbone (no ``backbone`` for timm, neither ``backbone`` nor ``text_config`` for text) and
+            none is given.
 
     Example:
         >>> enc = ContrastiveEncoder.from_backbone("test_resnet", pretrained=False, projection_dim=8)
@@ -107,6 +109,8 @@ class ContrastiveEncoder(PreTrainedModel):
         super().__init__(config)
         if config.backbone_type == "timm":
             architecture = config.backbone_architecture or config.backbone
+            if architecture is None and backbone is None:
+                raise ValueError("A timm encoder needs `backbone` (a timm model name, e.g. 'resnet18') in its config.")
             self.backbone = backbone if backbone is not None else build_timm_backbone(architecture, config.backbone_kwargs)
             width = int(self.backbone.num_features)
             config.data_config = {**timm_data_config(self.backbone), **(config.data_config or {})}
@@ -119,7 +123,10 @@ class ContrastiveEncoder(PreTrainedModel):
         else:
             if backbone is None:
                 if config.text_config is None:
-                    raise ValueError("A text `ContrastiveEncoderConfig` needs `text_config` to build the backbone.")
+                    raise ValueError(
+                        "A text encoder needs `backbone` (a Hub id or local path, see `from_backbone`) or "
+                        "`text_config` in its config to build the backbone."
+                    )
                 backbone = build_text_backbone(config.text_config)
             self.backbone = backbone
             self.main_input_name = "input_ids"
@@ -432,9 +439,19 @@ class ContrastiveEncoder(PreTrainedModel):
 
     @torch.no_grad()
     def _init_weights(self, module: nn.Module) -> None:
-        """Initialise only our heads; backbones keep their own (timm or pretrained) initialisation."""
+        """Initialise only our heads; backbones keep their own (timm or pretrained) initialisation.
+
+        A layer whose every tensor was loaded from a checkpoint (``_is_hf_initialized``, the flag
+        ``transformers.initialization``'s functions honour) is left alone: transformers 5.0 also calls
+        this hook on loaded modules, and ``BatchNorm``'s running statistics are reset without going
+        through those guarded functions.
+        """
         if isinstance(module, ProjectionHead) or (module is getattr(self, "classifier", None) and module is not None):
-            module.reset_parameters()
+            for layer in module.modules():
+                tensors = [*layer.parameters(recurse=False), *layer.buffers(recurse=False)]
+                loaded = bool(tensors) and all(getattr(t, "_is_hf_initialized", False) for t in tensors)
+                if tensors and not loaded and hasattr(layer, "reset_parameters"):
+                    layer.reset_parameters()
 
     def _set_gradient_checkpointing(self, enable: bool = True, *args: Any, **kwargs: Any) -> None:
         """The hook of ``activation_checkpointing_enable`` (``gradient_checkpointing_enable`` before v5):
@@ -553,7 +570,7 @@ class ContrastiveEncoder(PreTrainedModel):
         if config.backbone_type == "timm":
             restore_non_persistent_buffers(model.backbone, config.backbone_architecture or config.backbone, config.backbone_kwargs)
         elif model.tokenizer is None:
-            model.tokenizer = _load_tokenizer(pretrained_model_name_or_path, kwargs["subfolder"], hub_kwargs)
+            model.tokenizer = _load_tokenizer(pretrained_model_name_or_path, kwargs["subfolder"], hub_kwargs, config.text_config)
         return (model, loading_info) if output_loading_info else model
 
     def push_to_hub(
@@ -635,12 +652,17 @@ def _library_version() -> str:
         return "unknown"
 
 
-def _load_tokenizer(path: str | os.PathLike[str], subfolder: str, hub_kwargs: dict[str, Any]) -> Any:
+def _load_tokenizer(path: str | os.PathLike[str], subfolder: str, hub_kwargs: dict[str, Any], text_config: PretrainedConfig | None) -> Any:
+    """The tokenizer saved beside the encoder, or ``None``. ``config=text_config`` (the backbone's, e.g. a
+    ``BertConfig``) lets ``AutoTokenizer`` match the saved tokenizer class to its model type; from the
+    encoder's own config transformers 5.0 falls back to a generic ``TokenizersBackend`` without the
+    backbone's ``model_input_names`` (no ``token_type_ids`` for BERT)."""
     options = dict(hub_kwargs, _raise_exceptions_for_missing_entries=False, _raise_exceptions_for_connection_errors=False)
     try:
         if cached_file(path, "tokenizer_config.json", subfolder=subfolder, **options) is None:
             return None
-        return AutoTokenizer.from_pretrained(path, subfolder=subfolder, **hub_kwargs)
+        config = {"config": text_config} if text_config is not None else {}
+        return AutoTokenizer.from_pretrained(path, subfolder=subfolder, **hub_kwargs, **config)
     except (OSError, ValueError) as error:
         logger.warning("The tokenizer saved with the encoder at %s could not be loaded: %s", path, error)
         return None

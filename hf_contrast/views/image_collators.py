@@ -102,7 +102,7 @@ class _SeededViews:
             return nullcontext(), None
         index = self.next_index
         self.next_index += 1
-        batch_seed = int(np.random.SeedSequence([self.seed, index]).generate_state(1, dtype=np.uint64)[0] >> 2)
+        batch_seed = int(np.random.SeedSequence([self.seed, index]).generate_state(1, dtype=np.uint64)[0]) >> 2  # a Python int: NumPy 1.x cannot shift a uint64 by an int
         return seeded_cpu_rng(batch_seed), index
 
     def _finish(self, batch: dict[str, Any], features: Sequence[Mapping[str, Any]], index: int | None) -> dict[str, Any]:
