@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
 from pathlib import Path
 
@@ -29,12 +30,30 @@ class _ReportMemory(TrainerCallback):
         print(f"RSS {state.global_step} {psutil.Process().memory_info().rss}", flush=True)
 
 
+def _die_while_writing(folder: str) -> None:
+    """SIGKILL this process (rank 0 only) in the middle of writing ``folder``: after the weights, as the
+    optimizer state is written. The launcher then stops the other rank: a kill during a save."""
+    if int(os.environ.get("RANK", "0")) != 0:
+        return
+    save = torch.save
+
+    def save_or_die(obj, f, *args, **kwargs):  # noqa: ANN001, ANN202
+        if isinstance(f, (str, os.PathLike)) and folder in str(f) and str(f).endswith("optimizer.pt"):
+            os.kill(os.getpid(), signal.SIGKILL)
+        return save(obj, f, *args, **kwargs)
+
+    torch.save = save_or_die
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--output_dir", required=True)
     parser.add_argument("--max_steps", type=int, default=2000)
     parser.add_argument("--save_steps", type=int, default=50)
+    parser.add_argument("--die_in_save_at", type=int, default=None, help="SIGKILL rank 0 while it writes checkpoint-N")
     options = parser.parse_args()
+    if options.die_in_save_at is not None:
+        _die_while_writing(f"checkpoint-{options.die_in_save_at}")
     torch.set_num_threads(1)
     print("LEG", flush=True)
     args = training_args(
