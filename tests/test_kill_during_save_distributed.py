@@ -27,6 +27,17 @@ MAX_STEPS, SAVE_STEPS = 40, 10
 pytestmark = pytest.mark.distributed
 
 
+def _trainer_resumes_across_processes_on_cpu() -> bool:
+    """transformers 5.0's Trainer loads ``optimizer.pt`` onto ``args.device`` when ``world_size > 1``, which is
+    ``cpu:0`` for CPU processes, a location torch cannot restore (``don't know how to restore data location``);
+    later releases load onto the CPU. GPU processes are not affected."""
+    import inspect
+
+    from transformers import Trainer
+
+    return "self.args.device if self.args.world_size > 1" not in inspect.getsource(Trainer._load_optimizer_and_scheduler)
+
+
 def _launch(output_dir: Path, log, *extra: str) -> subprocess.Popen:
     root = str(Path(__file__).resolve().parents[1])
     command = [
@@ -49,6 +60,10 @@ def _finish(process: subprocess.Popen, log_path: Path) -> None:
     assert process.returncode == 0, log_path.read_text()[-4000:]
 
 
+@pytest.mark.skipif(
+    not _trainer_resumes_across_processes_on_cpu(),
+    reason="this transformers' Trainer cannot resume several CPU processes (optimizer state mapped to cpu:0)",
+)
 def test_a_kill_during_a_save_on_two_processes_resumes_to_the_uninterrupted_weights(tmp_path) -> None:
     reference_log, killed_log = tmp_path / "reference.log", tmp_path / "killed.log"
     with open(reference_log, "w") as log:

@@ -137,14 +137,18 @@ def test_momentum_encoder_is_an_ema_once_per_optimizer_step(tmp_path, images) ->
 
 
 def test_queue_fills_with_the_key_encoders_keys(tmp_path, images) -> None:
-    trainer = _trainer(tmp_path, images, per_device_train_batch_size=8)
+    first_eight = images.select(range(8))  # one batch: the step sees these rows, in the sampler's order
+    trainer = _trainer(tmp_path, first_eight, per_device_train_batch_size=8)
     moco = trainer.objective.moco
     key_encoder_0 = copy.deepcopy(moco.key_encoder)
     trainer.train()
-    batch = fixed_views_collator([images[i] for i in range(8)])  # sequential sampler: rows 0..7
+    batch = fixed_views_collator([first_eight[i] for i in range(8)])
     with torch.no_grad():
         keys = key_encoder_0(pixel_values=batch["pixel_values_2"]).projections  # keys use θ_k before the step
-    torch.testing.assert_close(moco.queue[:8], torch.nn.functional.normalize(keys, dim=1), atol=1e-6, rtol=1e-5)
+    keys = torch.nn.functional.normalize(keys, dim=1)
+    match = (moco.queue[:8] @ keys.T).argmax(dim=1)  # the queue holds these keys, in the order the batch had
+    assert sorted(match.tolist()) == list(range(8))
+    torch.testing.assert_close(moco.queue[:8], keys[match], atol=1e-6, rtol=1e-5)
     assert moco.queue.shape == (12, 8)
 
 
