@@ -19,7 +19,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ..tensor_checks import compute_dtype, check_embeddings, check_positive, check_same_shape, float32_math, l2_normalize
+from ..tensor_checks import compute_dtype, check_choice, check_embeddings, check_positive, check_same_shape, float32_math, l2_normalize
 from .tiled import check_tile_size, resolve_tile_size, tiled_binary_nce_sum
 
 __all__ = ["binary_nce_loss", "BinaryNCELoss"]
@@ -36,12 +36,6 @@ _CITATION = """@inproceedings{zhai2023sigmoid,
   url       = {https://arxiv.org/abs/2303.15343},
   note      = {Binary NCE as presented in B. Dai, CSE6243 Lecture 19: Spectral Representation Learning, 2024}
 }"""
-
-
-def _check_negatives(negatives: object) -> str:
-    if negatives not in _NEGATIVES:
-        raise ValueError(f"`negatives` must be one of {_NEGATIVES}, got {negatives!r}.")
-    return str(negatives)
 
 
 def _check_scalar_tensor(name: str, value: Tensor) -> None:
@@ -122,7 +116,7 @@ def binary_nce_loss(
     check_embeddings("z1", z1)
     check_embeddings("z2", z2)
     check_same_shape("z1", z1, "z2", z2)
-    negatives = _check_negatives(negatives)
+    negatives = str(check_choice("negatives", negatives, _NEGATIVES))
     tile_size = check_tile_size(tile_size)
     if z1.shape[0] < 2:
         raise ValueError(
@@ -201,7 +195,7 @@ class BinaryNCELoss(nn.Module):
         tile_size: int | None = None,
     ) -> None:
         super().__init__()
-        self.negatives = _check_negatives(negatives)
+        self.negatives = str(check_choice("negatives", negatives, _NEGATIVES))
         self.init_temperature = check_positive("temperature", temperature)
         init_bias = _DEFAULT_BIAS[self.negatives] if bias is None else bias
         _check_bias(init_bias)

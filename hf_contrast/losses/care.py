@@ -18,6 +18,7 @@ from torch import Tensor, nn
 from ..tensor_checks import (
     compute_dtype,
     check_embeddings,
+    check_int,
     check_non_negative,
     check_positive,
     check_same_shape,
@@ -29,20 +30,19 @@ from .info_nce import info_nce_loss
 __all__ = ["care_equivariance_loss", "CARELoss"]
 
 
-def _check_n_splits(n_splits: object, batch_size: int | None = None) -> int:
-    if isinstance(n_splits, bool) or not isinstance(n_splits, int) or n_splits < 1:
-        raise ValueError(f"`n_splits` must be a positive int, got {n_splits!r}.")
-    if batch_size is not None:
-        if batch_size % n_splits != 0:
-            raise ValueError(
-                f"`n_splits` must divide the batch size: got n_splits={n_splits} for a batch of "
-                f"{batch_size}. Use a batch size that is a multiple of n_splits."
-            )
-        if batch_size // n_splits < 2:
-            raise ValueError(
-                f"`n_splits`={n_splits} gives chunks of {batch_size // n_splits} sample for a batch "
-                f"of {batch_size}; every chunk needs at least 2 samples (a pair)."
-            )
+def _check_chunks(n_splits: object, batch_size: int) -> int:
+    """``n_splits`` (an integer >= 1) cuts a batch of ``batch_size`` into whole chunks of 2+ samples."""
+    n_splits = check_int("n_splits", n_splits, 1)
+    if batch_size % n_splits != 0:
+        raise ValueError(
+            f"`n_splits` must divide the batch size: got n_splits={n_splits} for a batch of "
+            f"{batch_size}. Use a batch size that is a multiple of n_splits."
+        )
+    if batch_size // n_splits < 2:
+        raise ValueError(
+            f"`n_splits`={n_splits} gives chunks of {batch_size // n_splits} sample for a batch "
+            f"of {batch_size}; every chunk needs at least 2 samples (a pair)."
+        )
     return n_splits
 
 
@@ -85,7 +85,7 @@ def care_equivariance_loss(z1: Tensor, z2: Tensor, n_splits: int, normalize: boo
     check_embeddings("z2", z2)
     check_same_shape("z1", z1, "z2", z2)
     batch_size, dim = z1.shape
-    n_splits = _check_n_splits(n_splits, batch_size)
+    n_splits = _check_chunks(n_splits, batch_size)
     m = batch_size // n_splits
     with float32_math(z1.device.type):
         dtype = compute_dtype(z1, z2)
@@ -148,7 +148,7 @@ class CARELoss(nn.Module):
         super().__init__()
         self.temperature = check_positive("temperature", temperature)
         self.care_weight = check_non_negative("care_weight", care_weight)
-        self.n_splits = _check_n_splits(n_splits)
+        self.n_splits = check_int("n_splits", n_splits, 1)
         self.normalize = bool(normalize)
         self.gather_distributed = bool(gather_distributed)
 

@@ -35,6 +35,7 @@ from ..tensor_checks import (
     compute_dtype,
     check_embeddings,
     check_finite_result,
+    check_int,
     check_positive,
     check_unit_interval,
     float32_math,
@@ -143,8 +144,7 @@ def simo_loss(e: Tensor, y: float | Tensor, eps: float = 1e-6) -> Tensor:
 def _afcl_terms(e: Tensor, n_classes: int, olean: float, eps: float) -> tuple[Tensor, Tensor, Tensor]:
     """Checked AFCL terms ``(L_same, L_mean, L_diff)`` shared by :func:`afcl_loss` and :class:`AFCLLoss`."""
     check_embeddings("e", e, ndim=(2, 3), shape_doc="(C*k, D) class-major or (C, k, D)")
-    if isinstance(n_classes, bool) or not isinstance(n_classes, int) or n_classes < 2:
-        raise ValueError(f"`n_classes` must be an int >= 2 (L_mean and L_diff need 2 classes), got {n_classes!r}.")
+    check_int("n_classes", n_classes, 2, fix="L_mean and L_diff need 2 classes.")
     if e.ndim == 2:
         if e.shape[0] % n_classes != 0:
             raise ValueError(
@@ -254,9 +254,7 @@ class AFCLLoss(nn.Module):
 
     def __init__(self, n_classes: int, olean: float = 0.01, eps: float = 1e-6) -> None:
         super().__init__()
-        if isinstance(n_classes, bool) or not isinstance(n_classes, int) or n_classes < 2:
-            raise ValueError(f"`n_classes` must be an int >= 2, got {n_classes!r}.")
-        self.n_classes = n_classes
+        self.n_classes = check_int("n_classes", n_classes, 2, fix="L_mean and L_diff need 2 classes.")
         self.olean = check_unit_interval("olean", olean)
         self.eps = check_positive("eps", eps)
 

@@ -18,7 +18,8 @@ from torch import Tensor, nn
 
 from ..losses import AlignUniformLoss, InfoNCELoss
 from ..views import ViewBuilder
-from .base import Objective, ObjectiveConfig, is_real, require
+from ..tensor_checks import check_non_negative, check_positive
+from .base import Objective, ObjectiveConfig
 from .registry import register_objective
 
 __all__ = ["AlignUniformConfig", "AlignUniformObjective"]
@@ -39,9 +40,8 @@ class AlignUniformConfig(ObjectiveConfig):
 
     def validate(self) -> None:
         for name in ("align_weight", "uniform_weight", "simcse_weight", "task_loss_weight"):
-            value = getattr(self, name)
-            require(is_real(value) and value >= 0, name, value, "a finite number >= 0")
-        require(is_real(self.temperature) and self.temperature > 0, "temperature", self.temperature, "> 0")
+            check_non_negative(name, getattr(self, name))
+        check_positive("temperature", self.temperature)
 
 
 @register_objective("align_uniform")

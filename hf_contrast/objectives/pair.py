@@ -19,7 +19,8 @@ from .. import distributed
 
 from ..losses import BinaryNCELoss, InfoNCELoss, SpectralContrastiveLoss, VICRegLoss
 from ..views import ViewBuilder
-from .base import Objective, ObjectiveConfig, is_real, require
+from ..tensor_checks import check_bool, check_choice, check_non_negative, check_positive
+from .base import Objective, ObjectiveConfig
 from .registry import register_objective
 
 __all__ = [
@@ -85,7 +86,7 @@ class SimCLRConfig(ObjectiveConfig):
     temperature: float = field(default=0.5, metadata={"help": "InfoNCE temperature τ > 0 (SimCLR 0.5, SimCSE 0.05)."})
 
     def validate(self) -> None:
-        require(is_real(self.temperature) and self.temperature > 0, "temperature", self.temperature, "> 0")
+        check_positive("temperature", self.temperature)
 
 
 @register_objective("simclr")
@@ -115,8 +116,7 @@ class VICRegConfig(ObjectiveConfig):
 
     def validate(self) -> None:
         for name in ("invariance_weight", "variance_weight", "covariance_weight"):
-            value = getattr(self, name)
-            require(is_real(value) and value >= 0, name, value, "a finite number >= 0")
+            check_non_negative(name, getattr(self, name))
 
 
 @register_objective("vicreg")
@@ -139,10 +139,10 @@ class BinaryNCEConfig(ObjectiveConfig):
     learnable_bias: bool = field(default=False, metadata={"help": "Binary NCE: learn the bias."})
 
     def validate(self) -> None:
-        require(is_real(self.temperature) and self.temperature > 0, "temperature", self.temperature, "> 0")
-        require(self.negatives in ("all", "shifted"), "negatives", self.negatives, "'all' or 'shifted'")
+        check_positive("temperature", self.temperature)
+        check_choice("negatives", self.negatives, ("all", "shifted"))
         for name in ("learnable_temperature", "learnable_bias"):
-            require(isinstance(getattr(self, name), bool), name, getattr(self, name), "True or False")
+            check_bool(name, getattr(self, name))
 
 
 @register_objective("binary_nce")
