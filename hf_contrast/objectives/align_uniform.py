@@ -18,7 +18,7 @@ from torch import Tensor, nn
 
 from ..losses import AlignUniformLoss, InfoNCELoss
 from ..views import ViewBuilder
-from ..tensor_checks import check_non_negative, check_positive
+from ..tensor_checks import check_non_negative
 from .base import Objective, ObjectiveConfig
 from .registry import register_objective
 
@@ -39,9 +39,10 @@ class AlignUniformConfig(ObjectiveConfig):
     )
 
     def validate(self) -> None:
-        for name in ("align_weight", "uniform_weight", "simcse_weight", "task_loss_weight"):
+        AlignUniformLoss.hyperparameters_class.check_fields_of(self)  # align_weight, uniform_weight
+        InfoNCELoss.hyperparameters_class.check_fields_of(self)  # temperature (of the SimCSE term)
+        for name in ("simcse_weight", "task_loss_weight"):
             check_non_negative(name, getattr(self, name))
-        check_positive("temperature", self.temperature)
 
 
 @register_objective("align_uniform")

@@ -24,7 +24,7 @@ from torch import Tensor, nn
 from .. import distributed
 from ..losses import CARELoss, CAREMoCoLoss
 from ..views import ViewBuilder
-from ..tensor_checks import check_bool, check_int, check_non_negative, check_positive, check_unit_interval
+from ..tensor_checks import check_bool, check_int, check_unit_interval
 from .base import Objective, ObjectiveConfig
 from .moco import MoCoState, MomentumUpdateCallback
 from .registry import register_objective
@@ -46,9 +46,7 @@ class CAREConfig(ObjectiveConfig):
     )
 
     def validate(self) -> None:
-        check_positive("temperature", self.temperature)
-        check_non_negative("care_weight", self.care_weight)
-        check_int("n_splits", self.n_splits, 1)
+        CARELoss.hyperparameters_class.check_fields_of(self)  # temperature, care_weight, n_splits
         check_bool("share_views", self.share_views)
 
 
@@ -132,7 +130,8 @@ class CAREMoCoConfig(CAREConfig):
     moco_queue_size: int = field(default=4096, metadata={"help": "CARE-MoCo: number of negative keys in the queue."})
 
     def validate(self) -> None:
-        super().validate()
+        CAREMoCoLoss.hyperparameters_class.check_fields_of(self)  # temperature, care_weight, n_splits
+        check_bool("share_views", self.share_views)
         check_unit_interval("moco_momentum", self.moco_momentum, include_one=False)
         check_int("moco_queue_size", self.moco_queue_size, 1)
 

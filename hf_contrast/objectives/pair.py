@@ -19,7 +19,6 @@ from .. import distributed
 
 from ..losses import BinaryNCELoss, InfoNCELoss, SpectralContrastiveLoss, VICRegLoss
 from ..views import ViewBuilder
-from ..tensor_checks import check_bool, check_choice, check_non_negative, check_positive
 from .base import Objective, ObjectiveConfig
 from .registry import register_objective
 
@@ -86,7 +85,7 @@ class SimCLRConfig(ObjectiveConfig):
     temperature: float = field(default=0.5, metadata={"help": "InfoNCE temperature τ > 0 (SimCLR 0.5, SimCSE 0.05)."})
 
     def validate(self) -> None:
-        check_positive("temperature", self.temperature)
+        InfoNCELoss.hyperparameters_class.check_fields_of(self)
 
 
 @register_objective("simclr")
@@ -115,8 +114,7 @@ class VICRegConfig(ObjectiveConfig):
     covariance_weight: float = field(default=1.0, metadata={"help": "VICReg: weight ν of the covariance term."})
 
     def validate(self) -> None:
-        for name in ("invariance_weight", "variance_weight", "covariance_weight"):
-            check_non_negative(name, getattr(self, name))
+        VICRegLoss.hyperparameters_class.check_fields_of(self)
 
 
 @register_objective("vicreg")
@@ -139,10 +137,7 @@ class BinaryNCEConfig(ObjectiveConfig):
     learnable_bias: bool = field(default=False, metadata={"help": "Binary NCE: learn the bias."})
 
     def validate(self) -> None:
-        check_positive("temperature", self.temperature)
-        check_choice("negatives", self.negatives, ("all", "shifted"))
-        for name in ("learnable_temperature", "learnable_bias"):
-            check_bool(name, getattr(self, name))
+        BinaryNCELoss.hyperparameters_class.check_fields_of(self)  # temperature, negatives, learnable_*
 
 
 @register_objective("binary_nce")

@@ -20,7 +20,7 @@ from torch import Tensor, nn
 
 from ..losses import AFCLLoss
 from ..views import AFCLBatchSampler, ViewBuilder
-from ..tensor_checks import check_choice, check_int, check_unit_interval
+from ..tensor_checks import check_choice, check_int
 from .base import Objective, ObjectiveConfig
 from .registry import register_objective
 
@@ -39,7 +39,7 @@ class SimOConfig(ObjectiveConfig):
     def validate(self) -> None:
         check_int("classes_per_batch", self.classes_per_batch, 2)
         check_int("samples_per_class", self.samples_per_class, 2)
-        check_unit_interval("olean", self.olean)
+        AFCLLoss.hyperparameters_class.check_fields_of(self)  # olean
         check_choice("n_views", self.n_views, (1, 2))
 
 

@@ -20,7 +20,7 @@ from .. import distributed
 from ..data.checks import dataset_classes
 from ..losses import OCLoss, SupConLoss
 from ..views import ViewBuilder
-from ..tensor_checks import check_choice, check_positive
+from ..tensor_checks import check_choice
 from .base import Objective, ObjectiveConfig
 from .registry import register_objective
 
@@ -33,7 +33,7 @@ class SupConConfig(ObjectiveConfig):
     n_views: int = field(default=2, metadata={"help": "SupCon/OCL: augmented views per sample (1 or 2)."})
 
     def validate(self) -> None:
-        check_positive("temperature", self.temperature)
+        SupConLoss.hyperparameters_class.check_fields_of(self)  # temperature (OCL shares SupCon's)
         check_choice("n_views", self.n_views, (1, 2))
 
 
