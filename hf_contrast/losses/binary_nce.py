@@ -248,4 +248,4 @@ class BinaryNCELoss(nn.Module):
         return dataclasses.asdict(self.hyperparameters)
 
     def extra_repr(self) -> str:
-        return ", ".join(f"{k}={v}" for k, v in self.get_config_dict().items())
+        return ", ".join(f"{k}={v!r}" for k, v in self.get_config_dict().items())

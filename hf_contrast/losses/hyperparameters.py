@@ -86,4 +86,4 @@ class HyperparameterModule(nn.Module):
         return {f.name: getattr(self, f.name) for f in dataclasses.fields(self.hyperparameters_class)}
 
     def extra_repr(self) -> str:
-        return ", ".join(f"{k}={v}" for k, v in self.get_config_dict().items())
+        return ", ".join(f"{k}={v!r}" for k, v in self.get_config_dict().items())

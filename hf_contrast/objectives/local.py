@@ -23,14 +23,13 @@ from transformers import EvalPrediction
 from ..losses.local import LOCALLoss, local_alpha, pair_difference
 from ..metrics.probes import macro_f1
 from ..views import ViewBuilder
-from ..tensor_checks import check_choice, check_int, check_name, check_non_negative, check_positive, check_unit_interval
+from ..tensor_checks import check_choice, check_int, check_name, check_unit_interval
 from .base import Objective, ObjectiveConfig
 from .registry import register_objective
 
 __all__ = ["LOCALConfig", "LOCALObjective"]
 
 _ALPHA_SCHEDULES = ("inverse_epoch", "constant")
-_CONTRASTIVE = ("ocl", "supcon")
 
 
 @dataclass
@@ -49,11 +48,9 @@ class LOCALConfig(ObjectiveConfig):
     post_column: str = field(default="image_post", metadata={"help": "LOCAL: column of the second image of a pair."})
 
     def validate(self) -> None:
-        check_positive("temperature", self.temperature)
-        check_non_negative("beta", self.beta)
+        LOCALLoss.hyperparameters_class.check_fields_of(self)  # temperature, beta, contrastive
         check_unit_interval("alpha", self.alpha)
         check_choice("alpha_schedule", self.alpha_schedule, _ALPHA_SCHEDULES)
-        check_choice("contrastive", self.contrastive, _CONTRASTIVE)
         check_int("num_labels", self.num_labels, 2, allow_none=True)
         for name in ("pre_column", "post_column"):
             check_name(name, getattr(self, name))
