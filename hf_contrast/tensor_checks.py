@@ -192,14 +192,22 @@ def check_unit_interval(name: str, value: object, include_one: bool = True) -> f
     return v
 
 
-def check_int(name: str, value: object, minimum: int, allow_none: bool = False, fix: str = "") -> int | None:
+def check_int(
+    name: str, value: object, minimum: int, maximum: int | None = None, allow_none: bool = False, fix: str = ""
+) -> int | None:
     """Check that ``value`` is an integer (not a ``bool``; NumPy integers count) ``>= minimum`` (e.g. a
-    batch size or a seed); ``None`` passes when ``allow_none`` (an optional setting). ``fix`` (why, or
-    what to change) is appended to the message."""
+    batch size or a seed) and ``<= maximum`` when given; ``None`` passes when ``allow_none`` (an
+    optional setting). ``fix`` (why, or what to change) is appended to the message."""
     if value is None and allow_none:
         return None
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum:
-        expected = f"an integer >= {minimum}" + (" or None" if allow_none else "")
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, numbers.Integral)
+        or value < minimum
+        or (maximum is not None and value > maximum)
+    ):
+        expected = f"an integer >= {minimum}" if maximum is None else f"an integer in [{minimum}, {maximum}]"
+        expected += " or None" if allow_none else ""
         raise ValueError(f"`{name}` must be {expected}, got {value!r}" + (f"; {fix}" if fix else "."))
     return int(value)
 
