@@ -40,7 +40,9 @@ __all__ = ["Objective", "ObjectiveConfig"]
 @dataclasses.dataclass
 class ObjectiveConfig:
     """Hyperparameters of an objective. Subclasses add fields (with ``metadata={"help": ...}``, which
-    ``HfArgumentParser`` turns into ``--flag`` help) and check them in :meth:`validate`."""
+    ``HfArgumentParser`` turns into ``--flag`` help) and check them in :meth:`validate`: the fields a loss
+    also takes with ``Loss.hyperparameters_class.check_fields_of(self)`` (the loss's own declared checks,
+    see :mod:`hf_contrast.losses.hyperparameters`), the others with :mod:`hf_contrast.tensor_checks`."""
 
     def validate(self) -> None:
         """Raise ``ValueError`` naming the field on an out-of-range value."""
