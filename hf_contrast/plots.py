@@ -29,6 +29,7 @@ import torch
 from torch import Tensor
 
 from .metrics._inputs import as_embeddings, as_labels
+from .tensor_checks import check_int
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -217,8 +218,7 @@ def plot_augmentation_cosine_histogram(
         raise ValueError(
             f"`f` and `f_a` must hold the same number of augmentations, got {len(originals)} and {len(augmented)}."
         )
-    if isinstance(bins, bool) or not isinstance(bins, int) or bins < 1:
-        raise ValueError(f"`bins` must be an integer >= 1, got {bins!r}.")
+    check_int("bins", bins, 1)
     cosines = []
     for i, (a, b) in enumerate(zip(originals, augmented)):
         if a.shape != b.shape:

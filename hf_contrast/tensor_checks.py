@@ -1,14 +1,20 @@
-"""Input checks and numerics shared by the losses, metrics and models of hf_contrast.
+"""Input checks and numerics shared by the whole of hf_contrast: the one vocabulary of argument checks.
 
-Every check raises ``ValueError`` whose message names the argument in backticks, says what was
-received and what is expected. Checks that would need a device synchronisation (reading tensor
-*values* on an accelerator) are only done for CPU tensors, where they are cheap.
+Every check raises ``ValueError`` whose message names the argument in backticks, says what is
+expected and what was received (``"`temperature` must be > 0, got 0.0."``), plus the fix when there
+is one. Scalar hyperparameter checks (:func:`check_positive`, :func:`check_non_negative`,
+:func:`check_unit_interval`, :func:`check_int`, :func:`check_bool`, :func:`check_choice`,
+:func:`check_name`, :func:`check_range`, :func:`check_size`) live here and nowhere else: losses,
+objectives, training arguments and views all use them. Checks that would need a device
+synchronisation (reading tensor *values* on an accelerator) are only done for CPU tensors, where they
+are cheap.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
+import numbers
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
 
@@ -24,6 +30,11 @@ __all__ = [
     "check_non_negative",
     "check_unit_interval",
     "check_int",
+    "check_bool",
+    "check_choice",
+    "check_name",
+    "check_range",
+    "check_size",
     "check_finite_values",
     "check_index_range",
     "check_finite_result",
@@ -149,7 +160,7 @@ def _check_number(name: str, value: object) -> float:
             raise ValueError(f"`{name}` must be a scalar, got a tensor of shape {tuple(value.shape)}.")
         return float(value.detach())
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise ValueError(f"`{name}` must be a number, got {type(value).__name__}.")
+        raise ValueError(f"`{name}` must be a number, got {value!r} of type {type(value).__name__}.")
     value = float(value)
     if not math.isfinite(value):
         raise ValueError(f"`{name}` must be finite, got {value}.")
@@ -172,19 +183,87 @@ def check_non_negative(name: str, value: object) -> float:
     return v
 
 
-def check_unit_interval(name: str, value: object) -> float:
-    """Check ``0 <= value <= 1`` (e.g. a soft label or SimO's ``olean``)."""
+def check_unit_interval(name: str, value: object, include_one: bool = True) -> float:
+    """Check ``0 <= value <= 1`` (a probability, a soft label, SimO's ``olean``), or ``0 <= value < 1``
+    when not ``include_one`` (an EMA momentum)."""
     v = _check_number(name, value)
-    if not 0.0 <= v <= 1.0:
-        raise ValueError(f"`{name}` must be in [0, 1], got {v}.")
+    if not (0.0 <= v <= 1.0 if include_one else 0.0 <= v < 1.0):
+        raise ValueError(f"`{name}` must be in [0, {'1]' if include_one else '1)'}, got {v}.")
     return v
 
 
-def check_int(name: str, value: object, minimum: int) -> int:
-    """Check that ``value`` is an ``int`` (not a ``bool``) ``>= minimum`` (e.g. a batch size or a seed)."""
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ValueError(f"`{name}` must be an integer >= {minimum}, got {value!r}.")
+def check_int(
+    name: str, value: object, minimum: int, maximum: int | None = None, allow_none: bool = False, fix: str = ""
+) -> int | None:
+    """Check that ``value`` is an integer (not a ``bool``; NumPy integers count) ``>= minimum`` (e.g. a
+    batch size or a seed) and ``<= maximum`` when given; ``None`` passes when ``allow_none`` (an
+    optional setting). ``fix`` (why, or what to change) is appended to the message."""
+    if value is None and allow_none:
+        return None
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, numbers.Integral)
+        or value < minimum
+        or (maximum is not None and value > maximum)
+    ):
+        expected = f"an integer >= {minimum}" if maximum is None else f"an integer in [{minimum}, {maximum}]"
+        expected += " or None" if allow_none else ""
+        raise ValueError(f"`{name}` must be {expected}, got {value!r}" + (f"; {fix}" if fix else "."))
+    return int(value)
+
+
+def check_bool(name: str, value: object) -> bool:
+    """Check that ``value`` is ``True`` or ``False`` (a flag; ``0``/``"yes"`` are refused, not guessed)."""
+    if not isinstance(value, bool):
+        raise ValueError(f"`{name}` must be True or False, got {value!r}.")
     return value
+
+
+def check_choice(name: str, value: object, choices: Sequence[object]) -> object:
+    """Check that ``value`` is one of ``choices`` (e.g. ``negatives`` in ``("all", "shifted")``)."""
+    if value not in tuple(choices) or (isinstance(value, bool) and not any(value is c for c in choices)):
+        raise ValueError(f"`{name}` must be one of {tuple(choices)}, got {value!r}.")
+    return value
+
+
+def check_name(name: str, value: object, what: str = "column name", allow_none: bool = False) -> str | None:
+    """Check that ``value`` is a non-empty string (a column name); ``None`` passes when ``allow_none``."""
+    if value is None and allow_none:
+        return None
+    if not isinstance(value, str) or value == "":
+        raise ValueError(f"`{name}` must be a non-empty {what}, got {value!r}.")
+    return value
+
+
+def check_range(name: str, value: object, low: float, high: float) -> tuple[float, float]:
+    """Check an ordered pair ``(lo, hi)`` of numbers with ``low < lo <= hi <= high`` (e.g. a crop scale)."""
+    ok = (
+        isinstance(value, Sequence)
+        and len(value) == 2
+        and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in value)
+        and low < value[0] <= value[1] <= high
+    )
+    if not ok:
+        shown = tuple(value) if isinstance(value, Sequence) and not isinstance(value, str) else value
+        raise ValueError(f"`{name}` must be a pair (lo, hi) with {low} < lo <= hi <= {high}, got {shown!r}.")
+    return float(value[0]), float(value[1])  # type: ignore[index]
+
+
+def check_size(name: str, size: object) -> tuple[int, int]:
+    """Check an image size and return it as ``(H, W)``: an int means a square."""
+    if isinstance(size, int) and not isinstance(size, bool):
+        pair = (size, size)
+    elif (
+        isinstance(size, Sequence)
+        and len(size) == 2
+        and all(isinstance(s, int) and not isinstance(s, bool) for s in size)
+    ):
+        pair = (int(size[0]), int(size[1]))
+    else:
+        raise ValueError(f"`{name}` must be an int or a pair (H, W) of ints, got {size!r}.")
+    if min(pair) <= 0:
+        raise ValueError(f"`{name}` must be positive, got {size!r}.")
+    return pair
 
 
 def l2_normalize(z: Tensor, eps: float = 1e-12) -> Tensor:

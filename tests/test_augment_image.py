@@ -114,7 +114,7 @@ def test_two_view_transform_draws_independent_views() -> None:
         ({"std": (0.2, 0.0, 0.3)}, "`std` must be positive"),
         ({"mean": (0.5, 0.5)}, "`mean` and `std` must have one value per channel"),
         ({"scale": (0.9, 0.1)}, "`scale` must be a pair"),
-        ({"jitter_p": 1.5}, "`jitter_p` must be a probability"),
+        ({"jitter_p": 1.5}, r"`jitter_p` must be in \[0, 1\]"),
         ({"blur_kernel": 4}, "`blur_kernel` must be a positive odd int"),
         ({"jitter_strength": -1.0}, "`jitter_strength` must be >= 0"),
         ({"interpolation": "cubic-ish"}, "`interpolation` must be one of"),
@@ -243,7 +243,7 @@ def test_chunked_rejects_bad_batches(images: torch.Tensor, match: str) -> None:
 
 
 def test_chunked_rejects_bad_n_splits() -> None:
-    with pytest.raises(ValueError, match="`n_splits` must be a positive int, got 0"):
+    with pytest.raises(ValueError, match="`n_splits` must be an integer >= 1, got 0"):
         ChunkedAugmentation(0, simclr_transform(8, MEAN, STD))
 
 

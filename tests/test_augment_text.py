@@ -166,7 +166,7 @@ def test_simcse_views_returns_the_batch_twice() -> None:
 @pytest.mark.parametrize(
     ("kwargs", "match"),
     [
-        ({"n_splits": 0}, "`n_splits` must be a positive int"),
+        ({"n_splits": 0}, "`n_splits` must be an integer >= 1"),
         ({"ops": ("delete", "shuffle")}, "`ops` must be a non-empty subset"),
         ({"ops": ()}, "`ops` must be a non-empty subset"),
         ({"span_fraction": 0.0}, "`span_fraction` must be in \\(0, 1\\]"),

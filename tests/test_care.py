@@ -206,7 +206,7 @@ def test_error_n_splits_not_dividing_batch() -> None:
 
 @pytest.mark.parametrize("bad", [0, -2, 2.0, True, None])
 def test_error_n_splits_not_positive_int(bad: object) -> None:
-    with pytest.raises(ValueError, match=r"`n_splits` must be a positive int"):
+    with pytest.raises(ValueError, match=r"`n_splits` must be an integer >= 1"):
         care_equivariance_loss(torch.randn(8, 4), torch.randn(8, 4), n_splits=bad)  # type: ignore[arg-type]
 
 
@@ -248,7 +248,7 @@ def test_error_non_positive_temperature() -> None:
 
 
 def test_error_module_n_splits() -> None:
-    with pytest.raises(ValueError, match=r"`n_splits` must be a positive int, got 0"):
+    with pytest.raises(ValueError, match=r"`n_splits` must be an integer >= 1, got 0"):
         CARELoss(n_splits=0)
 
 

@@ -35,7 +35,9 @@ def _trainer_resumes_across_processes_on_cpu() -> bool:
 
     from transformers import Trainer
 
-    return "self.args.device if self.args.world_size > 1" not in inspect.getsource(Trainer._load_optimizer_and_scheduler)
+    return "map_location = self.args.device if self.args.world_size > 1 else" not in inspect.getsource(
+        Trainer._load_optimizer_and_scheduler
+    )
 
 
 def _launch(output_dir: Path, log, *extra: str) -> subprocess.Popen:

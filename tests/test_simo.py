@@ -222,9 +222,9 @@ def test_error_afcl_one_sample_per_class() -> None:
 
 @pytest.mark.parametrize("bad", [1, 0, 2.0])
 def test_error_afcl_n_classes(bad: object) -> None:
-    with pytest.raises(ValueError, match=r"`n_classes` must be an int >= 2"):
+    with pytest.raises(ValueError, match=r"`n_classes` must be an integer >= 2"):
         afcl_loss(torch.randn(4, 4), n_classes=bad)  # type: ignore[arg-type]
-    with pytest.raises(ValueError, match=r"`n_classes` must be an int >= 2"):
+    with pytest.raises(ValueError, match=r"`n_classes` must be an integer >= 2"):
         AFCLLoss(n_classes=bad)  # type: ignore[arg-type]
 
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from ..tensor_checks import check_int
+
 __all__ = ["check_dataset", "dataset_columns", "dataset_classes"]
 
 
@@ -91,8 +93,7 @@ def check_dataset(
     >>> check_dataset([{"text": "a"}, {"text": "b"}], min_rows=2, columns=["text"])
     2
     """
-    if isinstance(min_rows, bool) or not isinstance(min_rows, int) or min_rows < 0:
-        raise ValueError(f"`min_rows` must be an int >= 0, got {min_rows!r}.")
+    check_int("min_rows", min_rows, 0)
     if dataset is None:
         raise ValueError(f"`{name}` is None; pass a dataset as `{name}=` (e.g. a `datasets.Dataset`).")
     rows = _num_rows(dataset)

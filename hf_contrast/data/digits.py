@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..tensor_checks import check_int
+
 __all__ = ["load_digits_dataset"]
 
 
@@ -45,8 +47,7 @@ def load_digits_dataset(image_size: int = 32, test_size: float = 0.2, seed: int 
     import datasets
     from PIL import Image
 
-    if not isinstance(image_size, int) or image_size < 8:
-        raise ValueError(f"`image_size` must be an int >= 8 (the digits are 8×8), got {image_size!r}.")
+    check_int("image_size", image_size, 8, fix="the digits are 8×8.")
     if not 0.0 < test_size < 1.0:
         raise ValueError(f"`test_size` must be in (0, 1), got {test_size!r}.")
     digits = _require_sklearn()()

@@ -27,7 +27,7 @@ from ..metrics import (
     uniformity,
 )
 from ..metrics._inputs import as_embeddings, as_labels, as_pair
-from ..tensor_checks import check_int
+from ..tensor_checks import check_int, check_positive
 from .collapse import warn_if_collapsed
 from .failures import metrics_or_nan
 from .sampling import balanced_split, sample_rows
@@ -121,9 +121,7 @@ class EmbeddingMetrics:
         progress: bool = True,
     ) -> None:
         self.knn_k = check_int("knn_k", knn_k, 1)
-        if isinstance(knn_temperature, bool) or not isinstance(knn_temperature, (int, float)) or not knn_temperature > 0:
-            raise ValueError(f"`knn_temperature` must be a number > 0, got {knn_temperature!r}.")
-        self.knn_temperature = float(knn_temperature)
+        self.knn_temperature = check_positive("knn_temperature", knn_temperature)
         self.probe = bool(probe)
         if not isinstance(probe_test_fraction, (int, float)) or not 0 < probe_test_fraction < 1:
             raise ValueError(f"`probe_test_fraction` must be a number in (0, 1), got {probe_test_fraction!r}.")

@@ -11,6 +11,7 @@ from torch.utils.data import DataLoader
 from tqdm.auto import tqdm
 
 from ._model import eval_mode, model_device, model_output, to_device, unwrap_model
+from ..tensor_checks import check_int
 
 __all__ = ["encode_dataset"]
 
@@ -117,8 +118,7 @@ def encode_dataset(
     """
     if collate_fn is not None and transform is not None:
         raise ValueError("Pass either `collate_fn` (rows -> model inputs) or `transform` (one image -> tensor), not both.")
-    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-        raise ValueError(f"`batch_size` must be an integer >= 1, got {batch_size!r}.")
+    check_int("batch_size", batch_size, 1)
     if transform is not None:
         make_inputs, column = _stack(transform), input_column or "image"
     elif collate_fn is None:

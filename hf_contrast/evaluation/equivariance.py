@@ -14,6 +14,7 @@ from ..seeding import seeded_cpu_rng
 from ._model import model_device, model_output, to_device
 from .evaluator import Evaluator
 from .sampling import sample_rows
+from ..tensor_checks import check_int
 
 __all__ = ["EquivarianceEvaluator"]
 
@@ -113,8 +114,7 @@ class EquivarianceEvaluator(Evaluator):
                 f"`augment_key` {augment_key!r} is not a key of `batch` ({sorted(self.batch)}); "
                 "pass the key of the input to augment, or None to augment the whole dict."
             )
-        if isinstance(num_augmentations, bool) or not isinstance(num_augmentations, int) or num_augmentations < 1:
-            raise ValueError(f"`num_augmentations` must be an integer >= 1, got {num_augmentations!r}.")
+        check_int("num_augmentations", num_augmentations, 1)
         self.augment, self.augment_key, self.num_augmentations = augment, augment_key, num_augmentations
         self.output, self.normalize, self.seed = output, normalize, seed
         self.history: list[dict[str, float]] = []
@@ -155,8 +155,7 @@ class EquivarianceEvaluator(Evaluator):
         from ..views._common import to_image_steps
 
         n_rows = len(dataset)
-        if isinstance(num_samples, bool) or not isinstance(num_samples, int) or not 2 <= num_samples <= n_rows:
-            raise ValueError(f"`num_samples` must be an integer in [2, {n_rows}] (the dataset size), got {num_samples!r}.")
+        check_int("num_samples", num_samples, 2, maximum=n_rows, fix="the dataset size.")
         labels = None
         if label_column is not None:
             labels = dataset[label_column] if hasattr(dataset, "column_names") else [row[label_column] for row in dataset]

@@ -9,6 +9,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 from torch import Tensor
+from ..tensor_checks import check_int
 
 __all__ = ["balanced_subset", "balanced_split", "sample_rows"]
 
@@ -68,8 +69,7 @@ def balanced_subset(labels: object, n: int, seed: int = 0) -> Tensor:
         [0, 0, 1, 1]
     """
     y = _labels(labels)
-    if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= y.numel():
-        raise ValueError(f"`n` must be an integer in [1, {y.numel()}] (the number of rows), got {n!r}.")
+    check_int("n", n, 1, maximum=y.numel(), fix="the number of rows.")
     order, rank, klass = _class_ranks(y, seed)
     generator = torch.Generator().manual_seed(int(seed) + 1)
     priority = torch.randperm(int(klass.max()) + 1, generator=generator)  # who gets the extra rows

@@ -12,6 +12,7 @@ from torch import nn
 from ..metrics import sts_spearman
 from .encode import encode_texts
 from .evaluator import Evaluator
+from ..tensor_checks import check_int
 
 __all__ = ["STSEvaluator"]
 
@@ -73,8 +74,7 @@ class STSEvaluator(Evaluator):
         bad = next((i for i, s in enumerate(self.scores) if not math.isfinite(s)), None)
         if bad is not None:
             raise ValueError(f"`scores[{bad}]` must be finite, got {self.scores[bad]}.")
-        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-            raise ValueError(f"`batch_size` must be an integer >= 1, got {batch_size!r}.")
+        check_int("batch_size", batch_size, 1)
         self.batch_size, self.output, self.max_length, self.progress = batch_size, output, max_length, progress
 
     @classmethod

@@ -11,13 +11,15 @@ The training form is ``align_weight * L_align(z1, z2) + uniform_weight * (L_unif
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import torch
-from torch import Tensor, nn
+from torch import Tensor
 
 from ..distributed import gather_with_offset
 from ..tensor_checks import (
     compute_dtype,
+    check_bool,
     check_embeddings,
     check_non_negative,
     check_positive,
@@ -25,8 +27,10 @@ from ..tensor_checks import (
     float32_math,
     l2_normalize,
 )
+from .hyperparameters import HyperparameterModule, Hyperparameters, hyperparameter
 from .tiled import (
     check_tile_size,
+    checked_tile_size,
     resolve_tile_size,
     tiled_symmetric_uniformity_logsumexp,
     tiled_uniformity_logsumexp,
@@ -149,7 +153,20 @@ def uniformity_loss(
         return torch.logsumexp(logits.flatten(), dim=0) - math.log(n_local * (n_all - 1))
 
 
-class AlignUniformLoss(nn.Module):
+@dataclass
+class AlignUniformHyperparameters(Hyperparameters):
+    """:class:`AlignUniformLoss`'s hyperparameters, declared once (see :mod:`.hyperparameters`)."""
+
+    align_weight: float = hyperparameter(1.0, check_non_negative)
+    uniform_weight: float = hyperparameter(1.0, check_non_negative)
+    alpha: float = hyperparameter(2.0, check_positive)
+    t: float = hyperparameter(2.0, check_positive)
+    normalize: bool = hyperparameter(True, check_bool)
+    gather_distributed: bool = hyperparameter(False, check_bool)
+    tile_size: int | None = hyperparameter(None, checked_tile_size)
+
+
+class AlignUniformLoss(HyperparameterModule):
     """Weighted alignment + uniformity: ``{"align", "uniform", "loss"}`` (docs/methods.md §6).
 
     ``align = align_weight * L_align(z1, z2)``,
@@ -186,25 +203,7 @@ class AlignUniformLoss(nn.Module):
   year      = {2020},
   url       = {https://arxiv.org/abs/2005.10242}
 }"""
-
-    def __init__(
-        self,
-        align_weight: float = 1.0,
-        uniform_weight: float = 1.0,
-        alpha: float = 2,
-        t: float = 2,
-        normalize: bool = True,
-        gather_distributed: bool = False,
-        tile_size: int | None = None,
-    ) -> None:
-        super().__init__()
-        self.align_weight = check_non_negative("align_weight", align_weight)
-        self.uniform_weight = check_non_negative("uniform_weight", uniform_weight)
-        self.alpha = check_positive("alpha", alpha)
-        self.t = check_positive("t", t)
-        self.normalize = bool(normalize)
-        self.gather_distributed = bool(gather_distributed)
-        self.tile_size = check_tile_size(tile_size)
+    hyperparameters_class = AlignUniformHyperparameters
 
     def forward(self, z1: Tensor, z2: Tensor) -> dict[str, Tensor]:
         align = self.align_weight * alignment_loss(z1, z2, alpha=self.alpha, normalize=self.normalize)
@@ -213,17 +212,3 @@ class AlignUniformLoss(nn.Module):
         u2 = uniformity_loss(z2, **kwargs, tile_size=self.tile_size)
         uniform = self.uniform_weight * (u1 + u2) / 2
         return {"align": align, "uniform": uniform, "loss": align + uniform}
-
-    def get_config_dict(self) -> dict[str, object]:
-        return {
-            "align_weight": self.align_weight,
-            "uniform_weight": self.uniform_weight,
-            "alpha": self.alpha,
-            "t": self.t,
-            "normalize": self.normalize,
-            "gather_distributed": self.gather_distributed,
-            "tile_size": self.tile_size,
-        }
-
-    def extra_repr(self) -> str:
-        return ", ".join(f"{k}={v}" for k, v in self.get_config_dict().items())

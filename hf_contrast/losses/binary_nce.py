@@ -12,15 +12,19 @@ over all pairs (``negatives="all"``, SigLIP's loss) or over the positive and the
 
 from __future__ import annotations
 
+import dataclasses
 import math
+from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ..tensor_checks import compute_dtype, check_embeddings, check_positive, check_same_shape, float32_math, l2_normalize
-from .tiled import check_tile_size, resolve_tile_size, tiled_binary_nce_sum
+from ..tensor_checks import compute_dtype, check_bool, check_choice, check_embeddings, check_positive, check_same_shape, float32_math, l2_normalize
+from .hyperparameters import Hyperparameters, hyperparameter
+from .tiled import check_tile_size, checked_tile_size, resolve_tile_size, tiled_binary_nce_sum
 
 __all__ = ["binary_nce_loss", "BinaryNCELoss"]
 
@@ -36,12 +40,6 @@ _CITATION = """@inproceedings{zhai2023sigmoid,
   url       = {https://arxiv.org/abs/2303.15343},
   note      = {Binary NCE as presented in B. Dai, CSE6243 Lecture 19: Spectral Representation Learning, 2024}
 }"""
-
-
-def _check_negatives(negatives: object) -> str:
-    if negatives not in _NEGATIVES:
-        raise ValueError(f"`negatives` must be one of {_NEGATIVES}, got {negatives!r}.")
-    return str(negatives)
 
 
 def _check_scalar_tensor(name: str, value: Tensor) -> None:
@@ -122,7 +120,7 @@ def binary_nce_loss(
     check_embeddings("z1", z1)
     check_embeddings("z2", z2)
     check_same_shape("z1", z1, "z2", z2)
-    negatives = _check_negatives(negatives)
+    negatives = str(check_choice("negatives", negatives, _NEGATIVES))
     tile_size = check_tile_size(tile_size)
     if z1.shape[0] < 2:
         raise ValueError(
@@ -159,6 +157,27 @@ def binary_nce_loss(
         return -(F.logsigmoid(-logits).sum() + logits.diagonal().sum()) / z1.shape[0]
 
 
+def _checked_bias(name: str, bias: object) -> float | None:
+    """A hyperparameter check: ``None`` (the default of the ``negatives``) or a finite number."""
+    if bias is None:
+        return None
+    _check_bias(bias)  # type: ignore[arg-type]
+    return float(bias)  # type: ignore[arg-type]
+
+
+@dataclass
+class BinaryNCEHyperparameters(Hyperparameters):
+    """:class:`BinaryNCELoss`'s hyperparameters, declared once (see :mod:`.hyperparameters`)."""
+
+    temperature: float = hyperparameter(0.1, check_positive)
+    bias: float | None = hyperparameter(None, _checked_bias)
+    negatives: str = hyperparameter("all", partial(check_choice, choices=_NEGATIVES))
+    learnable_temperature: bool = hyperparameter(False, check_bool)
+    learnable_bias: bool = hyperparameter(False, check_bool)
+    normalize: bool = hyperparameter(True, check_bool)
+    tile_size: int | None = hyperparameter(None, checked_tile_size)
+
+
 class BinaryNCELoss(nn.Module):
     """Module form of :func:`binary_nce_loss`, optionally with learnable temperature and bias.
 
@@ -189,27 +208,18 @@ class BinaryNCELoss(nn.Module):
     """
 
     citation: str = _CITATION
+    #: The hyperparameters; their names are taken by the (learnable) ``temperature`` and ``bias``, so
+    #: the module keeps them in :attr:`hyperparameters` rather than as attributes.
+    hyperparameters_class = BinaryNCEHyperparameters
 
-    def __init__(
-        self,
-        temperature: float = 0.1,
-        bias: float | None = None,
-        negatives: str = "all",
-        learnable_temperature: bool = False,
-        learnable_bias: bool = False,
-        normalize: bool = True,
-        tile_size: int | None = None,
-    ) -> None:
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__()
-        self.negatives = _check_negatives(negatives)
-        self.init_temperature = check_positive("temperature", temperature)
-        init_bias = _DEFAULT_BIAS[self.negatives] if bias is None else bias
-        _check_bias(init_bias)
-        self.init_bias = float(init_bias)
-        self.learnable_temperature = bool(learnable_temperature)
-        self.learnable_bias = bool(learnable_bias)
-        self.normalize = bool(normalize)
-        self.tile_size = check_tile_size(tile_size)
+        self.hyperparameters = hp = self.hyperparameters_class(*args, **kwargs)
+        if hp.bias is None:
+            hp.bias = _DEFAULT_BIAS[hp.negatives]
+        self.negatives, self.normalize, self.tile_size = hp.negatives, hp.normalize, hp.tile_size
+        self.init_temperature, self.init_bias = hp.temperature, hp.bias
+        self.learnable_temperature, self.learnable_bias = hp.learnable_temperature, hp.learnable_bias
         if self.learnable_temperature:
             self.log_temperature = nn.Parameter(torch.tensor(math.log(self.init_temperature)))
         if self.learnable_bias:
@@ -235,12 +245,7 @@ class BinaryNCELoss(nn.Module):
 
     def get_config_dict(self) -> dict[str, Any]:
         """Hyperparameters (initial values of the learnable ones), for model cards."""
-        return {
-            "temperature": self.init_temperature,
-            "bias": self.init_bias,
-            "negatives": self.negatives,
-            "learnable_temperature": self.learnable_temperature,
-            "learnable_bias": self.learnable_bias,
-            "normalize": self.normalize,
-            "tile_size": self.tile_size,
-        }
+        return dataclasses.asdict(self.hyperparameters)
+
+    def extra_repr(self) -> str:
+        return ", ".join(f"{k}={v!r}" for k, v in self.get_config_dict().items())

@@ -12,37 +12,42 @@ inner products within the chunk.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from functools import partial
+
 import torch
-from torch import Tensor, nn
+from torch import Tensor
 
 from ..tensor_checks import (
     compute_dtype,
+    check_bool,
     check_embeddings,
+    check_int,
     check_non_negative,
     check_positive,
     check_same_shape,
     float32_math,
     l2_normalize,
 )
+from .hyperparameters import HyperparameterModule, Hyperparameters, hyperparameter
 from .info_nce import info_nce_loss
 
 __all__ = ["care_equivariance_loss", "CARELoss"]
 
 
-def _check_n_splits(n_splits: object, batch_size: int | None = None) -> int:
-    if isinstance(n_splits, bool) or not isinstance(n_splits, int) or n_splits < 1:
-        raise ValueError(f"`n_splits` must be a positive int, got {n_splits!r}.")
-    if batch_size is not None:
-        if batch_size % n_splits != 0:
-            raise ValueError(
-                f"`n_splits` must divide the batch size: got n_splits={n_splits} for a batch of "
-                f"{batch_size}. Use a batch size that is a multiple of n_splits."
-            )
-        if batch_size // n_splits < 2:
-            raise ValueError(
-                f"`n_splits`={n_splits} gives chunks of {batch_size // n_splits} sample for a batch "
-                f"of {batch_size}; every chunk needs at least 2 samples (a pair)."
-            )
+def _check_chunks(n_splits: object, batch_size: int) -> int:
+    """``n_splits`` (an integer >= 1) cuts a batch of ``batch_size`` into whole chunks of 2+ samples."""
+    n_splits = check_int("n_splits", n_splits, 1)
+    if batch_size % n_splits != 0:
+        raise ValueError(
+            f"`n_splits` must divide the batch size: got n_splits={n_splits} for a batch of "
+            f"{batch_size}. Use a batch size that is a multiple of n_splits."
+        )
+    if batch_size // n_splits < 2:
+        raise ValueError(
+            f"`n_splits`={n_splits} gives chunks of {batch_size // n_splits} sample for a batch "
+            f"of {batch_size}; every chunk needs at least 2 samples (a pair)."
+        )
     return n_splits
 
 
@@ -85,7 +90,7 @@ def care_equivariance_loss(z1: Tensor, z2: Tensor, n_splits: int, normalize: boo
     check_embeddings("z2", z2)
     check_same_shape("z1", z1, "z2", z2)
     batch_size, dim = z1.shape
-    n_splits = _check_n_splits(n_splits, batch_size)
+    n_splits = _check_chunks(n_splits, batch_size)
     m = batch_size // n_splits
     with float32_math(z1.device.type):
         dtype = compute_dtype(z1, z2)
@@ -100,7 +105,18 @@ def care_equivariance_loss(z1: Tensor, z2: Tensor, n_splits: int, normalize: boo
         return per_chunk.mean()
 
 
-class CARELoss(nn.Module):
+@dataclass
+class CAREHyperparameters(Hyperparameters):
+    """:class:`CARELoss`'s hyperparameters, declared once (see :mod:`.hyperparameters`)."""
+
+    temperature: float = hyperparameter(0.5, check_positive)
+    care_weight: float = hyperparameter(0.01, check_non_negative)
+    n_splits: int = hyperparameter(8, partial(check_int, minimum=1))
+    normalize: bool = hyperparameter(True, check_bool)
+    gather_distributed: bool = hyperparameter(False, check_bool)
+
+
+class CARELoss(HyperparameterModule):
     """CARE loss: InfoNCE on the invariance views + ``care_weight`` · ``L_equi`` on the chunks.
 
     Paper: https://arxiv.org/abs/2306.13924 (docs/methods.md §4).
@@ -136,21 +152,7 @@ class CARELoss(nn.Module):
   year      = {2024},
   url       = {https://arxiv.org/abs/2306.13924}
 }"""
-
-    def __init__(
-        self,
-        temperature: float = 0.5,
-        care_weight: float = 0.01,
-        n_splits: int = 8,
-        normalize: bool = True,
-        gather_distributed: bool = False,
-    ) -> None:
-        super().__init__()
-        self.temperature = check_positive("temperature", temperature)
-        self.care_weight = check_non_negative("care_weight", care_weight)
-        self.n_splits = _check_n_splits(n_splits)
-        self.normalize = bool(normalize)
-        self.gather_distributed = bool(gather_distributed)
+    hyperparameters_class = CAREHyperparameters
 
     def forward(
         self,
@@ -178,15 +180,3 @@ class CARELoss(nn.Module):
             z1_eq, z2_eq, n_splits=self.n_splits, normalize=self.normalize
         )
         return {"invariance": invariance, "equivariance": equivariance, "loss": invariance + equivariance}
-
-    def get_config_dict(self) -> dict[str, object]:
-        return {
-            "temperature": self.temperature,
-            "care_weight": self.care_weight,
-            "n_splits": self.n_splits,
-            "normalize": self.normalize,
-            "gather_distributed": self.gather_distributed,
-        }
-
-    def extra_repr(self) -> str:
-        return ", ".join(f"{k}={v}" for k, v in self.get_config_dict().items())

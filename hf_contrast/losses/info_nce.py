@@ -7,15 +7,16 @@ ICML 2020, https://arxiv.org/abs/2002.05709.
 from __future__ import annotations
 
 import math
-from typing import Any
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
-from torch import Tensor, nn
+from torch import Tensor
 
 from ..distributed import gather_with_offset, world_size
-from ..tensor_checks import compute_dtype, check_embeddings, check_positive, check_same_shape, float32_math, l2_normalize
-from .tiled import check_tile_size, resolve_tile_size, tiled_row_logsumexp, tiled_symmetric_logsumexp
+from ..tensor_checks import compute_dtype, check_bool, check_embeddings, check_positive, check_same_shape, float32_math, l2_normalize
+from .hyperparameters import HyperparameterModule, Hyperparameters, hyperparameter
+from .tiled import checked_tile_size, check_tile_size, resolve_tile_size, tiled_row_logsumexp, tiled_symmetric_logsumexp
 
 __all__ = ["info_nce_loss", "InfoNCELoss"]
 
@@ -145,7 +146,17 @@ def _dense_per_anchor(anchors: Tensor, candidates: Tensor, offset: int, temperat
     return F.cross_entropy(logits, positive_col, reduction="none")
 
 
-class InfoNCELoss(nn.Module):
+@dataclass
+class InfoNCEHyperparameters(Hyperparameters):
+    """:class:`InfoNCELoss`'s hyperparameters, declared once (see :mod:`.hyperparameters`)."""
+
+    temperature: float = hyperparameter(0.5, check_positive)
+    normalize: bool = hyperparameter(True, check_bool)
+    gather_distributed: bool = hyperparameter(False, check_bool)
+    tile_size: int | None = hyperparameter(None, checked_tile_size)
+
+
+class InfoNCELoss(HyperparameterModule):
     """Module form of :func:`info_nce_loss` (SimCLR's NT-Xent), same defaults.
 
     Args:
@@ -163,32 +174,8 @@ class InfoNCELoss(nn.Module):
     """
 
     citation: str = _SIMCLR_BIBTEX
-
-    def __init__(
-        self,
-        temperature: float = 0.5,
-        normalize: bool = True,
-        gather_distributed: bool = False,
-        tile_size: int | None = None,
-    ) -> None:
-        super().__init__()
-        self.temperature = check_positive("temperature", temperature)
-        self.normalize = bool(normalize)
-        self.gather_distributed = bool(gather_distributed)
-        self.tile_size = check_tile_size(tile_size)
+    hyperparameters_class = InfoNCEHyperparameters
 
     def forward(self, z1: Tensor, z2: Tensor) -> Tensor:
         """Loss of two views. Shape: ``z1``, ``z2``: ``(B, D)``; returns a scalar."""
         return info_nce_loss(z1, z2, self.temperature, self.normalize, self.gather_distributed, self.tile_size)
-
-    def get_config_dict(self) -> dict[str, Any]:
-        """Hyperparameters, for model cards."""
-        return {
-            "temperature": self.temperature,
-            "normalize": self.normalize,
-            "gather_distributed": self.gather_distributed,
-            "tile_size": self.tile_size,
-        }
-
-    def extra_repr(self) -> str:
-        return ", ".join(f"{k}={v}" for k, v in self.get_config_dict().items())

@@ -17,6 +17,9 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Sequence
+from dataclasses import MISSING, dataclass
+from functools import partial
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -24,6 +27,7 @@ from torch import Tensor, nn
 
 from ..tensor_checks import (
     compute_dtype,
+    check_choice,
     check_embeddings,
     check_int,
     check_index_range,
@@ -31,9 +35,11 @@ from ..tensor_checks import (
     check_non_negative,
     check_positive,
     check_same_shape,
+    check_size,
     check_unit_interval,
     l2_normalize,
 )
+from .hyperparameters import HyperparameterModule, Hyperparameters, hyperparameter
 from .ocl import OCLoss, ocl_loss
 from .supcon import supcon_loss
 
@@ -197,8 +203,7 @@ def _local_terms(
     alpha = check_unit_interval("alpha", alpha)
     beta = check_non_negative("beta", beta)
     check_positive("temperature", temperature)
-    if contrastive not in _CONTRASTIVE:
-        raise ValueError(f"`contrastive` must be 'ocl' or 'supcon', got {contrastive!r}.")
+    check_choice("contrastive", contrastive, _CONTRASTIVE)
     check_index_range(
         "labels", labels, logits.shape[1], fix="the classifier has one logit per class: build `LOCALLoss` with "
         "`num_classes` = the number of classes of the dataset (largest label + 1), or remap the labels to 0..K-1."
@@ -272,7 +277,27 @@ def local_loss(
     )["loss"]
 
 
-class LOCALLoss(nn.Module):
+def _optional_size(name: str, size: object) -> object:
+    """A hyperparameter check: ``None`` or an image size (an int or ``(H, W)``), kept as given."""
+    if size is not None:
+        check_size(name, size)
+    return size
+
+
+@dataclass
+class LOCALHyperparameters(Hyperparameters):
+    """:class:`LOCALLoss`'s hyperparameters, declared once (see :mod:`.hyperparameters`)."""
+
+    embedding_dim: int = hyperparameter(MISSING, partial(check_int, minimum=1))
+    num_classes: int = hyperparameter(MISSING, partial(check_int, minimum=2))
+    beta: float = hyperparameter(1.0, check_non_negative)
+    temperature: float = hyperparameter(0.1, check_positive)
+    contrastive: str = hyperparameter("ocl", partial(check_choice, choices=_CONTRASTIVE))
+    classifier_hidden_dim: int | None = hyperparameter(None, partial(check_int, minimum=1, allow_none=True))
+    latent_size: int | tuple[int, int] | None = hyperparameter(None, _optional_size)
+
+
+class LOCALLoss(HyperparameterModule):
     """LOCAL (or L-SCL with ``contrastive="supcon"``) with its classifier MLP.
 
     The module owns the classification network (an MLP with one hidden layer on
@@ -281,8 +306,8 @@ class LOCALLoss(nn.Module):
     Args:
         embedding_dim: Width ``F`` of the encoder's pooled features ``r``.
         num_classes: Number of classes ``K``.
-        class_counts: Training-set count of each class, for the 1/frequency weights; ``None``
-            for unweighted cross-entropy.
+        class_counts: (keyword only, data rather than a hyperparameter) Training-set count of each
+            class, for the 1/frequency weights; ``None`` for unweighted cross-entropy.
         beta: Weight of the latent term. temperature: contrastive temperature.
         contrastive: ``"ocl"`` or ``"supcon"``.
         classifier_hidden_dim: Hidden width of the classifier (default ``embedding_dim``).
@@ -297,33 +322,13 @@ class LOCALLoss(nn.Module):
     """
 
     citation = OCLoss.citation  # the same (LOCAL) paper
+    hyperparameters_class = LOCALHyperparameters
 
-
-    def __init__(
-        self,
-        embedding_dim: int,
-        num_classes: int,
-        class_counts: Sequence[int] | Tensor | None = None,
-        beta: float = 1.0,
-        temperature: float = 0.1,
-        contrastive: str = "ocl",
-        classifier_hidden_dim: int | None = None,
-        latent_size: int | tuple[int, int] | None = None,
-    ) -> None:
-        super().__init__()
-        check_int("embedding_dim", embedding_dim, 1)
-        check_int("num_classes", num_classes, 2)
-        if classifier_hidden_dim is not None:
-            check_int("classifier_hidden_dim", classifier_hidden_dim, 1)
-        self.beta = check_non_negative("beta", beta)
-        self.temperature = check_positive("temperature", temperature)
-        if contrastive not in _CONTRASTIVE:
-            raise ValueError(f"`contrastive` must be 'ocl' or 'supcon', got {contrastive!r}.")
-        self.contrastive = contrastive
-        self.latent_size = latent_size
-        hidden = classifier_hidden_dim or embedding_dim
+    def __init__(self, *args: Any, class_counts: Sequence[int] | Tensor | None = None, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)  # the LOCALHyperparameters
+        num_classes, hidden = self.num_classes, self.classifier_hidden_dim or self.embedding_dim
         self.classifier = nn.Sequential(
-            nn.Linear(2 * embedding_dim, hidden), nn.ReLU(inplace=True), nn.Linear(hidden, num_classes)
+            nn.Linear(2 * self.embedding_dim, hidden), nn.ReLU(inplace=True), nn.Linear(hidden, num_classes)
         )
         if class_counts is not None:
             weights = inverse_frequency_weights(class_counts)
@@ -364,12 +369,3 @@ class LOCALLoss(nn.Module):
             self.temperature,
             self.contrastive,
         )
-
-    def get_config_dict(self) -> dict[str, object]:
-        return {
-            "beta": self.beta,
-            "temperature": self.temperature,
-            "contrastive": self.contrastive,
-            "latent_size": self.latent_size,
-            "num_classes": self.classifier[-1].out_features,
-        }

@@ -12,11 +12,15 @@ The key encoder and the queue themselves are training state: :class:`hf_contrast
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from functools import partial
+
 import torch
 import torch.nn.functional as F
-from torch import Tensor, nn
+from torch import Tensor
 
-from ..tensor_checks import check_embeddings, check_non_negative, check_positive, float32_math, l2_normalize
+from ..tensor_checks import check_embeddings, check_int, check_non_negative, check_positive, float32_math, l2_normalize
+from .hyperparameters import HyperparameterModule, Hyperparameters, hyperparameter
 from .care import CARELoss, care_equivariance_loss
 
 __all__ = ["moco_info_nce_loss", "CAREMoCoLoss"]
@@ -70,7 +74,16 @@ def moco_info_nce_loss(q: Tensor, k: Tensor, queue: Tensor, temperature: float =
         return F.cross_entropy(logits, target)
 
 
-class CAREMoCoLoss(nn.Module):
+@dataclass
+class CAREMoCoHyperparameters(Hyperparameters):
+    """:class:`CAREMoCoLoss`'s hyperparameters, declared once (see :mod:`.hyperparameters`)."""
+
+    temperature: float = hyperparameter(0.2, check_positive)
+    care_weight: float = hyperparameter(0.01, check_non_negative)
+    n_splits: int = hyperparameter(8, partial(check_int, minimum=1))
+
+
+class CAREMoCoLoss(HyperparameterModule):
     """CARE with a MoCo-v2 invariance term: ``moco_info_nce(q, k, queue) + λ·L_equi(z1_eq, z2_eq)``.
 
     Args:
@@ -84,17 +97,9 @@ class CAREMoCoLoss(nn.Module):
     """
 
     citation = CARELoss.citation + "\n" + _MOCO_BIBTEX
-
-    def __init__(self, temperature: float = 0.2, care_weight: float = 0.01, n_splits: int = 8) -> None:
-        super().__init__()
-        self.temperature = check_positive("temperature", temperature)
-        self.care_weight = check_non_negative("care_weight", care_weight)
-        self.n_splits = n_splits
+    hyperparameters_class = CAREMoCoHyperparameters
 
     def forward(self, q: Tensor, k: Tensor, queue: Tensor, z1_eq: Tensor, z2_eq: Tensor) -> dict[str, Tensor]:
         invariance = moco_info_nce_loss(q, k, queue, self.temperature)
         equivariance = self.care_weight * care_equivariance_loss(z1_eq, z2_eq, n_splits=self.n_splits)
         return {"invariance": invariance, "equivariance": equivariance, "loss": invariance + equivariance}
-
-    def get_config_dict(self) -> dict[str, object]:
-        return {"temperature": self.temperature, "care_weight": self.care_weight, "n_splits": self.n_splits}

@@ -28,18 +28,23 @@ built per batch by the sampler); DDP then averages the gradients.
 
 from __future__ import annotations
 
+from dataclasses import MISSING, dataclass
+from functools import partial
+
 import torch
-from torch import Tensor, nn
+from torch import Tensor
 
 from ..tensor_checks import (
     compute_dtype,
     check_embeddings,
     check_finite_result,
+    check_int,
     check_positive,
     check_unit_interval,
     float32_math,
     power_of_two_scale,
 )
+from .hyperparameters import HyperparameterModule, Hyperparameters, hyperparameter
 
 __all__ = ["simo_loss", "afcl_loss", "SimOLoss", "AFCLLoss"]
 
@@ -143,8 +148,8 @@ def simo_loss(e: Tensor, y: float | Tensor, eps: float = 1e-6) -> Tensor:
 def _afcl_terms(e: Tensor, n_classes: int, olean: float, eps: float) -> tuple[Tensor, Tensor, Tensor]:
     """Checked AFCL terms ``(L_same, L_mean, L_diff)`` shared by :func:`afcl_loss` and :class:`AFCLLoss`."""
     check_embeddings("e", e, ndim=(2, 3), shape_doc="(C*k, D) class-major or (C, k, D)")
-    if isinstance(n_classes, bool) or not isinstance(n_classes, int) or n_classes < 2:
-        raise ValueError(f"`n_classes` must be an int >= 2 (L_mean and L_diff need 2 classes), got {n_classes!r}.")
+    checked = AFCLHyperparameters(n_classes, olean, eps)
+    n_classes, olean, eps = checked.n_classes, checked.olean, checked.eps
     if e.ndim == 2:
         if e.shape[0] % n_classes != 0:
             raise ValueError(
@@ -159,8 +164,6 @@ def _afcl_terms(e: Tensor, n_classes: int, olean: float, eps: float) -> tuple[Te
             f"`e` must have k >= 2 samples per class (L_same sums over pairs), got k={e.shape[1]} "
             f"for {n_classes} classes."
         )
-    olean = check_unit_interval("olean", olean)
-    eps = check_positive("eps", eps)
     with float32_math(e.device.type):
         e = e.to(compute_dtype(e))
         same = _simo(e, 1.0, eps).sum()
@@ -198,7 +201,15 @@ def afcl_loss(e: Tensor, n_classes: int, olean: float = 0.01, eps: float = 1e-6)
     return same + mean + diff
 
 
-class SimOLoss(nn.Module):
+@dataclass
+class SimOHyperparameters(Hyperparameters):
+    """:class:`SimOLoss`'s hyperparameters, declared once (see :mod:`.hyperparameters`)."""
+
+    y: float = hyperparameter(MISSING, check_unit_interval)
+    eps: float = hyperparameter(1e-6, check_positive)
+
+
+class SimOLoss(HyperparameterModule):
     """Thin module around :func:`simo_loss` for a group label fixed at construction.
 
     Paper: https://arxiv.org/abs/2410.05233
@@ -216,23 +227,22 @@ class SimOLoss(nn.Module):
     """
 
     citation = _CITATION
-
-    def __init__(self, y: float, eps: float = 1e-6) -> None:
-        super().__init__()
-        self.y = check_unit_interval("y", y)
-        self.eps = check_positive("eps", eps)
+    hyperparameters_class = SimOHyperparameters
 
     def forward(self, e: Tensor) -> Tensor:
         return simo_loss(e, self.y, eps=self.eps).sum()
 
-    def get_config_dict(self) -> dict[str, object]:
-        return {"y": self.y, "eps": self.eps}
 
-    def extra_repr(self) -> str:
-        return f"y={self.y}, eps={self.eps}"
+@dataclass
+class AFCLHyperparameters(Hyperparameters):
+    """AFCL's hyperparameters (:func:`afcl_loss`, :class:`AFCLLoss`), declared once."""
+
+    n_classes: int = hyperparameter(MISSING, partial(check_int, minimum=2, fix="L_mean and L_diff need 2 classes."))
+    olean: float = hyperparameter(0.01, check_unit_interval)
+    eps: float = hyperparameter(1e-6, check_positive)
 
 
-class AFCLLoss(nn.Module):
+class AFCLLoss(HyperparameterModule):
     """Anchor-free contrastive learning with SimO: ``{"same", "mean", "diff", "loss"}``.
 
     Paper: https://arxiv.org/abs/2410.05233 (Algorithm 2); see :func:`afcl_loss`.
@@ -251,21 +261,8 @@ class AFCLLoss(nn.Module):
     """
 
     citation = _CITATION
-
-    def __init__(self, n_classes: int, olean: float = 0.01, eps: float = 1e-6) -> None:
-        super().__init__()
-        if isinstance(n_classes, bool) or not isinstance(n_classes, int) or n_classes < 2:
-            raise ValueError(f"`n_classes` must be an int >= 2, got {n_classes!r}.")
-        self.n_classes = n_classes
-        self.olean = check_unit_interval("olean", olean)
-        self.eps = check_positive("eps", eps)
+    hyperparameters_class = AFCLHyperparameters
 
     def forward(self, e: Tensor) -> dict[str, Tensor]:
         same, mean, diff = _afcl_terms(e, self.n_classes, self.olean, self.eps)
         return {"same": same, "mean": mean, "diff": diff, "loss": same + mean + diff}
-
-    def get_config_dict(self) -> dict[str, object]:
-        return {"n_classes": self.n_classes, "olean": self.olean, "eps": self.eps}
-
-    def extra_repr(self) -> str:
-        return f"n_classes={self.n_classes}, olean={self.olean}, eps={self.eps}"

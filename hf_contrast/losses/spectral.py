@@ -11,19 +11,21 @@ Its minimisers span the top eigenspace of the augmentation graph's normalised ad
 
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import dataclass
 
-from torch import Tensor, nn
+from torch import Tensor
 
 from ..distributed import gather_with_offset, world_size
 from ..tensor_checks import (
     compute_dtype,
+    check_bool,
     check_embeddings,
     check_finite_result,
     check_same_shape,
     float32_math,
     power_of_two_scale,
 )
+from .hyperparameters import HyperparameterModule, Hyperparameters, hyperparameter
 
 __all__ = ["spectral_contrastive_loss", "SpectralContrastiveLoss"]
 
@@ -111,7 +113,14 @@ def spectral_contrastive_loss(z1: Tensor, z2: Tensor, gather_distributed: bool =
     return check_finite_result(loss, "the spectral contrastive loss", "`z1`, `z2`")
 
 
-class SpectralContrastiveLoss(nn.Module):
+@dataclass
+class SpectralHyperparameters(Hyperparameters):
+    """:class:`SpectralContrastiveLoss`'s hyperparameters, declared once (see :mod:`.hyperparameters`)."""
+
+    gather_distributed: bool = hyperparameter(False, check_bool)
+
+
+class SpectralContrastiveLoss(HyperparameterModule):
     """Module form of :func:`spectral_contrastive_loss` (HaoChen et al. 2021).
 
     Args:
@@ -125,15 +134,8 @@ class SpectralContrastiveLoss(nn.Module):
     """
 
     citation: str = _CITATION
-
-    def __init__(self, gather_distributed: bool = False) -> None:
-        super().__init__()
-        self.gather_distributed = bool(gather_distributed)
+    hyperparameters_class = SpectralHyperparameters
 
     def forward(self, z1: Tensor, z2: Tensor) -> Tensor:
         """Return the loss of the views ``z1``, ``z2`` (each ``(B, D)``)."""
         return spectral_contrastive_loss(z1, z2, gather_distributed=self.gather_distributed)
-
-    def get_config_dict(self) -> dict[str, Any]:
-        """Hyperparameters, for model cards."""
-        return {"gather_distributed": self.gather_distributed}

@@ -9,15 +9,16 @@ from __future__ import annotations
 import math
 import warnings
 from collections.abc import Sequence
-from typing import Any
+from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
-from torch import Tensor, nn
+from torch import Tensor
 
 from ..distributed import gather, gather_with_offset, world_size
-from ..tensor_checks import compute_dtype, check_embeddings, check_labels, check_positive, float32_math, l2_normalize
-from .tiled import check_tile_size, resolve_tile_size, tiled_row_logsumexp, tiled_symmetric_logsumexp
+from ..tensor_checks import compute_dtype, check_bool, check_embeddings, check_labels, check_positive, float32_math, l2_normalize
+from .hyperparameters import HyperparameterModule, Hyperparameters, hyperparameter
+from .tiled import checked_tile_size, check_tile_size, resolve_tile_size, tiled_row_logsumexp, tiled_symmetric_logsumexp
 
 __all__ = ["supcon_loss", "SupConLoss", "flatten_views"]
 
@@ -228,7 +229,17 @@ def supcon_loss(
     return _supervised_contrastive_loss(z, labels, temperature, normalize, gather_distributed, False, tile_size)
 
 
-class SupConLoss(nn.Module):
+@dataclass
+class SupConHyperparameters(Hyperparameters):
+    """:class:`SupConLoss`'s (and :class:`~hf_contrast.losses.OCLoss`'s) hyperparameters, declared once."""
+
+    temperature: float = hyperparameter(0.1, check_positive)
+    normalize: bool = hyperparameter(True, check_bool)
+    gather_distributed: bool = hyperparameter(False, check_bool)
+    tile_size: int | None = hyperparameter(None, checked_tile_size)
+
+
+class SupConLoss(HyperparameterModule):
     """Module form of :func:`supcon_loss`, same defaults.
 
     Args:
@@ -245,32 +256,8 @@ class SupConLoss(nn.Module):
     """
 
     citation: str = _SUPCON_BIBTEX
-
-    def __init__(
-        self,
-        temperature: float = 0.1,
-        normalize: bool = True,
-        gather_distributed: bool = False,
-        tile_size: int | None = None,
-    ) -> None:
-        super().__init__()
-        self.temperature = check_positive("temperature", temperature)
-        self.normalize = bool(normalize)
-        self.gather_distributed = bool(gather_distributed)
-        self.tile_size = check_tile_size(tile_size)
+    hyperparameters_class = SupConHyperparameters
 
     def forward(self, z: Tensor, labels: Tensor) -> Tensor:
         """Loss of labelled embeddings. Shape: ``z``: ``(N, D)``, ``labels``: ``(N,)``; returns a scalar."""
         return supcon_loss(z, labels, self.temperature, self.normalize, self.gather_distributed, self.tile_size)
-
-    def get_config_dict(self) -> dict[str, Any]:
-        """Hyperparameters, for model cards."""
-        return {
-            "temperature": self.temperature,
-            "normalize": self.normalize,
-            "gather_distributed": self.gather_distributed,
-            "tile_size": self.tile_size,
-        }
-
-    def extra_repr(self) -> str:
-        return ", ".join(f"{k}={v}" for k, v in self.get_config_dict().items())

@@ -42,6 +42,7 @@ __all__ = [
     "ACCELERATOR_TILE_SIZE",
     "AUTO_TILE_MIN_LOGITS",
     "check_tile_size",
+    "checked_tile_size",
     "resolve_tile_size",
     "tiled_row_logsumexp",
     "tiled_symmetric_logsumexp",
@@ -79,6 +80,11 @@ def check_tile_size(tile_size: object) -> int | None:
             f"0 (always the dense form) or a positive integer (the tile edge), got {tile_size!r}."
         )
     return int(tile_size)
+
+
+def checked_tile_size(name: str, tile_size: object) -> int | None:
+    """:func:`check_tile_size` as a hyperparameter check ``(name, value)``."""
+    return check_tile_size(tile_size)
 
 
 def resolve_tile_size(tile_size: int | None, n_rows: int, n_cols: int, device_type: str = "cpu") -> int:

@@ -12,11 +12,11 @@ with the unbiased (``B - 1``) variance and covariance over the batch.
 
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
-from torch import Tensor, nn
+from torch import Tensor
 
 from ..tensor_checks import (
     compute_dtype,
@@ -28,6 +28,7 @@ from ..tensor_checks import (
     float32_math,
     power_of_two_scale,
 )
+from .hyperparameters import HyperparameterModule, Hyperparameters, hyperparameter
 
 __all__ = ["vicreg_loss", "VICRegLoss"]
 
@@ -40,14 +41,15 @@ _CITATION = """@inproceedings{bardes2022vicreg,
 }"""
 
 
-def _check_hyperparameters(
-    invariance_weight: float, variance_weight: float, covariance_weight: float, gamma: float, eps: float
-) -> None:
-    check_non_negative("invariance_weight", invariance_weight)
-    check_non_negative("variance_weight", variance_weight)
-    check_non_negative("covariance_weight", covariance_weight)
-    check_positive("gamma", gamma)
-    check_positive("eps", eps)
+@dataclass
+class VICRegHyperparameters(Hyperparameters):
+    """VICReg's hyperparameters (:func:`vicreg_loss`, :class:`VICRegLoss`), declared once."""
+
+    invariance_weight: float = hyperparameter(25.0, check_non_negative)
+    variance_weight: float = hyperparameter(25.0, check_non_negative)
+    covariance_weight: float = hyperparameter(1.0, check_non_negative)
+    gamma: float = hyperparameter(1.0, check_positive)
+    eps: float = hyperparameter(1e-4, check_positive)
 
 
 def _variance_term(z: Tensor, gamma: float, eps: float) -> Tensor:
@@ -88,7 +90,7 @@ def _vicreg_terms(
             f"`z1` and `z2` need a batch of at least 2 samples (VICReg uses the batch variance and "
             f"covariance), got shape {tuple(z1.shape)}."
         )
-    _check_hyperparameters(invariance_weight, variance_weight, covariance_weight, gamma, eps)
+    VICRegHyperparameters(invariance_weight, variance_weight, covariance_weight, gamma, eps)
     dtype = compute_dtype(z1, z2)
     with float32_math(z1.device.type):
         z1, z2 = z1.to(dtype), z2.to(dtype)
@@ -146,7 +148,7 @@ def vicreg_loss(
     return terms["invariance"] + terms["variance"] + terms["covariance"]
 
 
-class VICRegLoss(nn.Module):
+class VICRegLoss(HyperparameterModule):
     """Module form of :func:`vicreg_loss`, returning the weighted terms and their sum.
 
     Args:
@@ -167,22 +169,7 @@ class VICRegLoss(nn.Module):
     """
 
     citation: str = _CITATION
-
-    def __init__(
-        self,
-        invariance_weight: float = 25.0,
-        variance_weight: float = 25.0,
-        covariance_weight: float = 1.0,
-        gamma: float = 1.0,
-        eps: float = 1e-4,
-    ) -> None:
-        super().__init__()
-        _check_hyperparameters(invariance_weight, variance_weight, covariance_weight, gamma, eps)
-        self.invariance_weight = float(invariance_weight)
-        self.variance_weight = float(variance_weight)
-        self.covariance_weight = float(covariance_weight)
-        self.gamma = float(gamma)
-        self.eps = float(eps)
+    hyperparameters_class = VICRegHyperparameters
 
     def forward(self, z1: Tensor, z2: Tensor) -> dict[str, Tensor]:
         """Return ``{"invariance", "variance", "covariance", "loss"}`` for the views ``z1``, ``z2``."""
@@ -191,13 +178,3 @@ class VICRegLoss(nn.Module):
         )
         terms["loss"] = terms["invariance"] + terms["variance"] + terms["covariance"]
         return terms
-
-    def get_config_dict(self) -> dict[str, Any]:
-        """Hyperparameters, for model cards."""
-        return {
-            "invariance_weight": self.invariance_weight,
-            "variance_weight": self.variance_weight,
-            "covariance_weight": self.covariance_weight,
-            "gamma": self.gamma,
-            "eps": self.eps,
-        }

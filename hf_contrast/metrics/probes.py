@@ -102,10 +102,7 @@ def _knn_predictions(
     temperature = check_positive("temperature", temperature)
     batch_size = check_int("batch_size", batch_size, 1)
     available = xtr.shape[0] - int(leave_one_out)
-    if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= available:
-        raise ValueError(
-            f"`k` must be an integer in [1, {available}] (number of candidate neighbours), got {k!r}."
-        )
+    check_int("k", k, 1, maximum=available, fix="the number of candidate neighbours.")
     classes, ytr_idx = torch.unique(ytr, return_inverse=True)
     xtr, xte = l2_normalize(xtr), l2_normalize(xte)
     predicted = []

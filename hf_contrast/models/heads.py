@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import torch  # noqa: F401  (used in the docstring example)
 from torch import Tensor, nn
+from ..tensor_checks import check_int
 
 __all__ = ["ProjectionHead"]
 
@@ -39,8 +40,7 @@ class ProjectionHead(nn.Module):
     def __init__(self, input_dim: int, hidden_dim: int, output_dim: int, num_layers: int = 2, norm: str | None = "batchnorm") -> None:
         super().__init__()
         for name, value in (("input_dim", input_dim), ("hidden_dim", hidden_dim), ("output_dim", output_dim), ("num_layers", num_layers)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"`{name}` must be a positive int, got {value!r}.")
+            check_int(name, value, 1)
         if norm not in ("batchnorm", "layernorm", None):
             raise ValueError(f"`norm` must be 'batchnorm', 'layernorm' or None, got {norm!r}.")
         self.input_dim = input_dim

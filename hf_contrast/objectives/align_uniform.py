@@ -18,7 +18,8 @@ from torch import Tensor, nn
 
 from ..losses import AlignUniformLoss, InfoNCELoss
 from ..views import ViewBuilder
-from .base import Objective, ObjectiveConfig, is_real, require
+from ..tensor_checks import check_non_negative
+from .base import Objective, ObjectiveConfig
 from .registry import register_objective
 
 __all__ = ["AlignUniformConfig", "AlignUniformObjective"]
@@ -38,10 +39,10 @@ class AlignUniformConfig(ObjectiveConfig):
     )
 
     def validate(self) -> None:
-        for name in ("align_weight", "uniform_weight", "simcse_weight", "task_loss_weight"):
-            value = getattr(self, name)
-            require(is_real(value) and value >= 0, name, value, "a finite number >= 0")
-        require(is_real(self.temperature) and self.temperature > 0, "temperature", self.temperature, "> 0")
+        AlignUniformLoss.hyperparameters_class.check_fields_of(self)  # align_weight, uniform_weight
+        InfoNCELoss.hyperparameters_class.check_fields_of(self)  # temperature (of the SimCSE term)
+        for name in ("simcse_weight", "task_loss_weight"):
+            check_non_negative(name, getattr(self, name))
 
 
 @register_objective("align_uniform")

@@ -1,7 +1,8 @@
 """``Objective``: one contrastive method — the views it needs and how model outputs become loss terms.
 
 An objective is an ``nn.Module`` that owns its hyperparameters (a dataclass, :attr:`Objective.config_class`,
-whose fields are also command-line flags through ``HfArgumentParser``), its loss modules and any trainable
+whose fields are also command-line flags through ``HfArgumentParser``, checked with
+:mod:`hf_contrast.tensor_checks`), its loss modules and any trainable
 or persistent state (a learnable temperature, LOCAL's pair classifier, the MoCo key encoder and queue).
 The trainer only calls the hooks below; it never branches on a method name.
 
@@ -21,7 +22,6 @@ Its ``state_dict`` (parameters, buffers, ``get_extra_state``) is saved in every 
 from __future__ import annotations
 
 import dataclasses
-import math
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -34,29 +34,15 @@ if TYPE_CHECKING:
 
     from ..views import ViewBuilder
 
-__all__ = ["Objective", "ObjectiveConfig", "require", "is_int", "is_real"]
-
-
-def require(condition: bool, name: str, value: object, expected: str) -> None:
-    """Raise ``ValueError("`name` must be expected, got value")`` unless ``condition``."""
-    if not condition:
-        raise ValueError(f"`{name}` must be {expected}, got {value!r}.")
-
-
-def is_int(value: object) -> bool:
-    """Whether ``value`` is an int (not a bool)."""
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def is_real(value: object) -> bool:
-    """Whether ``value`` is a finite real number (not a bool)."""
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+__all__ = ["Objective", "ObjectiveConfig"]
 
 
 @dataclasses.dataclass
 class ObjectiveConfig:
     """Hyperparameters of an objective. Subclasses add fields (with ``metadata={"help": ...}``, which
-    ``HfArgumentParser`` turns into ``--flag`` help) and check them in :meth:`validate`."""
+    ``HfArgumentParser`` turns into ``--flag`` help) and check them in :meth:`validate`: the fields a loss
+    also takes with ``Loss.hyperparameters_class.check_fields_of(self)`` (the loss's own declared checks,
+    see :mod:`hf_contrast.losses.hyperparameters`), the others with :mod:`hf_contrast.tensor_checks`."""
 
     def validate(self) -> None:
         """Raise ``ValueError`` naming the field on an out-of-range value."""

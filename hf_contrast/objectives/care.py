@@ -24,7 +24,8 @@ from torch import Tensor, nn
 from .. import distributed
 from ..losses import CARELoss, CAREMoCoLoss
 from ..views import ViewBuilder
-from .base import Objective, ObjectiveConfig, is_int, is_real, require
+from ..tensor_checks import check_bool, check_int, check_unit_interval
+from .base import Objective, ObjectiveConfig
 from .moco import MoCoState, MomentumUpdateCallback
 from .registry import register_objective
 
@@ -45,10 +46,8 @@ class CAREConfig(ObjectiveConfig):
     )
 
     def validate(self) -> None:
-        require(is_real(self.temperature) and self.temperature > 0, "temperature", self.temperature, "> 0")
-        require(is_real(self.care_weight) and self.care_weight >= 0, "care_weight", self.care_weight, "a finite number >= 0")
-        require(is_int(self.n_splits) and self.n_splits >= 1, "n_splits", self.n_splits, "an int >= 1")
-        require(isinstance(self.share_views, bool), "share_views", self.share_views, "True or False")
+        CARELoss.hyperparameters_class.check_fields_of(self)  # temperature, care_weight, n_splits
+        check_bool("share_views", self.share_views)
 
 
 class _ChunkedObjective(Objective):
@@ -131,11 +130,10 @@ class CAREMoCoConfig(CAREConfig):
     moco_queue_size: int = field(default=4096, metadata={"help": "CARE-MoCo: number of negative keys in the queue."})
 
     def validate(self) -> None:
-        super().validate()
-        require(is_real(self.moco_momentum) and 0 <= self.moco_momentum < 1, "moco_momentum", self.moco_momentum, "in [0, 1)")
-        require(
-            is_int(self.moco_queue_size) and self.moco_queue_size >= 1, "moco_queue_size", self.moco_queue_size, "an int >= 1"
-        )
+        CAREMoCoLoss.hyperparameters_class.check_fields_of(self)  # temperature, care_weight, n_splits
+        check_bool("share_views", self.share_views)
+        check_unit_interval("moco_momentum", self.moco_momentum, include_one=False)
+        check_int("moco_queue_size", self.moco_queue_size, 1)
 
 
 @register_objective("care_moco")

@@ -23,13 +23,13 @@ from transformers import EvalPrediction
 from ..losses.local import LOCALLoss, local_alpha, pair_difference
 from ..metrics.probes import macro_f1
 from ..views import ViewBuilder
-from .base import Objective, ObjectiveConfig, is_int, is_real, require
+from ..tensor_checks import check_choice, check_int, check_name, check_unit_interval
+from .base import Objective, ObjectiveConfig
 from .registry import register_objective
 
 __all__ = ["LOCALConfig", "LOCALObjective"]
 
 _ALPHA_SCHEDULES = ("inverse_epoch", "constant")
-_CONTRASTIVE = ("ocl", "supcon")
 
 
 @dataclass
@@ -48,20 +48,12 @@ class LOCALConfig(ObjectiveConfig):
     post_column: str = field(default="image_post", metadata={"help": "LOCAL: column of the second image of a pair."})
 
     def validate(self) -> None:
-        require(is_real(self.temperature) and self.temperature > 0, "temperature", self.temperature, "> 0")
-        require(is_real(self.beta) and self.beta >= 0, "beta", self.beta, "a finite number >= 0")
-        require(is_real(self.alpha) and 0 <= self.alpha <= 1, "alpha", self.alpha, "in [0, 1]")
-        require(self.alpha_schedule in _ALPHA_SCHEDULES, "alpha_schedule", self.alpha_schedule, f"one of {_ALPHA_SCHEDULES}")
-        require(self.contrastive in _CONTRASTIVE, "contrastive", self.contrastive, f"one of {_CONTRASTIVE}")
-        require(
-            self.num_labels is None or (is_int(self.num_labels) and self.num_labels >= 2),
-            "num_labels",
-            self.num_labels,
-            "an int >= 2 or None",
-        )
+        LOCALLoss.hyperparameters_class.check_fields_of(self)  # temperature, beta, contrastive
+        check_unit_interval("alpha", self.alpha)
+        check_choice("alpha_schedule", self.alpha_schedule, _ALPHA_SCHEDULES)
+        check_int("num_labels", self.num_labels, 2, allow_none=True)
         for name in ("pre_column", "post_column"):
-            value = getattr(self, name)
-            require(isinstance(value, str) and value != "", name, value, "a non-empty column name")
+            check_name(name, getattr(self, name))
 
 
 class PairClassifierMetrics:

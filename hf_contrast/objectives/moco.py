@@ -23,7 +23,7 @@ import torch
 from torch import Tensor, nn
 from transformers import TrainerCallback
 
-from ..tensor_checks import l2_normalize
+from ..tensor_checks import check_int, check_unit_interval, l2_normalize
 
 __all__ = ["MoCoState", "MomentumUpdateCallback"]
 
@@ -43,10 +43,8 @@ class MoCoState(nn.Module):
 
     def __init__(self, encoder: nn.Module, queue_size: int = 4096, momentum: float = 0.99, seed: int = 0) -> None:
         super().__init__()
-        if not isinstance(queue_size, int) or queue_size < 1:
-            raise ValueError(f"`queue_size` must be an int >= 1, got {queue_size!r}.")
-        if not 0.0 <= momentum < 1.0:
-            raise ValueError(f"`momentum` must be in [0, 1), got {momentum!r}.")
+        check_int("queue_size", queue_size, 1)
+        check_unit_interval("momentum", momentum, include_one=False)
         self.queue_size = queue_size
         self.momentum = float(momentum)
         self.seed = seed

@@ -19,7 +19,7 @@ from .. import distributed
 
 from ..losses import BinaryNCELoss, InfoNCELoss, SpectralContrastiveLoss, VICRegLoss
 from ..views import ViewBuilder
-from .base import Objective, ObjectiveConfig, is_real, require
+from .base import Objective, ObjectiveConfig
 from .registry import register_objective
 
 __all__ = [
@@ -85,7 +85,7 @@ class SimCLRConfig(ObjectiveConfig):
     temperature: float = field(default=0.5, metadata={"help": "InfoNCE temperature τ > 0 (SimCLR 0.5, SimCSE 0.05)."})
 
     def validate(self) -> None:
-        require(is_real(self.temperature) and self.temperature > 0, "temperature", self.temperature, "> 0")
+        InfoNCELoss.hyperparameters_class.check_fields_of(self)
 
 
 @register_objective("simclr")
@@ -114,9 +114,7 @@ class VICRegConfig(ObjectiveConfig):
     covariance_weight: float = field(default=1.0, metadata={"help": "VICReg: weight ν of the covariance term."})
 
     def validate(self) -> None:
-        for name in ("invariance_weight", "variance_weight", "covariance_weight"):
-            value = getattr(self, name)
-            require(is_real(value) and value >= 0, name, value, "a finite number >= 0")
+        VICRegLoss.hyperparameters_class.check_fields_of(self)
 
 
 @register_objective("vicreg")
@@ -139,10 +137,7 @@ class BinaryNCEConfig(ObjectiveConfig):
     learnable_bias: bool = field(default=False, metadata={"help": "Binary NCE: learn the bias."})
 
     def validate(self) -> None:
-        require(is_real(self.temperature) and self.temperature > 0, "temperature", self.temperature, "> 0")
-        require(self.negatives in ("all", "shifted"), "negatives", self.negatives, "'all' or 'shifted'")
-        for name in ("learnable_temperature", "learnable_bias"):
-            require(isinstance(getattr(self, name), bool), name, getattr(self, name), "True or False")
+        BinaryNCELoss.hyperparameters_class.check_fields_of(self)  # temperature, negatives, learnable_*
 
 
 @register_objective("binary_nce")

@@ -20,7 +20,8 @@ from torch import Tensor, nn
 
 from ..losses import AFCLLoss
 from ..views import AFCLBatchSampler, ViewBuilder
-from .base import Objective, ObjectiveConfig, is_int, is_real, require
+from ..tensor_checks import check_choice, check_int
+from .base import Objective, ObjectiveConfig
 from .registry import register_objective
 
 __all__ = ["SimOConfig", "SimOObjective"]
@@ -36,20 +37,10 @@ class SimOConfig(ObjectiveConfig):
     n_views: int = field(default=1, metadata={"help": "SimO: augmented views per sample (1 or 2)."})
 
     def validate(self) -> None:
-        require(
-            is_int(self.classes_per_batch) and self.classes_per_batch >= 2,
-            "classes_per_batch",
-            self.classes_per_batch,
-            "an int >= 2",
-        )
-        require(
-            is_int(self.samples_per_class) and self.samples_per_class >= 2,
-            "samples_per_class",
-            self.samples_per_class,
-            "an int >= 2",
-        )
-        require(is_real(self.olean) and 0 <= self.olean <= 1, "olean", self.olean, "in [0, 1]")
-        require(is_int(self.n_views) and self.n_views in (1, 2), "n_views", self.n_views, "1 or 2")
+        check_int("classes_per_batch", self.classes_per_batch, 2)
+        check_int("samples_per_class", self.samples_per_class, 2)
+        AFCLLoss.hyperparameters_class.check_fields_of(self)  # olean
+        check_choice("n_views", self.n_views, (1, 2))
 
 
 @register_objective("simo")

@@ -20,7 +20,8 @@ from .. import distributed
 from ..data.checks import dataset_classes
 from ..losses import OCLoss, SupConLoss
 from ..views import ViewBuilder
-from .base import Objective, ObjectiveConfig, is_int, is_real, require
+from ..tensor_checks import check_choice
+from .base import Objective, ObjectiveConfig
 from .registry import register_objective
 
 __all__ = ["SupConConfig", "SupConObjective", "OCLObjective"]
@@ -32,8 +33,8 @@ class SupConConfig(ObjectiveConfig):
     n_views: int = field(default=2, metadata={"help": "SupCon/OCL: augmented views per sample (1 or 2)."})
 
     def validate(self) -> None:
-        require(is_real(self.temperature) and self.temperature > 0, "temperature", self.temperature, "> 0")
-        require(is_int(self.n_views) and self.n_views in (1, 2), "n_views", self.n_views, "1 or 2")
+        SupConLoss.hyperparameters_class.check_fields_of(self)  # temperature (OCL shares SupCon's)
+        check_choice("n_views", self.n_views, (1, 2))
 
 
 @register_objective("supcon")

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 from transformers import TrainingArguments
 
-from ..objectives.base import is_int, is_real, require
+from ..tensor_checks import check_choice, check_int, check_name, check_positive
 
 __all__ = ["ContrastiveTrainingArguments", "NONFINITE_POLICIES"]
 
@@ -110,35 +110,14 @@ class ContrastiveTrainingArguments(TrainingArguments):
     )
 
     def __post_init__(self) -> None:
-        require(self.nonfinite_policy in NONFINITE_POLICIES, "nonfinite_policy", self.nonfinite_policy, f"one of {NONFINITE_POLICIES}")
-        require(self.on_bad_image in ("raise", "skip"), "on_bad_image", self.on_bad_image, "'raise' or 'skip'")
-        require(
-            self.gradient_cache_size is None or (is_int(self.gradient_cache_size) and self.gradient_cache_size >= 1),
-            "gradient_cache_size",
-            self.gradient_cache_size,
-            "an int >= 1 or None",
-        )
+        check_choice("nonfinite_policy", self.nonfinite_policy, NONFINITE_POLICIES)
+        check_choice("on_bad_image", self.on_bad_image, ("raise", "skip"))
+        check_int("gradient_cache_size", self.gradient_cache_size, 1, allow_none=True)
         for name in ("image_column", "text_column", "label_column"):
-            value = getattr(self, name)
-            require(isinstance(value, str) and value != "", name, value, "a non-empty column name")
-        require(
-            self.max_length is None or (is_int(self.max_length) and self.max_length >= 2),
-            "max_length",
-            self.max_length,
-            "an int >= 2 or None",
-        )
-        require(
-            self.image_size is None or (is_int(self.image_size) and self.image_size >= 1),
-            "image_size",
-            self.image_size,
-            "an int >= 1 or None",
-        )
-        require(
-            self.eval_representation in _REPRESENTATIONS,
-            "eval_representation",
-            self.eval_representation,
-            f"one of {_REPRESENTATIONS}",
-        )
-        require(is_int(self.knn_k) and self.knn_k >= 1, "knn_k", self.knn_k, "an int >= 1")
-        require(is_real(self.knn_temperature) and self.knn_temperature > 0, "knn_temperature", self.knn_temperature, "> 0")
+            check_name(name, getattr(self, name))
+        check_int("max_length", self.max_length, 2, allow_none=True)
+        check_int("image_size", self.image_size, 1, allow_none=True)
+        check_choice("eval_representation", self.eval_representation, _REPRESENTATIONS)
+        check_int("knn_k", self.knn_k, 1)
+        check_positive("knn_temperature", self.knn_temperature)
         super().__post_init__()

@@ -29,6 +29,8 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from ..tensor_checks import check_int
+
 __all__ = ["GradientCache"]
 
 
@@ -88,9 +90,7 @@ class GradientCache:
     """
 
     def __init__(self, mini_batch_size: int) -> None:
-        if isinstance(mini_batch_size, bool) or not isinstance(mini_batch_size, int) or mini_batch_size < 1:
-            raise ValueError(f"`gradient_cache_size` must be an int >= 1, got {mini_batch_size!r}.")
-        self.mini_batch_size = mini_batch_size
+        self.mini_batch_size = check_int("gradient_cache_size", mini_batch_size, 1)
         self.records: list[_Record] = []
 
     def encode(self, model: nn.Module, inputs: Mapping[str, Any], **forward_kwargs: Any) -> dict[str, Any]:

@@ -1,4 +1,5 @@
-"""Argument checks and small builders shared by the image and paired transforms."""
+"""Small builders (and the mean/std check) shared by the image and paired transforms; scalar argument
+checks are :mod:`hf_contrast.tensor_checks`'."""
 
 from __future__ import annotations
 
@@ -10,29 +11,13 @@ from hf_contrast.views.decode import ConvertImageMode
 
 __all__ = [
     "ImageSize",
-    "check_size",
     "check_mean_std",
-    "check_probability",
-    "check_range",
     "interpolation_mode",
     "channel_step",
     "to_image_steps",
 ]
 
 ImageSize = int | tuple[int, int]
-
-
-def check_size(name: str, size: object) -> tuple[int, int]:
-    """Return ``size`` as ``(H, W)``; an int means a square."""
-    if isinstance(size, int) and not isinstance(size, bool):
-        pair = (size, size)
-    elif isinstance(size, Sequence) and len(size) == 2 and all(isinstance(s, int) for s in size):
-        pair = (int(size[0]), int(size[1]))
-    else:
-        raise ValueError(f"`{name}` must be an int or a pair (H, W) of ints, got {size!r}.")
-    if min(pair) <= 0:
-        raise ValueError(f"`{name}` must be positive, got {size!r}.")
-    return pair
 
 
 def check_mean_std(mean: Sequence[float], std: Sequence[float]) -> tuple[list[float], list[float]]:
@@ -46,20 +31,6 @@ def check_mean_std(mean: Sequence[float], std: Sequence[float]) -> tuple[list[fl
     if min(std_list) <= 0:
         raise ValueError(f"`std` must be positive, got {tuple(std_list)}.")
     return mean_list, std_list
-
-
-def check_probability(name: str, p: float) -> float:
-    """Check that ``p`` is a number (not a string or bool) in ``[0, 1]``."""
-    if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0.0 <= p <= 1.0:
-        raise ValueError(f"`{name}` must be a probability in [0, 1] (a number, e.g. 0.5), got {p!r}.")
-    return float(p)
-
-
-def check_range(name: str, value: Sequence[float], low: float, high: float) -> tuple[float, float]:
-    """Check an ordered pair ``(lo, hi)`` with ``low < lo <= hi <= high``."""
-    if len(value) != 2 or not (low < value[0] <= value[1] <= high):
-        raise ValueError(f"`{name}` must be a pair (lo, hi) with {low} < lo <= hi <= {high}, got {tuple(value)}.")
-    return float(value[0]), float(value[1])
 
 
 def interpolation_mode(value: str | InterpolationMode) -> InterpolationMode:

@@ -17,6 +17,7 @@ import torch
 from torch.utils.data import Sampler
 
 from hf_contrast import distributed
+from hf_contrast.tensor_checks import check_int
 
 __all__ = ["AFCLBatchSampler"]
 
@@ -31,12 +32,6 @@ def _check_labels_1d(labels: Any) -> torch.Tensor:
     if array.is_floating_point() or array.is_complex() or array.dtype == torch.bool:
         raise ValueError(f"`labels` must hold int class ids, got dtype {array.dtype}.")
     return array.detach().cpu().long()
-
-
-def _check_count(name: str, value: object) -> int:
-    if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < 1:
-        raise ValueError(f"`{name}` must be a positive int, got {value!r}.")
-    return int(value)
 
 
 class AFCLBatchSampler(Sampler[list[int]]):
@@ -109,8 +104,8 @@ class AFCLBatchSampler(Sampler[list[int]]):
         batches_per_epoch: int | None = None,
     ) -> None:
         label_tensor = _check_labels_1d(labels)
-        self.classes_per_batch = _check_count("classes_per_batch", classes_per_batch)
-        self.samples_per_class = _check_count("samples_per_class", samples_per_class)
+        self.classes_per_batch = check_int("classes_per_batch", classes_per_batch, 1)
+        self.samples_per_class = check_int("samples_per_class", samples_per_class, 1)
         self.batch_size = self.classes_per_batch * self.samples_per_class
         if batch_size is not None and batch_size != self.batch_size:
             raise ValueError(
@@ -135,14 +130,14 @@ class AFCLBatchSampler(Sampler[list[int]]):
         if num_replicas is None:
             self.num_replicas = distributed.world_size()
         else:
-            self.num_replicas = _check_count("num_replicas", num_replicas)
+            self.num_replicas = check_int("num_replicas", num_replicas, 1)
         self.rank = distributed.rank() if rank is None else rank
         if not isinstance(self.rank, (int, np.integer)) or not 0 <= self.rank < self.num_replicas:
             raise ValueError(f"`rank` must be an int in [0, {self.num_replicas}), got {self.rank!r}.")
         n_items = label_tensor.numel()
         per_round = self.batch_size * self.num_replicas
         if batches_per_epoch is not None:
-            self.num_batches = _check_count("batches_per_epoch", batches_per_epoch)
+            self.num_batches = check_int("batches_per_epoch", batches_per_epoch, 1)
         else:
             self.num_batches = n_items // per_round if drop_last else math.ceil(n_items / per_round)
         if self.num_batches == 0:

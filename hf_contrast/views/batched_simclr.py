@@ -30,7 +30,7 @@ import torch
 from torch import Tensor
 
 import hf_contrast.views.batched_ops as ops
-from hf_contrast.views._common import check_probability, check_range, check_size
+from hf_contrast.tensor_checks import check_int, check_range, check_size, check_unit_interval
 from hf_contrast.views.image_transforms import default_blur_kernel
 from hf_contrast.views.batched_params import (
     ViewParams,
@@ -105,14 +105,14 @@ class BatchedSimCLRViews:
             )
         self.scale = check_range("scale", scale, 0.0, 1.0)
         self.ratio = check_range("ratio", ratio, 0.0, math.inf)
-        self.hflip_p = check_probability("hflip_p", hflip_p)
+        self.hflip_p = check_unit_interval("hflip_p", hflip_p)
         if jitter_strength < 0:
             raise ValueError(f"`jitter_strength` must be >= 0, got {jitter_strength}.")
         s = float(jitter_strength)
         self.jitter_ranges = jitter_ranges(0.8 * s, 0.8 * s, 0.8 * s, min(0.2 * s, 0.5))
-        self.jitter_p = check_probability("jitter_p", jitter_p) if s > 0 else 0.0
-        self.grayscale_p = check_probability("grayscale_p", grayscale_p)
-        self.blur_p = check_probability("blur_p", blur_p)
+        self.jitter_p = check_unit_interval("jitter_p", jitter_p) if s > 0 else 0.0
+        self.grayscale_p = check_unit_interval("grayscale_p", grayscale_p)
+        self.blur_p = check_unit_interval("blur_p", blur_p)
         kernel = default_blur_kernel(self.image_size) if blur_kernel is None else blur_kernel
         if not isinstance(kernel, int) or isinstance(kernel, bool) or kernel <= 0 or kernel % 2 == 0:
             raise ValueError(f"`blur_kernel` must be a positive odd int, got {blur_kernel!r}.")
@@ -123,7 +123,7 @@ class BatchedSimCLRViews:
             )
         self.blur_kernel = kernel
         self.blur_sigma = check_range("blur_sigma", blur_sigma, 0.0, math.inf)
-        self.solarize_p = check_probability("solarize_p", solarize_p)
+        self.solarize_p = check_unit_interval("solarize_p", solarize_p)
         if not 0.0 <= solarize_threshold <= 1.0:
             raise ValueError(f"`solarize_threshold` must lie in [0, 1], got {solarize_threshold}.")
         self.solarize_threshold = float(solarize_threshold)
@@ -157,8 +157,7 @@ class BatchedSimCLRViews:
         if self.seed is None:
             raise ValueError("`seed` is required for per-batch generators; build BatchedSimCLRViews(..., seed=...).")
         for name, value in (("batch_index", batch_index), ("process_index", process_index)):
-            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-                raise ValueError(f"`{name}` must be an int >= 0, got {value!r}.")
+            check_int(name, value, 0)
         state = np.random.SeedSequence([self.seed, batch_index, process_index]).generate_state(1, dtype=np.uint64)[0]
         return torch.Generator().manual_seed(int(state >> np.uint64(1)))
 

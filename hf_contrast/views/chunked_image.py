@@ -19,6 +19,7 @@ import torch
 from torch import Tensor
 
 from hf_contrast.seeding import seeded_cpu_rng
+from hf_contrast.tensor_checks import check_int
 from hf_contrast.views._common import ImageSize
 from hf_contrast.views.image_transforms import simclr_transform, simclr_transform_from_data_config
 
@@ -61,8 +62,7 @@ class ChunkedAugmentation:
         *,
         generator: torch.Generator | None = None,
     ) -> None:
-        if not isinstance(n_splits, int) or isinstance(n_splits, bool) or n_splits < 1:
-            raise ValueError(f"`n_splits` must be a positive int, got {n_splits!r}.")
+        check_int("n_splits", n_splits, 1)
         if not callable(transform):
             raise ValueError(f"`transform` must be callable, got {type(transform).__name__}.")
         if generator is not None and generator.device.type != "cpu":

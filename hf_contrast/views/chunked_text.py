@@ -19,6 +19,8 @@ from typing import Any, TypeVar
 import torch
 from torch import Tensor
 
+from hf_contrast.tensor_checks import check_int
+
 __all__ = ["simcse_views", "ChunkedTextAugmentation"]
 
 _B = TypeVar("_B")
@@ -114,8 +116,7 @@ class ChunkedTextAugmentation:
         span_fraction: float = 0.1,
         generator: torch.Generator | None = None,
     ) -> None:
-        if not isinstance(n_splits, int) or isinstance(n_splits, bool) or n_splits < 1:
-            raise ValueError(f"`n_splits` must be a positive int, got {n_splits!r}.")
+        check_int("n_splits", n_splits, 1)
         ops = tuple(ops) if not isinstance(ops, str) else (ops,)
         unknown = [op for op in ops if op not in _OP_CODES]
         if not ops or unknown or len(set(ops)) != len(ops):

@@ -41,6 +41,7 @@ import torch
 from torch import Tensor
 
 from ..seeding import seeded_cpu_rng
+from ..tensor_checks import check_choice, check_int
 from .decode import BadImageError, ConvertImageMode, image_source
 from .labels import collate_labels
 
@@ -76,11 +77,6 @@ def pop_view_batch_index(inputs: MutableMapping[str, Any]) -> Tensor | None:
     if index is None:
         return None
     return torch.as_tensor(index).reshape(-1).max()
-
-
-def _check_on_bad_image(value: str) -> None:
-    if value not in ON_BAD_IMAGE:
-        raise ValueError(f"`on_bad_image` must be one of {ON_BAD_IMAGE}, got {value!r}.")
 
 
 class _SeededViews:
@@ -209,11 +205,10 @@ class ImageViewCollator(_SeededViews):
     skipped_images: int = 0
 
     def __post_init__(self) -> None:
-        if not isinstance(self.n_views, int) or self.n_views < 0:
-            raise ValueError(f"`n_views` must be an int >= 0, got {self.n_views!r}.")
+        check_int("n_views", self.n_views, 0)
         if self.n_views > 0 and self.transform is None:
             raise ValueError(f"`transform` is required to build `n_views`={self.n_views} augmented views.")
-        _check_on_bad_image(self.on_bad_image)
+        check_choice("on_bad_image", self.on_bad_image, ON_BAD_IMAGE)
         ConvertImageMode(self.n_channels)  # validates n_channels
 
     def __call__(self, features: Sequence[Mapping[str, Any]]) -> dict[str, Tensor]:
@@ -286,7 +281,7 @@ class PairedImageCollator(_SeededViews):
     skipped_images: int = 0
 
     def __post_init__(self) -> None:
-        _check_on_bad_image(self.on_bad_image)
+        check_choice("on_bad_image", self.on_bad_image, ON_BAD_IMAGE)
         ConvertImageMode(self.n_channels)
 
     def __call__(self, features: Sequence[Mapping[str, Any]]) -> dict[str, Tensor]:

@@ -21,12 +21,10 @@ from torch import Tensor
 from torchvision import tv_tensors
 from torchvision.transforms import InterpolationMode, v2
 
+from hf_contrast.tensor_checks import check_range, check_size, check_unit_interval
 from hf_contrast.views._common import (
     ImageSize,
     check_mean_std,
-    check_probability,
-    check_range,
-    check_size,
     interpolation_mode,
     to_image_steps,
 )
@@ -143,15 +141,15 @@ def simclr_transform(
     mode = interpolation_mode(interpolation)
     steps.append(v2.RandomResizedCrop(size, scale=scale, ratio=ratio, interpolation=mode, antialias=True))
     steps.append(v2.Lambda(clamp_unit_range, tv_tensors.Image))  # float inputs: see clamp_unit_range
-    if check_probability("hflip_p", hflip_p) > 0:
+    if check_unit_interval("hflip_p", hflip_p) > 0:
         steps.append(v2.RandomHorizontalFlip(p=hflip_p))
     s = float(jitter_strength)
-    if check_probability("jitter_p", jitter_p) > 0 and s > 0:
+    if check_unit_interval("jitter_p", jitter_p) > 0 and s > 0:
         jitter = v2.ColorJitter(brightness=0.8 * s, contrast=0.8 * s, saturation=0.8 * s, hue=min(0.2 * s, 0.5))
         steps.append(v2.RandomApply([jitter], p=jitter_p))
-    if check_probability("grayscale_p", grayscale_p) > 0:
+    if check_unit_interval("grayscale_p", grayscale_p) > 0:
         steps.append(v2.RandomGrayscale(p=grayscale_p))
-    if check_probability("blur_p", blur_p) > 0:
+    if check_unit_interval("blur_p", blur_p) > 0:
         steps.append(v2.RandomApply([v2.GaussianBlur(kernel_size=kernel, sigma=blur_sigma)], p=blur_p))
     steps += [v2.ToDtype(torch.float32, scale=True), v2.Normalize(mean_list, std_list), v2.ToPureTensor()]
     return v2.Compose(steps)

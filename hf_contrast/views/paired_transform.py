@@ -18,13 +18,11 @@ from torch import Tensor
 from torchvision import tv_tensors
 from torchvision.transforms import InterpolationMode, v2
 
+from hf_contrast.tensor_checks import check_range, check_size, check_unit_interval
 from hf_contrast.views._common import (
     ImageSize,
     channel_step,
     check_mean_std,
-    check_probability,
-    check_range,
-    check_size,
     interpolation_mode,
 )
 from hf_contrast.views.decode import ConvertImageMode
@@ -159,15 +157,15 @@ def paired_transform(
     mode = interpolation_mode(interpolation)
     geometric: list[v2.Transform] = [*channel_step(len(mean_list))]
     geometric.append(v2.RandomResizedCrop(size, scale=scale, interpolation=mode, antialias=True))
-    if check_probability("hflip_p", hflip_p) > 0:
+    if check_unit_interval("hflip_p", hflip_p) > 0:
         geometric.append(v2.RandomHorizontalFlip(p=hflip_p))
-    if check_probability("vflip_p", vflip_p) > 0:
+    if check_unit_interval("vflip_p", vflip_p) > 0:
         geometric.append(v2.RandomVerticalFlip(p=vflip_p))
     if degrees > 0:
         geometric.append(v2.RandomRotation(degrees, interpolation=mode))
     photometric = None
     s = float(jitter_strength)
-    if check_probability("jitter_p", jitter_p) > 0 and s > 0:
+    if check_unit_interval("jitter_p", jitter_p) > 0 and s > 0:
         jitter = v2.ColorJitter(brightness=0.8 * s, contrast=0.8 * s, saturation=0.8 * s, hue=min(0.2 * s, 0.5))
         photometric = v2.RandomApply([jitter], p=jitter_p)
     finalize = v2.Compose([v2.ToDtype(torch.float32, scale=True), v2.Normalize(mean_list, std_list), v2.ToPureTensor()])

@@ -1,0 +1,180 @@
+"""Hyperparameters declared once, validated once, with one vocabulary of checks (issue 15).
+
+* one vocabulary: the scalar argument checks are defined in ``hf_contrast/tensor_checks.py`` only; no
+  module re-implements them (``require``/``is_int``/``is_real``, a ``check_size`` of its own, a new private
+  ``_check_*``) — the few private checks that remain are domain checks, listed below with their reason;
+* declared once: each loss module's constructor arguments, ``get_config_dict()`` and ``extra_repr()`` all
+  come from its hyperparameter dataclass;
+* validated once: an objective config checks a field it shares with its loss with the loss's declared
+  check, so the message is the same and comes before training.
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import inspect
+from pathlib import Path
+
+import pytest
+import torch
+
+import hf_contrast.losses as losses
+from hf_contrast.losses.hyperparameters import HyperparameterModule, Hyperparameters
+from hf_contrast.objectives.align_uniform import AlignUniformConfig
+from hf_contrast.objectives.care import CAREConfig, CAREMoCoConfig
+from hf_contrast.objectives.local import LOCALConfig
+from hf_contrast.objectives.pair import BinaryNCEConfig, SimCLRConfig, VICRegConfig
+from hf_contrast.objectives.simo import SimOConfig
+from hf_contrast.objectives.supervised import SupConConfig
+from hf_contrast.tensor_checks import check_choice, check_int, check_range, check_size, check_unit_interval
+
+PACKAGE = Path(__file__).resolve().parents[1] / "hf_contrast"
+VOCABULARY = PACKAGE / "tensor_checks.py"
+
+# Names of the vocabulary: defined in tensor_checks.py and nowhere else.
+VOCABULARY_NAMES = {
+    "check_positive",
+    "check_non_negative",
+    "check_unit_interval",
+    "check_probability",
+    "check_int",
+    "check_bool",
+    "check_choice",
+    "check_name",
+    "check_range",
+    "check_size",
+    "require",
+    "is_int",
+    "is_real",
+}
+
+# Private checks that are not scalar-argument duplicates, with why they stay where they are.
+DOMAIN_CHECKS = {
+    ("training/trainer.py", "_check_objective_fits"): "the objective against the model and the arguments",
+    ("views/afcl_sampler.py", "_check_labels_1d"): "a label sequence converted to a tensor",
+    ("views/batched_params.py", "_check_generator"): "a torch.Generator's device",
+    ("losses/binary_nce.py", "_check_scalar_tensor"): "a one-element float tensor (learnable values)",
+    ("losses/binary_nce.py", "_check_temperature"): "a number or a tensor, read only on the CPU",
+    ("losses/binary_nce.py", "_check_bias"): "a number or a tensor, read only on the CPU",
+    ("losses/simo.py", "_check_label"): "a soft label, scalar or one per group",
+    ("losses/care.py", "_check_chunks"): "n_splits against the batch size",
+    ("data/images.py", "_check_columns"): "dataset columns",
+    ("data/text.py", "_check_text"): "dataset text columns",
+}
+
+
+def _functions() -> list[tuple[str, str]]:
+    found = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                found.append((path.relative_to(PACKAGE).as_posix(), node.name))
+    return found
+
+
+def test_vocabulary_checks_are_defined_in_tensor_checks_only() -> None:
+    elsewhere = [(p, n) for p, n in _functions() if n in VOCABULARY_NAMES and p != "tensor_checks.py"]
+    assert not elsewhere, f"use hf_contrast.tensor_checks instead of re-defining {elsewhere}"
+    defined = {n for p, n in _functions() if p == "tensor_checks.py"}
+    assert VOCABULARY_NAMES - {"check_probability", "require", "is_int", "is_real"} <= defined
+
+
+def test_no_new_private_scalar_checks() -> None:
+    private = {(p, n) for p, n in _functions() if n.startswith("_check_") and p != "tensor_checks.py"}
+    new = sorted(private - set(DOMAIN_CHECKS))
+    assert not new, (
+        f"private checks {new}: use hf_contrast.tensor_checks (or, for a domain check that is no scalar "
+        "duplicate, list it in DOMAIN_CHECKS with its reason)"
+    )
+    gone = sorted(set(DOMAIN_CHECKS) - private)
+    assert not gone, f"DOMAIN_CHECKS lists checks that no longer exist: {gone}"
+
+
+def test_vocabulary_messages_name_argument_value_and_expectation() -> None:
+    cases = [
+        (lambda: check_int("n_splits", 0, 1), "`n_splits` must be an integer >= 1, got 0."),
+        (lambda: check_int("k", 7, 1, maximum=5, fix="5 neighbours."), "`k` must be an integer in [1, 5], got 7; 5 neighbours."),
+        (lambda: check_int("n", True, 1), "`n` must be an integer >= 1, got True."),
+        (lambda: check_int("max_length", 1, 2, allow_none=True), "`max_length` must be an integer >= 2 or None, got 1."),
+        (lambda: check_unit_interval("moco_momentum", 1.0, include_one=False), "`moco_momentum` must be in [0, 1), got 1.0."),
+        (lambda: check_unit_interval("hflip_p", "0.5"), "`hflip_p` must be a number, got '0.5' of type str."),
+        (lambda: check_choice("n_views", True, (1, 2)), "`n_views` must be one of (1, 2), got True."),
+        (lambda: check_range("scale", (0.9, 0.1), 0.0, 1.0), "`scale` must be a pair (lo, hi) with 0.0 < lo <= hi <= 1.0, got (0.9, 0.1)."),
+        (lambda: check_size("image_size", (8, True)), "`image_size` must be an int or a pair (H, W) of ints, got (8, True)."),
+    ]  # fmt: skip
+    for call, message in cases:
+        with pytest.raises(ValueError) as error:
+            call()
+        assert str(error.value) == message
+    assert check_int("n", torch.tensor(3).item(), 1) == 3 and check_size("s", 4) == (4, 4)
+
+
+# ---- declared once -----------------------------------------------------------------------------
+
+REQUIRED = {"SimOLoss": {"y": 0.5}, "AFCLLoss": {"n_classes": 3}, "LOCALLoss": {"embedding_dim": 4, "num_classes": 3}}
+LOSS_CLASSES = sorted(
+    (name for name in losses.__all__ if isinstance(getattr(losses, name), type) and name.endswith("Loss")),
+)
+
+
+@pytest.mark.parametrize("name", LOSS_CLASSES)
+def test_every_loss_module_declares_its_hyperparameters_once(name: str) -> None:
+    cls = getattr(losses, name)
+    declared = cls.hyperparameters_class
+    assert issubclass(declared, Hyperparameters) and declared is not Hyperparameters
+    fields = [f.name for f in dataclasses.fields(declared)]
+    loss = cls(**REQUIRED.get(name, {}))
+    config = loss.get_config_dict()
+    assert list(config) == fields
+    expected = declared(**REQUIRED.get(name, {}))
+    if name == "BinaryNCELoss":  # bias=None means the default of the negatives
+        expected.bias = -10.0
+    assert config == dataclasses.asdict(expected)
+    assert all(f"{k}={v!r}" in repr(loss) for k, v in config.items())
+    if "__init__" not in cls.__dict__ or cls.__dict__["__init__"] is HyperparameterModule.__init__:
+        assert list(inspect.signature(cls).parameters) == fields  # help() shows the hyperparameters
+
+
+@pytest.mark.parametrize("name", LOSS_CLASSES)
+def test_every_declared_hyperparameter_is_checked_at_construction(name: str) -> None:
+    cls = getattr(losses, name)
+    for f in dataclasses.fields(cls.hyperparameters_class):
+        bad = "not-a-valid-value" if f.name not in ("contrastive", "negatives") else "unknown"
+        with pytest.raises(ValueError, match=f"`{f.name}`"):
+            cls(**(REQUIRED.get(name, {}) | {f.name: bad}))
+
+
+def test_positional_arguments_follow_the_declaration_order() -> None:
+    assert losses.CARELoss(0.3, 0.1, 2).get_config_dict()["n_splits"] == 2
+    assert losses.VICRegLoss(1.0, 2.0, 3.0).covariance_weight == 3.0
+
+
+# ---- validated once -----------------------------------------------------------------------------
+
+SHARED = [
+    (SimCLRConfig, losses.InfoNCELoss, "temperature", 0.0),
+    (VICRegConfig, losses.VICRegLoss, "variance_weight", -1.0),
+    (BinaryNCEConfig, losses.BinaryNCELoss, "negatives", "hard"),
+    (BinaryNCEConfig, losses.BinaryNCELoss, "learnable_bias", 1),
+    (SupConConfig, losses.SupConLoss, "temperature", float("inf")),
+    (CAREConfig, losses.CARELoss, "n_splits", 0),
+    (CAREConfig, losses.CARELoss, "care_weight", -0.1),
+    (CAREMoCoConfig, losses.CAREMoCoLoss, "temperature", -1.0),
+    (AlignUniformConfig, losses.AlignUniformLoss, "uniform_weight", -1.0),
+    (AlignUniformConfig, losses.InfoNCELoss, "temperature", 0.0),
+    (SimOConfig, losses.AFCLLoss, "olean", 1.5),
+    (LOCALConfig, losses.LOCALLoss, "contrastive", "triplet"),
+    (LOCALConfig, losses.LOCALLoss, "beta", -2.0),
+]
+
+
+@pytest.mark.parametrize(("config_class", "loss_class", "field", "bad"), SHARED)
+def test_objective_config_fails_with_its_loss_message(config_class, loss_class, field, bad) -> None:
+    with pytest.raises(ValueError) as from_loss:
+        loss_class(**(REQUIRED.get(loss_class.__name__, {}) | {field: bad}))
+    with pytest.raises(ValueError) as from_config:
+        config_class(**{field: bad})
+    assert str(from_config.value) == str(from_loss.value)
+    assert f"`{field}`" in str(from_config.value)
