@@ -61,6 +61,7 @@ DOMAIN_CHECKS = {
     ("losses/care.py", "_check_chunks"): "n_splits against the batch size",
     ("data/images.py", "_check_columns"): "dataset columns",
     ("data/text.py", "_check_text"): "dataset text columns",
+    ("evaluation/probe_evaluator.py", "_check_labelled"): "a split's label column, before training",
 }
 
 
