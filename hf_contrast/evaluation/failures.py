@@ -18,7 +18,15 @@ __all__ = ["EvaluationFailedWarning", "metrics_or_nan"]
 
 T = TypeVar("T")
 
-_reported: set[tuple[int, str, str]] = set()
+
+
+def _reported_by(source: object) -> set[tuple[str, str]]:
+    """The (metrics, error type) pairs already reported for ``source``, kept on the object itself (an id-keyed
+    global set would confuse a new evaluator with a collected one that had the same id)."""
+    try:
+        return vars(source).setdefault("_reported_evaluation_failures", set())
+    except TypeError:  # no __dict__ (slots): report every time
+        return set()
 
 
 class EvaluationFailedWarning(RuntimeWarning):
@@ -52,9 +60,10 @@ def metrics_or_nan(
     except Exception as error:
         if on_error == "raise":
             raise
-        key = (id(source), ",".join(names), type(error).__name__)
-        if key not in _reported:
-            _reported.add(key)
+        key = (",".join(names), type(error).__name__)
+        reported = _reported_by(source)
+        if key not in reported:
+            reported.add(key)
             name = getattr(source, "name", "")
             label = f"{type(source).__name__} ({name!r})" if name else type(source).__name__
             warnings.warn(
