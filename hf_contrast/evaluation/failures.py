@@ -19,7 +19,6 @@ __all__ = ["EvaluationFailedWarning", "metrics_or_nan"]
 T = TypeVar("T")
 
 
-
 def _reported_by(source: object) -> set[tuple[str, str]]:
     """The (metrics, error type) pairs already reported for ``source``, kept on the object itself (an id-keyed
     global set would confuse a new evaluator with a collected one that had the same id)."""
