@@ -70,6 +70,9 @@ def main() -> None:
     if trainer.args.should_save:
         state = {k: v.detach().contiguous() for k, v in trainer.model.state_dict().items()}
         save_file(state, os.path.join(options.output_dir, "final.safetensors"))
+    if torch.distributed.is_initialized():  # a gloo group left open can abort one rank at exit (SIGABRT)
+        torch.distributed.barrier()
+        torch.distributed.destroy_process_group()
 
 
 if __name__ == "__main__":
