@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import importlib.util
+import inspect
 import socket
 from pathlib import Path
 from types import ModuleType
 
-__all__ = ["free_port", "load_script"]
+__all__ = ["free_port", "load_script", "trainer_resumes_across_processes_on_cpu"]
 
 
 def free_port() -> int:
@@ -25,3 +26,14 @@ def load_script(name: str, path: str | Path) -> ModuleType:
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def trainer_resumes_across_processes_on_cpu() -> bool:
+    """transformers 5.0's Trainer loads ``optimizer.pt`` onto ``args.device`` when ``world_size > 1``, which is
+    ``cpu:0`` for CPU processes, a location torch cannot restore (``don't know how to restore data location``);
+    later releases load onto the CPU. GPU processes are not affected."""
+    from transformers import Trainer
+
+    return "map_location = self.args.device if self.args.world_size > 1 else" not in inspect.getsource(
+        Trainer._load_optimizer_and_scheduler
+    )

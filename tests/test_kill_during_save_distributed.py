@@ -19,25 +19,12 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from _launch import free_port
+from _launch import free_port, trainer_resumes_across_processes_on_cpu
 
 SCRIPT = Path(__file__).parent / "distributed_scripts" / "soak_run.py"
 MAX_STEPS, SAVE_STEPS = 40, 10
 
 pytestmark = pytest.mark.distributed
-
-
-def _trainer_resumes_across_processes_on_cpu() -> bool:
-    """transformers 5.0's Trainer loads ``optimizer.pt`` onto ``args.device`` when ``world_size > 1``, which is
-    ``cpu:0`` for CPU processes, a location torch cannot restore (``don't know how to restore data location``);
-    later releases load onto the CPU. GPU processes are not affected."""
-    import inspect
-
-    from transformers import Trainer
-
-    return "map_location = self.args.device if self.args.world_size > 1 else" not in inspect.getsource(
-        Trainer._load_optimizer_and_scheduler
-    )
 
 
 def _launch(output_dir: Path, log, *extra: str) -> subprocess.Popen:
@@ -63,7 +50,7 @@ def _finish(process: subprocess.Popen, log_path: Path) -> None:
 
 
 @pytest.mark.skipif(
-    not _trainer_resumes_across_processes_on_cpu(),
+    not trainer_resumes_across_processes_on_cpu(),
     reason="this transformers' Trainer cannot resume several CPU processes (optimizer state mapped to cpu:0)",
 )
 def test_a_kill_during_a_save_on_two_processes_resumes_to_the_uninterrupted_weights(tmp_path) -> None:

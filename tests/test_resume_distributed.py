@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from _launch import free_port
+from _launch import free_port, trainer_resumes_across_processes_on_cpu
 
 SCRIPT = Path(__file__).parent / "distributed_scripts" / "checkpoint_resume.py"
 
@@ -29,6 +29,10 @@ def _launch(out_dir: Path, phase: str) -> subprocess.CompletedProcess:
     return subprocess.run(command, capture_output=True, text=True, timeout=300, env=env)
 
 
+@pytest.mark.skipif(
+    not trainer_resumes_across_processes_on_cpu(),
+    reason="this transformers release maps optimizer state to cpu:0 when resuming several CPU processes",
+)
 def test_two_processes_killed_during_a_save_resume_exactly(tmp_path) -> None:
     for phase in ("full", "killed", "resumed"):
         done = _launch(tmp_path, phase)
