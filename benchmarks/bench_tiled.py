@@ -51,7 +51,7 @@ import hf_contrast.losses as hl
 D = 128
 N_CLASSES = 10
 TILE = 1024  # default tile edge of the tiled cases (--tile; the workers read BENCH_TILE)
-# Peak MiB of the dense cases at B = 4096 on CPU (bench_losses, README), to decide what to skip.
+# Peak MiB of the dense cases at B = 4096 on CPU (bench_losses, docs/benchmarks/losses.md), to decide what to skip.
 DENSE_MIB_AT_4096 = {"info_nce dense": 779, "lightly NTXentLoss": 1076, "supcon dense": 324, "PML SupConLoss": 724}
 TILED = {"info_nce tiled", "supcon tiled"}  # the cases the targets are about
 GROUPS = {

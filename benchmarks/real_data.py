@@ -1,8 +1,8 @@
 """Short runs of the examples on real data: Fashion-MNIST images and SICK sentence pairs.
 
 Not a test (nothing here runs in the suite): it builds the data, runs the example scripts with the
-flags below, and prints one Markdown table (command, wall time, metrics) — the README's "Runs on
-real data" section. Every output goes under ``--out`` (default ``/tmp/real_data``); nothing is
+flags below, and prints one Markdown table (command, wall time, metrics) — the documentation's
+"Runs on real data" page (docs/benchmarks/real-data.md). Every output goes under ``--out`` (default ``/tmp/real_data``); nothing is
 written into the repository.
 
 Data (never shipped with the project):
@@ -31,7 +31,7 @@ Runs (``--runs`` picks a subset, in this order):
   selection); ``sick_test``: the SICK test Spearman of the base model and of each saved model.
 
 Usage (each run takes minutes to half an hour on a 2-core CPU, depending on what else runs;
-``OMP_NUM_THREADS`` defaults to 2 for the runs; README "Runs on real data" has the measured times)::
+``OMP_NUM_THREADS`` defaults to 2 for the runs; docs/benchmarks/real-data.md has the measured times)::
 
     python benchmarks/real_data.py                       # everything
     python benchmarks/real_data.py --runs care,simclr    # a subset
@@ -459,7 +459,7 @@ def fmt(value: object) -> str:
 
 
 def summary(records: dict) -> str:
-    """The Markdown tables of the README section."""
+    """The Markdown tables of the "Runs on real data" page (docs/benchmarks/real-data.md)."""
     lines = []
     base = records.get("random_init", {}).get("results", {})
     image_keys = {

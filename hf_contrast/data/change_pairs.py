@@ -18,8 +18,12 @@ copy; the label is the kind of change:
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
+
+if TYPE_CHECKING:
+    import datasets
 
 __all__ = ["CHANGE_NAMES", "make_change_pairs"]
 
@@ -46,13 +50,13 @@ def _change(kind: int, pre: np.ndarray, other: np.ndarray, rng: np.random.Genera
 
 
 def make_change_pairs(
-    dataset,
+    dataset: datasets.Dataset,
     num_pairs: int | None = None,
     frequencies: Sequence[float] = _DEFAULT_FREQUENCIES,
     image_column: str = "image",
     label_column: str = "label",
     seed: int = 0,
-):
+) -> datasets.Dataset:
     """Build a paired change-classification ``datasets.Dataset`` from an image dataset.
 
     Args:
@@ -64,8 +68,8 @@ def make_change_pairs(
         seed: Seed of every random choice (deterministic output).
 
     Returns:
-        ``datasets.Dataset`` with ``image_pre``, ``image_post`` (PIL RGB) and ``label``
-        (``ClassLabel`` with :data:`CHANGE_NAMES`).
+        A ``datasets.Dataset`` with ``image_pre``, ``image_post`` (PIL RGB) and ``label``
+            (``ClassLabel`` with :data:`CHANGE_NAMES`).
 
     Raises:
         ValueError: if a column is missing, ``frequencies`` has the wrong length or does not

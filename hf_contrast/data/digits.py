@@ -7,9 +7,14 @@ that ship inside an installed dependency: the 1,797 8×8 grey-scale digits of sc
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 
 from ..tensor_checks import check_int
+
+if TYPE_CHECKING:
+    import datasets
 
 __all__ = ["load_digits_dataset"]
 
@@ -25,7 +30,7 @@ def _require_sklearn():
     return load_digits
 
 
-def load_digits_dataset(image_size: int = 32, test_size: float = 0.2, seed: int = 0):
+def load_digits_dataset(image_size: int = 32, test_size: float = 0.2, seed: int = 0) -> datasets.DatasetDict:
     """Load scikit-learn's digits as a ``datasets.DatasetDict`` with ``train`` and ``test`` splits.
 
     Args:
@@ -35,14 +40,15 @@ def load_digits_dataset(image_size: int = 32, test_size: float = 0.2, seed: int 
 
     Returns:
         ``DatasetDict`` with columns ``image`` (PIL RGB, ``image_size``²) and ``label``
-        (``ClassLabel`` with names ``"0"`` … ``"9"``).
+            (``ClassLabel`` with names ``"0"`` … ``"9"``).
 
     Raises:
         ValueError: if ``image_size < 8`` or ``test_size`` is not in ``(0, 1)``.
 
-    >>> ds = load_digits_dataset(image_size=16)  # doctest: +SKIP
-    >>> ds["train"][0]["image"].size, ds["train"].features["label"].num_classes  # doctest: +SKIP
-    ((16, 16), 10)
+    Examples:
+        >>> ds = load_digits_dataset(image_size=16)  # doctest: +SKIP
+        >>> ds["train"][0]["image"].size, ds["train"].features["label"].num_classes  # doctest: +SKIP
+        ((16, 16), 10)
     """
     import datasets
     from PIL import Image

@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
+
+if TYPE_CHECKING:
+    import datasets
 
 __all__ = ["long_tailed_counts", "make_long_tailed"]
 
@@ -25,7 +30,9 @@ def long_tailed_counts(n_max: int, num_classes: int, imbalance_ratio: float) -> 
     ]
 
 
-def make_long_tailed(dataset, imbalance_ratio: float | None, label_column: str = "label", seed: int = 0):
+def make_long_tailed(
+    dataset: datasets.Dataset, imbalance_ratio: float | None, label_column: str = "label", seed: int = 0
+) -> datasets.Dataset:
     """Subsample ``dataset`` (a ``datasets.Dataset``) to a long-tailed class distribution.
 
     ``imbalance_ratio=None`` returns ``dataset`` unchanged: data that is already long-tailed (or

@@ -172,7 +172,8 @@ def load_sts_pairs(
 
     Args:
         path: A local file or Hub id (as :func:`load_text_dataset`).
-        sentence1_column, sentence2_column: Columns of the two sentences.
+        sentence1_column: Column of the first sentence.
+        sentence2_column: Column of the second sentence.
         score_column: Column of the gold similarity score.
         split: The split to read (a local file is ``"train"``).
         delimiter: Field separator of a CSV / TSV / ``.txt`` file.

@@ -29,8 +29,14 @@ class EmbeddingEvaluator(Evaluator):
         primary: Unprefixed key of the primary metric (``"knn_loo_accuracy"``; ``"uniformity"`` is
             a lower-is-better choice for unlabelled data, set ``greater_is_better=False``).
         greater_is_better: Whether a larger primary metric is better.
-        collate_fn, transform, input_column, label_column, batch_size, output, max_length, progress:
-            As in :func:`encode_dataset`.
+        collate_fn: As in :func:`encode_dataset`.
+        transform: As in :func:`encode_dataset`.
+        input_column: As in :func:`encode_dataset`.
+        label_column: As in :func:`encode_dataset`.
+        batch_size: As in :func:`encode_dataset`.
+        output: As in :func:`encode_dataset`.
+        max_length: As in :func:`encode_dataset`.
+        progress: As in :func:`encode_dataset`.
 
     Example:
         >>> evaluator = EmbeddingEvaluator(data["test"], metrics=EmbeddingMetrics(knn_k=20))  # doctest: +SKIP

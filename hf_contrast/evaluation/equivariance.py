@@ -145,7 +145,8 @@ class EquivarianceEvaluator(Evaluator):
             dataset: Image rows (``datasets.Dataset`` or a list of dicts).
             data_config: The encoder's ``data_config`` (``input_size`` ``(C, H, W)``, ``mean``, ``std``).
             num_samples: Rows in the fixed batch (at most ``len(dataset)``).
-            image_column, label_column: Columns of the images and labels.
+            image_column: Column of the images.
+            label_column: Column of the labels.
             seed: Seed of the row selection and of the augmentations.
             **kwargs: Other :class:`EquivarianceEvaluator` arguments.
         """

@@ -72,8 +72,14 @@ class ProbeEvaluator(Evaluator):
         standardize: Standardise the features with the fit split's mean and standard deviation first.
         seed: ``random_state`` of the logistic regression.
         primary: Unprefixed key of the primary metric (one of the four above).
-        collate_fn, transform, input_column, label_column, batch_size, output, max_length, progress:
-            As in :func:`encode_dataset` (``label_column`` must name labels on every row).
+        collate_fn: As in :func:`encode_dataset`.
+        transform: As in :func:`encode_dataset`.
+        input_column: As in :func:`encode_dataset`.
+        label_column: As in :func:`encode_dataset`.
+        batch_size: As in :func:`encode_dataset`.
+        output: As in :func:`encode_dataset`.
+        max_length: As in :func:`encode_dataset`.
+        progress: As in :func:`encode_dataset`.
 
     Raises:
         ValueError: on bad arguments (here); at call, on rows without labels or a fit split with

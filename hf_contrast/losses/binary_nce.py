@@ -202,9 +202,10 @@ class BinaryNCELoss(nn.Module):
         ValueError: on a non-positive ``temperature``, a non-finite ``bias``, unknown ``negatives``
             or a ``tile_size`` that is not ``None`` or an integer ``>= 0``.
 
-    >>> loss_fn = BinaryNCELoss(learnable_temperature=True, learnable_bias=True)
-    >>> [name for name, _ in loss_fn.named_parameters()]
-    ['log_temperature', 'bias']
+    Examples:
+        >>> loss_fn = BinaryNCELoss(learnable_temperature=True, learnable_bias=True)
+        >>> [name for name, _ in loss_fn.named_parameters()]
+        ['log_temperature', 'bias']
     """
 
     citation: str = _CITATION

@@ -56,11 +56,11 @@ __all__ = [
 #: Measured (InfoNCE, B = 16,384, one thread): tiles of 512 / 1024 / 2048 / 4096 took
 #: 6.4 / 6.6 / 9.4 / 14.1 s. On an oversubscribed CPU (more busy threads than cores) every
 #: multi-threaded op waits for its threads to be scheduled and larger tiles (fewer ops) win
-#: instead (2 threads on a 2-core machine at load ~10: 70 / 61 / 21 / 17 s): README, tiled losses.
+#: instead (2 threads on a 2-core machine at load ~10: 70 / 61 / 21 / 17 s): docs/benchmarks/tiled.md.
 DEFAULT_TILE_SIZE = 1024
 #: Tile edge on accelerators (CUDA, ...) when ``tile_size=None`` tiles: each block is a handful of
 #: kernel launches, so larger blocks (64 MiB in float32) keep the GPU busy; at ``B = 4096``,
-#: ``1024`` was 10× the dense time on an H100, ``4096`` about 2× (README, tiled-loss benchmark;
+#: ``1024`` was 10× the dense time on an H100, ``4096`` about 2× (docs/benchmarks/tiled.md;
 #: measured with the general form, before the symmetric one halved the matmuls of one process).
 ACCELERATOR_TILE_SIZE = 4096
 #: ``tile_size=None`` tiles when the similarity matrix has more than this many entries

@@ -152,8 +152,11 @@ class VICRegLoss(HyperparameterModule):
     """Module form of :func:`vicreg_loss`, returning the weighted terms and their sum.
 
     Args:
-        invariance_weight, variance_weight, covariance_weight, gamma, eps: See :func:`vicreg_loss`
-            (same defaults: 25, 25, 1, 1, 1e-4).
+        invariance_weight: See :func:`vicreg_loss` (same default: 25).
+        variance_weight: See :func:`vicreg_loss` (same default: 25).
+        covariance_weight: See :func:`vicreg_loss` (same default: 1).
+        gamma: See :func:`vicreg_loss` (same default: 1).
+        eps: See :func:`vicreg_loss` (same default: 1e-4).
 
     Shape:
         ``z1``, ``z2``: ``(B, D)``, ``B >= 2``. Output: ``dict`` of scalars with keys

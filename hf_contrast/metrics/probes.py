@@ -130,7 +130,11 @@ def knn_accuracy(
     """Top-1 accuracy of :func:`knn_predict` (the weighted cosine kNN classifier).
 
     Args:
-        train_z, train_y, k, temperature, batch_size: As in :func:`knn_predict`.
+        train_z: As in :func:`knn_predict`.
+        train_y: As in :func:`knn_predict`.
+        k: As in :func:`knn_predict`.
+        temperature: As in :func:`knn_predict`.
+        batch_size: As in :func:`knn_predict`.
         test_z: Test features, or ``None`` for leave-one-out on the training set. Shape: ``(M, D)``.
         test_y: Integer test labels, or ``None`` (with ``test_z``). Shape: ``(M,)``.
 
@@ -222,7 +226,13 @@ def linear_probe_accuracy(
     A test label never seen in training counts as an error.
 
     Args:
-        train_z, train_y, test_z, C, max_iter, standardize, seed: As in :func:`linear_probe_predict`.
+        train_z: As in :func:`linear_probe_predict`.
+        train_y: As in :func:`linear_probe_predict`.
+        test_z: As in :func:`linear_probe_predict`.
+        C: As in :func:`linear_probe_predict`.
+        max_iter: As in :func:`linear_probe_predict`.
+        standardize: As in :func:`linear_probe_predict`.
+        seed: As in :func:`linear_probe_predict`.
         test_y: Integer test labels. Shape: ``(M,)``.
 
     Returns:
@@ -297,8 +307,12 @@ def probe_scores(
         train_y: Integer training labels. Shape: ``(N,)``.
         test_z: Test features. Shape: ``(M, D)``.
         test_y: Integer test labels. Shape: ``(M,)``.
-        knn_k, knn_temperature: Neighbours and vote temperature of the kNN classifier.
-        C, max_iter, standardize, seed: The linear probe's settings (:func:`linear_probe_predict`).
+        knn_k: Neighbours of the kNN classifier.
+        knn_temperature: Vote temperature of the kNN classifier.
+        C: The linear probe's ``C`` (:func:`linear_probe_predict`).
+        max_iter: The linear probe's ``max_iter`` (:func:`linear_probe_predict`).
+        standardize: The linear probe's ``standardize`` (:func:`linear_probe_predict`).
+        seed: The linear probe's ``seed`` (:func:`linear_probe_predict`).
 
     Returns:
         ``{"linear_probe_accuracy", "linear_probe_macro_f1", "knn_accuracy", "knn_macro_f1"}``

@@ -96,8 +96,9 @@ class ContrastiveTrainer(CheckpointingMixin, HubPublishingMixin, Trainer):
             :func:`hf_contrast.objectives.available_objectives`) or an :class:`Objective` instance with its
             hyperparameters. Default: the named trainer's method.
         data_collator: Training collator; default the objective's (random views).
-        train_dataset, eval_dataset: ``datasets.Dataset`` / ``IterableDataset`` (or a dict of eval sets) with
-            an image or text column, and labels where the objective or the metrics need them.
+        train_dataset: ``datasets.Dataset`` / ``IterableDataset`` with an image or text column, and labels
+            where the objective or the metrics need them.
+        eval_dataset: The same for evaluation (or a dict of evaluation sets).
         processing_class: Tokenizer for text models; default ``model.tokenizer``.
         eval_data_collator: Collator used at evaluation; default the objective's.
         compute_metrics: Called with ``EvalPrediction(predictions=(embeddings[, view1, view2]),

@@ -71,7 +71,8 @@ def sample_resized_crop(
 
     Args:
         n: Number of boxes.
-        height, width: Input image size.
+        height: Input image height.
+        width: Input image width.
         scale: Area fraction range ``(lo, hi)``.
         ratio: Aspect ratio (width / height) range ``(lo, hi)``, drawn log-uniformly.
         generator: CPU generator (``None``: torch's global one).

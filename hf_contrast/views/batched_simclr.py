@@ -57,8 +57,10 @@ class BatchedSimCLRViews:
 
     Args:
         image_size: Output side ``S`` or ``(H, W)``.
-        mean, std: Per-channel normalisation; their length must equal the input's channels.
-        scale, ratio: ``RandomResizedCrop``'s area fraction and aspect-ratio ranges.
+        mean: Per-channel normalisation mean; its length must equal the input's channels.
+        std: Per-channel normalisation standard deviation; its length must equal the input's channels.
+        scale: ``RandomResizedCrop``'s area fraction range.
+        ratio: ``RandomResizedCrop``'s aspect-ratio range.
         hflip_p: Probability of a horizontal flip.
         jitter_strength: ``s`` of ``ColorJitter(0.8s, 0.8s, 0.8s, 0.2s)`` (0: no jitter).
         jitter_p: Probability of applying the colour jitter.

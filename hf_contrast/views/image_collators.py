@@ -258,7 +258,8 @@ class PairedImageCollator(_SeededViews):
     Args:
         transform: ``(pre, post) -> (pre', post')`` on one pair, e.g.
             :func:`hf_contrast.views.paired_transform` (shared geometric draw) for training.
-        pre_column, post_column: Columns holding the two images.
+        pre_column: Column holding the first image of the pair.
+        post_column: Column holding the second image of the pair.
         label_column: Integer class of the pair (``labels`` in the batch).
         seed: Optional seed of the per-batch draws.
         next_index: Index of the next batch (restored on resume).
