@@ -63,7 +63,7 @@ def test_resume_with_device_views_is_bit_exact(tmp_path, images, name) -> None:
     checkpoint = tmp_path / "full" / "checkpoint-2"
     state = torch.load(checkpoint / CONTRASTIVE_STATE_NAME, weights_only=True)
     assert int(state["device_views"]["next_batch"]) == 2  # two training batches drawn before the checkpoint
-    resumed = _trainer(tmp_path / "resumed", images, name, model_seed=1)  # other initial weights: all must come from the checkpoint
+    resumed = _trainer(tmp_path / "resumed", images, name, model_seed=1)  # other initial weights: the checkpoint's must win
     resumed.train(resume_from_checkpoint=str(checkpoint))
     assert resumed.state.global_step == 4 and resumed._train_view_batches == 4
     assert _equal_weights(resumed.model, full.model)
