@@ -1,4 +1,4 @@
-"""Training throughput with views made per sample in DataLoader workers vs on the device (issue 18).
+"""Training throughput of ``ContrastiveTrainer`` with views made per sample in DataLoader workers vs on the device (issue 18).
 
 Launch (not a test, not part of CI)::
 
@@ -6,102 +6,88 @@ Launch (not a test, not part of CI)::
     python benchmarks/bench_throughput.py --json out.json         # CUDA: ResNet-18 @ 32 px and ViT-S/16 @ 224 px
     python benchmarks/bench_throughput.py --models resnet18:32 --batch_size 512 --compile --workers 16
 
-Every configuration (method × model × pipeline) trains a random-init timm encoder
-(``pretrained=False``) with a linear projection for ``--steps`` timed steps after ``--warmup``
-untimed ones, ``--rounds`` times (medians reported), on synthetic images (random PIL images,
-``--raw_size`` pixels, decoded in the DataLoader as real data would be). On the CPU the pipelines of
-a method advance step by step in turn (``--interleave``), so the load of other jobs hits them alike. One step: fetch the batch (the *wait*), move it to the device,
-make the views, forward all views in one pass, the method's loss, backward, AdamW step; on CUDA the
-step ends with a synchronisation so its time is the device's time.
+Every configuration (method × model × pipeline) is a real training run: ``ContrastiveTrainer`` with the
+method's objective on a random-init timm ``ContrastiveEncoder`` (``pretrained=False``, projection 128),
+AdamW, ``--warmup`` untimed steps then ``--steps`` timed ones, ``--rounds`` times (the pipelines' order
+rotated every round; medians reported), on synthetic images (a ``datasets.Dataset`` of random PNG
+images, ``--raw_size`` pixels, decoded in the DataLoader as real data is). A callback stamps every
+step's end and the moment the Trainer, with the next batch in hand, begins the next step, so the time
+in between is the *wait* for data. On CUDA a callback synchronises at every step end so the step's time
+is the device's time.
 
-Pipelines:
+Pipelines (the same trainer, objective and collator code a user runs):
 
-* ``workers``: the library's per-sample pipeline: ``ImageViewCollator`` with ``simclr_transform``
-  (torchvision v2, one image at a time) in ``--workers`` DataLoader workers, as the CARE authors'
-  code makes its views; CARE's chunk-shared views come from ``ChunkedAugmentation`` on the device.
-* ``device``: workers only decode and resize (``raw_image_transform``: ``uint8``), the batch goes to
-  the device once, and ``BatchedSimCLRViews`` makes every view there (CARE: ``chunk_size = B /
-  n_splits`` for the chunk-shared ones), seeded per batch.
-* ``model-only``: pre-made view tensors already on the device: the ceiling of the two.
+* ``workers``: ``views_on_device=False``: the objective's collator makes the views per sample
+  (``simclr_transform``, torchvision v2) in ``--workers`` DataLoader workers, as the CARE authors' code
+  does; CARE's chunk-shared views come from ``ChunkedAugmentation`` on the device.
+* ``device``: ``views_on_device=True``: the workers only decode and resize (``uint8``), the batch goes to
+  the device once, and every view is made there by ``BatchedSimCLRViews``, seeded per batch.
+* ``model-only``: a collator handing out one pre-made batch of view tensors (CARE: its equivariance
+  views too): the ceiling of the two.
 
-Methods: SimCLR (2 views, InfoNCE), CARE (2 per-sample + 2 chunk-shared views, ``CARELoss``,
-``n_splits = 8``), SupCon (2 views, ``supcon_loss`` on 10 random classes).
+Methods: SimCLR (2 views, InfoNCE), CARE (2 per-sample + 2 chunk-shared views, ``n_splits = 8``),
+SupCon (2 views, 10 random classes).
 
-Reported per configuration: images/s (source images, not views, per second of step time), the
-share of the step spent waiting for the DataLoader, ``views ms``: the cost of making one batch's
-views alone in the main process (collate the rows, then per-sample views + CARE's chunked views,
-or the uint8 batch + device views; median over ``--steps`` batches), and on CUDA the peak allocated memory
-(``torch.cuda.max_memory_allocated``) and the mean GPU utilisation sampled by ``nvidia-smi``
-every 0.2 s (when available). Flags: ``--bf16`` (autocast), ``--channels_last`` and ``--compile``
-default to on, on, off on CUDA and are ignored on the CPU.
+Reported per configuration: images/s (source images, not views, per second of step time), the share
+of the step spent waiting for the DataLoader, ``views ms``: the cost of making one batch's views alone
+in the main process (the objective's collator on a batch of rows, then the views the objective asks
+the trainer's ViewBuilder for; median over ``--steps`` batches), and on CUDA the peak allocated memory
+(``torch.cuda.max_memory_allocated``) and the mean GPU utilisation sampled by ``nvidia-smi`` every
+0.2 s (when available). Flags: ``--bf16`` (autocast), ``--channels_last`` and ``--compile``
+(``torch_compile``) default to on, on, off on CUDA and are ignored on the CPU.
 
-On a shared CPU the images/s of the three pipelines move with the load of other jobs (the model
-step dominates all three); ``views ms`` is the robust comparison of the two view pipelines there.
-``--quick`` takes about 20 s of CPU time (a minute of wall time at a load average of 9 on 2 cores).
+On a shared CPU the images/s move with the load of other jobs (the model step dominates); ``views ms``
+is the robust comparison of the two view pipelines there.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 import threading
 import time
-from contextlib import nullcontext
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
+from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+import datasets  # noqa: E402
 import numpy as np  # noqa: E402
-import timm  # noqa: E402
 import torch  # noqa: E402
+import transformers  # noqa: E402
 from PIL import Image  # noqa: E402
-from torch import nn  # noqa: E402
+from transformers import PrinterCallback, TrainerCallback  # noqa: E402
 
-from hf_contrast.views import ChunkedAugmentation, simclr_transform  # noqa: E402
-from hf_contrast.losses import CARELoss, info_nce_loss, supcon_loss  # noqa: E402
-from hf_contrast.training.collators import ImageViewCollator, raw_image_transform  # noqa: E402
-from hf_contrast.views.batched_simclr import BatchedSimCLRViews  # noqa: E402
+from hf_contrast.models import ContrastiveEncoder  # noqa: E402
+from hf_contrast.objectives import CAREObjective, SimCLRObjective, SupConObjective  # noqa: E402
+from hf_contrast.training import ContrastiveTrainer, ContrastiveTrainingArguments  # noqa: E402
 
-MEAN, STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
 MODELS = {"resnet18": "resnet18", "vit_s16": "vit_small_patch16_224"}
 PIPELINES = ("model-only", "workers", "device")
 N_SPLITS = 8
 N_CLASSES = 10
+PROJECTION_DIM = 128
 
 
-class SyntheticImages(torch.utils.data.Dataset):
-    """``length`` rows ``{"image": PIL RGB, "label": int}`` cycling over ``n_unique`` random images."""
-
-    def __init__(self, length: int, n_unique: int, size: int, seed: int = 0) -> None:
-        rng = np.random.default_rng(seed)
-        self.images = [Image.fromarray(rng.integers(0, 256, (size, size, 3), dtype=np.uint8)) for _ in range(n_unique)]
-        self.labels = rng.integers(0, N_CLASSES, length).tolist()
-        self.length = length
-
-    def __len__(self) -> int:
-        return self.length
-
-    def __getitem__(self, index: int) -> dict:
-        return {"image": self.images[index % len(self.images)], "label": self.labels[index]}
-
-
-class Encoder(nn.Module):
-    """timm backbone (random init) + linear projection to 128."""
-
-    def __init__(self, name: str, image_size: int) -> None:
-        super().__init__()
-        kwargs = {"img_size": image_size} if name.startswith("vit") else {}
-        self.backbone = timm.create_model(name, pretrained=False, num_classes=0, **kwargs)
-        self.head = nn.Linear(self.backbone.num_features, 128)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.head(self.backbone(x))
+def synthetic_images(length: int, n_unique: int, size: int, seed: int = 0) -> datasets.Dataset:
+    """``length`` rows ``{"image": PNG-encoded RGB, "label": int}`` cycling over ``n_unique`` random images."""
+    rng = np.random.default_rng(seed)
+    unique = datasets.Dataset.from_dict(
+        {
+            "image": [Image.fromarray(rng.integers(0, 256, (size, size, 3), dtype=np.uint8)) for _ in range(n_unique)],
+            "label": rng.integers(0, N_CLASSES, n_unique).tolist(),
+        },
+        features=datasets.Features({"image": datasets.Image(), "label": datasets.Value("int64")}),
+    )
+    return unique.select([i % n_unique for i in range(length)])
 
 
 class GpuUtilisation:
@@ -158,42 +144,92 @@ class Result:
     gpu_util: float | None
 
 
-def _info_nce(z: torch.Tensor, labels: torch.Tensor, batch: int) -> torch.Tensor:
-    z1, z2 = z.split(batch)
-    return info_nce_loss(z1, z2, temperature=0.5)
-
-
-def _supcon(z: torch.Tensor, labels: torch.Tensor, batch: int) -> torch.Tensor:
-    return supcon_loss(z, labels.repeat(2))
-
-
-_CARE_LOSS = CARELoss(n_splits=N_SPLITS)
-
-
-def _care(z: torch.Tensor, labels: torch.Tensor, batch: int) -> torch.Tensor:
-    z1, z2, e1, e2 = z.split(batch)
-    return _CARE_LOSS(z1, z2, e1, e2)["loss"]
-
-
 @dataclass(frozen=True)
 class Workload:
-    """What a method asks of the data pipeline and the step: views per image and a loss.
+    """A method: its objective and the views it asks the ViewBuilder for (for ``views ms``).
 
     Attributes:
         name: The method (``--methods``).
-        chunk_shared_views: Chunk-shared views per batch besides the 2 per-sample ones (0 or 2).
-        loss: ``(z, labels, B) -> loss`` on the projections of all views, view-major ``(V·B, D)``.
+        objective: Builds the objective (``equivariance_augmentation=`` for CARE's model-only run).
+        chunked: Whether the method also makes CARE's chunk-shared views.
     """
 
     name: str
-    chunk_shared_views: int
-    loss: Callable[[torch.Tensor, torch.Tensor, int], torch.Tensor]
+    objective: Callable[..., Any]
+    chunked: bool = False
 
 
 WORKLOADS = {
     w.name: w
-    for w in (Workload("simclr", 0, _info_nce), Workload("care", 2, _care), Workload("supcon", 0, _supcon))
+    for w in (
+        Workload("simclr", lambda **kw: SimCLRObjective(temperature=0.5, **kw)),
+        Workload("care", lambda **kw: CAREObjective(n_splits=N_SPLITS, **kw), chunked=True),
+        Workload("supcon", lambda **kw: SupConObjective(n_views=2, **kw)),
+    )
 }
+
+
+class StepClock(TrainerCallback):
+    """Stamps the end of every step and the beginning of the next (the batch is in hand by then)."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.device = device
+        self.begins: list[float] = []
+        self.ends: list[float] = []
+
+    def on_step_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        self.begins.append(time.perf_counter())
+
+    def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+        self.ends.append(time.perf_counter())
+
+    def timed(self, warmup: int) -> tuple[list[float], list[float]]:
+        """``(wait, total)`` seconds of every step after ``warmup``: from the previous step's end to this one's
+        beginning (fetching the batch), and to this one's end."""
+        waits = [self.begins[k] - self.ends[k - 1] for k in range(max(warmup, 1), len(self.ends))]
+        totals = [self.ends[k] - self.ends[k - 1] for k in range(max(warmup, 1), len(self.ends))]
+        return waits, totals
+
+
+class PremadeBatches:
+    """The model-only collator: one batch of pre-made normalised views, whatever the rows."""
+
+    def __init__(self, batch: int, image_size: int, chunked: bool) -> None:
+        g = torch.Generator().manual_seed(0)
+        views = torch.randn(2, batch, 3, image_size, image_size, generator=g)
+        self.batch = {
+            "pixel_values_1": views[0],
+            "pixel_values_2": views[1],
+            "labels": torch.randint(0, N_CLASSES, (batch,), generator=g),
+        }
+        if chunked:  # the two equivariance views, handed back by the identity augmentation below
+            self.batch["pixel_values_eq"] = torch.randn(2, batch, 3, image_size, image_size, generator=g)
+
+    def __call__(self, rows: list[dict]) -> dict[str, torch.Tensor]:
+        return dict(self.batch)
+
+
+def _premade_equivariance_views(pair: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    return pair[0], pair[1]
+
+
+def _views_ms(trainer: ContrastiveTrainer, workload: Workload, rows: list[dict], warmup: int, steps: int) -> float:
+    """Median cost of one batch's views in this process: the objective's collator, then the views it asks for."""
+    views, device = trainer.views, trainer.args.device
+    costs = []
+    for index in range(warmup + steps):
+        _sync(device)
+        start = time.perf_counter()
+        batch = {k: v.to(device, non_blocking=True) for k, v in trainer.data_collator(rows).items()}
+        views.start_batch(index, training=True)
+        made = views.augmented(batch, 2)
+        if workload.chunked:
+            made += views.chunked_views(trainer.objective.equivariance_augmentation, batch)
+        _sync(device)
+        costs.append(time.perf_counter() - start)
+    return 1000 * statistics.median(costs[warmup:])
 
 
 def _sync(device: torch.device) -> None:
@@ -201,146 +237,61 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def config_steps(
-    args: argparse.Namespace, method: str, model_key: str, image_size: int, pipeline: str
-) -> Iterator[None]:
-    """Set up one configuration and train it, yielding after every step; returns its :class:`Result`."""
+def run_config(args: argparse.Namespace, method: str, model_key: str, image_size: int, pipeline: str) -> Result:
+    """Train one configuration with ``ContrastiveTrainer`` and measure it."""
     device = torch.device(args.device)
     cuda = device.type == "cuda"
     batch = args.batch_size
     raw_size = image_size if image_size <= 64 else args.raw_size
-    torch.manual_seed(0)
-    model = Encoder(MODELS[model_key], image_size).to(device)
-    channels_last = cuda and args.channels_last
-    if channels_last:
-        model = model.to(memory_format=torch.channels_last)
-    step_model = torch.compile(model) if (cuda and args.compile) else model
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=cuda)
     workload = WORKLOADS[method]
-    chunk_shared = workload.chunk_shared_views > 0
-    autocast = torch.autocast("cuda", dtype=torch.bfloat16) if (cuda and args.bf16) else nullcontext()
-    n_views = 2 + workload.chunk_shared_views
     total_steps = args.warmup + args.steps
-
-    per_sample = simclr_transform(image_size, MEAN, STD)
-    chunked = ChunkedAugmentation.simclr(N_SPLITS, image_size, MEAN, STD, generator=torch.Generator().manual_seed(0))
-    device_views = BatchedSimCLRViews(image_size, MEAN, STD, seed=0)
-
-    loader = None
-    if pipeline != "model-only":
-        dataset = SyntheticImages(batch * total_steps, min(batch * total_steps, args.unique_images), raw_size)
-        if pipeline == "workers":
-            collator = ImageViewCollator(
-                transform=per_sample, n_views=2, n_channels=3,
-                raw_transform=raw_image_transform(raw_size) if chunk_shared else None,
-            )
-        else:
-            collator = ImageViewCollator(n_views=0, n_channels=3, raw_transform=raw_image_transform(raw_size))
-        loader = iter(
-            torch.utils.data.DataLoader(
-                dataset, batch_size=batch, collate_fn=collator, num_workers=args.workers, pin_memory=cuda,
-                drop_last=True, persistent_workers=False, prefetch_factor=args.prefetch if args.workers else None,
-            )
-        )
-    else:
-        premade = torch.randn(n_views * batch, 3, image_size, image_size, device=device)
-        premade_labels = torch.randint(0, N_CLASSES, (batch,), device=device)
-
-    def views_of(data: dict, step: int) -> tuple[torch.Tensor, torch.Tensor]:
-        labels = data["labels"].to(device, non_blocking=True)
-        if pipeline == "workers":
-            views = [data["pixel_values_1"], data["pixel_values_2"]]
-            views = [v.to(device, non_blocking=True) for v in views]
-            if chunk_shared:
-                views += list(chunked(data["pixel_values_eq"].to(device, non_blocking=True)))
-            return torch.cat(views), labels
-        raw = data["pixel_values_eq"].to(device, non_blocking=True)
-        g = device_views.generator(step)
-        views = [device_views(raw, g), device_views(raw, g)]
-        views += [device_views(raw, g, chunk_size=batch // N_SPLITS) for _ in range(workload.chunk_shared_views)]
-        return torch.cat(views), labels
-
-    views_ms = 0.0
-    if pipeline != "model-only":
-        # The view-making cost alone, in this process: collate (decode, per-sample views or uint8
-        # resize) a batch of rows and make all the method's views on the device.
-        rows = [dataset[i] for i in range(batch)]
-        costs = []
-        for rep in range(args.warmup + args.steps):
-            _sync(device)
-            start = time.perf_counter()
-            views_of(collator(rows), rep)
-            _sync(device)
-            costs.append(time.perf_counter() - start)
-        views_ms = 1000 * statistics.median(costs[args.warmup:])
-
-    waits, totals = [], []
-    if cuda:
-        torch.cuda.reset_peak_memory_stats(device)
-    with GpuUtilisation(device) as util:
-        for step in range(total_steps):
-            if step == args.warmup:
-                util.samples.clear()
-            start = time.perf_counter()
-            data = next(loader) if loader is not None else None
-            fetched = time.perf_counter()
-            x, labels = views_of(data, step) if data is not None else (premade, premade_labels)
-            if channels_last:
-                x = x.contiguous(memory_format=torch.channels_last)
-            with autocast:
-                z = step_model(x)
-                loss = workload.loss(z.float(), labels, batch)
-            loss.backward()
-            optimizer.step()
-            optimizer.zero_grad(set_to_none=True)
-            _sync(device)
-            end = time.perf_counter()
-            if step >= args.warmup:
-                waits.append(fetched - start)
-                totals.append(end - start)
-            yield
+    torch.manual_seed(0)
+    backbone_kwargs = {"img_size": image_size} if model_key.startswith("vit") else {}
+    model = ContrastiveEncoder.from_backbone(
+        MODELS[model_key], pretrained=False, projection_dim=PROJECTION_DIM, backbone_kwargs=backbone_kwargs
+    )
+    if cuda and args.channels_last:
+        model = model.to(memory_format=torch.channels_last)
+    premade = pipeline == "model-only"
+    with tempfile.TemporaryDirectory() as output_dir:
+        training_args = ContrastiveTrainingArguments(
+            output_dir=output_dir, max_steps=total_steps, per_device_train_batch_size=batch, learning_rate=1e-4,
+            image_size=image_size, views_on_device=pipeline == "device", use_cpu=not cuda, bf16=cuda and args.bf16,
+            torch_compile=cuda and args.compile, dataloader_num_workers=0 if premade else args.workers,
+            dataloader_prefetch_factor=args.prefetch if args.workers and not premade else None,
+            dataloader_pin_memory=cuda, report_to="none", save_strategy="no", logging_strategy="no",
+            disable_tqdm=True, seed=0,
+        )  # fmt: skip
+        objective_kwargs = {"equivariance_augmentation": _premade_equivariance_views} if premade and workload.chunked else {}
+        dataset = synthetic_images(batch * total_steps, min(batch * total_steps, args.unique_images), raw_size)
+        clock = StepClock(device)
+        trainer = ContrastiveTrainer(
+            model=model, args=training_args, train_dataset=dataset, objective=workload.objective(**objective_kwargs),
+            data_collator=PremadeBatches(batch, image_size, workload.chunked) if premade else None, callbacks=[clock],
+        )  # fmt: skip
+        trainer.remove_callback(PrinterCallback)  # no log lines between the table's rows
+        views_ms = 0.0 if premade else _views_ms(trainer, workload, [dataset[i] for i in range(batch)], args.warmup, args.steps)
+        if cuda:
+            torch.cuda.reset_peak_memory_stats(device)
+        with GpuUtilisation(device) as util:
+            trainer.train()
+    waits, totals = clock.timed(args.warmup)
     total = sum(totals)
     return Result(
-        method=method, model=model_key, image_size=image_size, pipeline=pipeline, batch_size=batch, steps=args.steps,
+        method=method, model=model_key, image_size=image_size, pipeline=pipeline, batch_size=batch, steps=len(totals),
         images_per_s=batch * len(totals) / total, step_ms=1000 * total / len(totals), wait_share=sum(waits) / total,
         views_ms=views_ms,
         peak_mem_gib=torch.cuda.max_memory_allocated(device) / 2**30 if cuda else None, gpu_util=util.mean,
-    )
+    )  # fmt: skip
 
 
 def run_configs(args: argparse.Namespace, method: str, model_key: str, image_size: int) -> dict[str, list[Result]]:
-    """Every pipeline of one method and model, ``--rounds`` times.
-
-    Sequential (``--no-interleave``): one configuration after the other, the pipelines' order rotated
-    every round. Interleaved: the pipelines advance one step each in turn (rotated every step), so load
-    from other jobs hits all of them alike; the worker pipeline's DataLoader workers keep preparing
-    batches meanwhile, as they do during any training step.
-    """
+    """Every pipeline of one method and model, ``--rounds`` times, the pipelines' order rotated every round."""
     runs: dict[str, list[Result]] = {p: [] for p in args.pipelines}
     for round_ in range(args.rounds):
         shift = round_ % len(args.pipelines)
-        order = args.pipelines[shift:] + args.pipelines[:shift]
-        if not args.interleave:
-            for pipeline in order:
-                steps = config_steps(args, method, model_key, image_size, pipeline)
-                while True:
-                    try:
-                        next(steps)
-                    except StopIteration as done:
-                        runs[pipeline].append(done.value)
-                        break
-            continue
-        live = {p: config_steps(args, method, model_key, image_size, p) for p in order}
-        turn = 0
-        while live:
-            names = list(live)
-            for pipeline in names[turn % len(names):] + names[: turn % len(names)]:
-                try:
-                    next(live[pipeline])
-                except StopIteration as done:
-                    runs[pipeline].append(done.value)
-                    del live[pipeline]
-            turn += 1
+        for pipeline in args.pipelines[shift:] + args.pipelines[:shift]:
+            runs[pipeline].append(run_config(args, method, model_key, image_size, pipeline))
     return runs
 
 
@@ -369,7 +320,7 @@ def _parse_models(values: list[str]) -> list[tuple[str, int]]:
 
 def main(argv: list[str] | None = None) -> list[Result]:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--quick", action="store_true", help="CPU, resnet18:32, B=16, 4 interleaved steps, 1 thread")
+    parser.add_argument("--quick", action="store_true", help="CPU, resnet18:32, B=16, 4 timed steps, 1 thread")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--models", nargs="+", default=["resnet18:32", "vit_s16:224"])
     parser.add_argument("--methods", nargs="+", default=list(WORKLOADS), choices=list(WORKLOADS))
@@ -378,8 +329,6 @@ def main(argv: list[str] | None = None) -> list[Result]:
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--rounds", type=int, default=1, help="runs per configuration (median reported)")
-    parser.add_argument("--interleave", action=argparse.BooleanOptionalAction, default=None,
-                        help="advance the pipelines step by step in turn (default: on the CPU only)")
     parser.add_argument("--workers", type=int, default=min(16, os.cpu_count() or 1))
     parser.add_argument("--prefetch", type=int, default=4)
     parser.add_argument("--raw_size", type=int, default=256, help="decoded image side for models above 64 px")
@@ -401,10 +350,9 @@ def main(argv: list[str] | None = None) -> list[Result]:
     if args.threads:
         torch.set_num_threads(args.threads)
     device = torch.device(args.device)
-    if args.interleave is None:
-        args.interleave = device.type == "cpu"
-    if args.interleave and device.type == "cuda":
-        print("note: interleaved on CUDA, peak memory is the maximum over the pipelines run together")
+    transformers.logging.set_verbosity_error()
+    datasets.disable_progress_bars()
+    logging.getLogger("hf_contrast").setLevel(logging.ERROR)
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else f"CPU ({os.cpu_count()} cores)"
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     print(f"device: {name}; torch {torch.__version__}; load average {load:.1f}; workers {args.workers}; "

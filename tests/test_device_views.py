@@ -19,6 +19,7 @@ from hf_contrast.views.batched_params import (
     sample_resized_crop,
     sample_uniform,
 )
+from hf_contrast.views import SimCLRRecipe, simclr_transform
 from hf_contrast.views.batched_simclr import BatchedSimCLRViews
 
 # Max abs difference on [0, 1] float images between a batched op and torchvision's functional op
@@ -31,6 +32,22 @@ JITTER_FNS = (F.adjust_brightness, F.adjust_contrast, F.adjust_saturation, F.adj
 
 def _images(b: int = 6, c: int = 3, h: int = 20, w: int = 24, seed: int = 0) -> torch.Tensor:
     return torch.rand(b, c, h, w, generator=torch.Generator().manual_seed(seed))
+
+
+def _uint8_images(b: int = 8, size: int = 20, seed: int = 0) -> torch.Tensor:
+    return torch.randint(0, 256, (b, 3, size, size), dtype=torch.uint8, generator=torch.Generator().manual_seed(seed))
+
+
+@pytest.fixture
+def views() -> BatchedSimCLRViews:
+    """The default recipe at 16 px, seeded."""
+    return BatchedSimCLRViews(16, MEAN, STD, seed=0)
+
+
+@pytest.fixture
+def uint8_batch() -> torch.Tensor:
+    """8 random ``uint8`` images ``(8, 3, 20, 20)``."""
+    return _uint8_images()
 
 
 def _max_diff(batched: torch.Tensor, per_sample: list[torch.Tensor]) -> float:
@@ -130,39 +147,33 @@ def test_color_jitter_per_sample_order_equals_torchvision():
     assert torch.equal(grouped, generic[perm])
 
 
+def _torchvision_view(image, params, i: int, size: int, kernel: int, threshold: float = 0.5):  # noqa: ANN001, ANN202
+    """Sample ``i``'s view made by torchvision's functional ops, one at a time, with the drawn parameters."""
+    top, left, h, w = (int(v) for v in params.boxes[i].tolist())
+    y = F.resized_crop(image, top, left, h, w, [size, size], InterpolationMode.BILINEAR, antialias=True)
+    y = F.hflip(y) if params.flip[i] else y
+    y = _torchvision_jitter(y, params.jitter_factors[i], params.jitter_order[i])
+    y = F.rgb_to_grayscale(y, num_output_channels=3) if params.grayscale[i] else y
+    y = F.gaussian_blur(y, [kernel, kernel], [params.blur_sigma[i].item()] * 2) if params.blur_sigma[i] > 0 else y
+    return F.solarize(y, threshold) if params.solarize[i] else y
+
+
 def test_whole_recipe_equals_torchvision_ops_composed_per_sample():
     views = BatchedSimCLRViews(16, MEAN, STD, blur_kernel=5, solarize_p=0.5, seed=3)
     x = _images(32, h=24, w=20)
     params = views.sample(32, (24, 20), views.generator(0))
     out = views.apply(x, params)
-    refs = []
-    for i in range(32):
-        top, left, h, w = (int(v) for v in params.boxes[i].tolist())
-        y = F.resized_crop(x[i], top, left, h, w, [16, 16], InterpolationMode.BILINEAR, antialias=True)
-        y = F.hflip(y) if params.flip[i] else y
-        y = _torchvision_jitter(y, params.jitter_factors[i], params.jitter_order[i])
-        y = F.rgb_to_grayscale(y, num_output_channels=3) if params.grayscale[i] else y
-        y = F.gaussian_blur(y, [5, 5], [params.blur_sigma[i].item()] * 2) if params.blur_sigma[i] > 0 else y
-        y = F.solarize(y, 0.5) if params.solarize[i] else y
-        refs.append(F.normalize(y, list(MEAN), list(STD)))
+    refs = [F.normalize(_torchvision_view(x[i], params, i, 16, 5), list(MEAN), list(STD)) for i in range(32)]
     assert _max_diff(out, refs) < 1e-4  # 1e-5 on [0, 1], divided by std >= 0.2
 
 
 def test_uint8_views_stay_close_to_torchvisions_uint8_ops():
     """torchvision rounds to uint8 after every op; the device views keep float32 throughout."""
     views = BatchedSimCLRViews(16, (0.0,) * 3, (1.0,) * 3, blur_kernel=5)
-    x = torch.randint(0, 256, (16, 3, 24, 24), dtype=torch.uint8, generator=torch.Generator().manual_seed(0))
+    x = _uint8_images(16, size=24)
     params = views.sample(16, (24, 24), torch.Generator().manual_seed(0))
     out = views.apply(x, params)
-    refs = []
-    for i in range(16):
-        top, left, h, w = (int(v) for v in params.boxes[i].tolist())
-        y = F.resized_crop(x[i], top, left, h, w, [16, 16], InterpolationMode.BILINEAR, antialias=True)
-        y = F.hflip(y) if params.flip[i] else y
-        y = _torchvision_jitter(y, params.jitter_factors[i], params.jitter_order[i])
-        y = F.rgb_to_grayscale(y, num_output_channels=3) if params.grayscale[i] else y
-        y = F.gaussian_blur(y, [5, 5], [params.blur_sigma[i].item()] * 2) if params.blur_sigma[i] > 0 else y
-        refs.append(F.to_dtype(y, torch.float32, scale=True))
+    refs = [F.to_dtype(_torchvision_view(x[i], params, i, 16, 5), torch.float32, scale=True) for i in range(16)]
     diff = torch.stack([(out[i] - refs[i]).abs() for i in range(16)])
     assert diff.mean() < 2 / 255 and diff.max() < 12 / 255  # measured: 1.3 / 255 and 6 / 255
 
@@ -257,9 +268,8 @@ def test_distribution_test_detects_a_wrong_sampler():
 # ------------------------------------------------------------------------------ seeding and chunks
 
 
-def test_same_seed_and_batch_index_give_bit_identical_views():
-    views = BatchedSimCLRViews(16, MEAN, STD, seed=7)
-    x = torch.randint(0, 256, (8, 3, 20, 20), dtype=torch.uint8, generator=torch.Generator().manual_seed(0))
+def test_same_seed_and_batch_index_give_bit_identical_views(views, uint8_batch):
+    x = uint8_batch
     g = views.generator(5)
     first = (views(x, g), views(x, g), views(x, g, chunk_size=4))
     for index in range(5):  # a run that drew other batches first, as before a resume
@@ -272,11 +282,12 @@ def test_same_seed_and_batch_index_give_bit_identical_views():
     other_seed = BatchedSimCLRViews(16, MEAN, STD, seed=8)
     assert not torch.equal(first[0], other_seed(x, other_seed.generator(5)))
     assert not torch.equal(first[0], views(x, views.generator(5, process_index=1)))  # ranks draw apart
+    assert not torch.equal(first[0], views(x, views.generator(5, stream=1)))  # evaluation batches draw apart
 
 
-def test_views_are_normalised_float32_of_the_right_shape():
+def test_views_are_normalised_float32_of_the_right_shape(uint8_batch):
     views = BatchedSimCLRViews((12, 10), MEAN, STD, seed=0)
-    x = torch.randint(0, 256, (4, 3, 20, 20), dtype=torch.uint8)
+    x = uint8_batch[:4]
     out = views(x, views.generator(0))
     assert out.dtype == torch.float32 and out.shape == (4, 3, 12, 10) and torch.isfinite(out).all()
     lo = (0 - torch.tensor(MEAN)) / torch.tensor(STD)
@@ -287,10 +298,8 @@ def test_views_are_normalised_float32_of_the_right_shape():
     assert torch.allclose(views(x.float() / 255, views.generator(0)), out, atol=1e-5)
 
 
-def test_chunk_shared_rows_share_parameters_and_chunks_differ():
-    views = BatchedSimCLRViews(16, MEAN, STD, seed=0)
-    image = torch.randint(0, 256, (1, 3, 20, 20), dtype=torch.uint8)
-    x = image.expand(12, -1, -1, -1)  # identical rows: identical parameters give identical views
+def test_chunk_shared_rows_share_parameters_and_chunks_differ(views, uint8_batch):
+    x = uint8_batch[:1].expand(12, -1, -1, -1)  # identical rows: identical parameters give identical views
     out = views(x, views.generator(0), chunk_size=4)
     for chunk in out.split(4):
         assert all(torch.equal(chunk[0], row) for row in chunk[1:])
@@ -313,8 +322,7 @@ def test_params_round_trip_through_one_packed_copy():
     assert torch.allclose(moved.jitter_factors, params.jitter_factors.float())
 
 
-def test_bad_inputs_raise_clear_errors():
-    views = BatchedSimCLRViews(16, MEAN, STD, seed=0)
+def test_bad_inputs_raise_clear_errors(views):
     with pytest.raises(ValueError, match="channels"):
         views(torch.zeros(2, 1, 16, 16, dtype=torch.uint8))
     with pytest.raises(ValueError, match="uint8 or float"):
@@ -337,20 +345,85 @@ def test_bad_inputs_raise_clear_errors():
         jitter_ranges(0.4, 0.4, 0.4, 0.6)
 
 
-def test_views_inside_a_bf16_autocast_are_computed_in_float32():
+def test_views_inside_a_bf16_autocast_are_computed_in_float32(views, uint8_batch):
     """The trainer's step may run under autocast; the views' matmuls must not drop to bf16."""
-    views = BatchedSimCLRViews(16, MEAN, STD, seed=0)
-    x = torch.randint(0, 256, (8, 3, 20, 20), dtype=torch.uint8, generator=torch.Generator().manual_seed(0))
+    x = uint8_batch
     plain = views(x, views.generator(0))
     with torch.autocast("cpu", dtype=torch.bfloat16):
         inside = views(x, views.generator(0))
     assert inside.dtype == torch.float32 and torch.equal(inside, plain)
 
 
-def test_from_data_config_sizes_and_normalises_like_the_config():
+def test_from_data_config_sizes_and_normalises_like_the_config(uint8_batch):
     config = {"input_size": (3, 12, 14), "mean": MEAN, "std": STD, "interpolation": "bicubic"}
     views = BatchedSimCLRViews.from_data_config(config, seed=1, blur_kernel=3)
-    x = torch.randint(0, 256, (4, 3, 20, 20), dtype=torch.uint8)
-    assert views(x, views.generator(0)).shape == (4, 3, 12, 14)
+    assert views(uint8_batch, views.generator(0)).shape == (8, 3, 12, 14)
     with pytest.raises(ValueError, match="input_size"):
         BatchedSimCLRViews.from_data_config({"mean": MEAN, "std": STD})
+
+
+# ------------------------------------------------------------------------------ one recipe for both pipelines
+
+
+def _torchvision_recipe(transform) -> dict:  # noqa: ANN001
+    """The random parameters a ``simclr_transform`` pipeline draws with, read from its steps."""
+    found: dict = {"hflip_p": 0.0, "jitter": None, "jitter_p": 0.0, "grayscale_p": 0.0, "blur_p": 0.0, "solarize_p": 0.0}
+    for step in transform.transforms:
+        if isinstance(step, v2.RandomResizedCrop):
+            found["scale"], found["ratio"] = tuple(step.scale), tuple(step.ratio)
+        elif isinstance(step, v2.RandomHorizontalFlip):
+            found["hflip_p"] = step.p
+        elif isinstance(step, v2.RandomGrayscale):
+            found["grayscale_p"] = step.p
+        elif isinstance(step, v2.RandomSolarize):
+            found["solarize_p"], found["solarize_threshold"] = step.p, step.threshold
+        elif isinstance(step, v2.RandomApply):
+            (inner,) = step.transforms
+            if isinstance(inner, v2.ColorJitter):
+                found["jitter"] = (inner.brightness, inner.contrast, inner.saturation, inner.hue)
+                found["jitter_p"] = step.p
+            elif isinstance(inner, v2.GaussianBlur):
+                found["blur_p"], found["blur_kernel"], found["blur_sigma"] = step.p, inner.kernel_size[0], tuple(inner.sigma)
+    return found
+
+
+def _device_recipe(views: BatchedSimCLRViews) -> dict:
+    r = views.recipe
+    found = {
+        "scale": r.scale, "ratio": r.ratio, "hflip_p": r.hflip_p, "jitter": views.jitter_ranges if views.jitter_p else None,
+        "jitter_p": views.jitter_p, "grayscale_p": r.grayscale_p, "blur_p": r.blur_p, "solarize_p": r.solarize_p,
+    }  # fmt: skip
+    if r.blur_p:
+        found["blur_kernel"], found["blur_sigma"] = views.blur_kernel, r.blur_sigma
+    if r.solarize_p:
+        found["solarize_threshold"] = r.solarize_threshold
+    return found
+
+
+@pytest.mark.parametrize(
+    "changes",
+    [{}, {"scale": (0.2, 1.0), "hflip_p": 0.0, "jitter_strength": 1.0, "blur_p": 0.0}, {"solarize_p": 0.2, "blur_kernel": 5}],
+)
+def test_per_sample_and_device_views_read_one_recipe(changes):
+    """Defaults and changes reach both pipelines alike: the torchvision steps draw with the device views' parameters."""
+    assert BatchedSimCLRViews(16, MEAN, STD).recipe == SimCLRRecipe()
+    per_sample = _torchvision_recipe(simclr_transform(16, MEAN, STD, **changes))
+    device = _device_recipe(BatchedSimCLRViews(16, MEAN, STD, **changes))
+    assert per_sample.keys() == device.keys()
+    for key, value in per_sample.items():
+        flat = torch.tensor(value).flatten().tolist() if value is not None else None
+        assert flat == (pytest.approx(torch.tensor(device[key]).flatten().tolist()) if device[key] is not None else None), key
+    if not changes:  # SimCLR / CARE's published values
+        assert torch.allclose(torch.tensor(per_sample["jitter"]), torch.tensor([[0.6, 1.4], [0.6, 1.4], [0.6, 1.4], [-0.1, 0.1]]))
+        assert (per_sample["jitter_p"], per_sample["grayscale_p"], per_sample["blur_p"]) == (0.8, 0.2, 0.5)
+
+
+def test_recipe_errors_name_the_field():
+    with pytest.raises(ValueError, match="Unknown SimCLR recipe parameter.*'blur'"):
+        simclr_transform(16, MEAN, STD, blur=0.5)
+    for bad, match in (({"jitter_strength": -1.0}, "jitter_strength"), ({"solarize_p": 2.0}, "solarize_p"),
+                       ({"blur_kernel": 4}, "blur_kernel"), ({"scale": (0.9, 0.1)}, "scale")):  # fmt: skip
+        with pytest.raises(ValueError, match=match):
+            SimCLRRecipe.of(**bad)
+        with pytest.raises(ValueError, match=match):
+            BatchedSimCLRViews(16, MEAN, STD, **bad)

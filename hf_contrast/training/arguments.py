@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 from transformers import TrainingArguments
 
-from ..tensor_checks import check_choice, check_int, check_name, check_positive
+from ..tensor_checks import check_bool, check_choice, check_int, check_name, check_positive
 
 __all__ = ["ContrastiveTrainingArguments", "NONFINITE_POLICIES"]
 
@@ -23,8 +23,8 @@ NONFINITE_POLICIES = ("raise", "skip")
 
 @dataclass
 class ContrastiveTrainingArguments(TrainingArguments):
-    """``TrainingArguments`` for contrastive training: data columns, view size, distributed negatives,
-    evaluation representation and the non-finite policy.
+    """``TrainingArguments`` for contrastive training: data columns, view size and where views are made,
+    distributed negatives, evaluation representation and the non-finite policy.
 
     Defaults that differ from ``TrainingArguments``: ``remove_unused_columns=False`` (the collators read
     columns the encoder's ``forward`` does not take; the trainers refuse ``True``) and ``logging_nan_inf_filter=False`` (a NaN loss is
@@ -86,6 +86,15 @@ class ContrastiveTrainingArguments(TrainingArguments):
     image_size: int | None = field(
         default=None, metadata={"help": "Image: side of the views. None: the encoder's data config (input_size)."}
     )
+    views_on_device: bool = field(
+        default=False,
+        metadata={
+            "help": "Image: make the random views (SimCLR recipe: crop, flip, colour jitter, grayscale, blur; CARE's "
+            "chunk-shared views too) per batch on the training device, from the uint8 images the DataLoader only "
+            "decodes and resizes, instead of per sample in the DataLoader. Seeded by (seed, batch number), which "
+            "checkpoints keep: a resumed run draws the same views. Not for text encoders or LOCAL's pairs."
+        },
+    )
     # ---- evaluation ----------------------------------------------------------------------------
     eval_representation: str = field(
         default="embeddings",
@@ -117,6 +126,7 @@ class ContrastiveTrainingArguments(TrainingArguments):
             check_name(name, getattr(self, name))
         check_int("max_length", self.max_length, 2, allow_none=True)
         check_int("image_size", self.image_size, 1, allow_none=True)
+        check_bool("views_on_device", self.views_on_device)
         check_choice("eval_representation", self.eval_representation, _REPRESENTATIONS)
         check_int("knn_k", self.knn_k, 1)
         check_positive("knn_temperature", self.knn_temperature)

@@ -192,6 +192,10 @@ class ContrastiveTrainer(CheckpointingMixin, HubPublishingMixin, Trainer):
         self._train_call_start = (0, 0)  # (global step, skipped steps) when this `train()` call began
         self._state_before_step: list[tuple[Tensor, Tensor]] | None = None
         self._next_view_index: Tensor | int | None = None
+        # Host counters of the batches whose views the ViewBuilder draws on the device (`views_on_device`): training
+        # batches since the start of the run (checkpointed), evaluation batches since the start of the evaluation.
+        self._train_view_batches = 0
+        self._eval_view_batches = 0
         self.add_callback(ModelCardCallback(self))  # fills model.model_card_data while training
 
     # ---- set-up checks -------------------------------------------------------------------------
@@ -258,6 +262,7 @@ class ContrastiveTrainer(CheckpointingMixin, HubPublishingMixin, Trainer):
         view_index = pop_view_batch_index(inputs)
         if view_index is not None and model.training:  # the collator may already be batches ahead
             self._next_view_index = view_index + 1  # a tensor: read at checkpoints only (no host sync)
+        self._start_view_batch(training=model.training)
         with finite_input_checks(not model.training):  # a non-finite training loss is `nonfinite_policy`'s business
             terms = dict(self.objective(model, inputs, self.views))
         if "loss" not in terms:
@@ -293,6 +298,16 @@ class ContrastiveTrainer(CheckpointingMixin, HubPublishingMixin, Trainer):
         if self.args.nonfinite_policy == "skip":
             loss = torch.where(torch.isfinite(loss), loss, torch.zeros_like(loss))
         return loss
+
+    def _start_view_batch(self, training: bool) -> None:
+        """Tell the views which batch comes next (a host counter: no device sync); ``views_on_device`` draws its
+        views from that batch's generator."""
+        if training:
+            self.views.start_batch(self._train_view_batches, training=True)
+            self._train_view_batches += 1
+        else:
+            self.views.start_batch(self._eval_view_batches, training=False)
+            self._eval_view_batches += 1
 
     # ---- non-finite steps ------------------------------------------------------------------------
 
@@ -509,6 +524,7 @@ class ContrastiveTrainer(CheckpointingMixin, HubPublishingMixin, Trainer):
         """
         inputs = send_to_device(inputs, self.args.device)
         pop_view_batch_index(inputs)
+        self._start_view_batch(training=False)
         with torch.no_grad(), self.compute_loss_context_manager():
             loss = self.objective.eval_loss(model, inputs, self.views)
             loss = None if loss is None else loss.detach().float()
@@ -521,7 +537,9 @@ class ContrastiveTrainer(CheckpointingMixin, HubPublishingMixin, Trainer):
         return loss, embeddings, labels
 
     def evaluation_loop(self, dataloader: DataLoader, description: str, *args: Any, **kwargs: Any) -> Any:
-        """``Trainer.evaluation_loop``, then the ``evaluator``'s metrics added as ``<prefix>_<metric>``."""
+        """``Trainer.evaluation_loop`` (device views restarted at evaluation batch 0: every evaluation draws the
+        same views), then the ``evaluator``'s metrics added as ``<prefix>_<metric>``."""
+        self._eval_view_batches = 0
         output = super().evaluation_loop(dataloader, description, *args, **kwargs)
         prefix = kwargs.get("metric_key_prefix", args[2] if len(args) > 2 else "eval")
         if self.evaluator is not None and description == "Evaluation":
@@ -533,9 +551,13 @@ class ContrastiveTrainer(CheckpointingMixin, HubPublishingMixin, Trainer):
 
     def contrastive_state_dict(self) -> dict[str, Any]:
         """Training state outside the model and optimizer, saved in every checkpoint: the objective's
-        ``state_dict`` (trainable parameters, MoCo key encoder and queue, …) and the index of the next batch
-        of the training collator's random views (so resumed views match)."""
-        state: dict[str, Any] = {"objective": self.objective.state_dict()}
+        ``state_dict`` (trainable parameters, MoCo key encoder and queue, …), the index of the next batch
+        of the training collator's random views and the number of training batches whose views were made on the
+        device (``views_on_device``), so resumed views match."""
+        state: dict[str, Any] = {
+            "objective": self.objective.state_dict(),
+            "device_views": {"next_batch": torch.tensor(self._train_view_batches)},
+        }
         if self._next_view_index is not None:
             state["collator"] = {"next_index": torch.as_tensor(self._next_view_index).cpu()}
         return state
@@ -544,6 +566,15 @@ class ContrastiveTrainer(CheckpointingMixin, HubPublishingMixin, Trainer):
         """Restore :meth:`contrastive_state_dict`."""
         if "objective" in state:
             self.objective.load_state_dict(state["objective"])
+        if "device_views" in state:
+            self._train_view_batches = int(state["device_views"]["next_batch"])
+        elif self.args.views_on_device:
+            warnings.warn(
+                "The checkpoint does not say how many batches its run trained on (it predates `views_on_device`): the "
+                "device views restart at batch 0 and differ from those an uninterrupted run would draw.",
+                UserWarning,
+                stacklevel=2,
+            )
         if "collator" in state and hasattr(self.data_collator, "next_index"):
             self._next_view_index = int(state["collator"]["next_index"])
             self.data_collator.next_index = self._next_view_index

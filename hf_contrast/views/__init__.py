@@ -15,7 +15,10 @@
 * Batches: :class:`AFCLBatchSampler`, SimO's class-grouped ``C x k`` batches.
 * Views made on the device: :class:`BatchedSimCLRViews` — the SimCLR/BYOL recipe with per-sample
   parameters (:class:`ViewParams`, drawn like torchvision's) applied to a whole ``uint8`` batch in a few
-  batched tensor operations on its device (:mod:`~hf_contrast.views.batched_ops`), seeded per batch.
+  batched tensor operations on its device (:mod:`~hf_contrast.views.batched_ops`), seeded per batch;
+  :class:`DeviceViews` makes a training run's views with it (``views_on_device=True``), CARE's
+  chunk-shared ones included (:class:`ChunkSharedDeviceViews`).
+* :class:`SimCLRRecipe`: the recipe's parameters, defined once for both pipelines.
 """
 
 from .afcl_sampler import AFCLBatchSampler
@@ -25,11 +28,11 @@ from .builder import ViewBuilder, split_output
 from .chunked_image import ChunkedAugmentation
 from .chunked_text import ChunkedTextAugmentation, simcse_views
 from .decode import BadImageError
+from .device_views import ChunkSharedDeviceViews, DeviceViews
 from .for_model import views_for
 from .image_collators import ImageViewCollator, PairedImageCollator, pop_view_batch_index
 from .image_transforms import (
     TwoViewTransform,
-    default_blur_kernel,
     eval_transform,
     eval_transform_from_data_config,
     raw_image_transform,
@@ -38,6 +41,7 @@ from .image_transforms import (
 )
 from .image_views import ImageViews
 from .paired_transform import PairedTransform, paired_transform
+from .simclr_recipe import SimCLRRecipe, default_blur_kernel
 from .text_collator import TextViewCollator
 from .text_views import TextViews, pad_and_concat
 
@@ -45,12 +49,15 @@ __all__ = [
     "AFCLBatchSampler",
     "BadImageError",
     "BatchedSimCLRViews",
+    "ChunkSharedDeviceViews",
     "ChunkedAugmentation",
     "ChunkedTextAugmentation",
+    "DeviceViews",
     "ImageViewCollator",
     "ImageViews",
     "PairedImageCollator",
     "PairedTransform",
+    "SimCLRRecipe",
     "TextViewCollator",
     "TextViews",
     "TwoViewTransform",

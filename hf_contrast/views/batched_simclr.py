@@ -10,8 +10,8 @@ CARE's chunk-shared views (``chunk_size=m``: one parameter set per chunk of ``m`
 Recipe (SimCLR, Chen et al. 2020, https://arxiv.org/abs/2002.05709, appendix A; solarisation from
 BYOL, Grill et al. 2020, https://arxiv.org/abs/2006.07733): random resized crop (bilinear) →
 horizontal flip → colour jitter with probability ``jitter_p`` (per-sample random order) →
-grayscale → Gaussian blur → solarisation → normalisation. The defaults are those of
-``hf_contrast.views.simclr_transform``.
+grayscale → Gaussian blur → solarisation → normalisation; the parameters are a
+:class:`~hf_contrast.views.SimCLRRecipe`, the one definition ``simclr_transform`` also reads.
 
 Differences from the per-sample ``uint8`` pipeline: colour maths run in float32 without rounding
 to ``uint8`` after each step (torchvision rounds after each op on ``uint8`` images: the views differ
@@ -21,7 +21,6 @@ always bilinear (antialiased by default, as there).
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -30,8 +29,9 @@ import torch
 from torch import Tensor
 
 import hf_contrast.views.batched_ops as ops
-from hf_contrast.tensor_checks import check_int, check_range, check_size, check_unit_interval
-from hf_contrast.views.image_transforms import default_blur_kernel
+from hf_contrast.tensor_checks import check_int, check_size
+from hf_contrast.views._common import check_mean_std
+from hf_contrast.views.simclr_recipe import SimCLRRecipe
 from hf_contrast.views.batched_params import (
     ViewParams,
     jitter_ranges,
@@ -55,27 +55,22 @@ class BatchedSimCLRViews:
         v1, v2 = views(x, g), views(x, g)                      # per-sample views (SimCLR, SupCon)
         e1, e2 = views(x, g, chunk_size=m), views(x, g, chunk_size=m)   # CARE's chunk-shared views
 
+    In training, ``ContrastiveTrainingArguments(views_on_device=True)`` does this for every image
+    objective (:class:`~hf_contrast.views.DeviceViews`).
+
     Args:
         image_size: Output side ``S`` or ``(H, W)``.
         mean: Per-channel normalisation mean; its length must equal the input's channels.
         std: Per-channel normalisation standard deviation; its length must equal the input's channels.
-        scale: ``RandomResizedCrop``'s area fraction range.
-        ratio: ``RandomResizedCrop``'s aspect-ratio range.
-        hflip_p: Probability of a horizontal flip.
-        jitter_strength: ``s`` of ``ColorJitter(0.8s, 0.8s, 0.8s, 0.2s)`` (0: no jitter).
-        jitter_p: Probability of applying the colour jitter.
-        grayscale_p: Probability of a grayscale conversion.
-        blur_p: Probability of a Gaussian blur.
-        blur_kernel: Odd kernel size; default ~10 % of the output side (``default_blur_kernel``, as
-            ``simclr_transform``).
-        blur_sigma: Range of the blur's standard deviation (drawn uniformly).
-        solarize_p: Probability of solarisation (BYOL: 0 / 0.2 for its two views).
-        solarize_threshold: Solarisation threshold on the ``[0, 1]`` scale.
         antialias: Antialiased bilinear resampling (``simclr_transform``'s setting) or plain bilinear.
         seed: Seed of :meth:`generator` (per-batch generators for exact resume).
+        **recipe: Fields of :class:`~hf_contrast.views.SimCLRRecipe` to change (``scale``, ``ratio``,
+            ``hflip_p``, ``jitter_strength``, ``jitter_p``, ``grayscale_p``, ``blur_p``,
+            ``blur_kernel``, ``blur_sigma``, ``solarize_p``, ``solarize_threshold``): the defaults
+            are ``simclr_transform``'s, defined once there.
 
     Raises:
-        ValueError: on an invalid size, range, probability, kernel or mean/std pair.
+        ValueError: on an invalid size, recipe field, kernel or mean/std pair.
     """
 
     def __init__(
@@ -84,51 +79,22 @@ class BatchedSimCLRViews:
         mean: Sequence[float],
         std: Sequence[float],
         *,
-        scale: tuple[float, float] = (0.08, 1.0),
-        ratio: tuple[float, float] = (3.0 / 4.0, 4.0 / 3.0),
-        hflip_p: float = 0.5,
-        jitter_strength: float = 0.5,
-        jitter_p: float = 0.8,
-        grayscale_p: float = 0.2,
-        blur_p: float = 0.5,
-        blur_kernel: int | None = None,
-        blur_sigma: tuple[float, float] = (0.1, 2.0),
-        solarize_p: float = 0.0,
-        solarize_threshold: float = 0.5,
         antialias: bool = True,
         seed: int | None = None,
+        **recipe: Any,
     ) -> None:
         self.image_size = check_size("image_size", image_size)
-        self.mean, self.std = [float(m) for m in mean], [float(s) for s in std]
-        if not self.mean or len(self.mean) != len(self.std) or min(self.std) <= 0:
-            raise ValueError(
-                f"`mean` and `std` must have one value per channel, the same length and positive `std`, "
-                f"got mean={tuple(self.mean)}, std={tuple(self.std)}."
-            )
-        self.scale = check_range("scale", scale, 0.0, 1.0)
-        self.ratio = check_range("ratio", ratio, 0.0, math.inf)
-        self.hflip_p = check_unit_interval("hflip_p", hflip_p)
-        if jitter_strength < 0:
-            raise ValueError(f"`jitter_strength` must be >= 0, got {jitter_strength}.")
-        s = float(jitter_strength)
-        self.jitter_ranges = jitter_ranges(0.8 * s, 0.8 * s, 0.8 * s, min(0.2 * s, 0.5))
-        self.jitter_p = check_unit_interval("jitter_p", jitter_p) if s > 0 else 0.0
-        self.grayscale_p = check_unit_interval("grayscale_p", grayscale_p)
-        self.blur_p = check_unit_interval("blur_p", blur_p)
-        kernel = default_blur_kernel(self.image_size) if blur_kernel is None else blur_kernel
-        if not isinstance(kernel, int) or isinstance(kernel, bool) or kernel <= 0 or kernel % 2 == 0:
-            raise ValueError(f"`blur_kernel` must be a positive odd int, got {blur_kernel!r}.")
-        if self.blur_p > 0 and kernel // 2 >= min(self.image_size):
+        self.mean, self.std = check_mean_std(mean, std)
+        self.recipe = r = SimCLRRecipe.of(**recipe)
+        self.jitter_ranges = jitter_ranges(*r.jitter)
+        self.jitter_p = r.jitter_p if r.jitter_applies else 0.0
+        kernel = r.kernel_for(self.image_size)
+        if r.blur_p > 0 and kernel // 2 >= min(self.image_size):
             raise ValueError(
                 f"`blur_kernel`={kernel} needs an output side above {kernel // 2} (reflect padding), got "
                 f"image_size={self.image_size}; pass a smaller `blur_kernel`."
             )
         self.blur_kernel = kernel
-        self.blur_sigma = check_range("blur_sigma", blur_sigma, 0.0, math.inf)
-        self.solarize_p = check_unit_interval("solarize_p", solarize_p)
-        if not 0.0 <= solarize_threshold <= 1.0:
-            raise ValueError(f"`solarize_threshold` must lie in [0, 1], got {solarize_threshold}.")
-        self.solarize_threshold = float(solarize_threshold)
         self.antialias = bool(antialias)
         self.seed = seed
         self._norm: dict[torch.device, tuple[Tensor, Tensor]] = {}
@@ -145,22 +111,25 @@ class BatchedSimCLRViews:
         _, height, width = tuple(data_config["input_size"])
         return cls((int(height), int(width)), data_config["mean"], data_config["std"], **kwargs)
 
-    def generator(self, batch_index: int, process_index: int = 0) -> torch.Generator:
-        """A CPU generator seeded from ``(seed, batch_index, process_index)``: the views of one batch.
+    def generator(self, batch_index: int, process_index: int = 0, *, stream: int = 0) -> torch.Generator:
+        """A CPU generator seeded from ``(seed, stream, batch_index, process_index)``: the views of one batch.
 
         Args:
-            batch_index: Position of the batch in the run (restored on resume).
+            batch_index: Position of the batch in its stream (restored on resume).
             process_index: The process's rank in distributed training, so that processes draw
                 different parameters for their local rows.
+            stream: Which sequence of batches: 0 for training, 1 for evaluation (separate, so an
+                evaluation never shifts the training views).
 
         Raises:
             ValueError: if the views were built without ``seed`` or an index is negative.
         """
         if self.seed is None:
             raise ValueError("`seed` is required for per-batch generators; build BatchedSimCLRViews(..., seed=...).")
-        for name, value in (("batch_index", batch_index), ("process_index", process_index)):
+        for name, value in (("batch_index", batch_index), ("process_index", process_index), ("stream", stream)):
             check_int(name, value, 0)
-        state = np.random.SeedSequence([self.seed, batch_index, process_index]).generate_state(1, dtype=np.uint64)[0]
+        key = [self.seed, stream, batch_index, process_index]
+        state = np.random.SeedSequence(key).generate_state(1, dtype=np.uint64)[0]
         return torch.Generator().manual_seed(int(state >> np.uint64(1)))
 
     def sample(
@@ -177,13 +146,13 @@ class BatchedSimCLRViews:
             The parameters, on the CPU.
         """
         height, width = input_size
-        boxes = sample_resized_crop(n, height, width, self.scale, self.ratio, generator)
-        flip = sample_bernoulli(n, self.hflip_p, generator)
+        boxes = sample_resized_crop(n, height, width, self.recipe.scale, self.recipe.ratio, generator)
+        flip = sample_bernoulli(n, self.recipe.hflip_p, generator)
         factors, order = sample_color_jitter(n, self.jitter_ranges, self.jitter_p, generator)
-        gray = sample_bernoulli(n, self.grayscale_p, generator)
-        blur = sample_bernoulli(n, self.blur_p, generator)
-        sigma = sample_uniform(n, *self.blur_sigma, generator=generator)
-        solar = sample_bernoulli(n, self.solarize_p, generator)
+        gray = sample_bernoulli(n, self.recipe.grayscale_p, generator)
+        blur = sample_bernoulli(n, self.recipe.blur_p, generator)
+        sigma = sample_uniform(n, *self.recipe.blur_sigma, generator=generator)
+        solar = sample_bernoulli(n, self.recipe.solarize_p, generator)
         return ViewParams(
             boxes=boxes,
             flip=flip,
@@ -232,12 +201,12 @@ class BatchedSimCLRViews:
         x = ops.resized_crop(x, p.boxes, self.image_size, flip=p.flip, antialias=self.antialias)
         if jitter:
             x = ops.color_jitter(x, p.jitter_factors, p.jitter_order, hue_counts)
-        if self.grayscale_p > 0 and x.shape[1] == 3:
+        if self.recipe.grayscale_p > 0 and x.shape[1] == 3:
             x = torch.where(p.grayscale.reshape(-1, 1, 1, 1), ops.rgb_to_grayscale(x).expand_as(x), x)
-        if self.blur_p > 0:
+        if self.recipe.blur_p > 0:
             x = ops.gaussian_blur(x, p.blur_sigma, self.blur_kernel)
-        if self.solarize_p > 0:
-            x = ops.solarize(x, p.solarize, self.solarize_threshold)
+        if self.recipe.solarize_p > 0:
+            x = ops.solarize(x, p.solarize, self.recipe.solarize_threshold)
         mean, std = self._normalisation(device)
         x = (x - mean) / std
         if perm is not None:
@@ -291,8 +260,6 @@ class BatchedSimCLRViews:
 
     def __repr__(self) -> str:
         return (
-            f"{type(self).__name__}(image_size={self.image_size}, scale={self.scale}, ratio={self.ratio}, "
-            f"hflip_p={self.hflip_p}, jitter={self.jitter_ranges}, jitter_p={self.jitter_p}, "
-            f"grayscale_p={self.grayscale_p}, blur_p={self.blur_p}, blur_kernel={self.blur_kernel}, "
-            f"blur_sigma={self.blur_sigma}, solarize_p={self.solarize_p}, antialias={self.antialias})"
+            f"{type(self).__name__}(image_size={self.image_size}, {self.recipe}, blur_kernel={self.blur_kernel}, "
+            f"antialias={self.antialias}, seed={self.seed})"
         )

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 from torch import Tensor, nn
@@ -47,7 +47,13 @@ class ViewBuilder(ABC):
             ``max_length``, ``gather_distributed``, seeds).
         processing_class: The tokenizer of a text encoder.
         epoch: A callable giving the current (fractional) epoch, for epoch-dependent objectives.
+
+    Raises:
+        ValueError: if ``args.views_on_device`` is set and these views cannot be made on the device.
     """
+
+    #: Whether this modality can make its random views on the device (``args.views_on_device``).
+    supports_views_on_device: ClassVar[bool] = False
 
     def __init__(
         self, model: nn.Module, args: Any, processing_class: Any = None, epoch: Callable[[], float] | None = None
@@ -59,6 +65,12 @@ class ViewBuilder(ABC):
         #: Set by the trainer during a cached-gradient step (``args.gradient_cache_size``): encoder calls
         #: then go through it (mini-batches without a graph, replayed with one after the loss's backward).
         self.gradient_cache: Any = None
+        if self.views_on_device and not self.supports_views_on_device:
+            raise ValueError(
+                f"`views_on_device=True` makes image views (crop, flip, colour jitter, grayscale, blur) on the "
+                f"device, but this model's views ({type(self).__name__}) are not images (a text encoder's random views "
+                "are dropout or a pair column, its tokens made by the collator): set `views_on_device=False`."
+            )
 
     # ---- facts ----------------------------------------------------------------------------------
 
@@ -77,8 +89,19 @@ class ViewBuilder(ABC):
         """``args.gather_distributed``: losses compare with the candidates of all processes."""
         return bool(self.args.gather_distributed)
 
+    @property
+    def views_on_device(self) -> bool:
+        """``args.views_on_device``: random views made per batch on its device, not per sample by the collator."""
+        return bool(getattr(self.args, "views_on_device", False))
+
     def prepare_model(self) -> None:
         """Record in the model what these views assume of it (called once by the trainer). Default: nothing."""
+
+    def start_batch(self, batch_index: int, training: bool) -> None:
+        """Called by the trainer before a batch reaches the objective, with the batch's index in its stream
+        (training batches since the start of the run, checkpointed; evaluation batches since the start of the
+        evaluation): views made here, on the device, draw from that batch's generator. Default: nothing (the
+        collators made the views)."""
 
     # ---- collators (per modality) -----------------------------------------------------------------
 

@@ -21,13 +21,14 @@ from torch import Tensor
 from torchvision import tv_tensors
 from torchvision.transforms import InterpolationMode, v2
 
-from hf_contrast.tensor_checks import check_range, check_size, check_unit_interval
+from hf_contrast.tensor_checks import check_size
 from hf_contrast.views._common import (
     ImageSize,
     check_mean_std,
     interpolation_mode,
     to_image_steps,
 )
+from hf_contrast.views.simclr_recipe import SimCLRRecipe, default_blur_kernel
 
 __all__ = [
     "simclr_transform",
@@ -66,35 +67,19 @@ def clamp_unit_range(image: Tensor) -> Tensor:
     return tv_tensors.wrap(clamped, like=image) if isinstance(image, tv_tensors.TVTensor) else clamped
 
 
-def default_blur_kernel(image_size: ImageSize) -> int:
-    """SimCLR's blur kernel: about 10% of the image side, odd, at least 3.
-
-    >>> default_blur_kernel(224), default_blur_kernel(32)
-    (23, 3)
-    """
-    side = min(check_size("image_size", image_size))
-    return max(3, int(0.1 * side) // 2 * 2 + 1)
-
-
 def simclr_transform(
     image_size: ImageSize,
     mean: Sequence[float],
     std: Sequence[float],
     *,
-    scale: tuple[float, float] = (0.08, 1.0),
-    ratio: tuple[float, float] = (3.0 / 4.0, 4.0 / 3.0),
-    hflip_p: float = 0.5,
-    jitter_strength: float = 0.5,
-    jitter_p: float = 0.8,
-    grayscale_p: float = 0.2,
-    blur_p: float = 0.5,
-    blur_kernel: int | None = None,
-    blur_sigma: tuple[float, float] = (0.1, 2.0),
     interpolation: str | InterpolationMode = InterpolationMode.BILINEAR,
+    **recipe: Any,
 ) -> v2.Compose:
     """The SimCLR augmentation as a ``v2.Compose``, ending in a normalised float32 tensor.
 
-    SimCLR: https://arxiv.org/abs/2002.05709 (appendix A). Colour jitter with strength ``s`` is
+    SimCLR: https://arxiv.org/abs/2002.05709 (appendix A). The random parameters are those of
+    :class:`~hf_contrast.views.SimCLRRecipe` (one definition shared with
+    :class:`~hf_contrast.views.BatchedSimCLRViews`): colour jitter with strength ``s`` is
     ``ColorJitter(0.8s, 0.8s, 0.8s, 0.2s)``; the default ``s=0.5`` gives the
     ``ColorJitter(0.4, 0.4, 0.4, 0.1)`` used by CARE/MoCo-v2/lightly. Steps with probability 0
     are left out. Called on a batched tensor ``(B, C, H, W)`` the whole batch gets ONE draw of
@@ -105,23 +90,17 @@ def simclr_transform(
         mean: Per-channel normalisation mean; its length sets the channel count (3: grayscale
             inputs are converted to RGB; 1: RGB inputs are converted to grayscale).
         std: Per-channel normalisation standard deviation, positive.
-        scale: Area fraction range of ``RandomResizedCrop``.
-        ratio: Aspect-ratio range of ``RandomResizedCrop``.
-        hflip_p: Probability of a horizontal flip.
-        jitter_strength: Colour-jitter strength ``s`` (0 disables jitter).
-        jitter_p: Probability of applying the colour jitter.
-        grayscale_p: Probability of converting to grayscale.
-        blur_p: Probability of a Gaussian blur (SimCLR omits blur on CIFAR: pass 0 there).
-        blur_kernel: Odd blur kernel size; default :func:`default_blur_kernel` (~10% of the side).
-        blur_sigma: Range of the blur standard deviation.
         interpolation: Resize interpolation (``"bilinear"``, ``"bicubic"``, ...).
+        **recipe: Fields of :class:`~hf_contrast.views.SimCLRRecipe` to change (``scale``,
+            ``ratio``, ``hflip_p``, ``jitter_strength``, ``jitter_p``, ``grayscale_p``, ``blur_p``,
+            ``blur_kernel``, ``blur_sigma``, ``solarize_p``, ``solarize_threshold``).
 
     Returns:
         A transform mapping an image to a float32 tensor. Shape: ``(C, H, W)`` (or
         ``(B, C, H, W)`` for a batched input).
 
     Raises:
-        ValueError: if a size, probability, range or the mean/std pair is invalid.
+        ValueError: if a size, probability, range, recipe name or the mean/std pair is invalid.
 
     >>> t = simclr_transform(32, mean=(0.5, 0.5, 0.5), std=(0.25, 0.25, 0.25))
     >>> t(torch.rand(3, 48, 48)).shape
@@ -129,29 +108,25 @@ def simclr_transform(
     """
     size = check_size("image_size", image_size)
     mean_list, std_list = check_mean_std(mean, std)
-    scale = check_range("scale", scale, 0.0, 1.0)
-    ratio = check_range("ratio", ratio, 0.0, math.inf)
-    blur_sigma = check_range("blur_sigma", blur_sigma, 0.0, math.inf)
-    if jitter_strength < 0:
-        raise ValueError(f"`jitter_strength` must be >= 0, got {jitter_strength}.")
-    kernel = default_blur_kernel(size) if blur_kernel is None else blur_kernel
-    if not isinstance(kernel, int) or kernel <= 0 or kernel % 2 == 0:
-        raise ValueError(f"`blur_kernel` must be a positive odd int, got {blur_kernel!r}.")
+    r = SimCLRRecipe.of(**recipe)
     steps: list[Any] = to_image_steps(len(mean_list))
     mode = interpolation_mode(interpolation)
-    steps.append(v2.RandomResizedCrop(size, scale=scale, ratio=ratio, interpolation=mode, antialias=True))
+    steps.append(v2.RandomResizedCrop(size, scale=r.scale, ratio=r.ratio, interpolation=mode, antialias=True))
     steps.append(v2.Lambda(clamp_unit_range, tv_tensors.Image))  # float inputs: see clamp_unit_range
-    if check_unit_interval("hflip_p", hflip_p) > 0:
-        steps.append(v2.RandomHorizontalFlip(p=hflip_p))
-    s = float(jitter_strength)
-    if check_unit_interval("jitter_p", jitter_p) > 0 and s > 0:
-        jitter = v2.ColorJitter(brightness=0.8 * s, contrast=0.8 * s, saturation=0.8 * s, hue=min(0.2 * s, 0.5))
-        steps.append(v2.RandomApply([jitter], p=jitter_p))
-    if check_unit_interval("grayscale_p", grayscale_p) > 0:
-        steps.append(v2.RandomGrayscale(p=grayscale_p))
-    if check_unit_interval("blur_p", blur_p) > 0:
-        steps.append(v2.RandomApply([v2.GaussianBlur(kernel_size=kernel, sigma=blur_sigma)], p=blur_p))
-    steps += [v2.ToDtype(torch.float32, scale=True), v2.Normalize(mean_list, std_list), v2.ToPureTensor()]
+    if r.hflip_p > 0:
+        steps.append(v2.RandomHorizontalFlip(p=r.hflip_p))
+    if r.jitter_applies:
+        brightness, contrast, saturation, hue = r.jitter
+        jitter = v2.ColorJitter(brightness=brightness, contrast=contrast, saturation=saturation, hue=hue)
+        steps.append(v2.RandomApply([jitter], p=r.jitter_p))
+    if r.grayscale_p > 0:
+        steps.append(v2.RandomGrayscale(p=r.grayscale_p))
+    if r.blur_p > 0:
+        steps.append(v2.RandomApply([v2.GaussianBlur(kernel_size=r.kernel_for(size), sigma=r.blur_sigma)], p=r.blur_p))
+    steps.append(v2.ToDtype(torch.float32, scale=True))
+    if r.solarize_p > 0:  # on the [0, 1] scale, as the threshold
+        steps.append(v2.RandomSolarize(threshold=r.solarize_threshold, p=r.solarize_p))
+    steps += [v2.Normalize(mean_list, std_list), v2.ToPureTensor()]
     return v2.Compose(steps)
 
 

@@ -4,6 +4,10 @@ Batch keys (see :mod:`hf_contrast.views.image_collators`): ``pixel_values_1..V``
 ``pixel_values`` (deterministic view), ``pixel_values_eq`` (resized ``uint8`` images for chunk-shared
 views made on the device), ``pixel_values_pre`` / ``pixel_values_post`` (pairs), ``labels``. Sizes
 and normalisation come from the encoder's timm data config.
+
+With ``args.views_on_device`` the collators make no random view: they pass ``pixel_values_eq``
+(``uint8``, resized to the view size) and every random view — per sample or chunk-shared — is made
+from it on the batch's device by :class:`~hf_contrast.views.DeviceViews`, seeded per batch.
 """
 
 from __future__ import annotations
@@ -14,8 +18,10 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from .batched_simclr import BatchedSimCLRViews
 from .builder import ViewBuilder
 from .chunked_image import ChunkedAugmentation
+from .device_views import ChunkSharedDeviceViews, DeviceViews
 from .image_collators import ImageViewCollator, PairedImageCollator
 from .image_transforms import eval_transform_from_data_config, raw_image_transform, simclr_transform_from_data_config
 from .paired_transform import paired_transform
@@ -34,7 +40,11 @@ class _EachImage:
 
 
 class ImageViews(ViewBuilder):
-    """Image views: per-sample SimCLR views made by the collator, chunk-shared views made on the device."""
+    """Image views: per-sample SimCLR views made by the collator, chunk-shared views made on the device; with
+    ``args.views_on_device``, every random view made on the device (:class:`~hf_contrast.views.DeviceViews`)."""
+
+    supports_views_on_device = True
+    _device_views: DeviceViews | None = None
 
     def data_config(self) -> dict[str, Any]:
         """The encoder's timm data config (``input_size`` from ``args.image_size`` when set).
@@ -74,22 +84,49 @@ class ImageViews(ViewBuilder):
         channels, height, width = self.data_config()["input_size"]
         return raw_image_transform((height, width), n_channels=channels)
 
+    def device_views(self) -> DeviceViews:
+        """The random views made on the device (``args.views_on_device``): SimCLR's recipe sized and normalised
+        from the data config, seeded with :attr:`seed`; built once."""
+        if self._device_views is None:
+            self._device_views = DeviceViews(BatchedSimCLRViews.from_data_config(self.data_config(), seed=self.seed))
+        return self._device_views
+
+    def start_batch(self, batch_index: int, training: bool) -> None:
+        """With ``args.views_on_device``: the next views draw from this batch's generator (see :class:`DeviceViews`)."""
+        if self.views_on_device:
+            self.device_views().start_batch(batch_index, training)
+
     def collator(self, n_views: int = 2, deterministic: bool = False, raw: bool = False) -> ImageViewCollator:
-        """``n_views`` random views (+ the deterministic view, + the raw batch ``pixel_values_eq``)."""
+        """``n_views`` random views (+ the deterministic view, + the raw batch ``pixel_values_eq``).
+
+        With ``args.views_on_device`` the random views are left to the device: the batch holds
+        ``pixel_values_eq`` (``uint8``) whenever ``n_views > 0`` or ``raw``, and no ``pixel_values_1..V``.
+        """
+        on_device = self.views_on_device
         return ImageViewCollator(
-            transform=self.random_transform() if n_views > 0 else None,
-            n_views=n_views,
+            transform=self.random_transform() if n_views > 0 and not on_device else None,
+            n_views=0 if on_device else n_views,
             image_column=self.args.image_column,
             label_column=self.args.label_column,
             eval_transform=self.deterministic_transform() if deterministic else None,
-            raw_transform=self.raw_transform() if raw else None,
-            seed=self.seed,
+            raw_transform=self.raw_transform() if raw or (on_device and n_views > 0) else None,
+            seed=None if on_device else self.seed,  # nothing random left in the collator
             on_bad_image=self.args.on_bad_image,
             n_channels=self.data_config()["input_size"][0],
         )
 
     def check_pairs(self, pre_column: str, post_column: str) -> None:
-        """Image views make pairs of any two image columns."""
+        """Image views make pairs of any two image columns, in the collator.
+
+        Raises:
+            ValueError: with ``args.views_on_device`` (pairs share one geometric draw per pair, made per sample).
+        """
+        if self.views_on_device:
+            raise ValueError(
+                f"`views_on_device=True` does not apply to ({pre_column!r}, {post_column!r}) pairs (LOCAL): each pair "
+                "shares one random crop/flip, drawn per pair in the collator (`paired_transform`). Set "
+                "`views_on_device=False`."
+            )
 
     def paired_collator(self, pre_column: str, post_column: str, train: bool) -> PairedImageCollator:
         """Training: one shared random crop/flip per pair (:func:`~hf_contrast.views.paired_transform`);
@@ -131,17 +168,37 @@ class ImageViews(ViewBuilder):
         return {"pixel_values": inputs[key]}
 
     def augmented(self, inputs: Mapping[str, Any], n_views: int) -> list[dict[str, Tensor]]:
-        """The collator's random views ``pixel_values_1..n``."""
+        """The collator's random views ``pixel_values_1..n``; with ``args.views_on_device``, ``n`` views of every
+        sample of ``pixel_values_eq`` made on its device, each with its own parameters."""
+        if self.views_on_device:
+            images = self._raw_images(inputs)
+            return [{"pixel_values": v} for v in self.device_views().per_sample(images, n_views)]
         return [self.view(inputs, str(v + 1)) for v in range(n_views)]
 
     def eval_views(self, inputs: Mapping[str, Any]) -> list[dict[str, Tensor]]:
-        """``pixel_values`` (else ``pixel_values_1``), plus views 1 and 2 when the batch has them."""
+        """``pixel_values`` (else ``pixel_values_1``), plus two random views when the batch has them (views 1 and
+        2, or ``pixel_values_eq`` with ``args.views_on_device``)."""
+        if self.views_on_device:
+            return [self.view(inputs, "")] + (self.augmented(inputs, 2) if "pixel_values_eq" in inputs else [])
         main = self.view(inputs, "") if "pixel_values" in inputs else self.view(inputs, "1")
         return [main] + (self.augmented(inputs, 2) if "pixel_values_2" in inputs else [])
 
-    def chunked_augmentation(self, n_splits: int) -> ChunkedAugmentation:
-        """SimCLR's augmentation drawn once per chunk, on ``uint8`` images sized from the data config."""
+    def chunked_augmentation(self, n_splits: int) -> ChunkedAugmentation | ChunkSharedDeviceViews:
+        """SimCLR's augmentation drawn once per chunk, on ``uint8`` images sized from the data config (with
+        ``args.views_on_device``: the same batched code as the per-sample views, one parameter set per chunk,
+        from the batch's generator)."""
+        if self.views_on_device:
+            return ChunkSharedDeviceViews(self.device_views(), n_splits)
         return ChunkedAugmentation.from_data_config(n_splits, self.data_config())
+
+    def _raw_images(self, inputs: Mapping[str, Any]) -> Tensor:
+        if "pixel_values_eq" not in inputs:
+            raise ValueError(
+                f"`views_on_device=True` makes the random views from the batch's `pixel_values_eq` (uint8 images "
+                f"resized to the view size), but the batch has none (keys: {sorted(inputs)}): use the objective's "
+                "collator (leave `data_collator` unset) or set `views_on_device=False`."
+            )
+        return inputs["pixel_values_eq"]
 
     def chunked_views(self, augment: Callable[..., tuple[Any, Any]], inputs: Mapping[str, Any]) -> list[dict[str, Tensor]]:
         """``augment(pixel_values_eq)``: ``(B, C, H, W) uint8`` to two normalised views."""
