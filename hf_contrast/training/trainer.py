@@ -43,6 +43,7 @@ from .. import distributed
 from ..data.checks import check_dataset
 from ..losses import finite_input_checks
 from ..model_card import ModelCardCallback
+from ..models.instances import as_encoder
 from ..objectives import Objective, build_objective
 from ..views import pop_view_batch_index, views_for
 from .arguments import ContrastiveTrainingArguments
@@ -90,7 +91,9 @@ class ContrastiveTrainer(CheckpointingMixin, HubPublishingMixin, Trainer):
     """``Trainer`` for a contrastive :class:`~hf_contrast.objectives.Objective` on a ``ContrastiveEncoder``.
 
     Args:
-        model: A ``ContrastiveEncoder`` (image: ``config.backbone_type == "timm"``; text: ``"text"``).
+        model: A ``ContrastiveEncoder`` (image: ``config.backbone_type == "timm"``; text: ``"text"``), or a
+            ``SentenceTransformer``, timm model or transformers text model, wrapped with
+            ``ContrastiveEncoder.from_backbone(model)`` (its weights kept; the trained encoder is ``trainer.model``).
         args: :class:`ContrastiveTrainingArguments`.
         objective: A registered method name (``"care"``, ``"simclr"``, … — see
             :func:`hf_contrast.objectives.available_objectives`) or an :class:`Objective` instance with its
@@ -155,6 +158,7 @@ class ContrastiveTrainer(CheckpointingMixin, HubPublishingMixin, Trainer):
                 "(e.g. objective='simclr'), or use a named trainer such as SimCLRTrainer or CARETrainer."
             )
         self.objective: Objective = build_objective(objective)
+        model = as_encoder(model)  # a SentenceTransformer, timm or transformers instance becomes an encoder
         if processing_class is None and model is not None:
             processing_class = getattr(model, "tokenizer", None)
         if compute_metrics is None:
