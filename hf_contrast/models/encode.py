@@ -134,17 +134,15 @@ def encode(
     config = encoder.config
     if config.backbone_type == "text":
         batch, single = _text_batch(inputs)
-        max_length = getattr(config, "max_seq_length", None)
     else:
         batch, single = _image_batch(inputs)
-        max_length = None
     if not batch:
         raise ValueError("`inputs` is empty: there is nothing to encode.")
     if device is not None:
         encoder.to(device)
     progress = _default_progress_bar() if show_progress_bar is None else bool(show_progress_bar)
     vectors, _ = encode_dataset(
-        encoder, batch, label_column=None, batch_size=batch_size, output=output, max_length=max_length, progress=progress
+        encoder, batch, label_column=None, batch_size=batch_size, output=output, progress=progress
     )
     if normalize_embeddings:
         vectors = F.normalize(vectors, p=2, dim=-1)
