@@ -40,7 +40,8 @@ from transformers import Trainer, TrainerCallback
 from transformers.trainer_utils import seed_worker
 
 from .. import distributed
-from ..data.checks import check_dataset
+from ..data.checks import check_dataset, dataset_columns
+from ..data.columns import CANONICAL_COLUMNS
 from ..losses import finite_input_checks
 from ..model_card import ModelCardCallback
 from ..models.instances import as_encoder
@@ -231,6 +232,18 @@ class ContrastiveTrainer(CheckpointingMixin, HubPublishingMixin, Trainer):
                 columns=objective.required_columns(self.views),
                 why=f"{type(objective).__name__} trains on whole batches of {args.per_device_train_batch_size}" if full else None,
             )
+            pair = CANONICAL_COLUMNS["text_pair_column"]
+            if (
+                getattr(self.model.config, "backbone_type", None) == "text"
+                and args.text_pair_column is None
+                and pair in (dataset_columns(self.train_dataset) or ())
+            ):
+                warnings.warn(
+                    f"train_dataset has a {pair!r} column (what `load_text_dataset(text_pair_column=...)` names the "
+                    f"paired sentences) but `text_pair_column` is None: training on {args.text_column!r} alone (SimCSE "
+                    f"views). Set `text_pair_column={pair!r}` in the training arguments to train on the pairs.",
+                    stacklevel=3,
+                )
         eval_sets = self.eval_dataset if isinstance(self.eval_dataset, dict) else {"": self.eval_dataset}
         for key, dataset in eval_sets.items():
             if dataset is not None:
