@@ -25,7 +25,7 @@ import torch
 from torch import nn
 from transformers import PreTrainedModel
 
-from hf_contrast.models.backbones import _built_input_size, build_timm_backbone
+from hf_contrast.models.backbones import built_input_size, build_timm_backbone
 from hf_contrast.models.configuration import ContrastiveEncoderConfig
 from hf_contrast.models.st_layout import SentenceTransformerLayout, layout_options, pooling_from_config
 
@@ -59,11 +59,14 @@ def _is_timm_model(obj: Any) -> bool:
     )
 
 
+def _is_encoder(obj: Any) -> bool:
+    """Whether ``obj`` is a ``ContrastiveEncoder`` (told by its config: this module does not import the model)."""
+    return isinstance(obj, PreTrainedModel) and isinstance(getattr(obj, "config", None), ContrastiveEncoderConfig)
+
+
 def is_backbone_instance(obj: Any) -> bool:
     """Whether ``obj`` is a model object :func:`encoder_from_instance` wraps (not a ``ContrastiveEncoder``)."""
-    from hf_contrast.models.modeling import ContrastiveEncoder
-
-    if isinstance(obj, ContrastiveEncoder):
+    if _is_encoder(obj):
         return False
     return _is_sentence_transformer(obj) or _is_timm_model(obj) or isinstance(obj, PreTrainedModel)
 
@@ -80,7 +83,7 @@ def _timm_parts(model: nn.Module) -> dict[str, Any]:
     if getattr(model, "num_classes", 0):
         model.reset_classifier(0)
     kwargs: dict[str, Any] = {}
-    built = _built_input_size(model)
+    built = built_input_size(model)
     if built is not None and built[0] != 3:
         kwargs["in_chans"] = int(built[0])
     if built is not None and hasattr(getattr(model, "patch_embed", None), "img_size"):
@@ -186,9 +189,7 @@ def encoder_from_instance(
             ``SentenceTransformer`` with modules other than Transformer, Pooling, Normalize, a
             transformers model without token inputs, or a timm model that cannot be rebuilt by name.
     """
-    from hf_contrast.models.modeling import ContrastiveEncoder
-
-    if isinstance(backbone, ContrastiveEncoder):
+    if _is_encoder(backbone):
         raise ValueError(
             "`backbone` is already a ContrastiveEncoder: use it as it is (a trainer's `model=` takes it), or "
             "`ContrastiveEncoder.from_pretrained(folder)` to load a saved one."
@@ -229,19 +230,21 @@ def encoder_from_instance(
     return encoder_class(config, backbone=module, tokenizer=tokenizer).to(device)
 
 
-def as_encoder(model: Any) -> Any:
+def as_encoder(model: Any, encoder_class: type) -> Any:
     """What a trainer's ``model=`` becomes: a ``SentenceTransformer``, timm or transformers instance wrapped by
     :func:`encoder_from_instance` (default options); an encoder or another ``nn.Module`` as it is.
+
+    Args:
+        model: The trainer's ``model`` argument.
+        encoder_class: ``ContrastiveEncoder``.
 
     Raises:
         ValueError: if ``model`` is not an ``nn.Module`` (a name, say), naming its type and what is accepted.
     """
-    from hf_contrast.models.modeling import ContrastiveEncoder
-
-    if model is None or isinstance(model, ContrastiveEncoder):
+    if model is None or _is_encoder(model):
         return model
     if is_backbone_instance(model):
-        return ContrastiveEncoder.from_backbone(model)
+        return encoder_from_instance(encoder_class, model)
     if not isinstance(model, nn.Module):
         hint = " Build the encoder first: `ContrastiveEncoder.from_backbone(name)`." if isinstance(model, str) else ""
         raise ValueError(

@@ -45,6 +45,7 @@ from ..data.columns import CANONICAL_COLUMNS
 from ..losses import finite_input_checks
 from ..model_card import ModelCardCallback
 from ..models.instances import as_encoder
+from ..models.modeling import ContrastiveEncoder
 from ..objectives import Objective, build_objective
 from ..views import pop_view_batch_index, views_for
 from .arguments import ContrastiveTrainingArguments
@@ -159,7 +160,7 @@ class ContrastiveTrainer(CheckpointingMixin, HubPublishingMixin, Trainer):
                 "(e.g. objective='simclr'), or use a named trainer such as SimCLRTrainer or CARETrainer."
             )
         self.objective: Objective = build_objective(objective)
-        model = as_encoder(model)  # a SentenceTransformer, timm or transformers instance becomes an encoder
+        model = as_encoder(model, ContrastiveEncoder)  # a SentenceTransformer, timm or transformers instance becomes an encoder
         if processing_class is None and model is not None:
             processing_class = getattr(model, "tokenizer", None)
         if compute_metrics is None:
