@@ -131,6 +131,9 @@ def test_encode_outputs_and_errors(tmp_path) -> None:
         text.encode(["a", 1])
     with pytest.raises(ValueError, match="a text encoder takes a string or a list of strings"):
         text.encode(torch.zeros(2, 3, 32, 32))
+    text.tokenizer = None
+    with pytest.raises(ValueError, match="has no tokenizer to encode sentences with: set `encoder.tokenizer`"):
+        text.encode(SENTENCES)
     with pytest.raises(ValueError, match=r"`inputs\[0\]` is a dict; an image encoder takes PIL images"):
         vision.encode([{"x": 1}])
     with pytest.raises(ValueError, match=r"shape \(1, 2, 3, 32, 32\); an image encoder takes one image"):

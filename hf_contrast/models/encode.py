@@ -125,7 +125,8 @@ def encode(
 
     Raises:
         ValueError: if ``inputs`` are not what the encoder takes (text for a text encoder, images for
-            an image encoder), are empty, or ``output`` / ``batch_size`` are invalid.
+            an image encoder), are empty, a text encoder has no tokenizer, or ``output`` / ``batch_size``
+            are invalid.
     """
     from hf_contrast.evaluation.encode import encode_dataset
 
@@ -133,6 +134,11 @@ def encode(
         raise ValueError(f"`output` must be one of {_OUTPUTS}, got {output!r}.")
     config = encoder.config
     if config.backbone_type == "text":
+        if getattr(encoder, "tokenizer", None) is None:
+            raise ValueError(
+                "The text encoder has no tokenizer to encode sentences with: set `encoder.tokenizer` (e.g. "
+                "`AutoTokenizer.from_pretrained(<the backbone's name>)`) or pass `tokenizer=` to `from_backbone`."
+            )
         batch, single = _text_batch(inputs)
     else:
         batch, single = _image_batch(inputs)
