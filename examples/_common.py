@@ -95,7 +95,9 @@ def load_images(
 ) -> Any:
     """``DatasetDict(train=..., test=...)``: the embedded digits (``dataset=None``), an image folder or a Hub id.
 
-    ``args`` gives ``image_column``, ``label_column``, ``image_size`` and ``seed`` (the training arguments).
+    ``args`` gives ``image_column``, ``label_column``, ``image_size`` and ``seed`` (the training arguments);
+    the loaded columns are named ``image`` and ``label``, and ``args.image_column`` / ``args.label_column``
+    are set to them.
     Data without a ``test`` (or ``validation``) split gets a seeded stratified ``test_fraction`` split;
     ``max_*_samples`` keep a seeded class-balanced subset (quick runs). A class-sorted split (an image
     folder) is fine: nothing here takes "the first rows".
@@ -117,6 +119,9 @@ def load_images(
                 "image folder instead (`--dataset path/to/folder`, one sub-folder per class), or drop `--dataset` "
                 "to use the embedded scikit-learn digits."
             ) from error
+    # the loaders name the columns `image` and `label` (hf_contrast.data.columns): the trainer and the
+    # evaluators read those from now on
+    column, label = args.image_column, args.label_column = "image", "label"
     if "test" not in data and "validation" in data:
         data["test"] = data.pop("validation")
     if "test" not in data:

@@ -106,11 +106,19 @@ def load_encoder(script: ScriptArguments, num_labels: int) -> ContrastiveEncoder
 def main() -> None:
     script, args, config = parse_args(ScriptArguments, DEFAULTS, method="simclr")
     # ---- data: training sentences (+ pairs, + labels), a held-out split, scored pairs for STS ----
-    label = args.label_column if script.task_head else None
-    data = load_text_dataset(
-        script.dataset or SENTENCE_PAIRS_PATH, split=None, text_column=args.text_column,
-        text_pair_column=args.text_pair_column, label_column=label,
-    )
+    source = script.dataset or SENTENCE_PAIRS_PATH
+    columns = dict(split=None, text_column=args.text_column, text_pair_column=args.text_pair_column)
+    try:  # with labels when the data has them (probes; the task head needs them)
+        data = load_text_dataset(source, label_column=args.label_column, **columns)
+    except ValueError as error:
+        if script.task_head or f"`label_column`={args.label_column!r} is not a column" not in str(error):
+            raise
+        data = load_text_dataset(source, **columns)
+    # the loader names the columns `text`, `text_pair`, `label` (hf_contrast.data.columns): the trainer reads those
+    pair_source = args.text_pair_column
+    args.text_column, args.label_column = "text", "label"
+    if args.text_pair_column is not None:
+        args.text_pair_column = "text_pair"
     train = data["train"]
     held_out = next((data[s] for s in ("validation", "test") if s in data), None)
     if held_out is None:  # seeded split (stratified when labelled)
@@ -159,7 +167,7 @@ def main() -> None:
     )
     spearman_before = sts(encoder)["sts_spearman"] if trainer.is_world_process_zero() else float("nan")
     if trainer.is_world_process_zero():
-        pairs = f" paired with `{args.text_pair_column}`" if args.text_pair_column else ""
+        pairs = f" paired with `{pair_source}`" if pair_source else ""
         print(
             f"Fine-tuning {script.model} with {script.method}{' + task head' if script.task_head else ''} on "
             f"{len(train)} sentences{pairs} ({args.max_steps} steps of {args.per_device_train_batch_size}); STS Spearman "

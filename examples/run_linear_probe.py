@@ -64,17 +64,17 @@ def main() -> None:
         data = load_text_dataset(args.dataset or SENTENCE_PAIRS_PATH, split=None, text_column=args.text_column,
                                  label_column=args.label_column)  # fmt: skip
         if "test" not in data:
-            train_rows, test_rows = balanced_split(list(data["train"][args.label_column]), 0.25, args.seed)
+            train_rows, test_rows = balanced_split(list(data["train"]["label"]), 0.25, args.seed)
             data = {"train": data["train"].select(train_rows.tolist()), "test": data["train"].select(test_rows.tolist())}
         for split, limit in (("train", args.max_train_samples), ("test", args.max_eval_samples)):
             if limit is not None and limit < len(data[split]):
-                data[split] = data[split].select(balanced_subset(list(data[split][args.label_column]), limit, args.seed).tolist())
-        column = args.text_column
+                data[split] = data[split].select(balanced_subset(list(data[split]["label"]), limit, args.seed).tolist())
+        column = "text"  # the loaders name the columns `text` / `image` and `label` (hf_contrast.data.columns)
     else:
         size = int(encoder.data_config["input_size"][-1])
         data = load_images(args.dataset, SimpleNamespace(**vars(args), image_size=size), args.max_train_samples, args.max_eval_samples)
-        column = args.image_column
-    encode = dict(input_column=column, label_column=args.label_column, batch_size=args.batch_size, output=args.representation)
+        column = "image"
+    encode = dict(input_column=column, label_column="label", batch_size=args.batch_size, output=args.representation)
     probe = ProbeEvaluator(data["train"], data["test"], knn_k=min(args.knn_k, len(data["train"])), seed=args.seed, **encode)
     results = {**probe(encoder), "num_train": len(data["train"]), "num_test": len(data["test"])}
     test_z, test_y = encode_dataset(encoder, data["test"], **encode)  # for the picture
@@ -83,7 +83,7 @@ def main() -> None:
     )
     name = os.path.basename(os.path.normpath(args.model))
     write_results(output_dir, f"{name} ({args.representation})", results)
-    save_plots(output_dir, name, z=test_z, labels=test_y, names=class_names(data["train"], args.label_column), seed=args.seed)
+    save_plots(output_dir, name, z=test_z, labels=test_y, names=class_names(data["train"], "label"), seed=args.seed)
 
 
 if __name__ == "__main__":

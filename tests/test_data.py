@@ -189,9 +189,12 @@ def test_load_text_dataset_every_format(tmp_path: Path, kind: str) -> None:
         score_column="relatedness",
         cache_dir=str(tmp_path / "cache"),
     )
-    assert data["premise"] == [r["premise"] for r in ROWS]  # quotes and commas survive
-    assert data.features["judgment"].names == ["entail", "neutral"] and data["judgment"] == [0, 1, 0]
-    assert data.features["relatedness"].dtype == "float32" and data["relatedness"] == [4.5, 1.0, 4.0]
+    # the chosen columns get the package's names (the trainers' defaults); the others are kept
+    assert sorted(data.column_names) == ["label", "score", "text", "text_pair"]
+    assert data["text"] == [r["premise"] for r in ROWS]  # quotes and commas survive
+    assert data["text_pair"] == [r["hypothesis"] for r in ROWS]
+    assert data.features["label"].names == ["entail", "neutral"] and data["label"] == [0, 1, 0]
+    assert data.features["score"].dtype == "float32" and data["score"] == [4.5, 1.0, 4.0]
     with pytest.raises(ValueError, match=r"`text_pair_column`='sentence2' is not a column .*'premise'"):
         load_text_dataset(path, text_column="premise", text_pair_column="sentence2", cache_dir=str(tmp_path / "cache"))
 
@@ -204,7 +207,7 @@ def test_text_loaders_sentences_errors_and_sts_pairs(tmp_path: Path) -> None:
     semi.write_text("s;t\nhello;1\n", encoding="utf-8")
     with pytest.raises(ValueError, match="or `delimiter=` if the file was split wrongly"):
         load_text_dataset(semi, text_column="s", cache_dir=str(tmp_path / "cache"))
-    assert load_text_dataset(semi, text_column="s", delimiter=";", cache_dir=str(tmp_path / "cache"))["s"] == ["hello"]
+    assert load_text_dataset(semi, text_column="s", delimiter=";", cache_dir=str(tmp_path / "cache"))["text"] == ["hello"]
     missing = tmp_path / "missing.csv"
     missing.write_text("text,label\nfine,a\n,b\n", encoding="utf-8")
     with pytest.raises(ValueError, match=r"Row 1 of .* has no text in `text_column`='text'"):
@@ -218,3 +221,49 @@ def test_text_loaders_sentences_errors_and_sts_pairs(tmp_path: Path) -> None:
     assert sts["score"] == [4.5, 1.0, 4.0] and sts["sentence1"][0] == 'A "tall" man sings'
     with pytest.raises(ValueError, match="`score_column`='score' is not a column"):
         load_sts_pairs(tmp_path / "sick.txt", "premise", "hypothesis", cache_dir=str(tmp_path / "cache"))
+
+
+def test_loaded_columns_train_without_setting_the_column_arguments(tmp_path: Path) -> None:
+    """One mapping place: the loader renames the user's columns; the trainers' defaults read them."""
+    from _tiny import tiny_text_encoder, tiny_timm_encoder
+    from distributed_scripts.trainer_utils import training_args
+
+    from hf_contrast.training import SimCLRTrainer, SupConTrainer
+
+    path = tmp_path / "topics.csv"
+    rows = [("the cat sat on the mat", "pets", "a cat"), ("a red car", "cars", "the car"), ("hello world", "misc", "hi")] * 3
+    path.write_text("body,topic,title\n" + "".join(f"{b},{t},{p}\n" for b, t, p in rows), encoding="utf-8")
+    texts = load_text_dataset(path, text_column="body", label_column="topic", cache_dir=str(tmp_path / "cache"))
+    assert sorted(texts.column_names) == ["label", "text", "title"]
+    trainer = SupConTrainer(model=tiny_text_encoder(), args=training_args(tmp_path / "text", per_device_train_batch_size=4), train_dataset=texts)
+    trainer.train()  # was: "train_dataset has no column one of 'text', ..." until args.text_column was set too
+    # a chosen pair column is named `text_pair`; the trainer says how to use it instead of ignoring it silently
+    pairs = load_text_dataset(path, text_column="body", text_pair_column="title", cache_dir=str(tmp_path / "cache"))
+    args = training_args(tmp_path / "pairs", per_device_train_batch_size=4, max_steps=1)
+    with pytest.warns(UserWarning, match="has a 'text_pair' column .* Set `text_pair_column='text_pair'`"):
+        SimCLRTrainer(model=tiny_text_encoder(), args=args, train_dataset=pairs).train()
+    # images: a Hub set whose columns are `img` and `kind` (CIFAR-10 names its images `img`)
+    folder = _image_folder(tmp_path / "pets")
+    hub = datasets.load_dataset("imagefolder", data_dir=str(folder), cache_dir=str(tmp_path / "cache"))
+    hub = hub.rename_columns({"image": "img", "label": "kind"})
+    real_load = datasets.load_dataset
+    datasets.load_dataset = lambda name, **kwargs: hub if name == "user/pets" else real_load(name, **kwargs)
+    try:
+        images = load_image_dataset("user/pets", image_column="img", label_column="kind")
+    finally:
+        datasets.load_dataset = real_load
+    assert images.column_names == ["image", "label"] and images.features["label"].names == ["cat", "dog"]
+    args = training_args(tmp_path / "images", per_device_train_batch_size=4, max_steps=1, image_size=32)
+    SupConTrainer(model=tiny_timm_encoder(), args=args, train_dataset=images).train()
+
+
+def test_a_column_already_named_like_the_canonical_one_is_kept(tmp_path: Path, caplog) -> None:
+    path = tmp_path / "news.csv"
+    path.write_text("text,body\nshort title,the long body\n", encoding="utf-8")
+    with caplog.at_level("WARNING", logger="hf_contrast.data.columns"):
+        data = load_text_dataset(path, text_column="body", cache_dir=str(tmp_path / "cache"))
+    assert data["text"] == ["the long body"] and data["text_original"] == ["short title"]
+    assert "kept as 'text_original'" in caplog.text
+    # choosing a column named like another canonical one swaps cleanly
+    swapped = load_text_dataset(path, text_column="body", text_pair_column="text", cache_dir=str(tmp_path / "cache"))
+    assert swapped["text"] == ["the long body"] and swapped["text_pair"] == ["short title"]

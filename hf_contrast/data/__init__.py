@@ -4,6 +4,7 @@ Nothing here downloads anything unless given a Hub id.
 
 - :func:`load_image_dataset`, :func:`defer_image_decoding` — image folders and Hub image sets;
 - :func:`load_text_dataset`, :func:`load_sts_pairs` — CSV / TSV / JSON / JSONL / parquet / text;
+- :data:`CANONICAL_COLUMNS` — the column names the loaders give and the trainers read;
 - :func:`check_dataset` — empty / too-small / missing-column checks before training;
 - :func:`make_long_tailed` — a long-tailed subset (or the data as is);
 - embedded sets: :func:`load_digits_dataset`, :func:`load_sentence_pairs`, :func:`make_change_pairs`.
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 from .change_pairs import CHANGE_NAMES, make_change_pairs
 from .checks import check_dataset, dataset_columns
+from .columns import CANONICAL_COLUMNS
 from .digits import load_digits_dataset
 from .images import defer_image_decoding, load_image_dataset
 from .long_tail import long_tailed_counts, make_long_tailed
@@ -20,6 +22,7 @@ from .sentences import SENTENCE_PAIRS_PATH, TOPIC_NAMES, load_sentence_pairs
 from .text import load_sts_pairs, load_text_dataset
 
 __all__ = [
+    "CANONICAL_COLUMNS",
     "CHANGE_NAMES",
     "SENTENCE_PAIRS_PATH",
     "TOPIC_NAMES",

@@ -6,6 +6,8 @@ import os
 from pathlib import Path
 from typing import Any
 
+from .columns import rename_to_canonical
+
 __all__ = ["defer_image_decoding", "load_image_dataset"]
 
 
@@ -32,7 +34,8 @@ def _prepare(dataset: Any, source: str, image_column: str, label_column: str | N
         label = dataset.features[label_column]
         if isinstance(label, datasets.Value) and label.dtype in ("string", "large_string"):
             dataset = dataset.class_encode_column(label_column)  # names kept as a ClassLabel
-    return dataset if decode else defer_image_decoding(dataset, image_column)
+    dataset = rename_to_canonical(dataset, {"image_column": image_column, "label_column": label_column}, source)
+    return dataset if decode else defer_image_decoding(dataset, "image")
 
 
 def load_image_dataset(
@@ -63,7 +66,8 @@ def load_image_dataset(
         **load_kwargs: Passed to ``datasets.load_dataset`` (e.g. ``cache_dir``, ``revision``).
 
     Returns:
-        The dataset (``split`` given) or a ``DatasetDict``.
+        The dataset (``split`` given) or a ``DatasetDict``, with ``image_column`` and ``label_column``
+        renamed to ``image`` and ``label`` (:mod:`hf_contrast.data.columns`), the trainers' defaults.
 
     Raises:
         ValueError: if the folder has no images, the split does not exist, or a column is

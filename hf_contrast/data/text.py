@@ -12,6 +12,10 @@ chosen from the extension:
 ``.json``, ``.jsonl``     ``json`` (JSON Lines or a JSON list of records)
 ``.parquet``              ``parquet``
 ========================  ==========================================================
+
+The chosen columns are renamed to the package's names (:mod:`hf_contrast.data.columns`): ``text``,
+``text_pair``, ``label``, ``score`` for :func:`load_text_dataset`; ``sentence1``, ``sentence2``,
+``score`` for :func:`load_sts_pairs`.
 """
 
 from __future__ import annotations
@@ -20,6 +24,8 @@ import csv
 import os
 from pathlib import Path
 from typing import Any
+
+from .columns import rename_to_canonical
 
 __all__ = ["load_sts_pairs", "load_text_dataset"]
 
@@ -102,7 +108,12 @@ def _prepare(
             raise ValueError(
                 f"`score_column`={score_column!r} of {source!r} must hold numbers ({error})."
             ) from error
-    return dataset
+    return rename_to_canonical(
+        dataset,
+        {"text_column": text_column, "text_pair_column": text_pair_column, "label_column": label_column,
+         "score_column": score_column},
+        source,
+    )
 
 
 def load_text_dataset(
@@ -131,7 +142,9 @@ def load_text_dataset(
         **load_kwargs: Passed to ``datasets.load_dataset`` (e.g. ``cache_dir``, ``revision``).
 
     Returns:
-        A ``datasets.Dataset`` (or ``DatasetDict`` for ``split=None``) with the file's columns.
+        A ``datasets.Dataset`` (or ``DatasetDict`` for ``split=None``) with the file's columns, the
+        chosen ones renamed to ``text``, ``text_pair``, ``label`` and ``score``
+        (:mod:`hf_contrast.data.columns`): the trainers read ``text`` and ``label`` by default.
 
     Raises:
         ValueError: on an unknown extension, a missing split or column (the error lists the
@@ -187,6 +200,9 @@ def load_sts_pairs(
         ValueError: as :func:`load_text_dataset`, or if fewer than 2 pairs are found (a
             correlation needs two).
     """
+    columns = [sentence1_column, sentence2_column, score_column]
+    if len(set(columns)) != 3:
+        raise ValueError(f"The sentence and score columns must be three different columns, got {columns}.")
     pairs = load_text_dataset(
         path,
         split=split,
@@ -196,13 +212,7 @@ def load_sts_pairs(
         delimiter=delimiter,
         **load_kwargs,
     )
-    keep = {sentence1_column: "sentence1", sentence2_column: "sentence2", score_column: "score"}
-    if len(set(keep)) != 3:
-        raise ValueError(f"The sentence and score columns must be three different columns, got {list(keep)}.")
-    pairs = pairs.select_columns(list(keep))
-    renames = {old: new for old, new in keep.items() if old != new}
-    if renames:
-        pairs = pairs.rename_columns(renames)
+    pairs = pairs.select_columns(["text", "text_pair", "score"]).rename_columns({"text": "sentence1", "text_pair": "sentence2"})
     if len(pairs) < 2:
         raise ValueError(f"{str(path)!r} holds {len(pairs)} scored pair(s); an STS correlation needs at least 2.")
     return pairs

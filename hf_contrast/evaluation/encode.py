@@ -35,6 +35,8 @@ def _default_collate(model: nn.Module, input_column: str | None, max_length: int
     tokenizer = getattr(inner, "tokenizer", None)
     if tokenizer is not None:
         column = input_column or "text"
+        if max_length is None:  # what sentence-transformers truncates at (an encoder's `max_seq_length`)
+            max_length = getattr(getattr(inner, "config", None), "max_seq_length", None)
 
         def tokenize(inputs: list[Any]) -> dict[str, Tensor]:
             bad = [type(x).__name__ for x in inputs if not isinstance(x, str)]
@@ -106,7 +108,8 @@ def encode_dataset(
         batch_size: Rows per forward pass.
         output: Model output to keep: ``"embeddings"`` (backbone features) or ``"projections"``.
         device: Device the inputs are moved to (default: the model's).
-        max_length: Token limit of the default text collation (default: the tokenizer's).
+        max_length: Token limit of the default text collation (default: the encoder's
+            ``config.max_seq_length``, else the tokenizer's ``model_max_length``).
         progress: Show a progress bar.
 
     Returns:

@@ -21,6 +21,7 @@ __all__ = [
     "create_timm_backbone",
     "build_timm_backbone",
     "timm_data_config",
+    "built_input_size",
     "load_text_backbone",
     "build_text_backbone",
     "restore_non_persistent_buffers",
@@ -217,7 +218,7 @@ def build_timm_backbone(architecture: str, backbone_kwargs: dict[str, Any] | Non
         raise ValueError(f"`backbone_kwargs` {backbone_kwargs!r} do not fit timm model `{architecture}`: {error}") from error
 
 
-def _built_input_size(model: nn.Module) -> tuple[int, ...] | None:
+def built_input_size(model: nn.Module) -> tuple[int, ...] | None:
     """The ``(C, H, W)`` a timm model was built at, or ``None`` where timm does not say.
 
     timm >= 1.0.31 reports it (``get_model_input_config``); older timm keeps only the pretrained tag's
@@ -249,7 +250,7 @@ def timm_data_config(model: nn.Module) -> dict[str, Any]:
         ``input_size`` (C, H, W), ``mean``, ``std``, ``interpolation``, ``crop_pct`` and ``crop_mode``.
     """
     resolved = dict(timm.data.resolve_data_config({}, model=model))
-    built_size = _built_input_size(model)
+    built_size = built_input_size(model)
     if built_size is not None:  # the size the module was built at (a ViT with img_size=16), not its tag's
         resolved["input_size"] = built_size
     return {key: list(value) if isinstance(value, tuple) else value for key, value in resolved.items() if key in _DATA_CONFIG_KEYS}

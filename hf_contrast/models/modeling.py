@@ -28,12 +28,14 @@ from hf_contrast.models.backbones import (
     timm_data_config,
 )
 from hf_contrast.models.configuration import ContrastiveEncoderConfig
+from hf_contrast.models.encode import encode as encode_inputs
 from hf_contrast.models.export import HUB_SUBFOLDER, export_native
 from hf_contrast.models.heads import ProjectionHead
 from hf_contrast.models.loading import check_loaded_weights, check_source, encoder_subfolder, weights_location
+from hf_contrast.models.instances import encoder_from_instance
 from hf_contrast.models.inputs import check_pixel_values, check_token_inputs, check_training_batch
 from hf_contrast.models.pooling import pool_tokens
-from hf_contrast.models.st_layout import read_st_layout
+from hf_contrast.models.st_layout import layout_options, read_st_layout
 from hf_contrast.models.staging import staged_directory
 from hf_contrast.models.upload import upload_model_folder
 
@@ -153,7 +155,7 @@ class ContrastiveEncoder(PreTrainedModel):
     @classmethod
     def from_backbone(
         cls,
-        backbone: str,
+        backbone: str | nn.Module,
         *,
         pretrained: bool = True,
         backbone_kwargs: dict[str, Any] | None = None,
@@ -169,7 +171,11 @@ class ContrastiveEncoder(PreTrainedModel):
                 or local path (``"bert-base-uncased"``, ``"/models/my-bert"``). A sentence-transformers
                 model (``modules.json``) keeps its pooling, ``Normalize`` and ``max_seq_length``
                 (``pooling=`` etc. override them, with a warning), so ``embeddings`` equal
-                ``SentenceTransformer(backbone).encode``.
+                ``SentenceTransformer(backbone).encode``. Or a model instance, kept with its weights (shared,
+                not copied): a ``SentenceTransformer`` (with its pooling, ``Normalize``, tokenizer), a timm model
+                (its classifier is removed) or a transformers text model
+                (:mod:`hf_contrast.models.instances`); ``pretrained``, ``backbone_kwargs`` and ``hub_kwargs``
+                do not apply to one.
             pretrained: Load pretrained backbone weights (timm's Hub weights; ``AutoModel.from_pretrained``
                 for text). ``False``: the architecture with random weights (the config is still read).
             backbone_kwargs: timm only: extra ``timm.create_model`` arguments (``drop_path_rate``...).
@@ -182,12 +188,16 @@ class ContrastiveEncoder(PreTrainedModel):
             The encoder, in training mode.
 
         Raises:
-            ValueError: If ``backbone`` is unknown (with close timm names), ``backbone_kwargs`` are given
+            ValueError: If ``backbone`` is unknown (with close timm names) or an object of another kind, ``backbone_kwargs`` are given
                 for a text backbone or do not fit the timm model, an option is invalid, or a
                 sentence-transformers model has modules other than Transformer, Pooling, Normalize.
             HubUnavailableError: (an ``OSError``) if pretrained weights are requested and the Hub is
                 unreachable with nothing cached.
         """
+        if not isinstance(backbone, str):
+            return encoder_from_instance(
+                cls, backbone, tokenizer=tokenizer, backbone_kwargs=backbone_kwargs, hub_kwargs=hub_kwargs, **config_kwargs
+            )
         kind = backbone_type_of(backbone)
         for reserved in ("backbone", "backbone_type", "text_config", "backbone_architecture", "backbone_pretrained"):
             if reserved in config_kwargs:
@@ -213,13 +223,7 @@ class ContrastiveEncoder(PreTrainedModel):
         hub_kwargs = dict(hub_kwargs or {})
         layout = read_st_layout(backbone, **hub_kwargs)
         if layout is not None:  # keep what `SentenceTransformer(backbone).encode` does
-            for key, value in (("pooling", layout.pooling), ("normalize_embeddings", layout.normalize), ("max_seq_length", layout.max_seq_length)):
-                if key in config_kwargs and config_kwargs[key] != value:
-                    logger.warning(
-                        "`%s=%r` overrides the sentence-transformers model `%s`, which uses %r: the embeddings will differ "
-                        "from SentenceTransformer(%r).encode.", key, config_kwargs[key], backbone, value, backbone,
-                    )
-                config_kwargs.setdefault(key, value)
+            config_kwargs = layout_options(layout, config_kwargs, backbone)
             if layout.transformer_path:
                 hub_kwargs["subfolder"] = layout.transformer_path
         module, loaded_tokenizer = load_text_backbone(backbone, pretrained, **hub_kwargs)
@@ -318,6 +322,10 @@ class ContrastiveEncoder(PreTrainedModel):
                 f"to {tuple(current_hw)})."
             )
         self.config.data_config = {**(self.config.data_config or {}), "input_size": [int(channels), int(size[0]), int(size[1])]}
+
+    #: ``encoder.encode(sentences or images, batch_size=32, normalize_embeddings=False, convert_to_tensor=False...)``:
+    #: embeddings as ``SentenceTransformer.encode`` gives them (:func:`hf_contrast.models.encode.encode`).
+    encode = encode_inputs
 
     # ------------------------------------------------------------------------------------------
     # Forward

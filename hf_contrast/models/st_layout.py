@@ -12,17 +12,22 @@ sentence-transformers itself is needed for neither.
 from __future__ import annotations
 
 import json
+import logging
 import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-__all__ = ["SentenceTransformerLayout", "read_st_layout", "write_st_modules", "POOLING_MODES"]
+__all__ = [
+    "SentenceTransformerLayout", "read_st_layout", "pooling_from_config", "layout_options", "write_st_modules", "POOLING_MODES",
+]
 
 #: Our pooling name -> the key of sentence-transformers' ``1_Pooling/config.json``.
 POOLING_MODES = {"cls": "pooling_mode_cls_token", "mean": "pooling_mode_mean_tokens", "max": "pooling_mode_max_tokens"}
 _OTHER_POOLING_MODES = ("pooling_mode_mean_sqrt_len_tokens", "pooling_mode_weightedmean_tokens", "pooling_mode_lasttoken")
 _MODULE = "sentence_transformers.models."
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -89,19 +94,7 @@ def read_st_layout(name: str | os.PathLike[str], **hub_kwargs: Any) -> SentenceT
     transformer_path = str(modules[0].get("path", "") or "")
     pooling_path = str(modules[1].get("path", "1_Pooling") or "1_Pooling")
     pooling_config = _read_json(str(name), f"{pooling_path}/config.json", hub_kwargs) or {}
-    if "pooling_mode" in pooling_config:  # sentence-transformers >= 6: "cls" / "mean" / ["mean", "max"]...
-        mode = pooling_config["pooling_mode"]
-        modes = [mode] if isinstance(mode, str) else list(mode)
-        chosen = [m for m in modes if m in POOLING_MODES]
-        unsupported = [m for m in modes if m not in POOLING_MODES]
-    else:  # the classic pooling_mode_*_tokens flags
-        chosen = [ours for ours, key in POOLING_MODES.items() if pooling_config.get(key)]
-        unsupported = [key for key in _OTHER_POOLING_MODES if pooling_config.get(key)]
-    if len(chosen) != 1 or unsupported:
-        raise ValueError(
-            f"The Pooling module of `{name}` sets {chosen + unsupported}; ContrastiveEncoder supports exactly one of "
-            f"{list(POOLING_MODES)} ({list(POOLING_MODES.values())})."
-        )
+    pooling = pooling_from_config(pooling_config, name)
     for entry in modules[2:]:
         normalize_config = _read_json(str(name), f"{entry.get('path') or '2_Normalize'}/config.json", hub_kwargs) or {}
         if normalize_config.get("module_input_name", "sentence_embedding") != "sentence_embedding":
@@ -117,10 +110,64 @@ def read_st_layout(name: str | os.PathLike[str], **hub_kwargs: Any) -> SentenceT
     valid = isinstance(max_seq_length, int) and 0 < max_seq_length < 1_000_000
     return SentenceTransformerLayout(
         transformer_path=transformer_path,
-        pooling=chosen[0],
+        pooling=pooling,
         normalize=len(kinds) > 2,
         max_seq_length=int(max_seq_length) if valid else None,
     )
+
+
+def pooling_from_config(pooling_config: dict[str, Any], name: Any) -> str:
+    """Our pooling name for a sentence-transformers ``Pooling`` config (``1_Pooling/config.json``, or
+    ``Pooling.get_config_dict()``): ``pooling_mode`` since sentence-transformers 6, ``pooling_mode_*_tokens``
+    flags before.
+
+    Args:
+        pooling_config: The Pooling module's config.
+        name: The model, for the message.
+
+    Returns:
+        ``"mean"``, ``"cls"`` or ``"max"``.
+
+    Raises:
+        ValueError: If the config sets no mode, several, or one the encoder does not implement.
+    """
+    if "pooling_mode" in pooling_config:  # sentence-transformers >= 6: "cls" / "mean" / ["mean", "max"]...
+        mode = pooling_config["pooling_mode"]
+        modes = [mode] if isinstance(mode, str) else list(mode)
+        chosen = [m for m in modes if m in POOLING_MODES]
+        unsupported = [m for m in modes if m not in POOLING_MODES]
+    else:  # the classic pooling_mode_*_tokens flags
+        chosen = [ours for ours, key in POOLING_MODES.items() if pooling_config.get(key)]
+        unsupported = [key for key in _OTHER_POOLING_MODES if pooling_config.get(key)]
+    if len(chosen) != 1 or unsupported:
+        raise ValueError(
+            f"The Pooling module of `{name}` sets {chosen + unsupported}; ContrastiveEncoder supports exactly one of "
+            f"{list(POOLING_MODES)} ({list(POOLING_MODES.values())})."
+        )
+    return chosen[0]
+
+
+def layout_options(layout: SentenceTransformerLayout, config_kwargs: dict[str, Any], name: Any) -> dict[str, Any]:
+    """``config_kwargs`` completed with the layout's ``pooling``, ``normalize_embeddings`` and ``max_seq_length``,
+    so the encoder's embeddings equal ``SentenceTransformer.encode``; an option the user set wins, with a warning.
+
+    Args:
+        layout: The sentence-transformers model's layout.
+        config_kwargs: The user's ``ContrastiveEncoderConfig`` options (not modified).
+        name: The model, for the warning.
+
+    Returns:
+        The completed options.
+    """
+    options = dict(config_kwargs)
+    for key, value in (("pooling", layout.pooling), ("normalize_embeddings", layout.normalize), ("max_seq_length", layout.max_seq_length)):
+        if key in options and options[key] != value:
+            logger.warning(
+                "`%s=%r` overrides the sentence-transformers model `%s`, which uses %r: the embeddings will differ "
+                "from its SentenceTransformer.encode.", key, options[key], name, value,
+            )
+        options.setdefault(key, value)
+    return options
 
 
 def write_st_modules(

@@ -40,9 +40,12 @@ from transformers import Trainer, TrainerCallback
 from transformers.trainer_utils import seed_worker
 
 from .. import distributed
-from ..data.checks import check_dataset
+from ..data.checks import check_dataset, dataset_columns
+from ..data.columns import CANONICAL_COLUMNS
 from ..losses import finite_input_checks
 from ..model_card import ModelCardCallback
+from ..models.instances import as_encoder
+from ..models.modeling import ContrastiveEncoder
 from ..objectives import Objective, build_objective
 from ..views import pop_view_batch_index, views_for
 from .arguments import ContrastiveTrainingArguments
@@ -90,7 +93,9 @@ class ContrastiveTrainer(CheckpointingMixin, HubPublishingMixin, Trainer):
     """``Trainer`` for a contrastive :class:`~hf_contrast.objectives.Objective` on a ``ContrastiveEncoder``.
 
     Args:
-        model: A ``ContrastiveEncoder`` (image: ``config.backbone_type == "timm"``; text: ``"text"``).
+        model: A ``ContrastiveEncoder`` (image: ``config.backbone_type == "timm"``; text: ``"text"``), or a
+            ``SentenceTransformer``, timm model or transformers text model, wrapped with
+            ``ContrastiveEncoder.from_backbone(model)`` (its weights kept; the trained encoder is ``trainer.model``).
         args: :class:`ContrastiveTrainingArguments`.
         objective: A registered method name (``"care"``, ``"simclr"``, … — see
             :func:`hf_contrast.objectives.available_objectives`) or an :class:`Objective` instance with its
@@ -156,6 +161,7 @@ class ContrastiveTrainer(CheckpointingMixin, HubPublishingMixin, Trainer):
                 "(e.g. objective='simclr'), or use a named trainer such as SimCLRTrainer or CARETrainer."
             )
         self.objective: Objective = build_objective(objective)
+        model = as_encoder(model, ContrastiveEncoder)  # a SentenceTransformer, timm or transformers instance becomes an encoder
         if processing_class is None and model is not None:
             processing_class = getattr(model, "tokenizer", None)
         if compute_metrics is None:
@@ -232,6 +238,18 @@ class ContrastiveTrainer(CheckpointingMixin, HubPublishingMixin, Trainer):
                 columns=objective.required_columns(self.views),
                 why=f"{type(objective).__name__} trains on whole batches of {args.per_device_train_batch_size}" if full else None,
             )
+            pair = CANONICAL_COLUMNS["text_pair_column"]
+            if (
+                getattr(self.model.config, "backbone_type", None) == "text"
+                and args.text_pair_column is None
+                and pair in (dataset_columns(self.train_dataset) or ())
+            ):
+                warnings.warn(
+                    f"train_dataset has a {pair!r} column (what `load_text_dataset(text_pair_column=...)` names the "
+                    f"paired sentences) but `text_pair_column` is None: training on {args.text_column!r} alone (SimCSE "
+                    f"views). Set `text_pair_column={pair!r}` in the training arguments to train on the pairs.",
+                    stacklevel=3,
+                )
         eval_sets = self.eval_dataset if isinstance(self.eval_dataset, dict) else {"": self.eval_dataset}
         for key, dataset in eval_sets.items():
             if dataset is not None:
