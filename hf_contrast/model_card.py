@@ -244,15 +244,21 @@ class ContrastiveModelCardData:
         sentence-transformers' cards. An evaluator's ``dataset_name`` / ``split`` attributes, when set,
         name the dataset instead."""
         members = list(getattr(evaluator, "evaluators", None) or [evaluator]) if evaluator is not None else []
+        trained_on = {(entry.get("id") or entry.get("name"), entry.get("split")) for entry in self.train_datasets}
         self.evaluators = []
         for member in members:
             prefix = getattr(member, "name", "") or ""
             primary = getattr(member, "primary_metric", None)
+            scored = _evaluated_dataset(member)
+            name = public_name(getattr(member, "dataset_name", None)) or scored.get("name") or scored.get("id") or (prefix or None)
+            split = getattr(member, "split", None) if isinstance(getattr(member, "split", None), str) else scored.get("split")
             self.evaluators.append({
                 "prefix": prefix if isinstance(prefix, str) else str(prefix),
                 "class": type(member).__name__,
-                "dataset_name": public_name(getattr(member, "dataset_name", None)) or (prefix or None),
-                "split": getattr(member, "split", None) if isinstance(getattr(member, "split", None), str) else None,
+                "dataset_name": name,
+                "dataset_id": scored.get("id"),
+                "split": split,
+                "held_out": bool(split) and (scored.get("id") or name, split) in trained_on,
                 "primary_metric": primary if isinstance(primary, str) else None,
                 "description": getattr(member, "description", None) if isinstance(getattr(member, "description", None), str) else None,
             })
@@ -390,6 +396,16 @@ def load_card_data(path: str | os.PathLike[str]) -> ContrastiveModelCardData | N
     except (OSError, ValueError, TypeError) as error:
         logger.warning("Model card data in %s not read (%s: %s); the card starts empty.", path, type(error).__name__, error)
         return None
+
+
+def _evaluated_dataset(evaluator: Any) -> dict[str, Any]:
+    """Name, id and split of the ``datasets.Dataset`` an evaluator scores (``score_dataset``, ``dataset``), if any."""
+    for attribute in ("score_dataset", "dataset", "eval_dataset"):
+        dataset = getattr(evaluator, attribute, None)
+        if dataset is not None and hasattr(dataset, "info") and not isinstance(dataset, Mapping):
+            entries = dataset_metadata(dataset)
+            return {key: entries[0].get(key) for key in ("name", "id", "split")}
+    return {}
 
 
 def get_model_card_data(model: Any) -> ContrastiveModelCardData:
@@ -680,16 +696,18 @@ def _evaluation_groups(data: ContrastiveModelCardData) -> list[dict[str, Any]]:
             groups.append(group)
 
     for evaluator in sorted(data.evaluators, key=lambda e: -len(e.get("prefix") or "")):
-        label = {"name": evaluator.get("dataset_name"), "id": None, "split": evaluator.get("split")}
-        take(evaluator.get("prefix") or "", title=evaluator.get("dataset_name") or evaluator["class"], source=evaluator["class"],
+        label = _dataset_label({"name": evaluator.get("dataset_name"), "id": evaluator.get("dataset_id"),
+                                "split": evaluator.get("split"), "held_out": evaluator.get("held_out")})
+        title = f"{evaluator['dataset_name']}: `{evaluator['class']}`" if evaluator.get("dataset_name") else f"`{evaluator['class']}`"
+        take(evaluator.get("prefix") or "", title=title, source=evaluator["class"],
              dataset=label, primary=evaluator.get("primary_metric"), description=evaluator.get("description"))
     for entry in data.eval_datasets:
         if entry.get("key"):
             label = _dataset_label(entry)
-            take(str(entry["key"]), title=label["name"] or str(entry["key"]), source="eval_dataset", dataset=label)
+            take(str(entry["key"]), title=f"{label['name'] or entry['key']}: the trainer's evaluation", source="eval_dataset", dataset=label)
     fallback = next((e for e in data.eval_datasets + data.train_datasets if e.get("id") or e.get("name")), None)
     label = _dataset_label(fallback)
-    take("", title=label["name"] or "the evaluation data", source="eval_dataset", dataset=label)
+    take("", title=f"{label['name'] or 'Evaluation data'}: the trainer's evaluation", source="eval_dataset", dataset=label)
     return groups
 
 
@@ -762,8 +780,8 @@ def _context(model: Any, data: ContrastiveModelCardData) -> dict[str, Any]:
         "input_size": tuple(data_config["input_size"]) if data_config.get("input_size") else None,
         "details": _details(model, data, base_model, backbone),
         "architecture": (data.model_details or {}).get("architecture"),
-        "train_datasets": [dict(entry, **_dataset_label(entry)) for entry in data.train_datasets],
-        "eval_datasets": [dict(entry, **_dataset_label(entry)) for entry in data.eval_datasets],
+        "train_datasets": data.train_datasets,
+        "eval_datasets": data.eval_datasets,
         "hyperparameters": [(key, _format(value)) for key, value in sorted(data.hyperparameters.items())],
         "training_args_class": data.training_args_class,
         "log_columns": shown,

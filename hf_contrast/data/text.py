@@ -21,6 +21,8 @@ import os
 from pathlib import Path
 from typing import Any
 
+from .naming import name_dataset
+
 __all__ = ["load_sts_pairs", "load_text_dataset"]
 
 _BUILDERS = {".csv": "csv", ".tsv": "csv", ".tab": "csv", ".json": "json", ".jsonl": "json", ".parquet": "parquet"}
@@ -114,6 +116,7 @@ def load_text_dataset(
     label_column: str | None = None,
     score_column: str | None = None,
     delimiter: str | None = None,
+    dataset_name: str | None = None,
     **load_kwargs: Any,
 ) -> Any:
     """Load sentences (and optional pairs, labels, scores) from a Hub id or a local file.
@@ -128,6 +131,8 @@ def load_text_dataset(
         label_column: Optional class column; string labels become a ``ClassLabel`` (names kept).
         score_column: Optional similarity score column (cast to float32).
         delimiter: Field separator of a CSV / TSV / ``.txt`` file (default from the extension).
+        dataset_name: The dataset's name in model cards; default: a local file's folder or file
+            name (never its path), a Hub dataset's own name.
         **load_kwargs: Passed to ``datasets.load_dataset`` (e.g. ``cache_dir``, ``revision``).
 
     Returns:
@@ -150,6 +155,7 @@ def load_text_dataset(
         if delimiter is not None:
             raise ValueError(f"`delimiter` applies to local files; {source!r} is not one (read as a Hub id).")
         loaded = datasets.load_dataset(source, **load_kwargs)
+    name_dataset(loaded, source, dataset_name)
     columns = (text_column, text_pair_column, label_column, score_column)
     if split is not None:
         if split not in loaded:
@@ -166,6 +172,7 @@ def load_sts_pairs(
     *,
     split: str = "train",
     delimiter: str | None = None,
+    dataset_name: str | None = None,
     **load_kwargs: Any,
 ) -> Any:
     """Load scored sentence pairs (STS-B, SICK relatedness...) with canonical column names.
@@ -176,6 +183,7 @@ def load_sts_pairs(
         score_column: Column of the gold similarity score.
         split: The split to read (a local file is ``"train"``).
         delimiter: Field separator of a CSV / TSV / ``.txt`` file.
+        dataset_name: The dataset's name in model cards (as :func:`load_text_dataset`).
         **load_kwargs: Passed to ``datasets.load_dataset``.
 
     Returns:
@@ -193,6 +201,7 @@ def load_sts_pairs(
         text_pair_column=sentence2_column,
         score_column=score_column,
         delimiter=delimiter,
+        dataset_name=dataset_name,
         **load_kwargs,
     )
     keep = {sentence1_column: "sentence1", sentence2_column: "sentence2", score_column: "score"}

@@ -233,6 +233,7 @@ class ContrastiveEncoder(PreTrainedModel):
             if layout.transformer_path:
                 hub_kwargs["subfolder"] = layout.transformer_path
         module, loaded_tokenizer = load_text_backbone(backbone, pretrained, **hub_kwargs)
+        module.config.name_or_path = provenance.name  # saved inside `text_config`: never the local folder's path
         tokenizer = tokenizer if tokenizer is not None else loaded_tokenizer
         max_seq_length = config_kwargs.get("max_seq_length")
         if max_seq_length is not None and tokenizer is not None and getattr(tokenizer, "model_max_length", 0) > max_seq_length:
