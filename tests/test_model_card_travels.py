@@ -97,6 +97,7 @@ def _metadata(text: str) -> dict[str, Any]:
 # ----------------------------------------------------------------------------------------------
 
 
+@pytest.mark.filterwarnings("ignore::hf_contrast.evaluation.RepresentationCollapseWarning")  # two steps from random weights
 def test_trained_card_survives_save_reload_and_push_without_local_paths(tmp_path: Path, hub: HubServer) -> None:
     torch.manual_seed(0)
     backbone = _local_timm_copy(tmp_path / "models" / "resnet-copy", {"hf_hub_id": "timm/test_resnet.r160_in1k", "license": "apache-2.0"})
@@ -159,6 +160,7 @@ def test_trained_card_survives_save_reload_and_push_without_local_paths(tmp_path
     assert from_hub.model_card_data.model_id == "user/travels"
 
 
+@pytest.mark.filterwarnings("ignore::hf_contrast.evaluation.RepresentationCollapseWarning")
 def test_retraining_a_loaded_model_replaces_the_runs_fields_and_keeps_the_users(tmp_path: Path) -> None:
     from distributed_scripts.trainer_utils import image_dataset, training_args
 
@@ -187,13 +189,27 @@ def test_retraining_a_loaded_model_replaces_the_runs_fields_and_keeps_the_users(
     assert card.base_model == "user/first" and card.model_id is None  # trained from the pushed model
 
 
+def test_fields_given_to_create_model_card_are_saved_with_the_model(tmp_path: Path) -> None:
+    from distributed_scripts.trainer_utils import image_dataset, training_args
+
+    trainer = SimCLRTrainer(model=tiny_timm_encoder(projection_dim=8), args=training_args(tmp_path / "run", image_size=32, max_steps=1),
+                            train_dataset=image_dataset(8, 32))
+    trainer.train()
+    trainer.save_model()
+    trainer.create_model_card(license="mit", tags="pets", dataset_tags="my-org/pets", dataset="Pets")
+    loaded = ContrastiveEncoder.from_pretrained(tmp_path / "run").model_card_data
+    assert loaded.license == "mit" and "pets" in loaded.tags and loaded.objective_class == "SimCLRObjective"
+    assert generate_model_card(ContrastiveEncoder.from_pretrained(tmp_path / "run")) == (tmp_path / "run" / "README.md").read_text()
+
+
 # ----------------------------------------------------------------------------------------------
 # Provenance of local copies
 # ----------------------------------------------------------------------------------------------
 
 
 def _local_sentence_transformer(folder: Path, readme_metadata: str) -> Path:
-    from sentence_transformers import SentenceTransformer, models
+    from sentence_transformers import SentenceTransformer
+    from sentence_transformers.sentence_transformer import modules as models
     from transformers import BertModel
 
     bert = BertModel(tiny_bert_config())
@@ -201,7 +217,7 @@ def _local_sentence_transformer(folder: Path, readme_metadata: str) -> Path:
     bert.save_pretrained(bert_dir)
     tiny_tokenizer(bert_dir).save_pretrained(bert_dir)
     transformer = models.Transformer(str(bert_dir), max_seq_length=24)
-    pooling = models.Pooling(transformer.get_word_embedding_dimension(), pooling_mode="mean")
+    pooling = models.Pooling(transformer.get_embedding_dimension(), pooling_mode="mean")
     SentenceTransformer(modules=[transformer, pooling, models.Normalize()], device="cpu").save(str(folder))
     readme = (folder / "README.md").read_text(encoding="utf-8").split("---", 2)
     (folder / "README.md").write_text(f"---\n{readme_metadata}{readme[1].lstrip()}---{readme[2]}", encoding="utf-8")
