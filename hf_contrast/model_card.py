@@ -796,11 +796,18 @@ def _context(model: Any, data: ContrastiveModelCardData) -> dict[str, Any]:
     }
 
 
-def _task_type(group: Mapping[str, Any], is_text: bool) -> str:
-    description = group.get("description")
+# model-index task of the evaluators whose class does not say it (``description``, as sentence-transformers' do).
+_EVALUATOR_TASKS = {"STSEvaluator": "Semantic Similarity", "EmbeddingSimilarityEvaluator": "Semantic Similarity"}
+
+
+def _task_type(group: Mapping[str, Any], is_text: bool) -> tuple[str, str | None]:
+    """``(task type, task name)`` of an evaluation group's model-index entries."""
+    description = group.get("description") or _EVALUATOR_TASKS.get(group.get("source", ""))
     if description:
-        return re.sub(r"[^a-z0-9]+", "-", description.lower()).strip("-")
-    return "feature-extraction" if is_text else "image-feature-extraction"
+        return re.sub(r"[^a-z0-9]+", "-", description.lower()).strip("-"), description
+    if group.get("source") == "ProbeEvaluator":
+        return ("text-classification" if is_text else "image-classification"), "Linear probe and kNN classification"
+    return ("feature-extraction" if is_text else "image-feature-extraction"), None
 
 
 def _metadata(model: Any, data: ContrastiveModelCardData, context: Mapping[str, Any]) -> ModelCardData:
@@ -821,8 +828,9 @@ def _metadata(model: Any, data: ContrastiveModelCardData, context: Mapping[str, 
         for row in group["rows"]:
             if row["value"] is None or row["name"].endswith("loss"):
                 continue  # a loss is the objective's, not a comparable metric; the baseline is not this model's
+            task_type, task_name = _task_type(group, is_text)
             eval_results.append(EvalResult(
-                task_type=_task_type(group, is_text), task_name=group.get("description"),
+                task_type=task_type, task_name=task_name,
                 dataset_type=dataset.get("id") or dataset["name"], dataset_name=dataset["name"],
                 dataset_split=dataset.get("split"), metric_type=row["name"], metric_name=row["name"].replace("_", " "),
                 metric_value=row["value"],
