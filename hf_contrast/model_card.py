@@ -726,26 +726,35 @@ def _details(model: Any, data: ContrastiveModelCardData, base_model: str | None,
     is_text = config.backbone_type == "text"
     rows: list[tuple[str, str]] = [("Model type", f"hf_contrast ContrastiveEncoder ({'text' if is_text else 'image'})")]
     if backbone:
-        rows.append(("Backbone", f"`{backbone}`" + (f" ({'transformers' if is_text else 'timm'} `{stats['architecture_name']}`)"
-                                                      if stats.get("architecture_name") and stats["architecture_name"] != backbone else "")))
-    rows.append(("Base model", f"[{base_model}](https://huggingface.co/{base_model})" if base_model
-                 else ("none (trained from scratch)" if not getattr(config, "backbone_pretrained", False) else "a local model (Hub id unknown)")))
+        library, architecture = ("transformers" if is_text else "timm"), stats.get("architecture_name")
+        rows.append(("Backbone", f"`{backbone}`" + (f" ({library} `{architecture}`)" if architecture and architecture != backbone else "")))
+    if base_model:
+        rows.append(("Base model", f"[{base_model}](https://huggingface.co/{base_model})"))
+    else:
+        pretrained = getattr(config, "backbone_pretrained", False)
+        rows.append(("Base model", "a local model (its Hub id is unknown)" if pretrained else "none (trained from scratch)"))
     if _human(stats.get("parameters")):
         rows.append(("Parameters", f"{_human(stats['parameters'])} ({_human(stats.get('backbone_parameters'))} in the backbone)"))
-    if not is_text:
-        size = (data_config := getattr(model, "data_config", None) or {}).get("input_size")
+    if is_text:
+        max_length = getattr(config, "max_seq_length", None) or stats.get("max_seq_length")
+        if max_length:
+            rows.append(("Maximum sequence length", f"{max_length} tokens"))
+        normalized = ", then L2 normalisation" if getattr(config, "normalize_embeddings", False) else ""
+        rows.append(("Pooling", f"{getattr(config, 'pooling', 'mean')}{normalized}"))
+        rows.append(("Similarity function", "cosine similarity"))
+    else:
+        data_config = getattr(model, "data_config", None) or {}
+        size = data_config.get("input_size")
         if size:
             rows.append(("Image size", f"{size[1]} x {size[2]} ({size[0]} channels)"))
         if isinstance(stats.get("gmacs"), (int, float)):
-            rows.append(("GMACs", f"{stats['gmacs']:.3g} (backbone, one image at {size[1]} x {size[2]})" if size else f"{stats['gmacs']:.3g}"))
-        if data_config.get("mean"):
-            rows.append(("Normalisation", f"mean {tuple(round(v, 4) for v in data_config['mean'])}, std {tuple(round(v, 4) for v in data_config['std'])}"))
-    else:
-        if stats.get("max_seq_length") or getattr(config, "max_seq_length", None):
-            rows.append(("Maximum sequence length", f"{stats.get('max_seq_length') or config.max_seq_length} tokens"))
-        rows.append(("Pooling", f"{getattr(config, 'pooling', 'mean')}" + (", then L2 normalisation" if getattr(config, "normalize_embeddings", False) else "")))
-        rows.append(("Similarity function", "cosine similarity"))
-    rows.append(("Output dimensionality", f"{config.embedding_dim} (`embeddings`); {config.projection_dim} (`projections`, the training head)"))
+            at = f" (backbone, one image at {size[1]} x {size[2]})" if size else ""
+            rows.append(("GMACs", f"{stats['gmacs']:.3g}{at}"))
+        if data_config.get("mean") and data_config.get("std"):
+            mean, std = (tuple(round(v, 4) for v in data_config[key]) for key in ("mean", "std"))
+            rows.append(("Normalisation", f"mean {mean}, std {std}"))
+    outputs = f"{config.embedding_dim} (`embeddings`); {config.projection_dim} (`projections`, the training head)"
+    rows.append(("Output dimensionality", outputs))
     if data.language:
         rows.append(("Language", ", ".join([data.language] if isinstance(data.language, str) else data.language)))
     return rows

@@ -17,7 +17,14 @@ from transformers import AutoTokenizer, PretrainedConfig, PreTrainedModel
 from transformers.utils import ModelOutput, cached_file
 
 from hf_contrast.tensor_checks import l2_normalize
-from hf_contrast.model_card import CARD_DATA_FILE, get_model_card_data, load_card_data, save_card_data, write_model_card
+from hf_contrast.model_card import (
+    CARD_DATA_FILE,
+    ContrastiveModelCardData,
+    get_model_card_data,
+    load_card_data,
+    save_card_data,
+    write_model_card,
+)
 from hf_contrast.provenance import backbone_provenance
 from hf_contrast.models.backbones import (
     backbone_type_of,
@@ -146,6 +153,7 @@ class ContrastiveEncoder(PreTrainedModel):
         )
         self.classifier = nn.Linear(width, config.num_labels) if config.num_labels > 0 else None
         self.tokenizer = tokenizer
+        self.model_card_data = ContrastiveModelCardData()  # what the card says; saved with the model (model_card.json)
         self.post_init()
 
     # ------------------------------------------------------------------------------------------
