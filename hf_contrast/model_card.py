@@ -260,6 +260,7 @@ class ContrastiveModelCardData:
                 "split": split,
                 "held_out": bool(split) and (scored.get("id") or name, split) in trained_on,
                 "primary_metric": primary if isinstance(primary, str) else None,
+                "metric_names": [str(n) for n in getattr(member, "metric_names", None) or ()],
                 "description": getattr(member, "description", None) if isinstance(getattr(member, "description", None), str) else None,
             })
 
@@ -677,8 +678,11 @@ def _evaluation_groups(data: ContrastiveModelCardData) -> list[dict[str, Any]]:
     names = list(data.metrics) + [key for key in data.baseline_metrics if key not in data.metrics]
     groups: list[dict[str, Any]] = []
 
-    def take(prefix: str, **group: Any) -> None:
-        keys = [key for key in names if prefix and key.startswith(prefix + "_")] if prefix else list(names)
+    def take(prefix: str, only: list[str] | None = None, **group: Any) -> None:
+        if only is not None:  # an evaluator without a prefix: its own metric names
+            keys = [key for key in names if key in only]
+        else:
+            keys = [key for key in names if key.startswith(prefix + "_")] if prefix else list(names)
         for key in keys:
             names.remove(key)
         if keys:
@@ -699,7 +703,8 @@ def _evaluation_groups(data: ContrastiveModelCardData) -> list[dict[str, Any]]:
         label = _dataset_label({"name": evaluator.get("dataset_name"), "id": evaluator.get("dataset_id"),
                                 "split": evaluator.get("split"), "held_out": evaluator.get("held_out")})
         title = f"{evaluator['dataset_name']}: `{evaluator['class']}`" if evaluator.get("dataset_name") else f"`{evaluator['class']}`"
-        take(evaluator.get("prefix") or "", title=title, source=evaluator["class"],
+        prefix = evaluator.get("prefix") or ""
+        take(prefix, only=None if prefix else list(evaluator.get("metric_names") or []), title=title, source=evaluator["class"],
              dataset=label, primary=evaluator.get("primary_metric"), description=evaluator.get("description"))
     for entry in data.eval_datasets:
         if entry.get("key"):

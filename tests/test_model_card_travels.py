@@ -300,3 +300,24 @@ def test_log_table_shows_at_most_eight_columns_and_the_rest_in_a_details_block()
     assert header == "| epoch | step | loss | eval_loss | eval_probe_knn_accuracy | eval_metric_0 | eval_metric_1 | eval_metric_2 |"
     details = text.split("<details>")[1].split("</details>")[0]
     assert "eval_metric_11" in details and "grad_norm" in details and "learning_rate" in details
+
+
+def test_metrics_are_attributed_to_the_evaluator_that_reported_them() -> None:
+    model = tiny_timm_encoder()
+    data = get_model_card_data(model)
+    data.eval_datasets = [{"name": "pets-test", "split": "test"}]
+    data.evaluators = [
+        {"prefix": "", "class": "ProbeEvaluator", "dataset_name": "pets", "split": "test", "primary_metric": "knn_accuracy",
+         "metric_names": ["knn_accuracy", "knn_macro_f1"]},
+        {"prefix": "sts", "class": "STSEvaluator", "dataset_name": "sick", "primary_metric": "sts_spearman"},
+    ]
+    data.set_metrics({"eval_knn_accuracy": 0.5, "eval_knn_macro_f1": 0.4, "eval_alignment": 0.1, "eval_loss": 1.0,
+                      "eval_sts_spearman": 0.7}, step=8)
+    text = generate_model_card(model)
+    probe = text.split("### pets: `ProbeEvaluator`")[1].split("###")[0]
+    trainer_eval = text.split("### pets-test: the trainer's evaluation")[1].split("##")[0]
+    assert "**`knn_accuracy`** | 0.5" in probe and "`knn_macro_f1`" in probe and "alignment" not in probe
+    assert "`alignment` | 0.1" in trainer_eval and "`loss` | 1.0" in trainer_eval and "knn" not in trainer_eval
+    results = {(r.dataset_name, r.task_type, r.metric_type) for r in ModelCard(text).data.eval_results}
+    assert results == {("pets", "image-classification", "knn_accuracy"), ("pets", "image-classification", "knn_macro_f1"),
+                       ("sick", "semantic-similarity", "spearman"), ("pets-test", "image-feature-extraction", "alignment")}
