@@ -81,6 +81,7 @@ _PACKAGED_BUILDERS = frozenset(
     {"imagefolder", "audiofolder", "videofolder", "csv", "json", "parquet", "text", "arrow", "pandas", "generator",
      "sql", "webdataset", "xml", "cache"}
 )
+_WINDOWS_PATH = re.compile(r"^[A-Za-z]:[\\/]")
 _LIBRARIES = ("hf_contrast", "torch", "transformers", "timm", "sentence-transformers", "huggingface_hub", "datasets")
 
 
@@ -105,7 +106,9 @@ def _scrub_paths(value: Any) -> Any:
         return {key: _scrub_paths(item) for key, item in value.items()}
     if isinstance(value, list):
         return [_scrub_paths(item) for item in value]
-    if isinstance(value, str) and (os.path.isabs(value) or value.startswith(("~", "local-dir:")) or "\\" in value):
+    if isinstance(value, str) and "\n" not in value and (
+        os.path.isabs(value) or value.startswith(("~", "local-dir:")) or _WINDOWS_PATH.match(value)
+    ):
         return public_name(value)
     return value
 

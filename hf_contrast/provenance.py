@@ -25,7 +25,7 @@ import json
 import os
 import re
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PureWindowsPath
 from typing import Any
 
 __all__ = ["BackboneProvenance", "backbone_provenance", "is_local_path", "hub_id_or_none", "public_name"]
@@ -77,6 +77,8 @@ def public_name(value: Any) -> str | None:
         value = value[len("local-dir:"):]
     if value.startswith("hf-hub:") or not is_local_path(value):
         return value
+    if "\\" in value:  # a Windows path, whatever this machine is
+        return PureWindowsPath(value).name or None
     return Path(os.path.normpath(os.path.expanduser(value))).name or None
 
 

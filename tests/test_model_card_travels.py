@@ -279,10 +279,14 @@ def test_card_data_round_trips_through_json_and_rejects_other_files(tmp_path: Pa
 
 def test_paths_in_card_data_are_published_as_names() -> None:
     data = ContrastiveModelCardData(train_datasets=[{"name": "/home/someone/data/pets", "id": "/home/someone/data/pets"}])
-    data.hyperparameters = {"resume_from_checkpoint": "/home/someone/run/checkpoint-4", "learning_rate": 0.1}
+    data.hyperparameters = {"resume_from_checkpoint": "/home/someone/run/checkpoint-4", "learning_rate": 0.1,
+                            "deepspeed": "C:\\Users\\someone\\ds.json", "run_name": "relative/name"}
+    data.citations = ['@article{m, author = {M\\"uller}}']  # a backslash is not a path
     public = data.to_dict()
     assert public["train_datasets"][0]["name"] == "pets" and public["train_datasets"][0]["id"] is None
-    assert public["hyperparameters"] == {"resume_from_checkpoint": "checkpoint-4", "learning_rate": 0.1}
+    assert public["hyperparameters"] == {"resume_from_checkpoint": "checkpoint-4", "learning_rate": 0.1, "deepspeed": "ds.json",
+                                         "run_name": "relative/name"}
+    assert public["citations"] == data.citations
     assert "/home/someone" not in json.dumps(public)
 
 
