@@ -4,8 +4,9 @@
   (:func:`get_model_card_data` creates it on first use). Users set ``license``, ``language``,
   ``model_name``, ``train_datasets``… on it; the trainer fills the rest.
 - :class:`ModelCardCallback` is added by the contrastive trainers: datasets (name, Hub id, split,
-  size, columns), the objective (name, config, BibTeX), non-default training arguments, the log
-  table and the evaluation metrics (a step-0 evaluation is kept apart as the baseline).
+  size, columns), the objective (name, config, BibTeX), the evaluators (and the data they score),
+  non-default training arguments, the log table and the evaluation metrics (a step-0 evaluation is
+  kept apart as the baseline).
 - The card data travels with the model: :func:`save_card_data` writes it to ``hf_contrast/model_card.json``
   (``ContrastiveEncoder.save_pretrained``), :func:`load_card_data` reads it back (``from_pretrained``), so
   a saved, reloaded and pushed model keeps its card; a new training run replaces the previous run's fields.
@@ -16,8 +17,9 @@
 The card states only what is true of the saved folder: the usage snippets run as written against it
 (timm for image encoders, sentence-transformers / transformers for text encoders), no local
 filesystem path is ever written (a local dataset or backbone appears by its folder name, never as an
-id), ``base_model`` names a pretrained backbone on the Hub or nothing, and the license comes from
-the user or the base model. This module must not import ``hf_contrast.models`` (the models write
+id; see :mod:`hf_contrast.provenance`), ``base_model`` names a pretrained backbone on the Hub or
+nothing, and the license comes from the user or the base model. Sizes (parameters, GMACs) are
+measured by the models when saving (``model_details``). This module must not import ``hf_contrast.models`` (the models write
 cards; the dependency goes the other way): the model is duck-typed.
 """
 
