@@ -4,8 +4,12 @@
   (:func:`get_model_card_data` creates it on first use). Users set ``license``, ``language``,
   ``model_name``, ``train_datasets``… on it; the trainer fills the rest.
 - :class:`ModelCardCallback` is added by the contrastive trainers: datasets (name, Hub id, split,
-  size, columns), the objective (name, config, BibTeX), non-default training arguments, the log
-  table and the evaluation metrics (a step-0 evaluation is kept apart as the baseline).
+  size, columns), the objective (name, config, BibTeX), the evaluators (and the data they score),
+  non-default training arguments, the log table and the evaluation metrics (a step-0 evaluation is
+  kept apart as the baseline).
+- The card data travels with the model: :func:`save_card_data` writes it to ``hf_contrast/model_card.json``
+  (``ContrastiveEncoder.save_pretrained``), :func:`load_card_data` reads it back (``from_pretrained``), so
+  a saved, reloaded and pushed model keeps its card; a new training run replaces the previous run's fields.
 - :func:`generate_model_card` renders ``model_cards/model_card_template.md`` (Jinja) with
   ``huggingface_hub.ModelCard.from_template``; this module only prepares the values.
   :func:`write_model_card` is what ``ContrastiveEncoder.save_pretrained`` calls.
@@ -13,8 +17,9 @@
 The card states only what is true of the saved folder: the usage snippets run as written against it
 (timm for image encoders, sentence-transformers / transformers for text encoders), no local
 filesystem path is ever written (a local dataset or backbone appears by its folder name, never as an
-id), ``base_model`` names a pretrained backbone on the Hub or nothing, and the license comes from
-the user or the base model. This module must not import ``hf_contrast.models`` (the models write
+id; see :mod:`hf_contrast.provenance`), ``base_model`` names a pretrained backbone on the Hub or
+nothing, and the license comes from the user or the base model. Sizes (parameters, GMACs) are
+measured by the models when saving (``model_details``). This module must not import ``hf_contrast.models`` (the models write
 cards; the dependency goes the other way): the model is duck-typed.
 """
 
@@ -23,6 +28,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import importlib.metadata
+import json
 import logging
 import math
 import os
@@ -37,7 +43,11 @@ from typing import Any
 from huggingface_hub import EvalResult, ModelCard, ModelCardData
 from transformers import TrainerCallback
 
+from hf_contrast.provenance import hub_id_or_none as _hub_id
+from hf_contrast.provenance import public_name
+
 __all__ = [
+    "CARD_DATA_FILE",
     "GENERATED_MARKER",
     "ContrastiveModelCardData",
     "ModelCardCallback",
@@ -45,7 +55,9 @@ __all__ = [
     "generate_model_card",
     "get_model_card_data",
     "is_generated_card",
+    "load_card_data",
     "non_default_training_args",
+    "save_card_data",
     "write_model_card",
 ]
 
@@ -71,38 +83,36 @@ _PACKAGED_BUILDERS = frozenset(
     {"imagefolder", "audiofolder", "videofolder", "csv", "json", "parquet", "text", "arrow", "pandas", "generator",
      "sql", "webdataset", "xml", "cache"}
 )
+_WINDOWS_PATH = re.compile(r"^[A-Za-z]:[\\/]")
 _LIBRARIES = ("hf_contrast", "torch", "transformers", "timm", "sentence-transformers", "huggingface_hub", "datasets")
-_HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$")
 
 
-def _is_local_path(value: str) -> bool:
-    """Whether a string names a place on this machine rather than a Hub id."""
-    return (
-        os.path.isabs(value) or value.startswith((".", "~")) or "\\" in value or os.path.exists(value)
-        or value.startswith("local-dir:") or not _HUB_ID.match(value)
-    )
+def _json_ready(value: Any) -> Any:
+    """A JSON-safe copy: tensors and NumPy scalars as numbers or lists, tuples as lists, the rest as ``str``."""
+    if isinstance(value, Mapping):
+        return {str(key): _json_ready(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple, set)):
+        return [_json_ready(item) for item in value]
+    if value is None or isinstance(value, (bool, int, str)):
+        return value
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if hasattr(value, "tolist"):
+        return _json_ready(value.tolist())
+    return str(value)
 
 
-def _public_name(value: Any) -> str | None:
-    """A name safe to publish: a local path becomes its last folder name."""
-    if value is None or not str(value).strip():
-        return None
-    value = str(value).strip()
-    if value.startswith("local-dir:"):
-        value = value[len("local-dir:"):]
-    if _is_local_path(value):
-        return Path(os.path.normpath(os.path.expanduser(value))).name or None
+def _scrub_paths(value: Any) -> Any:
+    """``value`` with every absolute or home-relative path string replaced by its last folder name."""
+    if isinstance(value, Mapping):
+        return {key: _scrub_paths(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_scrub_paths(item) for item in value]
+    if isinstance(value, str) and "\n" not in value and (
+        os.path.isabs(value) or value.startswith(("~", "local-dir:")) or _WINDOWS_PATH.match(value)
+    ):
+        return public_name(value)
     return value
-
-
-def _hub_id(value: Any) -> str | None:
-    """``value`` if it is a Hub repository id (``"user/name"`` or ``"name"``), else ``None``."""
-    if not isinstance(value, str) or not value.strip():
-        return None
-    value = value.strip()
-    if value.startswith("hf-hub:"):
-        value = value[len("hf-hub:"):]
-    return None if _is_local_path(value) else value
 
 
 def _finite_number(value: Any) -> float | int | None:
@@ -144,6 +154,13 @@ def _dataset_entries(name: str, value: Any) -> list[dict[str, Any]]:
 class ContrastiveModelCardData:
     """What the model card of a contrastive encoder says beyond the encoder's own config.
 
+    It travels with the model: ``save_pretrained`` writes it to ``hf_contrast/model_card.json``
+    (:func:`save_card_data`) and ``ContrastiveEncoder.from_pretrained`` reads it back
+    (:func:`load_card_data`), so saving, loading and pushing keep the card. When a loaded model is
+    trained again, the new run replaces the previous run's fields (method, datasets,
+    hyperparameters, logs, metrics) that were not changed by hand since loading; the fields a user
+    sets (license, language, tags, model name) are kept.
+
     Set the user-facing fields by hand (``model.model_card_data.license = "mit"``); the trainer's
     :class:`ModelCardCallback` fills the others while training.
 
@@ -154,8 +171,9 @@ class ContrastiveModelCardData:
         language: Language code(s) of a text encoder.
         tags: Extra Hub tags (``hf_contrast`` and the format's tags are always added); a single
             string is one tag.
-        base_model: Hub id of the pretrained starting point; ``None`` infers it from the backbone
-            (a from-scratch model has none; a local path is never used).
+        base_model: Hub id of the pretrained starting point (``from_backbone`` records it for a Hub
+            id, a ``hf-hub:`` source or a local copy that names its Hub identity); ``None`` infers
+            it from a timm registry name (a from-scratch model has none; a local path is never used).
         train_datasets: ``[{"name": ..., "id": ..., "split": ..., "size": ..., "columns": [...]}]``;
             given by hand or inferred from the trainer's datasets (sizes and columns are filled in).
             A Hub id string (``"my-org/imgs"``) is the entry ``{"id": "my-org/imgs"}``.
@@ -168,6 +186,9 @@ class ContrastiveModelCardData:
             checkpoint's with ``load_best_model_at_end``), without the ``eval_`` prefix.
         baseline_metrics: The metrics of an evaluation at step 0 (before training).
         best_model_step: The step of the checkpoint kept by ``load_best_model_at_end``.
+        evaluators: The trainer's evaluators: ``[{"prefix", "class", "dataset_name", "split",
+            "primary_metric", "description"}]`` (their metrics are reported per dataset).
+        model_details: Sizes measured when saving (parameters, GMACs, input size, architecture).
     """
 
     model_id: str | None = None
@@ -188,6 +209,8 @@ class ContrastiveModelCardData:
     metrics: dict[str, float] = field(default_factory=dict)
     baseline_metrics: dict[str, float] = field(default_factory=dict)
     best_model_step: int | None = None
+    evaluators: list[dict[str, Any]] = field(default_factory=list)
+    model_details: dict[str, Any] = field(default_factory=dict)
 
     def __setattr__(self, name: str, value: Any) -> None:
         # At construction and on later assignment: one tag or one dataset id is a list of one.
@@ -199,7 +222,7 @@ class ContrastiveModelCardData:
 
     def add_tags(self, tags: str | list[str]) -> None:
         """Add Hub tags (duplicates ignored)."""
-        for tag in [tags] if isinstance(tags, str) else tags:
+        for tag in _tag_list(tags):
             if tag not in self.tags:
                 self.tags.append(tag)
 
@@ -209,7 +232,7 @@ class ContrastiveModelCardData:
         name = getattr(objective, "name", None)
         self.objective_name = name if isinstance(name, str) and name else self.objective_name
         get_config = getattr(objective, "get_config_dict", None)
-        self.objective_config = dict(get_config()) if callable(get_config) else {}
+        self.objective_config = _json_ready(dict(get_config())) if callable(get_config) else {}
         citation = getattr(objective, "citation", None)
         for entry in [citation] if isinstance(citation, str) else list(citation or []):
             if isinstance(entry, str) and entry.strip() and entry.strip() not in self.citations:
@@ -217,14 +240,41 @@ class ContrastiveModelCardData:
 
     def set_training_args(self, args: Any) -> None:
         """Keep the training arguments that differ from their class defaults (secrets dropped)."""
-        self.hyperparameters = non_default_training_args(args)
+        self.hyperparameters = _scrub_paths(_json_ready(non_default_training_args(args)))
         self.training_args_class = type(args).__name__
+
+    def set_evaluator(self, evaluator: Any) -> None:
+        """Record an evaluator (a ``SequentialEvaluator``'s members one by one): its metric prefix names
+        the data it scores (``STSEvaluator(name="sick-test")`` -> ``sick-test_spearman``), as in
+        sentence-transformers' cards. An evaluator's ``dataset_name`` / ``split`` attributes, when set,
+        name the dataset instead."""
+        members = list(getattr(evaluator, "evaluators", None) or [evaluator]) if evaluator is not None else []
+        trained_on = {(entry.get("id") or entry.get("name"), entry.get("split")) for entry in self.train_datasets}
+        self.evaluators = []
+        for member in members:
+            prefix = getattr(member, "name", "") or ""
+            primary = getattr(member, "primary_metric", None)
+            scored = _evaluated_dataset(member)
+            name = public_name(getattr(member, "dataset_name", None)) or scored.get("name") or scored.get("id") or (prefix or None)
+            split = getattr(member, "split", None) if isinstance(getattr(member, "split", None), str) else scored.get("split")
+            self.evaluators.append({
+                "prefix": prefix if isinstance(prefix, str) else str(prefix),
+                "class": type(member).__name__,
+                "dataset_name": name,
+                "dataset_id": scored.get("id"),
+                "split": split,
+                "held_out": bool(split) and (scored.get("id") or name, split) in trained_on,
+                "primary_metric": primary if isinstance(primary, str) else None,
+                "metric_names": [str(n) for n in getattr(member, "metric_names", None) or ()],
+                "description": getattr(member, "description", None) if isinstance(getattr(member, "description", None), str) else None,
+            })
 
     def set_datasets(self, train_dataset: Any = None, eval_dataset: Any = None) -> None:
         """Fill ``train_datasets`` / ``eval_datasets`` from the trainer's datasets.
 
         Entries given by hand keep their name and id and get the inferred split, size and columns
-        when their number matches the datasets'; otherwise they are replaced (with a warning).
+        when their number matches the datasets'; otherwise they are replaced (with a warning). An
+        evaluation set cut from the training split (same dataset, same split) is marked ``held_out``.
         """
         for attribute, dataset in (("train_datasets", train_dataset), ("eval_datasets", eval_dataset)):
             if dataset is None:
@@ -239,6 +289,10 @@ class ContrastiveModelCardData:
                 given = []
             merged = [{**found, **{k: v for k, v in user.items() if v is not None}} for found, user in zip(inferred, given)]
             setattr(self, attribute, merged or inferred)
+        trained_on = {(entry.get("id") or entry.get("name"), entry.get("split")) for entry in self.train_datasets}
+        for entry in self.eval_datasets:
+            if entry.get("split") and (entry.get("id") or entry.get("name"), entry.get("split")) in trained_on:
+                entry["held_out"] = True
 
     def log(self, step: int, epoch: float | None, logs: Mapping[str, Any]) -> None:
         """Merge one ``Trainer.log`` call into the log table's row for ``step`` (numbers only)."""
@@ -254,16 +308,110 @@ class ContrastiveModelCardData:
         self.training_logs[-1].update(values)
 
     def set_metrics(self, metrics: Mapping[str, Any], step: int) -> None:
-        """Keep an evaluation's metrics: as ``baseline_metrics`` at step 0, as ``metrics`` after."""
+        """Keep an evaluation's metrics: as ``baseline_metrics`` at step 0, as ``metrics`` after.
+
+        Evaluations at the same step (one per set of a dict ``eval_dataset``) add up; a later step
+        replaces them.
+        """
         values = {}
         for key, value in metrics.items():
             number = _finite_number(value)
             if number is not None and not key.endswith(_BOOKKEEPING):
                 values[key.split("_", 1)[1] if key.startswith("eval_") else key] = number
+        current = self.__dict__.get("_metrics_step")
         if step == 0:
-            self.baseline_metrics = values
+            self.baseline_metrics = {**self.baseline_metrics, **values} if current == 0 else values
         else:
-            self.metrics = values
+            self.metrics = {**self.metrics, **values} if current == step else values
+        object.__setattr__(self, "_metrics_step", step)
+
+    # ---- travelling with the model -----------------------------------------------------------
+
+    def to_dict(self) -> dict[str, Any]:
+        """The card data as JSON-ready values, with no local path (what ``model_card.json`` holds)."""
+        values = {f.name: _json_ready(getattr(self, f.name)) for f in dataclasses.fields(self)}
+        values["train_datasets"] = [_public_dataset(entry) for entry in values["train_datasets"]]
+        values["eval_datasets"] = [_public_dataset(entry) for entry in values["eval_datasets"]]
+        values["base_model"] = _hub_id(values["base_model"])
+        values["model_id"] = _hub_id(values["model_id"])
+        return {"format": CARD_DATA_FORMAT, "version": CARD_DATA_VERSION, **_scrub_paths(values)}
+
+    @classmethod
+    def from_dict(cls, values: Mapping[str, Any]) -> ContrastiveModelCardData:
+        """Card data from :meth:`to_dict`'s output; unknown keys are ignored (a newer hf_contrast's file).
+
+        The result remembers what it was loaded with, so a new training run replaces those fields
+        (:meth:`start_run`) but keeps what the user changed since.
+
+        Raises:
+            ValueError: If ``values`` is not card data written by :meth:`to_dict`.
+        """
+        if not isinstance(values, Mapping) or values.get("format") != CARD_DATA_FORMAT:
+            raise ValueError(f"Not hf_contrast model card data (no \"format\": {CARD_DATA_FORMAT!r}): {str(values)[:200]}")
+        names = {f.name for f in dataclasses.fields(cls)}
+        data = cls(**{key: copy.deepcopy(value) for key, value in values.items() if key in names})
+        object.__setattr__(data, "_loaded_run", {name: copy.deepcopy(getattr(data, name)) for name in _RUN_FIELDS + ("model_id",)})
+        return data
+
+    def start_run(self) -> None:
+        """Begin a new training run on this model (called by :class:`ModelCardCallback`).
+
+        The log table, metrics, baseline and best step always start empty. The fields read from a
+        saved model (:meth:`from_dict`) and unchanged since are the previous run's: they are cleared
+        for the new run's; a Hub ``model_id`` the model was loaded from becomes its ``base_model``.
+        """
+        loaded = self.__dict__.pop("_loaded_run", None) or {}
+        defaults = {f.name: f for f in dataclasses.fields(self)}
+        for name in _RUN_FIELDS:
+            if name in _ALWAYS_NEW or (name in loaded and getattr(self, name) == loaded[name]):
+                spec = defaults[name]
+                setattr(self, name, spec.default_factory() if spec.default_factory is not dataclasses.MISSING else spec.default)
+        self.__dict__.pop("_metrics_step", None)
+        if loaded.get("model_id") and self.model_id == loaded["model_id"]:
+            self.base_model, self.model_id = loaded["model_id"], None
+
+
+CARD_DATA_FILE = "model_card.json"
+CARD_DATA_FORMAT = "hf_contrast.model_card_data"
+CARD_DATA_VERSION = 1
+# What one training run writes; a new run on a loaded model replaces them (see `start_run`).
+_RUN_FIELDS = (
+    "objective_name", "objective_class", "objective_config", "citations", "hyperparameters", "training_args_class",
+    "train_datasets", "eval_datasets", "training_logs", "metrics", "baseline_metrics", "best_model_step", "evaluators",
+)  # fmt: skip
+_ALWAYS_NEW = frozenset({"training_logs", "metrics", "baseline_metrics", "best_model_step"})
+
+
+def save_card_data(model: Any, folder: str | os.PathLike[str]) -> Path:
+    """Write ``model.model_card_data`` to ``folder/model_card.json`` (no local path in it).
+
+    ``ContrastiveEncoder.save_pretrained`` calls it with the ``hf_contrast/`` folder of the save.
+
+    Returns:
+        The path written.
+    """
+    path = Path(folder) / CARD_DATA_FILE
+    path.write_text(json.dumps(get_model_card_data(model).to_dict(), indent=2, allow_nan=False) + "\n", encoding="utf-8")
+    return path
+
+
+def load_card_data(path: str | os.PathLike[str]) -> ContrastiveModelCardData | None:
+    """Read a ``model_card.json`` written by :func:`save_card_data`; ``None`` (with a warning) if unreadable."""
+    try:
+        return ContrastiveModelCardData.from_dict(json.loads(Path(path).read_text(encoding="utf-8")))
+    except (OSError, ValueError, TypeError) as error:
+        logger.warning("Model card data in %s not read (%s: %s); the card starts empty.", path, type(error).__name__, error)
+        return None
+
+
+def _evaluated_dataset(evaluator: Any) -> dict[str, Any]:
+    """Name, id and split of the ``datasets.Dataset`` an evaluator scores (``score_dataset``, ``dataset``), if any."""
+    for attribute in ("score_dataset", "dataset", "eval_dataset"):
+        dataset = getattr(evaluator, attribute, None)
+        if dataset is not None and hasattr(dataset, "info") and not isinstance(dataset, Mapping):
+            entries = dataset_metadata(dataset)
+            return {key: entries[0].get(key) for key in ("name", "id", "split")}
+    return {}
 
 
 def get_model_card_data(model: Any) -> ContrastiveModelCardData:
@@ -325,10 +473,10 @@ def dataset_metadata(dataset: Any, name: str | None = None) -> list[dict[str, An
     sentence-transformers does); a local folder or file gives no id and its folder name at most.
     """
     if isinstance(dataset, Mapping) and all(hasattr(part, "__len__") or hasattr(part, "column_names") for part in dataset.values()):
-        return [entry for split, part in dataset.items() for entry in dataset_metadata(part, name=name)]
+        return [{**entry, "key": key} for key, part in dataset.items() for entry in dataset_metadata(part, name=name)]
     info = getattr(dataset, "info", None)
     builder_name = getattr(info, "dataset_name", None)
-    entry: dict[str, Any] = {"name": _public_name(name) or (builder_name if builder_name not in _PACKAGED_BUILDERS else None)}
+    entry: dict[str, Any] = {"name": public_name(name) or (builder_name if builder_name not in _PACKAGED_BUILDERS else None)}
     checksums = getattr(info, "download_checksums", None) or {}
     for source in checksums:
         if source.startswith("hf://datasets/"):
@@ -349,7 +497,8 @@ def dataset_metadata(dataset: Any, name: str | None = None) -> list[dict[str, An
 class ModelCardCallback(TrainerCallback):
     """Fills ``trainer.model.model_card_data`` while training (add it at the end of the trainer's ``__init__``).
 
-    The constructor reads what the trainer knows at once (objective, datasets, arguments: the
+    The constructor starts a new run on the card data (:meth:`ContrastiveModelCardData.start_run`)
+    and reads what the trainer knows at once (objective, datasets, evaluators, arguments: the
     trainer's ``on_init_end`` has fired by then); ``on_train_begin`` refreshes them, ``on_log``
     grows the log table, ``on_evaluate`` records metrics (step 0 = baseline), ``on_train_end``
     keeps the best checkpoint's metrics when ``load_best_model_at_end`` reloaded it.
@@ -363,6 +512,7 @@ class ModelCardCallback(TrainerCallback):
     def __init__(self, trainer: Any) -> None:
         super().__init__()
         self.trainer = trainer
+        self._data().start_run()
         self._describe_run()
 
     def _data(self) -> ContrastiveModelCardData:
@@ -376,6 +526,7 @@ class ModelCardCallback(TrainerCallback):
             data.set_objective(objective)
         data.set_training_args(trainer.args)
         data.set_datasets(getattr(trainer, "train_dataset", None), getattr(trainer, "eval_dataset", None))
+        data.set_evaluator(getattr(trainer, "evaluator", None))
         hub_model_id = getattr(trainer.args, "hub_model_id", None)
         if getattr(trainer.args, "push_to_hub", False) and hub_model_id and not data.model_id:
             data.model_id = _hub_id(hub_model_id)
@@ -420,7 +571,7 @@ def _format(value: Any) -> str:
 
 
 def _base_model(model: Any, data: ContrastiveModelCardData) -> str | None:
-    """The Hub id of a pretrained backbone, or ``None`` (from scratch, local, unknown)."""
+    """The Hub id of a pretrained backbone, or ``None`` (from scratch, local and unnamed, unknown)."""
     if data.base_model:
         return _hub_id(data.base_model)
     config = model.config
@@ -435,7 +586,9 @@ def _base_model(model: Any, data: ContrastiveModelCardData) -> str | None:
             return getattr(pretrained_cfg, "hf_hub_id", None)
         except Exception:  # an unknown name: no provenance rather than a wrong one
             return None
-    return _hub_id(backbone)
+    # A namespaced Hub id ("org/name"); a bare name may be a local folder's name (from_backbone records
+    # the base model of a text backbone in the card data).
+    return _hub_id(backbone) if "/" in backbone else None
 
 
 def _base_model_license(model: Any, base_model: str | None) -> str | None:
@@ -475,21 +628,146 @@ def _public_dataset(entry: Mapping[str, Any]) -> dict[str, Any]:
     """A dataset entry safe to publish: a path as ``name`` becomes its folder name, as ``id`` is dropped."""
     public = dict(entry)
     public["id"] = _hub_id(entry.get("id"))
-    public["name"] = _public_name(entry.get("name")) or (_public_name(entry["id"]) if entry.get("id") and not public["id"] else None)
+    public["name"] = public_name(entry.get("name")) or (public_name(entry["id"]) if entry.get("id") and not public["id"] else None)
     return public
 
 
-def _log_table(data: ContrastiveModelCardData) -> tuple[list[str], list[list[str]]]:
-    columns: list[str] = ["epoch", "step"]
+#: The log table shows at most this many columns; the full table is in a collapsible block.
+MAX_LOG_COLUMNS = 8
+
+
+def _log_columns(data: ContrastiveModelCardData) -> tuple[list[str], list[str]]:
+    """``(shown, all)`` log columns: epoch, step, the losses, the evaluators' primary metrics, then the rest."""
+    seen: list[str] = []
     for row in data.training_logs:
-        columns += [key for key in row if key not in columns]
+        seen += [key for key in row if key not in seen]
+    primaries = [f"eval_{e['primary_metric']}" for e in data.evaluators if e.get("primary_metric")]
+
+    def rank(key: str) -> tuple[int, int]:
+        order = {"epoch": 0, "step": 1, "loss": 2, "eval_loss": 3}
+        if key in order:
+            return order[key], 0
+        if key in primaries:
+            return 4, primaries.index(key)
+        if key in ("learning_rate", "grad_norm"):
+            return 7, 0
+        return (5 if key.startswith("eval_") else 6), seen.index(key)
+
+    ordered = sorted(seen, key=rank)
+    return ordered[:MAX_LOG_COLUMNS], ordered
+
+
+def _log_rows(data: ContrastiveModelCardData, columns: list[str]) -> list[list[str]]:
     rows = []
     for row in data.training_logs:
         cells = [_format(row[c]) if row.get(c) is not None else "-" for c in columns]
         if data.best_model_step is not None and row.get("step") == data.best_model_step:
             cells = [f"**{cell}**" for cell in cells]
         rows.append(cells)
-    return columns, rows
+    return rows
+
+
+def _dataset_label(entry: Mapping[str, Any] | None) -> dict[str, Any]:
+    entry = entry or {}
+    split = entry.get("split")
+    return {
+        "name": entry.get("name") or entry.get("id"),
+        "id": entry.get("id"),
+        "split": f"{split} (held out)" if split and entry.get("held_out") else split,
+    }
+
+
+def _evaluation_groups(data: ContrastiveModelCardData) -> list[dict[str, Any]]:
+    """The metrics grouped by what produced them: one group per evaluator (named by its dataset), one
+    per set of a dict ``eval_dataset``, and the trainer's evaluation of ``eval_dataset`` for the rest."""
+    names = list(data.metrics) + [key for key in data.baseline_metrics if key not in data.metrics]
+    groups: list[dict[str, Any]] = []
+
+    def take(prefix: str, only: list[str] | None = None, **group: Any) -> None:
+        if only is not None:  # an evaluator without a prefix: its own metric names
+            keys = [key for key in names if key in only]
+        else:
+            keys = [key for key in names if key.startswith(prefix + "_")] if prefix else list(names)
+        for key in keys:
+            names.remove(key)
+        if keys:
+            group["rows"] = [
+                {
+                    "name": key[len(prefix) + 1:] if prefix else key,
+                    "value": data.metrics.get(key),
+                    "shown": _format(data.metrics[key]) if key in data.metrics else "-",
+                    "baseline": _format(data.baseline_metrics[key]) if key in data.baseline_metrics else None,
+                    "primary": key == group.get("primary"),
+                }
+                for key in keys
+            ]
+            group["has_baseline"] = any(row["baseline"] is not None for row in group["rows"])
+            groups.append(group)
+
+    for evaluator in sorted(data.evaluators, key=lambda e: -len(e.get("prefix") or "")):
+        label = _dataset_label({"name": evaluator.get("dataset_name"), "id": evaluator.get("dataset_id"),
+                                "split": evaluator.get("split"), "held_out": evaluator.get("held_out")})
+        title = f"{evaluator['dataset_name']}: `{evaluator['class']}`" if evaluator.get("dataset_name") else f"`{evaluator['class']}`"
+        prefix = evaluator.get("prefix") or ""
+        take(prefix, only=None if prefix else list(evaluator.get("metric_names") or []), title=title, source=evaluator["class"],
+             dataset=label, primary=evaluator.get("primary_metric"), description=evaluator.get("description"))
+    for entry in data.eval_datasets:
+        if entry.get("key"):
+            label = _dataset_label(entry)
+            take(str(entry["key"]), title=f"{label['name'] or entry['key']}: the trainer's evaluation", source="eval_dataset", dataset=label)
+    fallback = next((e for e in data.eval_datasets + data.train_datasets if e.get("id") or e.get("name")), None)
+    label = _dataset_label(fallback)
+    take("", title=f"{label['name'] or 'Evaluation data'}: the trainer's evaluation", source="eval_dataset", dataset=label)
+    return groups
+
+
+def _human(count: Any) -> str | None:
+    if not isinstance(count, (int, float)) or isinstance(count, bool):
+        return None
+    for divisor, suffix in ((1e9, "B"), (1e6, "M"), (1e3, "K")):
+        if count >= divisor:
+            return f"{count / divisor:.1f}{suffix}"
+    return str(int(count))
+
+
+def _details(model: Any, data: ContrastiveModelCardData, base_model: str | None, backbone: str | None) -> list[tuple[str, str]]:
+    """The model-details list: what the backbone is, its size and cost, and what the outputs are."""
+    config, stats = model.config, data.model_details or {}
+    is_text = config.backbone_type == "text"
+    rows: list[tuple[str, str]] = [("Model type", f"hf_contrast ContrastiveEncoder ({'text' if is_text else 'image'})")]
+    if backbone:
+        library, architecture = ("transformers" if is_text else "timm"), stats.get("architecture_name")
+        rows.append(("Backbone", f"`{backbone}`" + (f" ({library} `{architecture}`)" if architecture and architecture != backbone else "")))
+    if base_model:
+        rows.append(("Base model", f"[{base_model}](https://huggingface.co/{base_model})"))
+    else:
+        pretrained = getattr(config, "backbone_pretrained", False)
+        rows.append(("Base model", "a local model (its Hub id is unknown)" if pretrained else "none (trained from scratch)"))
+    if _human(stats.get("parameters")):
+        rows.append(("Parameters", f"{_human(stats['parameters'])} ({_human(stats.get('backbone_parameters'))} in the backbone)"))
+    if is_text:
+        max_length = getattr(config, "max_seq_length", None) or stats.get("max_seq_length")
+        if max_length:
+            rows.append(("Maximum sequence length", f"{max_length} tokens"))
+        normalized = ", then L2 normalisation" if getattr(config, "normalize_embeddings", False) else ""
+        rows.append(("Pooling", f"{getattr(config, 'pooling', 'mean')}{normalized}"))
+        rows.append(("Similarity function", "cosine similarity"))
+    else:
+        data_config = getattr(model, "data_config", None) or {}
+        size = data_config.get("input_size")
+        if size:
+            rows.append(("Image size", f"{size[1]} x {size[2]} ({size[0]} channels)"))
+        if isinstance(stats.get("gmacs"), (int, float)):
+            at = f" (backbone, one image at {size[1]} x {size[2]})" if size else ""
+            rows.append(("GMACs", f"{stats['gmacs']:.3g}{at}"))
+        if data_config.get("mean") and data_config.get("std"):
+            mean, std = (tuple(round(v, 4) for v in data_config[key]) for key in ("mean", "std"))
+            rows.append(("Normalisation", f"mean {mean}, std {std}"))
+    outputs = f"{config.embedding_dim} (`embeddings`); {config.projection_dim} (`projections`, the training head)"
+    rows.append(("Output dimensionality", outputs))
+    if data.language:
+        rows.append(("Language", ", ".join([data.language] if isinstance(data.language, str) else data.language)))
+    return rows
 
 
 def _context(model: Any, data: ContrastiveModelCardData) -> dict[str, Any]:
@@ -497,11 +775,10 @@ def _context(model: Any, data: ContrastiveModelCardData) -> dict[str, Any]:
     config = model.config
     is_text = config.backbone_type == "text"
     base_model = _base_model(model, data)
-    backbone = _public_name(getattr(config, "backbone", None)) or getattr(config, "backbone_architecture", None)
+    backbone = public_name(getattr(config, "backbone", None)) or getattr(config, "backbone_architecture", None)
     method = data.objective_name or (data.objective_class or "").removesuffix("Loss") or None
     data_config = getattr(model, "data_config", None) or {}
-    log_columns, log_rows = _log_table(data)
-    metric_names = list(data.metrics) + [k for k in data.baseline_metrics if k not in data.metrics]
+    shown, every = _log_columns(data)
     return {
         "marker": GENERATED_MARKER,
         "model_id": data.model_id or REPO_PLACEHOLDER,
@@ -518,23 +795,38 @@ def _context(model: Any, data: ContrastiveModelCardData) -> dict[str, Any]:
         "normalize_projections": bool(getattr(config, "normalize_projections", False)),
         "pooling": getattr(config, "pooling", "mean"),
         "normalize_embeddings": bool(getattr(config, "normalize_embeddings", False)),
-        "max_seq_length": getattr(config, "max_seq_length", None),
+        "max_seq_length": getattr(config, "max_seq_length", None) or (data.model_details or {}).get("max_seq_length"),
         "input_size": tuple(data_config["input_size"]) if data_config.get("input_size") else None,
+        "details": _details(model, data, base_model, backbone),
+        "architecture": (data.model_details or {}).get("architecture"),
         "train_datasets": data.train_datasets,
         "eval_datasets": data.eval_datasets,
         "hyperparameters": [(key, _format(value)) for key, value in sorted(data.hyperparameters.items())],
         "training_args_class": data.training_args_class,
-        "log_columns": log_columns,
-        "log_rows": log_rows,
-        "metrics": [
-            (name, _format(data.metrics[name]) if name in data.metrics else "-",
-             _format(data.baseline_metrics[name]) if name in data.baseline_metrics else None)
-            for name in metric_names
-        ],
+        "log_columns": shown,
+        "log_rows": _log_rows(data, shown),
+        "all_log_columns": every if len(every) > len(shown) else None,
+        "all_log_rows": _log_rows(data, every) if len(every) > len(shown) else None,
+        "best_model_step": data.best_model_step,
+        "evaluations": _evaluation_groups(data),
         "has_baseline": bool(data.baseline_metrics),
         "has_metrics": bool(data.metrics),
         "versions": _versions(),
     }
+
+
+# model-index task of the evaluators whose class does not say it (``description``, as sentence-transformers' do).
+_EVALUATOR_TASKS = {"STSEvaluator": "Semantic Similarity", "EmbeddingSimilarityEvaluator": "Semantic Similarity"}
+
+
+def _task_type(group: Mapping[str, Any], is_text: bool) -> tuple[str, str | None]:
+    """``(task type, task name)`` of an evaluation group's model-index entries."""
+    description = group.get("description") or _EVALUATOR_TASKS.get(group.get("source", ""))
+    if description:
+        return re.sub(r"[^a-z0-9]+", "-", description.lower()).strip("-"), description
+    if group.get("source") == "ProbeEvaluator":
+        return ("text-classification" if is_text else "image-classification"), "Linear probe and kNN classification"
+    return ("feature-extraction" if is_text else "image-feature-extraction"), None
 
 
 def _metadata(model: Any, data: ContrastiveModelCardData, context: Mapping[str, Any]) -> ModelCardData:
@@ -546,17 +838,22 @@ def _metadata(model: Any, data: ContrastiveModelCardData, context: Mapping[str, 
     for tag in data.tags:
         if tag not in tags:
             tags.append(tag)
-    hub_datasets = [entry["id"] for entry in data.train_datasets if entry.get("id")]
-    evaluated_on = next((entry for entry in data.eval_datasets + data.train_datasets if entry.get("id") or entry.get("name")), None)
-    eval_results = None
-    if data.metrics and evaluated_on is not None:
-        dataset = evaluated_on.get("id") or evaluated_on["name"]
-        eval_results = [
-            EvalResult(task_type="sentence-similarity" if is_text else "image-feature-extraction", dataset_type=dataset,
-                       dataset_name=evaluated_on.get("name") or dataset, metric_type=name, metric_value=value,
-                       dataset_split=evaluated_on.get("split"))
-            for name, value in data.metrics.items()
-        ]
+    hub_datasets = list(dict.fromkeys(entry["id"] for entry in data.train_datasets + data.eval_datasets if entry.get("id")))
+    eval_results = []
+    for group in context["evaluations"]:
+        dataset = group["dataset"]
+        if not dataset.get("name"):
+            continue  # model-index needs the data a metric was measured on
+        for row in group["rows"]:
+            if row["value"] is None or row["name"].endswith("loss"):
+                continue  # a loss is the objective's, not a comparable metric; the baseline is not this model's
+            task_type, task_name = _task_type(group, is_text)
+            eval_results.append(EvalResult(
+                task_type=task_type, task_name=task_name,
+                dataset_type=dataset.get("id") or dataset["name"], dataset_name=dataset["name"],
+                dataset_split=dataset.get("split"), metric_type=row["name"], metric_name=row["name"].replace("_", " "),
+                metric_value=row["value"],
+            ))
     license_ = data.license or _base_model_license(model, context["base_model"])
     return ModelCardData(
         library_name="sentence-transformers" if is_text else "timm",
@@ -567,7 +864,7 @@ def _metadata(model: Any, data: ContrastiveModelCardData, context: Mapping[str, 
         license=license_,
         language=data.language,
         model_name=context["model_name"],
-        eval_results=eval_results,
+        eval_results=eval_results or None,
     )
 
 
@@ -586,6 +883,7 @@ def generate_model_card(model: Any) -> str:
     data = copy.deepcopy(get_model_card_data(model))
     data.train_datasets = [_public_dataset(entry) for entry in data.train_datasets]
     data.eval_datasets = [_public_dataset(entry) for entry in data.eval_datasets]
+    data.hyperparameters = _scrub_paths(data.hyperparameters)
     context = _context(model, data)
     if data.model_name:
         context["model_name"] = data.model_name

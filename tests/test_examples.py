@@ -134,7 +134,8 @@ def test_run_care_card_and_results_give_each_number_one_name(care_run: tuple[Pat
     output_dir, _ = care_run
     results = json.loads((output_dir / "results.json").read_text(encoding="utf-8"))
     card = (output_dir / "README.md").read_text(encoding="utf-8")
-    table = dict(re.findall(r"^\| `(\w+)` \| ([-+0-9.e]+) \|$", card.split("## Evaluation", 1)[1], flags=re.M))
+    # "| `metric` | this model |" (the evaluator's primary metric in bold; a baseline column may follow)
+    table = dict(re.findall(r"^\| \*{0,2}`(\w+)`\*{0,2} \| ([-+0-9.e]+) \|", card.split("## Evaluation", 1)[1], flags=re.M))
     for key in ("linear_probe_accuracy", "knn_accuracy", "knn_loo_accuracy", "linear_probe_holdout_accuracy", "alignment"):
         assert float(table[key]) == pytest.approx(results[key], rel=1e-3, abs=1e-12), key
 

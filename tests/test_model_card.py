@@ -187,7 +187,7 @@ def test_callback_fills_datasets_hyperparameters_logs_and_metrics(tmp_path: Path
     text = generate_model_card(model)
     assert "hf_secret" not in text and str(tmp_path) not in text
     assert "| `learning_rate` | 0.003 |" in text and f"```bibtex\n{BIBTEX}\n```" in text
-    assert "| epoch | step | eval_loss |" in text
+    assert "| epoch | step | loss | eval_loss |" in text  # losses first, as sentence-transformers orders them
 
 
 def test_callback_hooks_record_baseline_only_at_step_zero() -> None:

@@ -75,10 +75,12 @@ def load_digits_dataset(image_size: int = 32, test_size: float = 0.2, seed: int 
         {"image": datasets.Image(), "label": datasets.ClassLabel(names=[str(i) for i in range(10)])}
     )
 
-    def split(mask: np.ndarray) -> datasets.Dataset:
+    def split(mask: np.ndarray, name: str) -> datasets.Dataset:
         idx = np.flatnonzero(mask)
         return datasets.Dataset.from_dict(
-            {"image": [to_image(pixels[i]) for i in idx], "label": labels[idx].tolist()}, features=features
+            {"image": [to_image(pixels[i]) for i in idx], "label": labels[idx].tolist()},
+            info=datasets.DatasetInfo(features=features, dataset_name="sklearn-digits"),  # the model cards' name
+            split=name,
         )
 
-    return datasets.DatasetDict({"train": split(~test_mask), "test": split(test_mask)})
+    return datasets.DatasetDict({"train": split(~test_mask, "train"), "test": split(test_mask, "test")})

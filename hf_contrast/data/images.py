@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from .columns import rename_to_canonical
+from .naming import name_dataset
 
 __all__ = ["defer_image_decoding", "load_image_dataset"]
 
@@ -45,6 +46,7 @@ def load_image_dataset(
     image_column: str = "image",
     label_column: str | None = "label",
     decode: bool = True,
+    dataset_name: str | None = None,
     **load_kwargs: Any,
 ) -> Any:
     """Load an image folder or a Hub image dataset as a ``datasets.Dataset`` (or ``DatasetDict``).
@@ -63,6 +65,8 @@ def load_image_dataset(
         decode: ``False`` keeps images as ``{"path", "bytes"}`` dicts
             (:func:`defer_image_decoding`), so a bad file is reported by the collator with its row
             and path instead of failing inside ``datasets``.
+        dataset_name: The dataset's name in model cards; default: a local folder's name (never its
+            path), a Hub dataset's own name.
         **load_kwargs: Passed to ``datasets.load_dataset`` (e.g. ``cache_dir``, ``revision``).
 
     Returns:
@@ -89,6 +93,7 @@ def load_image_dataset(
         raise ValueError(f"`path_or_id`={source!r} is a file; pass the image folder (root/<class>/<image>).")
     else:
         loaded = datasets.load_dataset(source, **load_kwargs)
+    name_dataset(loaded, source, dataset_name)
     if split is not None:
         if split not in loaded:
             raise ValueError(f"`split`={split!r} is not a split of {source!r} (its splits: {list(loaded)}).")

@@ -47,4 +47,5 @@ def load_sentence_pairs(test_size: float = 0.25, seed: int = 0):
         },
         features=features,
     )
+    data.info.dataset_name = "hf_contrast-sentence-pairs"  # the model cards' name for the shipped pairs
     return data.train_test_split(test_size=test_size, seed=seed)

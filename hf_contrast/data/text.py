@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from .columns import rename_to_canonical
+from .naming import name_dataset
 
 __all__ = ["load_sts_pairs", "load_text_dataset"]
 
@@ -125,6 +126,7 @@ def load_text_dataset(
     label_column: str | None = None,
     score_column: str | None = None,
     delimiter: str | None = None,
+    dataset_name: str | None = None,
     **load_kwargs: Any,
 ) -> Any:
     """Load sentences (and optional pairs, labels, scores) from a Hub id or a local file.
@@ -139,6 +141,8 @@ def load_text_dataset(
         label_column: Optional class column; string labels become a ``ClassLabel`` (names kept).
         score_column: Optional similarity score column (cast to float32).
         delimiter: Field separator of a CSV / TSV / ``.txt`` file (default from the extension).
+        dataset_name: The dataset's name in model cards; default: a local file's folder or file
+            name (never its path), a Hub dataset's own name.
         **load_kwargs: Passed to ``datasets.load_dataset`` (e.g. ``cache_dir``, ``revision``).
 
     Returns:
@@ -163,6 +167,7 @@ def load_text_dataset(
         if delimiter is not None:
             raise ValueError(f"`delimiter` applies to local files; {source!r} is not one (read as a Hub id).")
         loaded = datasets.load_dataset(source, **load_kwargs)
+    name_dataset(loaded, source, dataset_name)
     columns = (text_column, text_pair_column, label_column, score_column)
     if split is not None:
         if split not in loaded:
@@ -179,6 +184,7 @@ def load_sts_pairs(
     *,
     split: str = "train",
     delimiter: str | None = None,
+    dataset_name: str | None = None,
     **load_kwargs: Any,
 ) -> Any:
     """Load scored sentence pairs (STS-B, SICK relatedness...) with canonical column names.
@@ -190,6 +196,7 @@ def load_sts_pairs(
         score_column: Column of the gold similarity score.
         split: The split to read (a local file is ``"train"``).
         delimiter: Field separator of a CSV / TSV / ``.txt`` file.
+        dataset_name: The dataset's name in model cards (as :func:`load_text_dataset`).
         **load_kwargs: Passed to ``datasets.load_dataset``.
 
     Returns:
@@ -210,6 +217,7 @@ def load_sts_pairs(
         text_pair_column=sentence2_column,
         score_column=score_column,
         delimiter=delimiter,
+        dataset_name=dataset_name,
         **load_kwargs,
     )
     pairs = pairs.select_columns(["text", "text_pair", "score"]).rename_columns({"text": "sentence1", "text_pair": "sentence2"})

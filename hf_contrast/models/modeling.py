@@ -17,7 +17,15 @@ from transformers import AutoTokenizer, PretrainedConfig, PreTrainedModel
 from transformers.utils import ModelOutput, cached_file
 
 from hf_contrast.tensor_checks import l2_normalize
-from hf_contrast.model_card import get_model_card_data, write_model_card
+from hf_contrast.model_card import (
+    CARD_DATA_FILE,
+    ContrastiveModelCardData,
+    get_model_card_data,
+    load_card_data,
+    save_card_data,
+    write_model_card,
+)
+from hf_contrast.provenance import backbone_provenance
 from hf_contrast.models.backbones import (
     backbone_type_of,
     build_text_backbone,
@@ -37,6 +45,7 @@ from hf_contrast.models.inputs import check_pixel_values, check_token_inputs, ch
 from hf_contrast.models.pooling import pool_tokens
 from hf_contrast.models.st_layout import layout_options, read_st_layout
 from hf_contrast.models.staging import staged_directory
+from hf_contrast.models.statistics import model_details
 from hf_contrast.models.upload import upload_model_folder
 
 __all__ = ["ContrastiveEncoder", "ContrastiveEncoderOutput", "HUB_SUBFOLDER"]
@@ -146,6 +155,7 @@ class ContrastiveEncoder(PreTrainedModel):
         )
         self.classifier = nn.Linear(width, config.num_labels) if config.num_labels > 0 else None
         self.tokenizer = tokenizer
+        self.model_card_data = ContrastiveModelCardData()  # what the card says; saved with the model (model_card.json)
         self.post_init()
 
     # ------------------------------------------------------------------------------------------
@@ -161,6 +171,8 @@ class ContrastiveEncoder(PreTrainedModel):
         backbone_kwargs: dict[str, Any] | None = None,
         tokenizer: Any = None,
         hub_kwargs: dict[str, Any] | None = None,
+        base_model: str | None = None,
+        license: str | None = None,  # noqa: A002 - the model card's field name
         **config_kwargs: Any,
     ) -> ContrastiveEncoder:
         """Build an encoder on a timm or transformers backbone, by default with its pretrained weights.
@@ -181,6 +193,11 @@ class ContrastiveEncoder(PreTrainedModel):
             backbone_kwargs: timm only: extra ``timm.create_model`` arguments (``drop_path_rate``...).
             tokenizer: text only: a tokenizer to use instead of the repository's.
             hub_kwargs: text only: ``revision``, ``cache_dir``, ``token``... for ``from_pretrained``.
+            base_model: The Hub id the backbone's weights come from, for the model card (e.g. when
+                ``backbone`` is a local copy that does not say it); found in the source otherwise
+                (see :mod:`hf_contrast.provenance`). Never a local path.
+            license: The license of the backbone's weights, for the model card (found in the source
+                otherwise: timm's ``pretrained_cfg``, the local copy's README).
             **config_kwargs: Any :class:`ContrastiveEncoderConfig` option (``projection_dim``, ``pooling``,
                 ``projection_norm``, ``num_labels``, ``data_config``...).
 
@@ -199,6 +216,7 @@ class ContrastiveEncoder(PreTrainedModel):
                 cls, backbone, tokenizer=tokenizer, backbone_kwargs=backbone_kwargs, hub_kwargs=hub_kwargs, **config_kwargs
             )
         kind = backbone_type_of(backbone)
+        provenance = backbone_provenance(backbone, base_model=base_model, license=license)  # no local path is saved
         for reserved in ("backbone", "backbone_type", "text_config", "backbone_architecture", "backbone_pretrained"):
             if reserved in config_kwargs:
                 raise ValueError(f"`{reserved}` is set by `from_backbone`; do not pass it in `config_kwargs`.")
@@ -207,14 +225,14 @@ class ContrastiveEncoder(PreTrainedModel):
                 raise ValueError(f"`tokenizer` was given but `{backbone}` is a timm vision backbone; drop it.")
             module, architecture, kwargs = create_timm_backbone(backbone, pretrained, backbone_kwargs)
             config = ContrastiveEncoderConfig(
-                backbone=backbone,
+                backbone=provenance.name,
                 backbone_type="timm",
                 backbone_architecture=architecture,
                 backbone_kwargs=kwargs,
                 backbone_pretrained=pretrained,
                 **config_kwargs,
             )
-            return cls(config, backbone=module)
+            return cls(config, backbone=module)._with_provenance(provenance, pretrained, license)
         if backbone_kwargs:
             raise ValueError(
                 f"`backbone_kwargs` are timm.create_model arguments but `{backbone}` is a transformers text encoder; "
@@ -227,18 +245,26 @@ class ContrastiveEncoder(PreTrainedModel):
             if layout.transformer_path:
                 hub_kwargs["subfolder"] = layout.transformer_path
         module, loaded_tokenizer = load_text_backbone(backbone, pretrained, **hub_kwargs)
+        module.config.name_or_path = provenance.name  # saved inside `text_config`: never the local folder's path
         tokenizer = tokenizer if tokenizer is not None else loaded_tokenizer
         max_seq_length = config_kwargs.get("max_seq_length")
         if max_seq_length is not None and tokenizer is not None and getattr(tokenizer, "model_max_length", 0) > max_seq_length:
             tokenizer.model_max_length = int(max_seq_length)  # truncate as sentence-transformers does
         config = ContrastiveEncoderConfig(
-            backbone=backbone,
+            backbone=provenance.name,
             backbone_type="text",
             text_config=module.config,
             backbone_pretrained=pretrained,
             **config_kwargs,
         )
-        return cls(config, backbone=module, tokenizer=tokenizer)
+        return cls(config, backbone=module, tokenizer=tokenizer)._with_provenance(provenance, pretrained, license)
+
+    def _with_provenance(self, provenance: Any, pretrained: bool, license: str | None) -> ContrastiveEncoder:  # noqa: A002
+        """Record where the backbone's weights come from in the card data (a from-scratch model claims none)."""
+        data = get_model_card_data(self)
+        data.base_model = provenance.base_model if pretrained else None
+        data.license = provenance.license if pretrained else license
+        return self
 
     @classmethod
     def from_text_config(cls, text_config: PretrainedConfig, tokenizer: Any = None, **config_kwargs: Any) -> ContrastiveEncoder:
@@ -486,7 +512,8 @@ class ContrastiveEncoder(PreTrainedModel):
                                          timm: export_timm   -> timm.create_model("local-dir:DIR", pretrained=True)
                                          text: transformers  -> AutoModel / AutoTokenizer.from_pretrained(DIR)
             modules.json, 1_Pooling/...  text: sentence-transformers modules -> SentenceTransformer(DIR)
-            hf_contrast/                 config (data_config, pooling...), weights incl. the head, tokenizer
+            hf_contrast/                 config (data_config, pooling...), weights incl. the head, tokenizer,
+                                         model_card.json (the card data: it travels with the model)
                                          -> ContrastiveEncoder.from_pretrained(DIR)
 
         Everything is written to a hidden sibling folder first and moved in with renames at the end
@@ -527,10 +554,20 @@ class ContrastiveEncoder(PreTrainedModel):
             super().save_pretrained(folder / HUB_SUBFOLDER, state_dict=state_dict, **kwargs)
             if self.tokenizer is not None:
                 self.tokenizer.save_pretrained(folder / HUB_SUBFOLDER)
+            self._save_card_data(folder / HUB_SUBFOLDER)
             existing_card = os.path.join(save_directory, "README.md")
             if os.path.isfile(existing_card):  # the card writer keeps a README.md the user wrote
                 shutil.copy2(existing_card, folder / "README.md")
             self._write_model_card(folder)
+
+    def _save_card_data(self, folder: os.PathLike[str]) -> None:
+        """``hf_contrast/model_card.json``: the card data, with the sizes measured now (a failure only warns)."""
+        data = get_model_card_data(self)
+        try:
+            data.model_details = model_details(self, data.model_details)
+            save_card_data(self, folder)
+        except Exception as error:  # the card must never make a save fail
+            logger.warning("Model card data not saved (%s: %s); the card will not survive a reload.", type(error).__name__, error)
 
     def _write_model_card(self, folder: os.PathLike[str]) -> None:
         try:
@@ -543,7 +580,9 @@ class ContrastiveEncoder(PreTrainedModel):
         """Load an encoder saved with :meth:`save_pretrained` (a folder, a checkpoint or a Hub repository).
 
         Reads the ``hf_contrast/`` subfolder of the save layout, or an older flat save (our
-        ``config.json`` at the root). The tokenizer of a text encoder is loaded from the same place.
+        ``config.json`` at the root). The tokenizer of a text encoder is loaded from the same place,
+        and so is the model card data (``model_card.json``: method, datasets, metrics, citation...),
+        so a reloaded model saves and pushes the card it was trained with.
         All ``PreTrainedModel.from_pretrained`` arguments apply. Only a task head (``classifier.*``,
         e.g. a new ``num_labels``) may be missing from the weights; the others must all be there.
 
@@ -574,6 +613,9 @@ class ContrastiveEncoder(PreTrainedModel):
         check_loaded_weights(
             model, loading_info, weights_location(pretrained_model_name_or_path, kwargs["subfolder"], hub_kwargs)
         )
+        card_data = _load_card_data(pretrained_model_name_or_path, kwargs["subfolder"], hub_kwargs)
+        if card_data is not None:
+            model.model_card_data = card_data
         config = model.config
         if config.backbone_type == "timm":
             restore_non_persistent_buffers(model.backbone, config.backbone_architecture or config.backbone, config.backbone_kwargs)
@@ -658,6 +700,16 @@ def _library_version() -> str:
         return version("hf_contrast")
     except PackageNotFoundError:
         return "unknown"
+
+
+def _load_card_data(path: str | os.PathLike[str], subfolder: str, hub_kwargs: dict[str, Any]) -> Any:
+    """The card data saved beside the encoder (``model_card.json``), or ``None`` (an older save has none)."""
+    options = dict(hub_kwargs, _raise_exceptions_for_missing_entries=False, _raise_exceptions_for_connection_errors=False)
+    try:
+        found = cached_file(path, CARD_DATA_FILE, subfolder=subfolder, **options)
+    except (OSError, ValueError):
+        return None
+    return load_card_data(found) if found is not None else None
 
 
 def _load_tokenizer(path: str | os.PathLike[str], subfolder: str, hub_kwargs: dict[str, Any], text_config: PretrainedConfig | None) -> Any:

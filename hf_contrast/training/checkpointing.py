@@ -66,15 +66,20 @@ _TOKEN_FIELD_RE = re.compile(r"^(.*_)?token$")
 
 
 def sanitized_training_args(args: Any) -> Any:
-    """A shallow copy of ``args`` with every token field (``hub_token``, ``*_token``) set to ``None``.
+    """A shallow copy of ``args`` with every token field (``hub_token``, ``*_token``) set to ``None`` and every
+    absolute path (``output_dir``, ``logging_dir``...) replaced by its last folder name.
 
-    What ``training_args.bin`` stores, so no secret reaches the disk or the Hub. The original is not changed.
+    What ``training_args.bin`` stores, so no secret and no local path reaches the disk or the Hub (the file
+    is a record of the run; resuming reads the current arguments). The original is not changed.
     """
     clean = copy.copy(args)
     names = [field.name for field in dataclasses.fields(args)] if dataclasses.is_dataclass(args) else list(vars(args))
     for name in names:
-        if _TOKEN_FIELD_RE.match(name) and getattr(clean, name, None) is not None:
+        value = getattr(clean, name, None)
+        if _TOKEN_FIELD_RE.match(name) and value is not None:
             setattr(clean, name, None)
+        elif isinstance(value, str) and (os.path.isabs(value) or value.startswith("~")):
+            object.__setattr__(clean, name, os.path.basename(os.path.normpath(value)) or value)
     return clean
 
 

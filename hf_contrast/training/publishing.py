@@ -30,7 +30,8 @@ from huggingface_hub import HfApi
 from transformers.trainer_utils import HubStrategy, SaveStrategy
 from transformers.utils import PushInProgress
 
-from hf_contrast.model_card import get_model_card_data, write_model_card
+from hf_contrast.model_card import get_model_card_data, save_card_data, write_model_card
+from hf_contrast.models.export import HUB_SUBFOLDER
 from hf_contrast.models.upload import upload_model_folder
 
 __all__ = ["HubPublishingMixin"]
@@ -74,7 +75,8 @@ class HubPublishingMixin:
         with ``dataset`` (their names). Ignored, with a warning: ``tasks`` (an hf_contrast card's task
         is the encoder's feature extraction) and ``dataset_args`` (dataset configurations have no place
         in the card). A README.md in ``output_dir`` that
-        hf_contrast did not write is kept.
+        hf_contrast did not write is kept. The model saved in ``output_dir`` gets the updated card data
+        (``hf_contrast/model_card.json``), so loading it back keeps these fields.
         """
         ignored = [name for name, value in (("dataset_args", dataset_args), ("tasks", tasks)) if value is not None]
         if ignored:
@@ -100,6 +102,9 @@ class HubPublishingMixin:
                 data.train_datasets.append({"id": dataset_id, "name": name, "size": None})  # the card template reads `size`
         self._set_card_model_id()
         write_model_card(self.model, self.args.output_dir)
+        encoder_folder = Path(self.args.output_dir) / HUB_SUBFOLDER
+        if encoder_folder.is_dir():  # the saved model carries the card data the README was made from
+            save_card_data(self.model, encoder_folder)
 
     def _create_hub_repo(self, token: str | None, private: bool | None) -> None:
         """Create (or reuse) the repository ``args.hub_model_id`` (default: the name of ``output_dir``)."""
