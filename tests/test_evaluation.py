@@ -212,7 +212,11 @@ def test_encode_dataset_texts_labels_iterable_and_errors() -> None:
 
 # ------------------------------------------------------------------------------ evaluators
 def test_sts_evaluator_equals_scipy_spearman_of_cosine() -> None:
-    from scipy.stats import spearmanr
+    """The scores come from sentence-transformers' EmbeddingSimilarityEvaluator; they equal SciPy's
+    Spearman / Pearson of the cosines and the package's own `sts_spearman` of the same embeddings."""
+    from scipy.stats import pearsonr, spearmanr
+
+    from hf_contrast.metrics import sts_spearman
 
     encoder = tiny_text_encoder()
     s1 = ["the cat sat on the mat", "a dog", "hello world", "the red car", "a man and a woman", "the dog sat"]
@@ -226,8 +230,10 @@ def test_sts_evaluator_equals_scipy_spearman_of_cosine() -> None:
         a = encoder(**encoder.tokenizer(s1, padding=True, return_tensors="pt")).embeddings.numpy()
         b = encoder(**encoder.tokenizer(s2, padding=True, return_tensors="pt")).embeddings.numpy()
     cos = (a * b).sum(1) / (np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1))
-    assert list(result) == ["sts_spearman"]
+    assert list(result) == ["sts_spearman", "sts_pearson"]
     assert result["sts_spearman"] == pytest.approx(spearmanr(cos, scores).statistic, abs=1e-6)
+    assert result["sts_pearson"] == pytest.approx(pearsonr(cos, scores).statistic, abs=1e-6)
+    assert result["sts_spearman"] == pytest.approx(sts_spearman(torch.from_numpy(a), torch.from_numpy(b), torch.tensor(scores)), abs=1e-6)
     evaluator = STSEvaluator.from_dataset({"s1": s1, "s2": s2, "y": scores}, "s1", "s2", "y", name="sick")
     assert evaluator.primary_metric == "sick_spearman" and evaluator.greater_is_better
     with pytest.raises(ValueError, match="must have the same length"):

@@ -8,7 +8,7 @@ from typing import Any
 from torch import Tensor, nn
 
 from ..metrics.probes import PROBE_METRICS, probe_scores
-from ..tensor_checks import check_int, check_positive
+from ..tensor_checks import check_choice, check_int, check_positive
 from .encode import encode_dataset
 from .evaluator import Evaluator
 
@@ -72,7 +72,7 @@ class ProbeEvaluator(Evaluator):
         standardize: Standardise the features with the fit split's mean and standard deviation first.
         seed: ``random_state`` of the logistic regression.
         primary: Unprefixed key of the primary metric (one of the four above).
-        collate_fn, transform, input_column, label_column, batch_size, output, max_length, progress:
+        collate_fn, transform, input_column, label_column, batch_size, output, max_length, progress, on_bad_image:
             As in :func:`encode_dataset` (``label_column`` must name labels on every row).
 
     Raises:
@@ -107,6 +107,7 @@ class ProbeEvaluator(Evaluator):
         output: str = "embeddings",
         max_length: int | None = None,
         progress: bool = True,
+        on_bad_image: str = "raise",
     ) -> None:
         if primary not in PROBE_METRICS:
             raise ValueError(f"`primary` must be one of {list(PROBE_METRICS)}, got {primary!r}.")
@@ -126,6 +127,7 @@ class ProbeEvaluator(Evaluator):
             "standardize": bool(standardize),
             "seed": check_int("seed", seed, 0),
         }
+        check_choice("on_bad_image", on_bad_image, ("raise", "skip"))
         self.encode_kwargs: dict[str, Any] = {
             "collate_fn": collate_fn,
             "transform": transform,
@@ -135,6 +137,7 @@ class ProbeEvaluator(Evaluator):
             "output": output,
             "max_length": max_length,
             "progress": progress,
+            "on_bad_image": on_bad_image,
         }
 
     def compute(self, model: nn.Module) -> dict[str, float]:
