@@ -218,3 +218,37 @@ def test_text_loaders_sentences_errors_and_sts_pairs(tmp_path: Path) -> None:
     assert sts["score"] == [4.5, 1.0, 4.0] and sts["sentence1"][0] == 'A "tall" man sings'
     with pytest.raises(ValueError, match="`score_column`='score' is not a column"):
         load_sts_pairs(tmp_path / "sick.txt", "premise", "hypothesis", cache_dir=str(tmp_path / "cache"))
+
+
+def test_load_image_splits_holds_out_a_stratified_split_of_a_folder_without_one(tmp_path: Path) -> None:
+    from PIL import Image
+
+    from hf_contrast.data import load_image_splits
+
+    for label in ("cat", "dog"):
+        (tmp_path / label).mkdir()
+        for i in range(10):
+            Image.new("RGB", (12, 12), (i * 20, 0, 0)).save(tmp_path / label / f"{i}.png")
+    data = load_image_splits(str(tmp_path), max_eval_samples=2)
+    assert len(data["train"]) == 16 and sorted(data["test"]["label"]) == [0, 1]  # 20 % per class, then balanced
+    assert data["train"].features["label"].names == ["cat", "dog"]
+    row = data["train"][0]["image"]  # undecoded: the collators decode and can name the file
+    assert set(row) == {"bytes", "path"} and row["path"].endswith(".png")
+    assert load_image_splits(str(tmp_path), decode=True)["train"][0]["image"].size == (12, 12)
+
+
+def test_an_empty_class_folder_is_warned_about(tmp_path: Path) -> None:
+    from PIL import Image
+
+    from hf_contrast.data import empty_class_folders, load_image_dataset
+
+    for split, label in (("train", "cat"), ("train", "dog"), ("test", "cat"), ("test", "dog")):
+        (tmp_path / split / label).mkdir(parents=True)
+        Image.new("RGB", (8, 8)).save(tmp_path / split / label / "0.png")
+    assert empty_class_folders(tmp_path) == []
+    (tmp_path / "train" / "eel").mkdir()
+    (tmp_path / "train" / "eel" / "notes.txt").write_text("no image here")
+    assert empty_class_folders(tmp_path) == ["train/eel"]
+    with pytest.warns(UserWarning, match=r"the class folder\(s\) \['train/eel'\] hold no image"):
+        data = load_image_dataset(tmp_path, split=None)
+    assert data["train"].features["label"].names == ["cat", "dog"]  # imagefolder drops it: hence the warning
