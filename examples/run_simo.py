@@ -61,6 +61,9 @@ DEFAULTS = {
     "logging_steps": 10,
     "report_to": "none",  # no tracker unless asked (`--report_to tensorboard`)
     "dataloader_num_workers": 0,
+    "dataloader_pin_memory": torch.accelerator.is_available(),  # pinned memory only helps copies to a GPU
+    # Without a GPU: CPU training, and `accelerate launch --num_processes N` runs N CPU processes (gloo DDP).
+    "use_cpu": not torch.accelerator.is_available(),
     "seed": 0,
 }
 
@@ -85,8 +88,8 @@ class ScriptArguments:
 
 
 def setup_logging(training_args: ContrastiveTrainingArguments) -> None:
-    """The script's, transformers', datasets' and hf_contrast's messages at `--log_level` (info by default)
-    on the main process, `--log_level_replica` (warning) on the others."""
+    """The script's, transformers' and hf_contrast's messages at `--log_level` (info by default) on the main
+    process, `--log_level_replica` (warning) on the others; datasets' at warning or above."""
     logging.basicConfig(
         format="%(asctime)s - %(levelname)s - %(name)s - %(message)s",
         datefmt="%m/%d/%Y %H:%M:%S",
@@ -97,7 +100,7 @@ def setup_logging(training_args: ContrastiveTrainingArguments) -> None:
     log_level = training_args.get_process_log_level()
     for name in (__name__, "hf_contrast"):
         logging.getLogger(name).setLevel(log_level)
-    datasets.utils.logging.set_verbosity(log_level)
+    datasets.utils.logging.set_verbosity(max(log_level, logging.WARNING))  # its info lines are about its cache
     transformers.utils.logging.set_verbosity(log_level)
     transformers.utils.logging.enable_default_handler()
     transformers.utils.logging.enable_explicit_format()
