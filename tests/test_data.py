@@ -252,3 +252,28 @@ def test_an_empty_class_folder_is_warned_about(tmp_path: Path) -> None:
     with pytest.warns(UserWarning, match=r"the class folder\(s\) \['train/eel'\] hold no image"):
         data = load_image_dataset(tmp_path, split=None)
     assert data["train"].features["label"].names == ["cat", "dog"]  # imagefolder drops it: hence the warning
+
+
+def test_change_pairs_from_undecoded_images_of_different_sizes_and_a_bad_file(tmp_path: Path) -> None:
+    """Any class image folder works: undecoded rows, images of different sizes and modes (the replacement
+    takes x_pre's size), a bad file raises naming it or is skipped with a warning."""
+    from hf_contrast.views.decode import BadImageError
+
+    rows = {"image": [], "label": []}
+    for i in range(8):
+        path = tmp_path / f"{i}.png"
+        Image.new("L" if i % 3 == 0 else "RGB", (10 + i, 12 + 2 * i), 30 * i).save(path)
+        rows["image"].append({"path": str(path), "bytes": None})
+        rows["label"].append(i % 2)
+    features = datasets.Features({"image": datasets.Image(decode=False), "label": datasets.Value("int64")})
+    data = datasets.Dataset.from_dict(rows, features=features)
+    pairs = make_change_pairs(data, num_pairs=40, seed=0)
+    assert len(pairs) == 40 and set(pairs["label"]) <= {0, 1, 2, 3}
+    for row in pairs:
+        assert row["image_pre"].size == row["image_post"].size and row["image_pre"].mode == "RGB"
+    (tmp_path / "5.png").write_bytes(b"")
+    with pytest.raises(BadImageError, match=r"row 5 .*5\.png"):
+        make_change_pairs(data, num_pairs=10)
+    with pytest.warns(UserWarning, match=r"Skipped: make_change_pairs: row 5"):
+        pairs = make_change_pairs(data, num_pairs=10, on_bad_image="skip")
+    assert len(pairs) == 10
