@@ -232,7 +232,7 @@ def test_sts_evaluator_equals_scipy_spearman_of_cosine() -> None:
     cos = (a * b).sum(1) / (np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1))
     assert list(result) == ["sts_spearman", "sts_pearson"]
     assert result["sts_spearman"] == pytest.approx(spearmanr(cos, scores).statistic, abs=1e-6)
-    assert result["sts_pearson"] == pytest.approx(pearsonr(cos, scores).statistic, abs=1e-6)
+    assert result["sts_pearson"] == pytest.approx(pearsonr(cos, scores).statistic, abs=1e-5)  # float32 cosines
     assert result["sts_spearman"] == pytest.approx(sts_spearman(torch.from_numpy(a), torch.from_numpy(b), torch.tensor(scores)), abs=1e-6)
     evaluator = STSEvaluator.from_dataset({"s1": s1, "s2": s2, "y": scores}, "s1", "s2", "y", name="sick")
     assert evaluator.primary_metric == "sick_spearman" and evaluator.greater_is_better
