@@ -2,7 +2,7 @@
 
 Runs ``examples/run_care.py --method simclr`` and ``--method care`` (and any other registered
 objective given in ``--methods``: the script's registry resolves it) one after the other in subprocesses, with the same seed, steps and batch size, then reads each
-run's ``results.json`` and prints, per method: linear-probe and kNN accuracy of the test
+run's ``all_results.json`` and prints, per method: linear-probe and kNN accuracy of the test
 embeddings (fitted on the train split), the alignment of two evaluation views, and the Wahba error (W and W/√n) and relative rotational equivariance γ_f of test
 projections under sampled augmentations (lower = augmentations act more like one rotation; CARE,
 https://arxiv.org/abs/2306.13924, Figures 2c and 5).
@@ -40,7 +40,8 @@ COLUMNS = (
 
 
 def run(method: str, output_dir: Path, seed: int, max_steps: int | None, extra: list[str]) -> tuple[dict[str, float], float]:
-    """Train and evaluate one method; returns its results.json and the wall time in seconds."""
+    """Train and evaluate one method; returns its final metrics (all_results.json without the ``eval_``
+    prefix, and ``train_steps``) and the wall time in seconds."""
     command = [sys.executable, str(SCRIPT), "--method", method, "--seed", str(seed), "--output_dir", str(output_dir)]
     if max_steps is not None:
         command += ["--max_steps", str(max_steps)]
@@ -49,7 +50,10 @@ def run(method: str, output_dir: Path, seed: int, max_steps: int | None, extra: 
     start = time.perf_counter()
     subprocess.run(command, check=True)
     elapsed = time.perf_counter() - start
-    return json.loads((output_dir / "results.json").read_text(encoding="utf-8")), elapsed
+    saved = json.loads((output_dir / "all_results.json").read_text(encoding="utf-8"))
+    results = {key.removeprefix("eval_"): value for key, value in saved.items()}
+    results["train_steps"] = json.loads((output_dir / "trainer_state.json").read_text(encoding="utf-8"))["global_step"]
+    return results, elapsed
 
 
 def table(rows: dict[str, tuple[dict[str, float], float]]) -> str:

@@ -62,7 +62,7 @@ LONG_TAIL_TRAIN, IMBALANCE = 5000, 10  # 500 per class, then 500 → 50 per clas
 FULL_TEST = 2000
 FULL_STEPS = 6000
 # No evaluation during training (an evaluation of 1,000 test images costs ~20 training steps here): the
-# scripts' final evaluation (trainer.evaluate() with the probes fitted on the training split: results.json)
+# scripts' final evaluation (trainer.evaluate() with the probes fitted on the training split: all_results.json)
 # is the one reported.
 IMAGE_COMMON = [
     "--max_eval_samples", str(IMAGE_TEST), "--image_size", "32", "--seed", "0", "--logging_steps", "10",
@@ -447,9 +447,9 @@ def run_example(name: str, argv: list[str], out: Path, threads: int) -> dict:
         "wall_s": round(wall, 1),
         "returncode": code,
     }
-    results = out / name / "results.json"
+    results = out / name / "all_results.json"  # the examples' trainer.save_metrics (eval_ / train_ names)
     if code == 0 and results.is_file():
-        record["results"] = json.loads(results.read_text())
+        record["results"] = {key.removeprefix("eval_"): value for key, value in json.loads(results.read_text()).items()}
     print(f"[{name}] exit {code} after {wall:.0f} s", flush=True)
     return record
 

@@ -1,3 +1,4 @@
+#!/usr/bin/env python
 # run_bert.py — fine-tune a BERT-style sentence encoder: SimCSE, alignment/uniformity, CARE, EquiBERT, pairs.
 #
 # Three uses, one script (the objective comes from the registry, `--method X --help` lists its flags):
@@ -8,8 +9,9 @@
 #                     its cross-entropy on --label_column (a labelled classification set);
 #   supervised pairs  --text_pair_column <column>: the second view is the paired sentence (a paraphrase,
 #                     an entailment hypothesis) instead of a dropout copy.
-# An STS evaluator on scored pairs (--sts_file, default the shipped demo pairs) runs at every evaluation:
-# with the defaults the checkpoint of best Spearman (`eval_sts_spearman`) is the one kept and saved.
+# An STS evaluator on scored pairs (--sts_file, default the shipped demo pairs; sentence-transformers'
+# EmbeddingSimilarityEvaluator) runs at every evaluation on at most --max_sts_pairs pairs (a seeded sample;
+# 0: all): with the defaults the checkpoint of best Spearman (`eval_sts_spearman`) is the one kept and saved.
 #
 # Data: --dataset is a Hub id or a local CSV / TSV / JSON / JSONL / parquet file (columns --text_column,
 # --text_pair_column, --label_column); default: the 240 template sentences shipped with hf_contrast (a demo,
@@ -19,16 +21,22 @@
 #   python examples/run_bert.py --model sentence-transformers/all-MiniLM-L6-v2        (from the Hub)
 #   python examples/run_bert.py --model /path/to/local/model   (offline: a save_pretrained / sentence-transformers dir)
 #   accelerate launch --multi_gpu --num_processes 4 examples/run_bert.py --method care --gather_distributed
-# Writes to --output_dir (default outputs/bert-<method>): the encoder with its tokenizer and model card
-# (trainer.save_model), results.json, embeddings.png, augmentation_cosines.png, loss_curves.png, eval_curves.png.
+# Resuming: a checkpoint in --output_dir is picked up; --overwrite_output_dir starts from scratch instead.
+# Writes to --output_dir (default outputs/bert-<method>): the encoder with its tokenizer and model card,
+# train_results.json, eval_results.json, all_results.json, trainer_state.json, embeddings.png,
+# augmentation_cosines.png, loss_curves.png, eval_curves.png.
 from __future__ import annotations
 
+import logging
+import os
+import sys
 from dataclasses import dataclass, field
 
+import datasets
 import torch
+import transformers
+from transformers.trainer_utils import get_last_checkpoint, set_seed
 
-from _common import augmented_embeddings, class_names, final_evaluation, parse_args, save_plots, write_results
-from hf_contrast.views import ChunkedTextAugmentation
 from hf_contrast.data import SENTENCE_PAIRS_PATH, load_sts_pairs, load_text_dataset
 from hf_contrast.evaluation import (
     EquivarianceEvaluator,
@@ -40,14 +48,21 @@ from hf_contrast.evaluation import (
 )
 from hf_contrast.models import ContrastiveEncoder, HubUnavailableError
 from hf_contrast.objectives import get_objective
-from hf_contrast.training import ContrastiveTrainer
+from hf_contrast.plots import save_training_plots
+from hf_contrast.training import ContrastiveTrainer, ContrastiveTrainingArguments, parse_args_with_objective
+from hf_contrast.views import ChunkedTextAugmentation
 
+logger = transformers.utils.logging.get_logger(__name__)
+
+# Defaults chosen so that a bare run finishes in a few minutes on a 2-core CPU; every flag overrides them.
 DEFAULTS = {
     "output_dir": "outputs/bert-{method}",
     "max_steps": 60,
     "per_device_train_batch_size": 32,
     "per_device_eval_batch_size": 64,
     "learning_rate": 3e-5,
+    "lr_scheduler_type": "cosine",
+    "warmup_steps": 0.05,  # a float < 1 is a fraction of the total steps
     "temperature": 0.05,  # SimCSE's; also CARE's InfoNCE and align_uniform's SimCSE term on sentences
     "n_splits": 4,  # CARE: chunks of 8 sentences share a token edit
     "text_column": "sentence1",  # the shipped demo sentences
@@ -59,6 +74,13 @@ DEFAULTS = {
     "save_total_limit": 2,
     "load_best_model_at_end": True,
     "metric_for_best_model": "eval_sts_spearman",
+    "logging_steps": 10,
+    "report_to": "none",  # no tracker unless asked (`--report_to tensorboard`)
+    "dataloader_num_workers": 0,
+    "dataloader_pin_memory": torch.accelerator.is_available(),  # pinned memory only helps copies to a GPU
+    # Without a GPU: CPU training, and `accelerate launch --num_processes N` runs N CPU processes (gloo DDP).
+    "use_cpu": not torch.accelerator.is_available(),
+    "seed": 0,
 }
 
 
@@ -75,16 +97,67 @@ class ScriptArguments:
     projection_dim: int = field(default=128, metadata={"help": "Output size of the projection head."})
     task_head: bool = field(default=False, metadata={"help": "EquiBERT: a classifier on --label_column whose cross-entropy joins the loss."})
     dataset: str | None = field(default=None, metadata={"help": "Hub id or local CSV/TSV/JSON/JSONL/parquet; default: the shipped sentences."})
+    dataset_name: str | None = field(default=None, metadata={"help": "Name of the data in the model card (default: the file name or Hub id)."})
     eval_fraction: float = field(default=0.1, metadata={"help": "Held-out fraction when --dataset has no validation/test split."})
     max_train_samples: int | None = field(default=None, metadata={"help": "Train on a seeded subset of this many rows."})
-    max_eval_samples: int | None = field(default=None, metadata={"help": "Evaluate on a seeded subset of this many rows."})
+    max_eval_samples: int | None = field(default=None, metadata={"help": "Evaluate on a seeded subset of this many held-out rows."})
     sts_file: str | None = field(default=None, metadata={"help": "Scored pairs (Hub id or local file); default: the shipped pairs."})
     sts_split: str = field(default="train", metadata={"help": "Split of --sts_file (a local file is 'train')."})
     sts_sentence1_column: str = field(default="sentence1", metadata={"help": "First sentence column of --sts_file."})
     sts_sentence2_column: str = field(default="sentence2", metadata={"help": "Second sentence column of --sts_file."})
     sts_score_column: str = field(default="score", metadata={"help": "Gold score column of --sts_file."})
+    max_sts_pairs: int = field(
+        default=1000,
+        metadata={"help": "Score STS on a seeded sample of at most this many pairs at every evaluation (0: all pairs)."},
+    )
     num_augmentations: int = field(default=8, metadata={"help": "Sampled token edits for the Wahba error / cosine histogram."})
     projection_plot: str = field(default="pca", metadata={"help": "2-D projection of the test embeddings: pca or tsne."})
+    overwrite_output_dir: bool = field(
+        default=False, metadata={"help": "Train from scratch even if --output_dir holds a checkpoint or an earlier run."}
+    )
+
+
+def setup_logging(training_args: ContrastiveTrainingArguments) -> None:
+    """The script's, transformers' and hf_contrast's messages at `--log_level` (info by default) on the main
+    process, `--log_level_replica` (warning) on the others; datasets' at warning or above."""
+    logging.basicConfig(
+        format="%(asctime)s - %(levelname)s - %(name)s - %(message)s",
+        datefmt="%m/%d/%Y %H:%M:%S",
+        handlers=[logging.StreamHandler(sys.stdout)],
+    )
+    if training_args.should_log:  # the default `--log_level passive` means info here, as in transformers' examples
+        transformers.utils.logging.set_verbosity_info()
+    log_level = training_args.get_process_log_level()
+    for name in (__name__, "hf_contrast"):
+        logging.getLogger(name).setLevel(log_level)
+    datasets.utils.logging.set_verbosity(max(log_level, logging.WARNING))  # its info lines are about its cache
+    transformers.utils.logging.set_verbosity(log_level)
+    transformers.utils.logging.enable_default_handler()
+    transformers.utils.logging.enable_explicit_format()
+
+
+def detect_last_checkpoint(training_args: ContrastiveTrainingArguments, overwrite_output_dir: bool) -> str | None:
+    """The newest checkpoint in `output_dir` to resume from (None: start from scratch).
+
+    Raises:
+        ValueError: if `output_dir` holds files but no checkpoint and `--overwrite_output_dir` is not given
+            (nothing of an earlier run is overwritten unasked).
+    """
+    output_dir = training_args.output_dir
+    if not os.path.isdir(output_dir) or overwrite_output_dir:
+        return None
+    last_checkpoint = get_last_checkpoint(output_dir)
+    if last_checkpoint is None and os.listdir(output_dir):
+        raise ValueError(
+            f"Output directory ({output_dir}) already exists and is not empty. Use --overwrite_output_dir to train "
+            "from scratch into it, or pick another --output_dir."
+        )
+    if last_checkpoint is not None and training_args.resume_from_checkpoint is None:
+        logger.info(
+            f"Checkpoint detected, resuming training at {last_checkpoint}. To avoid this behavior, change the "
+            "`--output_dir` or add `--overwrite_output_dir` to train from scratch."
+        )
+    return last_checkpoint
 
 
 def load_encoder(script: ScriptArguments, num_labels: int) -> ContrastiveEncoder:
@@ -103,112 +176,159 @@ def load_encoder(script: ScriptArguments, num_labels: int) -> ContrastiveEncoder
         ) from error
 
 
-def main() -> None:
-    script, args, config = parse_args(ScriptArguments, DEFAULTS, method="simclr")
-    # ---- data: training sentences (+ pairs, + labels), a held-out split, scored pairs for STS ----
-    source = script.dataset or SENTENCE_PAIRS_PATH
-    columns = dict(split=None, text_column=args.text_column, text_pair_column=args.text_pair_column)
-    try:  # with labels when the data has them (probes; the task head needs them)
-        data = load_text_dataset(source, label_column=args.label_column, **columns)
-    except ValueError as error:
-        if script.task_head or f"`label_column`={args.label_column!r} is not a column" not in str(error):
-            raise
-        data = load_text_dataset(source, **columns)
-    # the loader names the columns `text`, `text_pair`, `label` (hf_contrast.data.columns): the trainer reads those
-    pair_source = args.text_pair_column
-    args.text_column, args.label_column = "text", "label"
-    if args.text_pair_column is not None:
-        args.text_pair_column = "text_pair"
-    train = data["train"]
-    held_out = next((data[s] for s in ("validation", "test") if s in data), None)
-    if held_out is None:  # seeded split (stratified when labelled)
-        n = len(train)
-        labels = list(train[args.label_column]) if args.label_column in train.column_names else [0] * n
-        train_rows, test_rows = balanced_split(labels, script.eval_fraction, args.seed)
-        train, held_out = train.select(train_rows.tolist()), train.select(test_rows.tolist())
-    for name, limit in (("train", script.max_train_samples), ("held_out", script.max_eval_samples)):
-        part = train if name == "train" else held_out
-        if limit is not None and limit < len(part):
-            part = part.shuffle(seed=args.seed).select(range(limit))
-            train, held_out = (part, held_out) if name == "train" else (train, part)
-    has_labels = args.label_column in train.column_names
-    names = class_names(train, args.label_column) if has_labels else None
+def load_sts(script: ScriptArguments, seed: int) -> datasets.Dataset:
+    """The scored pairs of the STS evaluation, a seeded sample of at most ``--max_sts_pairs``."""
+    if script.max_sts_pairs < 0:
+        raise ValueError(f"--max_sts_pairs must be >= 0 (0: all pairs), got {script.max_sts_pairs}.")
     if script.sts_file is None:
-        sts_pairs = load_sts_pairs(SENTENCE_PAIRS_PATH).train_test_split(test_size=0.25, seed=args.seed)["test"]
+        pairs = load_sts_pairs(SENTENCE_PAIRS_PATH).train_test_split(test_size=0.25, seed=seed)["test"]
     else:
-        sts_pairs = load_sts_pairs(
+        pairs = load_sts_pairs(
             script.sts_file, script.sts_sentence1_column, script.sts_sentence2_column, script.sts_score_column,
             split=script.sts_split,
-        )
+        )  # fmt: skip
+    total = len(pairs)
+    if 0 < script.max_sts_pairs < total:
+        pairs = pairs.shuffle(seed=seed).select(range(script.max_sts_pairs))
+        logger.info(f"STS on {len(pairs):,} of {total:,} pairs (a seeded sample: --max_sts_pairs {script.max_sts_pairs}; 0 for all).")
+    else:
+        logger.info(f"STS on all {total:,} pairs.")
+    return pairs
 
-    torch.manual_seed(args.seed)
+
+def main() -> None:
+    script, training_args, config = parse_args_with_objective(
+        (ScriptArguments, ContrastiveTrainingArguments), method="simclr", defaults=DEFAULTS
+    )
+    if training_args.output_dir == DEFAULTS["output_dir"]:
+        training_args.output_dir = DEFAULTS["output_dir"].format(method=script.method)
+    setup_logging(training_args)
+    last_checkpoint = detect_last_checkpoint(training_args, script.overwrite_output_dir)
+    set_seed(training_args.seed)
+
+    # ---- data: training sentences (+ pairs, + labels), a held-out split, scored pairs for STS ----
+    source = script.dataset or SENTENCE_PAIRS_PATH
+    columns = dict(split=None, text_column=training_args.text_column, text_pair_column=training_args.text_pair_column)
+    try:  # with labels when the data has them (probes; the task head needs them)
+        data = load_text_dataset(source, label_column=training_args.label_column, **columns)
+    except ValueError as error:
+        if script.task_head or f"`label_column`={training_args.label_column!r} is not a column" not in str(error):
+            raise
+        data = load_text_dataset(source, **columns)
+    # the loader renames the chosen columns to `text`, `text_pair`, `label` (hf_contrast.data.columns)
+    pair_source = training_args.text_pair_column
+    training_args.text_column, training_args.label_column = "text", "label"
+    if training_args.text_pair_column is not None:
+        training_args.text_pair_column = "text_pair"
+    train_dataset = data["train"]
+    eval_dataset = next((data[s] for s in ("validation", "test") if s in data), None)
+    if eval_dataset is None:  # seeded split (stratified when labelled)
+        n = len(train_dataset)
+        labels = list(train_dataset[training_args.label_column]) if training_args.label_column in train_dataset.column_names else [0] * n
+        train_rows, test_rows = balanced_split(labels, script.eval_fraction, training_args.seed)
+        train_dataset, eval_dataset = train_dataset.select(train_rows.tolist()), train_dataset.select(test_rows.tolist())
+    if script.max_train_samples is not None and script.max_train_samples < len(train_dataset):
+        train_dataset = train_dataset.shuffle(seed=training_args.seed).select(range(script.max_train_samples))
+    if script.max_eval_samples is not None and script.max_eval_samples < len(eval_dataset):
+        eval_dataset = eval_dataset.shuffle(seed=training_args.seed).select(range(script.max_eval_samples))
+    has_labels = training_args.label_column in train_dataset.column_names
+    label_feature = train_dataset.features.get(training_args.label_column) if has_labels else None
+    class_names = list(label_feature.names) if hasattr(label_feature, "names") else None
+    sts_pairs = load_sts(script, training_args.seed)
+
+    # ---- model, evaluators, trainer ----
     num_labels = 0
     if script.task_head:  # EquiBERT: one logit per class of the label column
-        feature = train.features[args.label_column]
-        num_labels = feature.num_classes if hasattr(feature, "num_classes") else max(train[args.label_column]) + 1
+        num_labels = label_feature.num_classes if hasattr(label_feature, "num_classes") else max(train_dataset[training_args.label_column]) + 1
     encoder = load_encoder(script, num_labels)
-    sts = STSEvaluator.from_dataset(sts_pairs, batch_size=args.per_device_eval_batch_size, max_length=args.max_length)
-    encode = dict(input_column=args.text_column, label_column=args.label_column if has_labels else None,
-                  batch_size=args.per_device_eval_batch_size, max_length=args.max_length)  # fmt: skip
+    sts = STSEvaluator.from_dataset(sts_pairs, batch_size=training_args.per_device_eval_batch_size, max_length=training_args.max_length)
+    encode = dict(
+        input_column=training_args.text_column, label_column=training_args.label_column if has_labels else None,
+        batch_size=training_args.per_device_eval_batch_size, max_length=training_args.max_length,
+    )  # fmt: skip
     evaluator = sts
     if has_labels:  # + linear probe and kNN fitted on the training sentences, scored on the held-out ones
         probe = ProbeEvaluator(
-            train, held_out, knn_k=min(args.knn_k, len(train)), knn_temperature=args.knn_temperature, seed=args.seed,
-            progress=False, **encode,
-        )
+            train_dataset, eval_dataset, knn_k=min(training_args.knn_k, len(train_dataset)),
+            knn_temperature=training_args.knn_temperature, seed=training_args.seed, progress=False, **encode,
+        )  # fmt: skip
         evaluator = SequentialEvaluator([sts, probe])  # the primary metric (checkpoint selection): STS
     trainer = ContrastiveTrainer(
-        model=encoder,
-        args=args,
-        objective=get_objective(script.method)(config),
-        train_dataset=train,
-        eval_dataset=held_out,
-        evaluator=evaluator,
+        model=encoder, args=training_args, objective=get_objective(script.method)(config),
+        train_dataset=train_dataset, eval_dataset=eval_dataset, evaluator=evaluator,
+    )  # fmt: skip
+    spearman_before = sts(encoder)["sts_spearman"]
+    pairs = f" paired with `{pair_source}`" if pair_source else ""
+    logger.info(
+        f"Fine-tuning {script.model} with {script.method}{' + task head' if script.task_head else ''} on "
+        f"{len(train_dataset)} sentences{pairs} ({training_args.max_steps} steps of "
+        f"{training_args.per_device_train_batch_size}); STS Spearman on {len(sts_pairs):,} pairs before training: "
+        f"{spearman_before:.4f}"
     )
-    spearman_before = sts(encoder)["sts_spearman"] if trainer.is_world_process_zero() else float("nan")
-    if trainer.is_world_process_zero():
-        pairs = f" paired with `{pair_source}`" if pair_source else ""
-        print(
-            f"Fine-tuning {script.model} with {script.method}{' + task head' if script.task_head else ''} on "
-            f"{len(train)} sentences{pairs} ({args.max_steps} steps of {args.per_device_train_batch_size}); STS Spearman "
-            f"on {len(sts_pairs)} pairs before training: {spearman_before:.4f}"
-        )
-    trainer.train()  # with load_best_model_at_end the best `eval_sts_spearman` checkpoint is reloaded
-    results = final_evaluation(trainer)  # the trainer's evaluation (STS, probes, alignment, …) of the final encoder
-    trainer.save_model()  # encoder + tokenizer + model card, on the main process
 
-    if not trainer.is_world_process_zero():  # the main process evaluates and writes
-        return
-    encoder = trainer.accelerator.unwrap_model(trainer.model)
-    test_z, test_y = encode_dataset(encoder, held_out, **encode)  # for the picture
-    # Equivariance under token edits: each sampled edit (delete / insert / mask at one relative position) hits every sentence.
-    sentences = list(held_out[args.text_column][:256])
-    batch = dict(encoder.tokenizer(sentences, padding=True, truncation=True, max_length=args.max_length, return_tensors="pt"))
-    edit = ChunkedTextAugmentation.from_tokenizer(encoder.tokenizer, 1)
+    # ---- training: with load_best_model_at_end the best `eval_sts_spearman` checkpoint is reloaded ----
+    checkpoint = training_args.resume_from_checkpoint
+    if checkpoint is None and last_checkpoint is not None:
+        checkpoint = True  # the newest *complete* checkpoint (hf_contrast checks it, and falls back with a warning)
+    train_result = trainer.train(resume_from_checkpoint=checkpoint)
+    trainer.save_model()  # the encoder, its tokenizer and model card
+    metrics = train_result.metrics
+    metrics["train_samples"] = len(train_dataset)
+    trainer.log_metrics("train", metrics)
+    trainer.save_metrics("train", metrics)
+    trainer.save_state()
+
+    # ---- evaluation of the kept encoder (STS, probes, alignment, …) and its equivariance under token edits ----
+    metrics = trainer.evaluate()
+    metrics["eval_samples"] = len(eval_dataset)
+    metrics["eval_sts_pairs"] = len(sts_pairs)
+    metrics["eval_sts_spearman_before_training"] = spearman_before
+    metrics["eval_best_step"] = trainer.state.best_global_step
+    model = trainer.accelerator.unwrap_model(trainer.model)
+    # Each sampled edit (delete / insert / mask at one relative position) hits every sentence.
+    sentences = list(eval_dataset[training_args.text_column][:256])
+    batch = dict(model.tokenizer(sentences, padding=True, truncation=True, max_length=training_args.max_length, return_tensors="pt"))
+    edit = ChunkedTextAugmentation.from_tokenizer(model.tokenizer, 1)
     equivariance = EquivarianceEvaluator(
-        batch, lambda inputs: edit(inputs)[0], augment_key=None, num_augmentations=script.num_augmentations, seed=args.seed
+        batch, lambda inputs: edit(inputs)[0], augment_key=None, num_augmentations=script.num_augmentations, seed=training_args.seed
     )
-    spearman_after = results["sts_spearman"]
-    if spearman_after < spearman_before:
-        print(
-            f"WARNING: the fine-tuned model's STS Spearman ({spearman_after:.4f}) is below the starting model's "
+    metrics.update({f"eval_{key}": value for key, value in equivariance(model).items()})
+    trainer.log_metrics("eval", metrics)
+    trainer.save_metrics("eval", metrics)
+    if metrics["eval_sts_spearman"] < spearman_before:
+        logger.warning(
+            f"The fine-tuned model's STS Spearman ({metrics['eval_sts_spearman']:.4f}) is below the starting model's "
             f"({spearman_before:.4f}): {script.method} did not help on these pairs; keep using {script.model} or try "
             "supervised pairs (`--text_pair_column`), a lower learning rate or fewer steps."
         )
-    results |= {
-        "sts_spearman_before_training": spearman_before,
-        **equivariance(encoder),
-        "train_steps": trainer.state.global_step,
-        "best_step": trainer.state.best_global_step,
-    }
-    write_results(args.output_dir, script.method, {k: v for k, v in results.items() if v is not None})
-    f, f_a = augmented_embeddings(encoder, equivariance)
-    save_plots(
-        args.output_dir, script.method, trainer.state.log_history, z=test_z, labels=test_y, names=names, f=f, f_a=f_a,
-        projection=script.projection_plot, seed=args.seed,
-    )
-    if args.push_to_hub:
-        print(f"Pushed to the Hub: {trainer.push_to_hub()}")
+
+    if trainer.is_world_process_zero():  # the pictures
+        test_z, test_y = encode_dataset(model, eval_dataset, progress=False, **encode)
+        model.eval()
+        with torch.no_grad():
+            f, f_a = equivariance.embeddings(model)
+        save_training_plots(
+            training_args.output_dir, script.method, log_history=trainer.state.log_history, z=test_z, labels=test_y,
+            class_names=class_names, f=f, f_a=f_a, projection=script.projection_plot, seed=training_args.seed,
+        )  # fmt: skip
+
+    # ---- model card and the Hub ----
+    kwargs = {"tags": [script.method], "dataset": script.dataset_name or _data_name(script.dataset)}
+    if script.dataset and not os.path.exists(script.dataset):
+        kwargs["dataset_tags"] = script.dataset
+    if not os.path.isdir(script.model):
+        kwargs["finetuned_from"] = script.model
+    if training_args.push_to_hub:
+        trainer.push_to_hub(**kwargs)
+    else:
+        trainer.create_model_card(**kwargs)
+
+
+def _data_name(dataset: str | None) -> str:
+    """A Hub id, the name of a local file, or the shipped sentences."""
+    if not dataset:
+        return "hf_contrast sentence pairs (demo)"
+    return os.path.basename(os.path.normpath(dataset)) if os.path.exists(dataset) else dataset
 
 
 if __name__ == "__main__":

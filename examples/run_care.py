@@ -1,3 +1,4 @@
+#!/usr/bin/env python
 # run_care.py — train an image encoder from scratch with CARE, SimCLR or any registered objective.
 #
 # CARE (Contrastive Augmentation-induced Rotational Equivariance, https://arxiv.org/abs/2306.13924)
@@ -16,22 +17,33 @@
 # Variants: --method simclr | care_moco | spectral | vicreg | binary_nce | … (any registered objective;
 #           `--method X --help` lists X's hyperparameter flags); --model <timm name> [--pretrained];
 #           --dataset <image folder or Hub id>; every TrainingArguments flag (--max_steps, --push_to_hub…).
-# Writes to --output_dir (default outputs/<method>): the encoder and its model card (trainer.save_model),
-# results.json, embeddings.png, augmentation_cosines.png, loss_curves.png, eval_curves.png.
+# Resuming: a checkpoint in --output_dir is picked up (checkpoints every --save_steps); --overwrite_output_dir
+# starts from scratch instead.
+# Writes to --output_dir (default outputs/<method>): the encoder and its model card, train_results.json,
+# eval_results.json, all_results.json, trainer_state.json, embeddings.png, augmentation_cosines.png,
+# loss_curves.png, eval_curves.png.
 from __future__ import annotations
 
+import logging
 import os
+import sys
 from dataclasses import dataclass, field
 
+import datasets
 import torch
+import transformers
+from transformers.trainer_utils import get_last_checkpoint, set_seed
 
-from _common import augmented_embeddings, class_names, final_evaluation, load_images, parse_args, save_plots, write_results
+from hf_contrast.data import load_image_splits
 from hf_contrast.evaluation import EquivarianceEvaluator, ProbeEvaluator, SequentialEvaluator, balanced_subset, encode_dataset
 from hf_contrast.models import ContrastiveEncoder, HubUnavailableError
 from hf_contrast.objectives import get_objective
-from hf_contrast.training import ContrastiveTrainer
+from hf_contrast.plots import save_training_plots
+from hf_contrast.training import ContrastiveTrainer, ContrastiveTrainingArguments, parse_args_with_objective
 
-# Defaults chosen so that a bare run finishes in a few minutes on a 2-core CPU (see README).
+logger = transformers.utils.logging.get_logger(__name__)
+
+# Defaults chosen so that a bare run finishes in a few minutes on a 2-core CPU; every flag overrides them.
 DEFAULTS = {
     "output_dir": "outputs/{method}",
     "max_steps": 150,
@@ -39,11 +51,23 @@ DEFAULTS = {
     "per_device_eval_batch_size": 256,
     "learning_rate": 2e-3,
     "weight_decay": 1e-4,
+    "lr_scheduler_type": "cosine",
+    "warmup_steps": 0.05,  # a float < 1 is a fraction of the total steps
     "image_size": 32,
     "n_splits": 8,  # CARE: chunks of m = 16 images share one augmentation pair
     "moco_queue_size": 1024,  # CARE-MoCo: the digits have 1,437 training images
     "eval_strategy": "steps",
     "eval_steps": 50,
+    "save_strategy": "steps",
+    "save_steps": 50,
+    "save_total_limit": 1,
+    "logging_steps": 10,
+    "report_to": "none",  # no tracker unless asked (`--report_to tensorboard`)
+    "dataloader_num_workers": 0,
+    "dataloader_pin_memory": torch.accelerator.is_available(),  # pinned memory only helps copies to a GPU
+    # Without a GPU: CPU training, and `accelerate launch --num_processes N` runs N CPU processes (gloo DDP).
+    "use_cpu": not torch.accelerator.is_available(),
+    "seed": 0,
 }
 
 
@@ -56,80 +80,192 @@ class ScriptArguments:
     pretrained: bool = field(default=False, metadata={"help": "Start from timm's pretrained weights (needs the Hub)."})
     projection_dim: int = field(default=128, metadata={"help": "Output size of the projection head."})
     dataset: str | None = field(default=None, metadata={"help": "Image folder or Hub dataset id; default: the embedded digits."})
+    dataset_name: str | None = field(default=None, metadata={"help": "Name of the data in the model card (default: the folder name or Hub id)."})
     max_train_samples: int | None = field(default=None, metadata={"help": "Train on a class-balanced subset of this many rows."})
     max_eval_samples: int | None = field(default=None, metadata={"help": "Evaluate on a class-balanced subset of this many rows."})
     num_probe_images: int = field(default=256, metadata={"help": "Test images (class-balanced) for the Wahba error / γ_f."})
     num_augmentations: int = field(default=8, metadata={"help": "Sampled augmentations for the Wahba error / γ_f."})
     projection_plot: str = field(default="tsne", metadata={"help": "2-D projection of the test embeddings: pca or tsne."})
     max_plot_samples: int = field(default=2000, metadata={"help": "Test embeddings (class-balanced) in embeddings.png."})
+    overwrite_output_dir: bool = field(
+        default=False, metadata={"help": "Train from scratch even if --output_dir holds a checkpoint or an earlier run."}
+    )
+
+
+def setup_logging(training_args: ContrastiveTrainingArguments) -> None:
+    """The script's, transformers' and hf_contrast's messages at `--log_level` (info by default) on the main
+    process, `--log_level_replica` (warning) on the others; datasets' at warning or above."""
+    logging.basicConfig(
+        format="%(asctime)s - %(levelname)s - %(name)s - %(message)s",
+        datefmt="%m/%d/%Y %H:%M:%S",
+        handlers=[logging.StreamHandler(sys.stdout)],
+    )
+    if training_args.should_log:  # the default `--log_level passive` means info here, as in transformers' examples
+        transformers.utils.logging.set_verbosity_info()
+    log_level = training_args.get_process_log_level()
+    for name in (__name__, "hf_contrast"):
+        logging.getLogger(name).setLevel(log_level)
+    datasets.utils.logging.set_verbosity(max(log_level, logging.WARNING))  # its info lines are about its cache
+    transformers.utils.logging.set_verbosity(log_level)
+    transformers.utils.logging.enable_default_handler()
+    transformers.utils.logging.enable_explicit_format()
+
+
+def detect_last_checkpoint(training_args: ContrastiveTrainingArguments, overwrite_output_dir: bool) -> str | None:
+    """The newest checkpoint in `output_dir` to resume from (None: start from scratch).
+
+    Raises:
+        ValueError: if `output_dir` holds files but no checkpoint and `--overwrite_output_dir` is not given
+            (nothing of an earlier run is overwritten unasked).
+    """
+    output_dir = training_args.output_dir
+    if not os.path.isdir(output_dir) or overwrite_output_dir:
+        return None
+    last_checkpoint = get_last_checkpoint(output_dir)
+    if last_checkpoint is None and os.listdir(output_dir):
+        raise ValueError(
+            f"Output directory ({output_dir}) already exists and is not empty. Use --overwrite_output_dir to train "
+            "from scratch into it, or pick another --output_dir."
+        )
+    if last_checkpoint is not None and training_args.resume_from_checkpoint is None:
+        logger.info(
+            f"Checkpoint detected, resuming training at {last_checkpoint}. To avoid this behavior, change the "
+            "`--output_dir` or add `--overwrite_output_dir` to train from scratch."
+        )
+    return last_checkpoint
+
+
+def skipped_images(trainer: ContrastiveTrainer, collator: object) -> int:
+    """Bad images `collator` left out (`--on_bad_image skip`), summed over the processes."""
+    count = torch.tensor(getattr(collator, "skipped_images", 0), device=trainer.args.device)
+    return int(trainer.accelerator.reduce(count, reduction="sum"))
 
 
 def main() -> None:
-    script, args, config = parse_args(ScriptArguments, DEFAULTS, method="care")
+    script, training_args, config = parse_args_with_objective(
+        (ScriptArguments, ContrastiveTrainingArguments), method="care", defaults=DEFAULTS
+    )
+    if training_args.output_dir == DEFAULTS["output_dir"]:
+        training_args.output_dir = DEFAULTS["output_dir"].format(method=script.method)
+    setup_logging(training_args)
+    last_checkpoint = detect_last_checkpoint(training_args, script.overwrite_output_dir)
     # One CPU process: use every core (torch's default is the physical cores; `accelerate launch` sets 1).
-    if args.world_size == 1 and args.device.type == "cpu" and ("OMP_NUM_THREADS" not in os.environ or "ACCELERATE_MIXED_PRECISION" in os.environ):
+    if training_args.world_size == 1 and training_args.device.type == "cpu" and (
+        "OMP_NUM_THREADS" not in os.environ or "ACCELERATE_MIXED_PRECISION" in os.environ
+    ):
         cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
         torch.set_num_threads(cores or 1)
+    set_seed(training_args.seed)
 
-    data = load_images(script.dataset, args, script.max_train_samples, script.max_eval_samples)
-    names = class_names(data["train"], args.label_column)
-    torch.manual_seed(args.seed)  # the same initial weights for every method
+    # ---- data: images stay undecoded until the collators and evaluators, which name (or skip) a bad file ----
+    try:
+        data = load_image_splits(
+            script.dataset, image_column=training_args.image_column, label_column=training_args.label_column,
+            image_size=training_args.image_size or 32, max_train_samples=script.max_train_samples,
+            max_eval_samples=script.max_eval_samples, seed=training_args.seed,
+        )  # fmt: skip
+    except (ConnectionError, OSError) as error:  # offline / unknown Hub id: say what to pass instead
+        raise SystemExit(
+            f"Could not load the dataset `{script.dataset}` ({type(error).__name__}: {error}).\nOffline, pass a local "
+            "image folder instead (`--dataset path/to/folder`, one sub-folder per class), or drop `--dataset` "
+            "to use the embedded scikit-learn digits."
+        ) from error
+    train_dataset, eval_dataset = data["train"], data["test"]
+    training_args.image_column, training_args.label_column = "image", "label"  # the loader renames the chosen columns
+    label_feature = train_dataset.features.get(training_args.label_column)
+    class_names = list(label_feature.names) if hasattr(label_feature, "names") else None
+
+    # ---- model, evaluators, trainer ----
     try:
         encoder = ContrastiveEncoder.from_backbone(script.model, pretrained=script.pretrained, projection_dim=script.projection_dim)
     except HubUnavailableError as error:
         raise SystemExit(f"{error}\nOr drop `--pretrained` to train `{script.model}` from scratch.") from error
-    if args.image_size is not None:
-        encoder.set_image_size(args.image_size)  # what the saved data config (and timm's pretrained_cfg) says
-
-    # At every evaluation: linear probe and kNN fitted on the train split's frozen embeddings, scored on the test
-    # split; the Wahba error / γ_f of a fixed class-balanced test batch under sampled augmentations.
-    encode = dict(input_column=args.image_column, label_column=args.label_column, batch_size=args.per_device_eval_batch_size)
+    if training_args.image_size is not None:
+        encoder.set_image_size(training_args.image_size)  # the evaluators' views take the training size
+    encode = dict(
+        input_column=training_args.image_column, label_column=training_args.label_column,
+        batch_size=training_args.per_device_eval_batch_size, on_bad_image=training_args.on_bad_image,
+    )  # fmt: skip
     probe = ProbeEvaluator(
-        data["train"], data["test"], knn_k=args.knn_k, knn_temperature=args.knn_temperature, seed=args.seed, progress=False,
-        **encode,
-    )
+        train_dataset, eval_dataset, knn_k=training_args.knn_k, knn_temperature=training_args.knn_temperature,
+        seed=training_args.seed, progress=False, **encode,
+    )  # fmt: skip
     equivariance = EquivarianceEvaluator.from_image_dataset(
-        data["test"], encoder.data_config, num_samples=min(script.num_probe_images, len(data["test"])),
-        image_column=args.image_column, label_column=args.label_column, seed=args.seed,
-        num_augmentations=script.num_augmentations,
-    )
+        eval_dataset, encoder.data_config, num_samples=min(script.num_probe_images, len(eval_dataset)),
+        image_column=training_args.image_column, label_column=training_args.label_column, seed=training_args.seed,
+        num_augmentations=script.num_augmentations, on_bad_image=training_args.on_bad_image,
+    )  # fmt: skip
     trainer = ContrastiveTrainer(
         model=encoder,
-        args=args,
+        args=training_args,
         objective=get_objective(script.method)(config),
-        train_dataset=data["train"],
-        eval_dataset=data["test"],
+        train_dataset=train_dataset,
+        eval_dataset=eval_dataset,
         evaluator=SequentialEvaluator([probe, equivariance]),
     )
-    if trainer.is_world_process_zero():
-        print(
-            f"Training {script.method} on {script.dataset or 'the embedded digits'} ({len(data['train'])} train / "
-            f"{len(data['test'])} test images, {encoder.data_config['input_size'][-1]}px) with {script.model} "
-            f"({'pretrained' if script.pretrained else 'from scratch'}): {args.max_steps} steps × "
-            f"{args.per_device_train_batch_size} images × {args.world_size} process(es), {torch.get_num_threads()} "
-            f"thread(s) per process."
-        )
-    trainer.train()
-    # ---- final evaluation of the trained encoder: the trainer's evaluation, as during training (every process) ----
-    results = final_evaluation(trainer)
-    trainer.save_model()  # encoder + model card (written by the library, with the final evaluation), on the main process
-    if not trainer.is_world_process_zero():
-        return
-    results |= {
-        "train_steps": trainer.state.global_step,
-        "train_runtime_seconds": round(next(e["train_runtime"] for e in trainer.state.log_history if "train_runtime" in e), 1),
-    }
-    write_results(args.output_dir, script.method, results)
-    encoder = trainer.accelerator.unwrap_model(trainer.model)
-    test_z, test_y = encode_dataset(encoder, data["test"], **encode)  # for the picture
-    shown = balanced_subset(test_y, min(script.max_plot_samples, len(test_y)), args.seed)
-    f, f_a = augmented_embeddings(encoder, equivariance)
-    save_plots(
-        args.output_dir, script.method, trainer.state.log_history, z=test_z[shown], labels=test_y[shown], names=names,
-        f=f, f_a=f_a, projection=script.projection_plot, seed=args.seed,
+    logger.info(
+        f"Training {script.method} on {script.dataset or 'the embedded digits'} ({len(train_dataset)} train / "
+        f"{len(eval_dataset)} test images, {encoder.data_config['input_size'][-1]}px) with {script.model} "
+        f"({'pretrained' if script.pretrained else 'from scratch'}): {training_args.max_steps} steps × "
+        f"{training_args.per_device_train_batch_size} images × {training_args.world_size} process(es), "
+        f"{torch.get_num_threads()} thread(s) per process."
     )
-    if args.push_to_hub:
-        print(f"Pushed to the Hub: {trainer.push_to_hub()}")
+
+    # ---- training ----
+    checkpoint = training_args.resume_from_checkpoint
+    if checkpoint is None and last_checkpoint is not None:
+        checkpoint = True  # the newest *complete* checkpoint (hf_contrast checks it, and falls back with a warning)
+    train_result = trainer.train(resume_from_checkpoint=checkpoint)
+    trainer.save_model()  # the encoder and its model card
+    metrics = train_result.metrics
+    metrics["train_samples"] = len(train_dataset)
+    skipped = skipped_images(trainer, trainer.data_collator)
+    if skipped:
+        metrics["train_skipped_images"] = skipped
+        logger.warning(f"{skipped} unreadable training image(s) were skipped (--on_bad_image skip); their files are named in the warnings above.")
+    trainer.log_metrics("train", metrics)
+    trainer.save_metrics("train", metrics)
+    trainer.save_state()
+
+    # ---- evaluation of the final encoder: the trainer's metrics, the probes and the equivariance ----
+    metrics = trainer.evaluate()
+    metrics["eval_samples"] = len(eval_dataset)
+    skipped = skipped_images(trainer, trainer.eval_data_collator)
+    if skipped:
+        metrics["eval_skipped_images"] = skipped
+    trainer.log_metrics("eval", metrics)
+    trainer.save_metrics("eval", metrics)
+
+    if trainer.is_world_process_zero():  # the pictures
+        model = trainer.accelerator.unwrap_model(trainer.model)
+        test_z, test_y = encode_dataset(model, eval_dataset, progress=False, **encode)
+        shown = balanced_subset(test_y, min(script.max_plot_samples, len(test_y)), training_args.seed)
+        model.eval()
+        with torch.no_grad():
+            f, f_a = equivariance.embeddings(model)
+        save_training_plots(
+            training_args.output_dir, script.method, log_history=trainer.state.log_history, z=test_z[shown],
+            labels=test_y[shown], class_names=class_names, f=f, f_a=f_a, projection=script.projection_plot,
+            seed=training_args.seed,
+        )  # fmt: skip
+
+    # ---- model card and the Hub ----
+    kwargs = {"tags": [script.method], "dataset": script.dataset_name or _data_name(script.dataset)}
+    if script.dataset and not os.path.isdir(script.dataset):
+        kwargs["dataset_tags"] = script.dataset
+    if script.pretrained and not os.path.isdir(script.model):
+        kwargs["finetuned_from"] = script.model
+    if training_args.push_to_hub:
+        trainer.push_to_hub(**kwargs)
+    else:
+        trainer.create_model_card(**kwargs)
+
+
+def _data_name(dataset: str | None) -> str:
+    """A Hub id, the name of a local folder, or the embedded digits."""
+    if not dataset:
+        return "scikit-learn digits"
+    return os.path.basename(os.path.normpath(dataset)) if os.path.isdir(dataset) else dataset
 
 
 if __name__ == "__main__":

@@ -1,3 +1,4 @@
+#!/usr/bin/env python
 # run_linear_probe.py — evaluate a trained encoder on frozen features: linear-probe and kNN accuracy.
 #
 # Loads a ContrastiveEncoder (the output folder of any run_*.py, or a Hub repository), encodes the train
@@ -11,22 +12,28 @@
 #
 # Launch:
 #   python examples/run_linear_probe.py                                  (probes outputs/care)
-#   python examples/run_linear_probe.py --model outputs/simclr
+#   python examples/run_linear_probe.py --model outputs/simclr --dataset ./my_images
 #   python examples/run_linear_probe.py --model user/my-care-resnet18   (from the Hub)
-# Writes results.json and embeddings.png to --output_dir (default <model dir>/linear_probe).
+# Writes eval_results.json and embeddings.png to --output_dir (default <model dir>/linear_probe).
 from __future__ import annotations
 
+import json
+import logging
 import os
+import sys
 from dataclasses import dataclass, field
-from types import SimpleNamespace
 
+import datasets
 import torch
+import transformers
 from transformers import HfArgumentParser
 
-from _common import class_names, load_images, save_plots, write_results
-from hf_contrast.data import SENTENCE_PAIRS_PATH, load_text_dataset
+from hf_contrast.data import SENTENCE_PAIRS_PATH, load_image_splits, load_text_dataset
 from hf_contrast.evaluation import ProbeEvaluator, balanced_split, balanced_subset, encode_dataset
 from hf_contrast.models import ContrastiveEncoder
+from hf_contrast.plots import save_training_plots
+
+logger = transformers.utils.logging.get_logger(__name__)
 
 
 @dataclass
@@ -43,12 +50,27 @@ class ProbeArguments:
     batch_size: int = field(default=256, metadata={"help": "Encoding batch size."})
     max_train_samples: int | None = field(default=None, metadata={"help": "Fit the probes on a class-balanced subset of this many rows."})
     max_eval_samples: int | None = field(default=None, metadata={"help": "Evaluate on a class-balanced subset of this many rows."})
+    on_bad_image: str = field(default="raise", metadata={"help": "An unreadable image: 'raise' (name the file) or 'skip' (leave it out, warn)."})
     seed: int = field(default=0, metadata={"help": "Seed of the train/test split of data without one, and of the subsets."})
-    output_dir: str | None = field(default=None, metadata={"help": "Where to write results.json (default <model>/linear_probe)."})
+    output_dir: str | None = field(default=None, metadata={"help": "Where to write eval_results.json (default <model>/linear_probe)."})
+
+
+def setup_logging() -> None:
+    """The script's and hf_contrast's messages at info level, transformers' and datasets' at warning level."""
+    logging.basicConfig(
+        format="%(asctime)s - %(levelname)s - %(name)s - %(message)s",
+        datefmt="%m/%d/%Y %H:%M:%S",
+        handlers=[logging.StreamHandler(sys.stdout)],
+    )
+    for name in (__name__, "hf_contrast"):
+        logging.getLogger(name).setLevel(logging.INFO)
+    datasets.utils.logging.set_verbosity_warning()
+    transformers.utils.logging.set_verbosity_warning()
 
 
 def main() -> None:
     (args,) = HfArgumentParser(ProbeArguments).parse_args_into_dataclasses()
+    setup_logging()
     if args.representation not in ("embeddings", "projections"):
         raise SystemExit(f"--representation must be 'embeddings' or 'projections', got {args.representation!r}.")
     try:
@@ -60,30 +82,53 @@ def main() -> None:
             "only work when the files are already in the local cache."
         ) from error
     encoder.to("cuda" if torch.cuda.is_available() else "cpu")
+    encode = dict(label_column="label", batch_size=args.batch_size, output=args.representation)  # the loaders' names
     if encoder.config.backbone_type == "text":
         data = load_text_dataset(args.dataset or SENTENCE_PAIRS_PATH, split=None, text_column=args.text_column,
                                  label_column=args.label_column)  # fmt: skip
+        args.text_column, args.label_column = "text", "label"  # the loader renames the chosen columns
         if "test" not in data:
-            train_rows, test_rows = balanced_split(list(data["train"]["label"]), 0.25, args.seed)
+            train_rows, test_rows = balanced_split(list(data["train"][args.label_column]), 0.25, args.seed)
             data = {"train": data["train"].select(train_rows.tolist()), "test": data["train"].select(test_rows.tolist())}
         for split, limit in (("train", args.max_train_samples), ("test", args.max_eval_samples)):
             if limit is not None and limit < len(data[split]):
-                data[split] = data[split].select(balanced_subset(list(data[split]["label"]), limit, args.seed).tolist())
-        column = "text"  # the loaders name the columns `text` / `image` and `label` (hf_contrast.data.columns)
+                data[split] = data[split].select(balanced_subset(list(data[split][args.label_column]), limit, args.seed).tolist())
+        encode["input_column"] = args.text_column
     else:
-        size = int(encoder.data_config["input_size"][-1])
-        data = load_images(args.dataset, SimpleNamespace(**vars(args), image_size=size), args.max_train_samples, args.max_eval_samples)
-        column = "image"
-    encode = dict(input_column=column, label_column="label", batch_size=args.batch_size, output=args.representation)
+        try:
+            data = load_image_splits(
+                args.dataset, image_column=args.image_column, label_column=args.label_column,
+                image_size=int(encoder.data_config["input_size"][-1]), max_train_samples=args.max_train_samples,
+                max_eval_samples=args.max_eval_samples, seed=args.seed,
+            )  # fmt: skip
+        except (ConnectionError, OSError) as error:
+            raise SystemExit(
+                f"Could not load the dataset `{args.dataset}` ({type(error).__name__}: {error}).\nOffline, pass a local "
+                "image folder instead (`--dataset path/to/folder`, one sub-folder per class), or drop `--dataset`."
+            ) from error
+        args.image_column, args.label_column = "image", "label"  # the loader renames the chosen columns
+        encode.update(input_column=args.image_column, on_bad_image=args.on_bad_image)
+    logger.info(f"Probing {args.model} ({args.representation}) on {len(data['train'])} train / {len(data['test'])} test rows.")
     probe = ProbeEvaluator(data["train"], data["test"], knn_k=min(args.knn_k, len(data["train"])), seed=args.seed, **encode)
-    results = {**probe(encoder), "num_train": len(data["train"]), "num_test": len(data["test"])}
-    test_z, test_y = encode_dataset(encoder, data["test"], **encode)  # for the picture
+    metrics = {**probe(encoder, on_error="raise"), "num_train": len(data["train"]), "num_test": len(data["test"])}
     output_dir = args.output_dir or (
         os.path.join(args.model, "linear_probe") if os.path.isdir(args.model) else "outputs/linear_probe"
     )
+    os.makedirs(output_dir, exist_ok=True)
+    path = os.path.join(output_dir, "eval_results.json")
+    with open(path, "w", encoding="utf-8") as handle:
+        json.dump(metrics, handle, indent=4, sort_keys=True)
+    width = max(len(key) for key in metrics)
+    logger.info(f"***** probe metrics (written to {path}) *****\n" + "\n".join(
+        f"  {key:<{width}} = {value:.4f}" if isinstance(value, float) else f"  {key:<{width}} = {value}" for key, value in metrics.items()
+    ))  # fmt: skip
+    test_z, test_y = encode_dataset(encoder, data["test"], **encode)  # for the picture
+    label_feature = data["train"].features.get(args.label_column)
     name = os.path.basename(os.path.normpath(args.model))
-    write_results(output_dir, f"{name} ({args.representation})", results)
-    save_plots(output_dir, name, z=test_z, labels=test_y, names=class_names(data["train"], "label"), seed=args.seed)
+    save_training_plots(
+        output_dir, name, z=test_z, labels=test_y, class_names=list(label_feature.names) if hasattr(label_feature, "names") else None,
+        seed=args.seed,
+    )  # fmt: skip
 
 
 if __name__ == "__main__":

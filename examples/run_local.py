@@ -1,39 +1,52 @@
+#!/usr/bin/env python
 # run_local.py — LOCAL: classify pairs of images (pre, post) by the kind of change between them.
 #
 # LOCAL (latent orthonormal contrastive learning for paired images, docs/methods.md §3a) passes both
 # images through one shared encoder and combines OCL on the normalised projection difference
 # z = n(e_pre − e_post), β·OCL on a latent correlation embedding of the backbone's stage maps, and
 # the class-weighted cross-entropy of a pair classifier, weighted by α (α decreases every epoch).
-# `--contrastive supcon` gives the paper's L-SCL baseline. With no arguments the pairs come from the
-# embedded digits: x_post is x_pre unchanged (noise only), with a patch erased, shifted, or replaced
-# by another digit, with skewed frequencies 50/25/15/10 %. Reports the trainer's evaluation of held-out
-# pairs (built from the test digits): the pair classifier's `accuracy` and `macro_f1` (LOCAL's metrics),
-# the embedding metrics of z, and per-class recall. (No frozen-feature probe: a pair is no single input.)
+# `--contrastive supcon` gives the paper's L-SCL baseline.
+#
+# Pairs: with no --dataset they are made from the embedded digits; `--dataset <class image folder or Hub
+# image set>` makes them from those images (hf_contrast.data.make_change_pairs): x_post is x_pre unchanged
+# (noise only), with a patch erased, shifted, or replaced by an image of another class, with skewed
+# frequencies 50/25/15/10 %; test pairs come from the held-out images. A dataset that already holds pairs
+# (columns --pre_column, --post_column and --label_column; a test split, else 20 % is held out) is used as is.
+# Reports the trainer's evaluation of the held-out pairs: the pair classifier's `accuracy` and `macro_f1`
+# (LOCAL's metrics), the embedding metrics of z, and per-class recall. (No frozen-feature probe: a pair is
+# no single input.)
 #
 # Launch:
-#   one CPU or GPU   python examples/run_local.py [--contrastive supcon]   (or: accelerate launch examples/run_local.py)
+#   one CPU or GPU   python examples/run_local.py [--contrastive supcon] [--dataset <image folder>]
 #   several GPUs     accelerate launch --multi_gpu --num_processes 4 examples/run_local.py --gather_distributed
-# Your own pairs: --dataset <Hub id or a folder `datasets.load_dataset` reads> with columns --pre_column,
-# --post_column and --label_column (and a test split, else 20 % is held out).
-# Writes to --output_dir (default outputs/local-<contrastive>): the encoder and its model card
-# (trainer.save_model), local_objective.pt (the pair classifier: it belongs to the objective, not the
-# encoder), results.json, embeddings.png (the pair representations z), loss_curves.png, eval_curves.png.
+# Resuming: a checkpoint in --output_dir is picked up; --overwrite_output_dir starts from scratch instead.
+# Writes to --output_dir (default outputs/local-<contrastive>): the encoder and its model card,
+# local_objective.pt (the pair classifier: it belongs to the objective, not the encoder), train_results.json,
+# eval_results.json, all_results.json, trainer_state.json, embeddings.png (the pair representations z),
+# loss_curves.png, eval_curves.png.
 from __future__ import annotations
 
+import logging
 import os
+import sys
 from collections import Counter
 from dataclasses import dataclass, field
 
+import datasets
 import torch
+import transformers
 from torch.utils.data import DataLoader
+from transformers.trainer_utils import get_last_checkpoint, set_seed
 
-from _common import final_evaluation, parse_args, save_plots, write_results
-from hf_contrast.data import load_digits_dataset, make_change_pairs
-from hf_contrast.evaluation import balanced_subset
+from hf_contrast.data import defer_image_decoding, load_image_splits, make_change_pairs
 from hf_contrast.models import ContrastiveEncoder, HubUnavailableError
 from hf_contrast.objectives import get_objective
-from hf_contrast.training import ContrastiveTrainer
+from hf_contrast.plots import save_training_plots
+from hf_contrast.training import ContrastiveTrainer, ContrastiveTrainingArguments, parse_args_with_objective
 
+logger = transformers.utils.logging.get_logger(__name__)
+
+# Defaults chosen so that a bare run finishes in a few minutes on a 2-core CPU; every flag overrides them.
 DEFAULTS = {
     "output_dir": "outputs/local-{contrastive}",
     "max_steps": 300,
@@ -41,9 +54,21 @@ DEFAULTS = {
     "per_device_eval_batch_size": 128,
     "learning_rate": 1e-3,
     "weight_decay": 1e-4,
+    "lr_scheduler_type": "cosine",
+    "warmup_steps": 0.05,  # a float < 1 is a fraction of the total steps
     "image_size": 32,
     "eval_strategy": "steps",
     "eval_steps": 100,
+    "save_strategy": "steps",
+    "save_steps": 100,
+    "save_total_limit": 1,
+    "logging_steps": 10,
+    "report_to": "none",  # no tracker unless asked (`--report_to tensorboard`)
+    "dataloader_num_workers": 0,
+    "dataloader_pin_memory": torch.accelerator.is_available(),  # pinned memory only helps copies to a GPU
+    # Without a GPU: CPU training, and `accelerate launch --num_processes N` runs N CPU processes (gloo DDP).
+    "use_cpu": not torch.accelerator.is_available(),
+    "seed": 0,
 }
 
 
@@ -55,84 +80,199 @@ class ScriptArguments:
     model: str = field(default="resnet18", metadata={"help": "Any timm model with stage feature maps."})
     pretrained: bool = field(default=False, metadata={"help": "Start from timm's pretrained weights (needs the Hub)."})
     projection_dim: int = field(default=128, metadata={"help": "Output size of the projection head."})
-    dataset: str | None = field(default=None, metadata={"help": "Paired data; default: change pairs of the digits."})
+    dataset: str | None = field(
+        default=None,
+        metadata={"help": "A class image folder / Hub image set (pairs are made from it) or a paired dataset; default: the digits."},
+    )
+    dataset_name: str | None = field(default=None, metadata={"help": "Name of the data in the model card (default: the folder name or Hub id)."})
     max_train_samples: int | None = field(default=None, metadata={"help": "Build pairs from this many training images."})
     max_eval_samples: int | None = field(default=None, metadata={"help": "Build test pairs from this many test images."})
     projection_plot: str = field(default="tsne", metadata={"help": "2-D projection of the pair representations: pca or tsne."})
+    overwrite_output_dir: bool = field(
+        default=False, metadata={"help": "Train from scratch even if --output_dir holds a checkpoint or an earlier run."}
+    )
 
 
-def load_pairs(script: ScriptArguments, seed: int, image_size: int, label: str):
-    """Train/test change pairs of the embedded digits, or a paired dataset from the Hub / disk."""
-    import datasets
+def setup_logging(training_args: ContrastiveTrainingArguments) -> None:
+    """The script's, transformers' and hf_contrast's messages at `--log_level` (info by default) on the main
+    process, `--log_level_replica` (warning) on the others; datasets' at warning or above."""
+    logging.basicConfig(
+        format="%(asctime)s - %(levelname)s - %(name)s - %(message)s",
+        datefmt="%m/%d/%Y %H:%M:%S",
+        handlers=[logging.StreamHandler(sys.stdout)],
+    )
+    if training_args.should_log:  # the default `--log_level passive` means info here, as in transformers' examples
+        transformers.utils.logging.set_verbosity_info()
+    log_level = training_args.get_process_log_level()
+    for name in (__name__, "hf_contrast"):
+        logging.getLogger(name).setLevel(log_level)
+    datasets.utils.logging.set_verbosity(max(log_level, logging.WARNING))  # its info lines are about its cache
+    transformers.utils.logging.set_verbosity(log_level)
+    transformers.utils.logging.enable_default_handler()
+    transformers.utils.logging.enable_explicit_format()
 
-    if script.dataset is None:
-        digits = load_digits_dataset(image_size=image_size, seed=seed)
-        for split, limit in (("train", script.max_train_samples), ("test", script.max_eval_samples)):
-            if limit is not None and limit < len(digits[split]):
-                digits[split] = digits[split].select(balanced_subset(list(digits[split]["label"]), limit, seed).tolist())
-        return make_change_pairs(digits["train"], seed=seed), make_change_pairs(digits["test"], seed=seed + 1)
-    try:
-        data = datasets.load_dataset(script.dataset)
-    except (ConnectionError, OSError, ValueError) as error:
-        raise SystemExit(
-            f"Could not load the paired dataset `{script.dataset}` ({type(error).__name__}: {error}). Offline, pass a "
-            "local folder `datasets.load_dataset` can read, or drop --dataset for the embedded change pairs."
-        ) from error
-    if "test" not in data:
-        data = data["train"].train_test_split(test_size=0.2, seed=seed, stratify_by_column=label)
-    return data["train"], data["test"]
+
+def detect_last_checkpoint(training_args: ContrastiveTrainingArguments, overwrite_output_dir: bool) -> str | None:
+    """The newest checkpoint in `output_dir` to resume from (None: start from scratch).
+
+    Raises:
+        ValueError: if `output_dir` holds files but no checkpoint and `--overwrite_output_dir` is not given
+            (nothing of an earlier run is overwritten unasked).
+    """
+    output_dir = training_args.output_dir
+    if not os.path.isdir(output_dir) or overwrite_output_dir:
+        return None
+    last_checkpoint = get_last_checkpoint(output_dir)
+    if last_checkpoint is None and os.listdir(output_dir):
+        raise ValueError(
+            f"Output directory ({output_dir}) already exists and is not empty. Use --overwrite_output_dir to train "
+            "from scratch into it, or pick another --output_dir."
+        )
+    if last_checkpoint is not None and training_args.resume_from_checkpoint is None:
+        logger.info(
+            f"Checkpoint detected, resuming training at {last_checkpoint}. To avoid this behavior, change the "
+            "`--output_dir` or add `--overwrite_output_dir` to train from scratch."
+        )
+    return last_checkpoint
+
+
+def skipped_images(trainer: ContrastiveTrainer, collator: object) -> int:
+    """Bad images `collator` left out (`--on_bad_image skip`), summed over the processes."""
+    count = torch.tensor(getattr(collator, "skipped_images", 0), device=trainer.args.device)
+    return int(trainer.accelerator.reduce(count, reduction="sum"))
+
+
+def load_pairs(script: ScriptArguments, training_args: ContrastiveTrainingArguments, config: object) -> tuple[datasets.Dataset, datasets.Dataset]:
+    """Train and test ``(pre, post, label)`` pairs: a paired dataset as is, or change pairs of labelled images."""
+    columns: list[str] = []
+    if script.dataset is not None:
+        try:
+            loaded = datasets.load_dataset(script.dataset)
+        except (ConnectionError, OSError, ValueError) as error:
+            raise SystemExit(
+                f"Could not load `{script.dataset}` ({type(error).__name__}: {error}). Offline, pass a local class "
+                "image folder (one sub-folder per class) or paired data `datasets.load_dataset` can read, or drop "
+                "--dataset for change pairs of the embedded digits."
+            ) from error
+        columns = next(iter(loaded.values())).column_names
+    if config.pre_column in columns and config.post_column in columns:  # already pairs
+        if "test" not in loaded:
+            loaded = loaded["train"].train_test_split(
+                test_size=0.2, seed=training_args.seed, stratify_by_column=training_args.label_column
+            )
+        pairs = [defer_image_decoding(defer_image_decoding(loaded[s], config.pre_column), config.post_column) for s in ("train", "test")]
+        return pairs[0], pairs[1]
+    images = load_image_splits(  # labelled images (an image folder, a Hub image set, the digits) -> change pairs
+        script.dataset, image_column=training_args.image_column, label_column=training_args.label_column,
+        image_size=training_args.image_size or 32, max_train_samples=script.max_train_samples,
+        max_eval_samples=script.max_eval_samples, seed=training_args.seed,
+    )  # fmt: skip
+    training_args.image_column, training_args.label_column = "image", "label"  # the loader renames the chosen columns
+    options = dict(
+        image_column=training_args.image_column, label_column=training_args.label_column,
+        on_bad_image=training_args.on_bad_image,
+    )  # fmt: skip
+    train = make_change_pairs(images["train"], seed=training_args.seed, **options)
+    test = make_change_pairs(images["test"], seed=training_args.seed + 1, **options)
+    if (config.pre_column, config.post_column) != ("image_pre", "image_post"):
+        renames = {"image_pre": config.pre_column, "image_post": config.post_column}
+        train, test = train.rename_columns(renames), test.rename_columns(renames)
+    return train, test
 
 
 def main() -> None:
-    script, args, config = parse_args(ScriptArguments, DEFAULTS, method="local")
-    train, test = load_pairs(script, args.seed, args.image_size or 32, args.label_column)
-    torch.manual_seed(args.seed)
+    script, training_args, config = parse_args_with_objective(
+        (ScriptArguments, ContrastiveTrainingArguments), method="local", defaults=DEFAULTS
+    )
+    if training_args.output_dir == DEFAULTS["output_dir"]:
+        training_args.output_dir = DEFAULTS["output_dir"].format(contrastive=config.contrastive)
+    setup_logging(training_args)
+    last_checkpoint = detect_last_checkpoint(training_args, script.overwrite_output_dir)
+    set_seed(training_args.seed)
+
+    train_dataset, eval_dataset = load_pairs(script, training_args, config)
+    label = training_args.label_column
+    class_names = train_dataset.features[label].names
+    counts = Counter(train_dataset[label])
+
     try:
         encoder = ContrastiveEncoder.from_backbone(script.model, pretrained=script.pretrained, projection_dim=script.projection_dim)
     except HubUnavailableError as error:
         raise SystemExit(f"{error}\nOr drop `--pretrained` to train `{script.model}` from scratch.") from error
     objective = get_objective(script.method)(config)
-    trainer = ContrastiveTrainer(model=encoder, args=args, objective=objective, train_dataset=train, eval_dataset=test)
-    names = train.features[args.label_column].names
-    counts = Counter(train[args.label_column])
-    if trainer.is_world_process_zero():
-        print(
-            f"Training {script.method} ({config.contrastive}) on {len(train)} pairs "
-            f"({', '.join(f'{names[c]}: {n}' for c, n in sorted(counts.items()))}), batches of {args.per_device_train_batch_size} pairs."
-        )
-    trainer.train()
-    results = final_evaluation(trainer)  # the trainer's evaluation of the final encoder (every process)
-    trainer.save_model()  # encoder + model card, on the main process
+    trainer = ContrastiveTrainer(
+        model=encoder, args=training_args, objective=objective, train_dataset=train_dataset, eval_dataset=eval_dataset
+    )
+    logger.info(
+        f"Training {script.method} ({config.contrastive}) on {len(train_dataset)} pairs of "
+        f"{script.dataset or 'the embedded digits'} ({', '.join(f'{class_names[c]}: {n}' for c, n in sorted(counts.items()))}), "
+        f"batches of {training_args.per_device_train_batch_size} pairs."
+    )
 
-    if not trainer.is_world_process_zero():  # the main process writes
-        return
-    # The pair classifier belongs to the objective: keep its weights next to the encoder.
-    torch.save(objective.state_dict(), os.path.join(args.output_dir, "local_objective.pt"))
-    # Per-class predictions and the pair representations z (for the recall and the picture).
-    encoder = trainer.accelerator.unwrap_model(trainer.model).eval()
-    loader = DataLoader(test, batch_size=args.per_device_eval_batch_size, collate_fn=trainer.eval_data_collator)
+    # ---- training ----
+    checkpoint = training_args.resume_from_checkpoint
+    if checkpoint is None and last_checkpoint is not None:
+        checkpoint = True  # the newest *complete* checkpoint (hf_contrast checks it, and falls back with a warning)
+    train_result = trainer.train(resume_from_checkpoint=checkpoint)
+    trainer.save_model()  # the encoder and its model card
+    if trainer.is_world_process_zero():  # the pair classifier belongs to the objective: its weights next to the encoder
+        torch.save(objective.state_dict(), os.path.join(training_args.output_dir, "local_objective.pt"))
+    metrics = train_result.metrics
+    metrics["train_samples"] = len(train_dataset)
+    skipped = skipped_images(trainer, trainer.data_collator)
+    if skipped:
+        metrics["train_skipped_images"] = skipped
+        logger.warning(f"{skipped} unreadable training pair(s) were skipped (--on_bad_image skip); their files are named in the warnings above.")
+    trainer.log_metrics("train", metrics)
+    trainer.save_metrics("train", metrics)
+    trainer.save_state()
+
+    # ---- evaluation: the trainer's metrics of the held-out pairs, and the recall of each kind of change ----
+    metrics = trainer.evaluate()
+    metrics["eval_samples"] = len(eval_dataset)
+    model = trainer.accelerator.unwrap_model(trainer.model).eval()
+    loader = DataLoader(eval_dataset, batch_size=training_args.per_device_eval_batch_size, collate_fn=trainer.eval_data_collator)
     logits, z, labels = [], [], []
     with torch.no_grad():
         for batch in loader:
-            batch = {k: v.to(args.device) if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
-            logits.append(objective.classify(encoder, batch, trainer.views).cpu())
-            z.append(objective.eval_embeddings(encoder, batch, trainer.views)[0].cpu())
+            batch = {k: v.to(training_args.device) if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
+            logits.append(objective.classify(model, batch, trainer.views).cpu())
+            z.append(objective.eval_embeddings(model, batch, trainer.views)[0].cpu())
             labels.append(batch["labels"].cpu())
     predicted, z, labels = torch.cat(logits).argmax(dim=1), torch.cat(z), torch.cat(labels)
-    results |= {
-        "majority_class_accuracy": float((labels == max(counts, key=counts.get)).double().mean()),
-        "train_steps": trainer.state.global_step,
-    }
-    for c, name in enumerate(names):  # per-class recall: where the rare classes stand
+    metrics["eval_majority_class_accuracy"] = float((labels == max(counts, key=counts.get)).double().mean())
+    for c, name in enumerate(class_names):  # per-class recall: where the rare classes stand
         if (labels == c).any():
-            results[f"recall_{name}"] = float((predicted[labels == c] == c).double().mean())
-    write_results(args.output_dir, f"{script.method} ({config.contrastive})", results)
-    save_plots(
-        args.output_dir, f"{script.method} ({config.contrastive})", trainer.state.log_history, z=z, labels=labels,
-        names=names, projection=script.projection_plot, seed=args.seed,
-    )
-    if args.push_to_hub:
-        print(f"Pushed to the Hub: {trainer.push_to_hub()}")
+            metrics[f"eval_recall_{name}"] = float((predicted[labels == c] == c).double().mean())
+    skipped = skipped_images(trainer, trainer.eval_data_collator)
+    if skipped:
+        metrics["eval_skipped_images"] = skipped
+    trainer.log_metrics("eval", metrics)
+    trainer.save_metrics("eval", metrics)
+
+    if trainer.is_world_process_zero():  # the pictures
+        save_training_plots(
+            training_args.output_dir, f"{script.method} ({config.contrastive})", log_history=trainer.state.log_history,
+            z=z, labels=labels, class_names=class_names, projection=script.projection_plot, seed=training_args.seed,
+        )  # fmt: skip
+
+    # ---- model card and the Hub ----
+    kwargs = {"tags": [script.method, config.contrastive], "dataset": script.dataset_name or _data_name(script.dataset)}
+    if script.dataset and not os.path.isdir(script.dataset):
+        kwargs["dataset_tags"] = script.dataset
+    if script.pretrained and not os.path.isdir(script.model):
+        kwargs["finetuned_from"] = script.model
+    if training_args.push_to_hub:
+        trainer.push_to_hub(**kwargs)
+    else:
+        trainer.create_model_card(**kwargs)
+
+
+def _data_name(dataset: str | None) -> str:
+    """A Hub id, the name of a local folder, or the embedded digits."""
+    if not dataset:
+        return "scikit-learn digits"
+    return os.path.basename(os.path.normpath(dataset)) if os.path.isdir(dataset) else dataset
 
 
 if __name__ == "__main__":

@@ -1,3 +1,4 @@
+#!/usr/bin/env python
 # run_ocl.py — OCL vs SupCon on long-tailed data with small batches.
 #
 # OCL, the orthonormal contrastive loss of LOCAL (docs/methods.md §3), is SupCon where every negative
@@ -8,30 +9,40 @@
 # class keeps 10× the images of the smallest); data that is already long-tailed is used as is.
 # Reports accuracy and macro-F1 of a linear probe and of a kNN classifier fitted on frozen features of
 # the training split and scored on the test split (ProbeEvaluator, at every evaluation and at the end),
-# the trainer's metrics of the test split, and the orthogonality of its class means in the projection space (mean |cos|, 0 =
-# orthogonal). `--method supcon` trains the SupCon baseline.
+# the trainer's metrics of the test split, and the orthogonality of its class means in the projection
+# space (mean |cos|, 0 = orthogonal). `--method supcon` trains the SupCon baseline.
 #
 # Launch:
-#   one CPU or GPU   python examples/run_ocl.py [--method supcon] [--imbalance_ratio 10]
+#   one CPU or GPU   python examples/run_ocl.py [--method supcon] [--imbalance_ratio 10] [--dataset <image folder>]
 #   several GPUs     accelerate launch --multi_gpu --num_processes 4 examples/run_ocl.py --gather_distributed
 #                    (--gather_distributed: anchors see the negatives of every process, as one big batch)
-# Writes to --output_dir (default outputs/<method>): the encoder and its model card (trainer.save_model),
-# results.json, embeddings.png, loss_curves.png, eval_curves.png.
+# Resuming: a checkpoint in --output_dir is picked up; --overwrite_output_dir starts from scratch instead.
+# Writes to --output_dir (default outputs/<method>): the encoder and its model card, train_results.json,
+# eval_results.json, all_results.json, trainer_state.json, embeddings.png, loss_curves.png, eval_curves.png.
 from __future__ import annotations
 
+import logging
+import os
+import sys
 from collections import Counter
 from dataclasses import dataclass, field
 
+import datasets
 import torch
+import transformers
+from transformers.trainer_utils import get_last_checkpoint, set_seed
 
-from _common import class_names, final_evaluation, load_images, parse_args, save_plots, write_results
-from hf_contrast.data import make_long_tailed
+from hf_contrast.data import load_image_splits, make_long_tailed
 from hf_contrast.evaluation import ProbeEvaluator, balanced_subset, encode_dataset
 from hf_contrast.metrics import class_orthogonality
 from hf_contrast.models import ContrastiveEncoder, HubUnavailableError
 from hf_contrast.objectives import get_objective
-from hf_contrast.training import ContrastiveTrainer
+from hf_contrast.plots import save_training_plots
+from hf_contrast.training import ContrastiveTrainer, ContrastiveTrainingArguments, parse_args_with_objective
 
+logger = transformers.utils.logging.get_logger(__name__)
+
+# Defaults chosen so that a bare run finishes in a few minutes on a 2-core CPU; every flag overrides them.
 DEFAULTS = {
     "output_dir": "outputs/{method}",
     "max_steps": 300,
@@ -39,9 +50,21 @@ DEFAULTS = {
     "per_device_eval_batch_size": 256,
     "learning_rate": 1e-3,
     "weight_decay": 1e-4,
+    "lr_scheduler_type": "cosine",
+    "warmup_steps": 0.05,  # a float < 1 is a fraction of the total steps
     "image_size": 32,
     "eval_strategy": "steps",
     "eval_steps": 100,
+    "save_strategy": "steps",
+    "save_steps": 100,
+    "save_total_limit": 1,
+    "logging_steps": 10,
+    "report_to": "none",  # no tracker unless asked (`--report_to tensorboard`)
+    "dataloader_num_workers": 0,
+    "dataloader_pin_memory": torch.accelerator.is_available(),  # pinned memory only helps copies to a GPU
+    # Without a GPU: CPU training, and `accelerate launch --num_processes N` runs N CPU processes (gloo DDP).
+    "use_cpu": not torch.accelerator.is_available(),
+    "seed": 0,
 }
 
 
@@ -57,62 +80,176 @@ class ScriptArguments:
     pretrained: bool = field(default=False, metadata={"help": "Start from timm's pretrained weights (needs the Hub)."})
     projection_dim: int = field(default=128, metadata={"help": "Output size of the projection head."})
     dataset: str | None = field(default=None, metadata={"help": "Image folder or Hub dataset id; default: the embedded digits."})
+    dataset_name: str | None = field(default=None, metadata={"help": "Name of the data in the model card (default: the folder name or Hub id)."})
     max_train_samples: int | None = field(default=None, metadata={"help": "Train on a class-balanced subset of this many rows."})
     max_eval_samples: int | None = field(default=None, metadata={"help": "Evaluate on a class-balanced subset of this many rows."})
     projection_plot: str = field(default="tsne", metadata={"help": "2-D projection of the test embeddings: pca or tsne."})
     max_plot_samples: int = field(default=2000, metadata={"help": "Test embeddings (class-balanced) in embeddings.png."})
+    overwrite_output_dir: bool = field(
+        default=False, metadata={"help": "Train from scratch even if --output_dir holds a checkpoint or an earlier run."}
+    )
+
+
+def setup_logging(training_args: ContrastiveTrainingArguments) -> None:
+    """The script's, transformers' and hf_contrast's messages at `--log_level` (info by default) on the main
+    process, `--log_level_replica` (warning) on the others; datasets' at warning or above."""
+    logging.basicConfig(
+        format="%(asctime)s - %(levelname)s - %(name)s - %(message)s",
+        datefmt="%m/%d/%Y %H:%M:%S",
+        handlers=[logging.StreamHandler(sys.stdout)],
+    )
+    if training_args.should_log:  # the default `--log_level passive` means info here, as in transformers' examples
+        transformers.utils.logging.set_verbosity_info()
+    log_level = training_args.get_process_log_level()
+    for name in (__name__, "hf_contrast"):
+        logging.getLogger(name).setLevel(log_level)
+    datasets.utils.logging.set_verbosity(max(log_level, logging.WARNING))  # its info lines are about its cache
+    transformers.utils.logging.set_verbosity(log_level)
+    transformers.utils.logging.enable_default_handler()
+    transformers.utils.logging.enable_explicit_format()
+
+
+def detect_last_checkpoint(training_args: ContrastiveTrainingArguments, overwrite_output_dir: bool) -> str | None:
+    """The newest checkpoint in `output_dir` to resume from (None: start from scratch).
+
+    Raises:
+        ValueError: if `output_dir` holds files but no checkpoint and `--overwrite_output_dir` is not given
+            (nothing of an earlier run is overwritten unasked).
+    """
+    output_dir = training_args.output_dir
+    if not os.path.isdir(output_dir) or overwrite_output_dir:
+        return None
+    last_checkpoint = get_last_checkpoint(output_dir)
+    if last_checkpoint is None and os.listdir(output_dir):
+        raise ValueError(
+            f"Output directory ({output_dir}) already exists and is not empty. Use --overwrite_output_dir to train "
+            "from scratch into it, or pick another --output_dir."
+        )
+    if last_checkpoint is not None and training_args.resume_from_checkpoint is None:
+        logger.info(
+            f"Checkpoint detected, resuming training at {last_checkpoint}. To avoid this behavior, change the "
+            "`--output_dir` or add `--overwrite_output_dir` to train from scratch."
+        )
+    return last_checkpoint
+
+
+def skipped_images(trainer: ContrastiveTrainer, collator: object) -> int:
+    """Bad images `collator` left out (`--on_bad_image skip`), summed over the processes."""
+    count = torch.tensor(getattr(collator, "skipped_images", 0), device=trainer.args.device)
+    return int(trainer.accelerator.reduce(count, reduction="sum"))
 
 
 def main() -> None:
-    script, args, config = parse_args(ScriptArguments, DEFAULTS, method="ocl")
-    data = load_images(script.dataset, args, script.max_train_samples, script.max_eval_samples)
-    names = class_names(data["train"], args.label_column)
-    train = make_long_tailed(data["train"], script.imbalance_ratio, label_column=args.label_column, seed=args.seed)
-    test = data["test"]
-    torch.manual_seed(args.seed)
+    script, training_args, config = parse_args_with_objective(
+        (ScriptArguments, ContrastiveTrainingArguments), method="ocl", defaults=DEFAULTS
+    )
+    if training_args.output_dir == DEFAULTS["output_dir"]:
+        training_args.output_dir = DEFAULTS["output_dir"].format(method=script.method)
+    setup_logging(training_args)
+    last_checkpoint = detect_last_checkpoint(training_args, script.overwrite_output_dir)
+    set_seed(training_args.seed)
+
+    # ---- data: images stay undecoded until the collators and evaluators, which name (or skip) a bad file ----
+    try:
+        data = load_image_splits(
+            script.dataset, image_column=training_args.image_column, label_column=training_args.label_column,
+            image_size=training_args.image_size or 32, max_train_samples=script.max_train_samples,
+            max_eval_samples=script.max_eval_samples, seed=training_args.seed,
+        )  # fmt: skip
+    except (ConnectionError, OSError) as error:  # offline / unknown Hub id: say what to pass instead
+        raise SystemExit(
+            f"Could not load the dataset `{script.dataset}` ({type(error).__name__}: {error}).\nOffline, pass a local "
+            "image folder instead (`--dataset path/to/folder`, one sub-folder per class), or drop `--dataset` "
+            "to use the embedded scikit-learn digits."
+        ) from error
+    training_args.image_column, training_args.label_column = "image", "label"  # the loader renames the chosen columns
+    label_feature = data["train"].features.get(training_args.label_column)
+    class_names = list(label_feature.names) if hasattr(label_feature, "names") else None
+    train_dataset = make_long_tailed(
+        data["train"], script.imbalance_ratio, label_column=training_args.label_column, seed=training_args.seed
+    )
+    eval_dataset = data["test"]
+
+    # ---- model, evaluator, trainer ----
     try:
         encoder = ContrastiveEncoder.from_backbone(script.model, pretrained=script.pretrained, projection_dim=script.projection_dim)
     except HubUnavailableError as error:
         raise SystemExit(f"{error}\nOr drop `--pretrained` to train `{script.model}` from scratch.") from error
     # Macro-F1 weighs every class alike, so the rare classes count: the probes report it next to the accuracy.
-    encode = dict(input_column=args.image_column, label_column=args.label_column, batch_size=args.per_device_eval_batch_size)
+    encode = dict(
+        input_column=training_args.image_column, label_column=training_args.label_column,
+        batch_size=training_args.per_device_eval_batch_size, on_bad_image=training_args.on_bad_image,
+    )  # fmt: skip
     probe = ProbeEvaluator(
-        train, test, knn_k=args.knn_k, knn_temperature=args.knn_temperature, seed=args.seed, progress=False, **encode
-    )
+        train_dataset, eval_dataset, knn_k=training_args.knn_k, knn_temperature=training_args.knn_temperature,
+        seed=training_args.seed, progress=False, **encode,
+    )  # fmt: skip
     trainer = ContrastiveTrainer(
-        model=encoder, args=args, objective=get_objective(script.method)(config), train_dataset=train, eval_dataset=test,
-        evaluator=probe,
+        model=encoder, args=training_args, objective=get_objective(script.method)(config),
+        train_dataset=train_dataset, eval_dataset=eval_dataset, evaluator=probe,
+    )  # fmt: skip
+    counts = sorted(Counter(train_dataset[training_args.label_column]).values(), reverse=True)
+    shape = "as is" if script.imbalance_ratio is None else f"long-tailed with imbalance {script.imbalance_ratio:g}"
+    logger.info(
+        f"Training {script.method} on {script.dataset or 'the embedded digits'} ({shape}: class sizes {counts}, "
+        f"ratio {counts[0] / counts[-1]:.1f}), batches of {training_args.per_device_train_batch_size}."
     )
-    counts = sorted(Counter(train[args.label_column]).values(), reverse=True)
-    if trainer.is_world_process_zero():
-        shape = "as is" if script.imbalance_ratio is None else f"long-tailed with imbalance {script.imbalance_ratio:g}"
-        print(
-            f"Training {script.method} on {script.dataset or 'the embedded digits'} ({shape}: class sizes {counts}, "
-            f"ratio {counts[0] / counts[-1]:.1f}), batches of {args.per_device_train_batch_size}."
-        )
-    trainer.train()
-    results = final_evaluation(trainer)  # the trainer's evaluation of the final encoder (every process)
-    trainer.save_model()  # encoder + model card, on the main process
 
-    if not trainer.is_world_process_zero():  # the main process writes
-        return
-    encoder = trainer.accelerator.unwrap_model(trainer.model)
-    test_z, test_y = encode_dataset(encoder, test, **encode)
-    test_p, _ = encode_dataset(encoder, test, output="projections", **encode)
-    results |= {
-        # Of the projections the loss shapes (the trainer's `class_orthogonality` uses `eval_representation`).
-        "projection_class_orthogonality": class_orthogonality(test_p, test_y),
-        "train_class_sizes": counts,
-        "train_steps": trainer.state.global_step,
-    }
-    write_results(args.output_dir, script.method, results)
-    shown = balanced_subset(test_y, min(script.max_plot_samples, len(test_y)), args.seed)
-    save_plots(
-        args.output_dir, script.method, trainer.state.log_history, z=test_z[shown], labels=test_y[shown], names=names,
-        projection=script.projection_plot, seed=args.seed,
-    )
-    if args.push_to_hub:
-        print(f"Pushed to the Hub: {trainer.push_to_hub()}")
+    # ---- training ----
+    checkpoint = training_args.resume_from_checkpoint
+    if checkpoint is None and last_checkpoint is not None:
+        checkpoint = True  # the newest *complete* checkpoint (hf_contrast checks it, and falls back with a warning)
+    train_result = trainer.train(resume_from_checkpoint=checkpoint)
+    trainer.save_model()  # the encoder and its model card
+    metrics = train_result.metrics
+    metrics["train_samples"] = len(train_dataset)
+    metrics["train_imbalance_ratio"] = counts[0] / counts[-1]  # largest / smallest class (the class sizes: the log)
+    skipped = skipped_images(trainer, trainer.data_collator)
+    if skipped:
+        metrics["train_skipped_images"] = skipped
+        logger.warning(f"{skipped} unreadable training image(s) were skipped (--on_bad_image skip); their files are named in the warnings above.")
+    trainer.log_metrics("train", metrics)
+    trainer.save_metrics("train", metrics)
+    trainer.save_state()
+
+    # ---- evaluation of the final encoder, and the orthogonality of the class means of its projections ----
+    metrics = trainer.evaluate()
+    metrics["eval_samples"] = len(eval_dataset)
+    skipped = skipped_images(trainer, trainer.eval_data_collator)
+    if skipped:
+        metrics["eval_skipped_images"] = skipped
+    model = trainer.accelerator.unwrap_model(trainer.model)
+    test_z, test_y = encode_dataset(model, eval_dataset, progress=False, **encode)
+    test_p, _ = encode_dataset(model, eval_dataset, output="projections", progress=False, **encode)
+    # Of the projections the loss shapes (the trainer's `class_orthogonality` uses `eval_representation`).
+    metrics["eval_projection_class_orthogonality"] = class_orthogonality(test_p, test_y)
+    trainer.log_metrics("eval", metrics)
+    trainer.save_metrics("eval", metrics)
+
+    if trainer.is_world_process_zero():  # the pictures
+        shown = balanced_subset(test_y, min(script.max_plot_samples, len(test_y)), training_args.seed)
+        save_training_plots(
+            training_args.output_dir, script.method, log_history=trainer.state.log_history, z=test_z[shown],
+            labels=test_y[shown], class_names=class_names, projection=script.projection_plot, seed=training_args.seed,
+        )  # fmt: skip
+
+    # ---- model card and the Hub ----
+    kwargs = {"tags": [script.method], "dataset": script.dataset_name or _data_name(script.dataset)}
+    if script.dataset and not os.path.isdir(script.dataset):
+        kwargs["dataset_tags"] = script.dataset
+    if script.pretrained and not os.path.isdir(script.model):
+        kwargs["finetuned_from"] = script.model
+    if training_args.push_to_hub:
+        trainer.push_to_hub(**kwargs)
+    else:
+        trainer.create_model_card(**kwargs)
+
+
+def _data_name(dataset: str | None) -> str:
+    """A Hub id, the name of a local folder, or the embedded digits."""
+    if not dataset:
+        return "scikit-learn digits"
+    return os.path.basename(os.path.normpath(dataset)) if os.path.isdir(dataset) else dataset
 
 
 if __name__ == "__main__":

@@ -11,6 +11,8 @@ global state, no backend switch in the caller's process.
   readable next to its ~4 invariance term).
 - :func:`plot_metric_curves`: evaluation metrics against the step, one panel per metric
   (:data:`EVAL_METRICS` by default).
+- :func:`save_training_plots`: the pictures of a finished run that can be drawn from what is given
+  (what the ``examples/`` scripts write).
 
 Classes are named by their labels when ``class_names`` is given (e.g.
 ``dataset.features["label"].names`` of a ``ClassLabel``: folder names of an image folder).
@@ -18,6 +20,7 @@ Classes are named by their labels when ``class_names`` is given (e.g.
 
 from __future__ import annotations
 
+import logging
 import math
 import os
 import warnings
@@ -40,7 +43,10 @@ __all__ = [
     "plot_embedding_projection",
     "plot_loss_curves",
     "plot_metric_curves",
+    "save_training_plots",
 ]
+
+logger = logging.getLogger(__name__)
 
 EVAL_METRICS = (
     "eval_alignment",
@@ -365,3 +371,56 @@ def plot_metric_curves(
 
 def _is_number(value: object) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def save_training_plots(
+    output_dir: str | os.PathLike[str],
+    title: str,
+    *,
+    log_history: Sequence[Mapping[str, Any]] | None = None,
+    z: Tensor | None = None,
+    labels: Tensor | None = None,
+    class_names: Sequence[str] | Mapping[int, str] | None = None,
+    f: Tensor | None = None,
+    f_a: Sequence[Tensor] | None = None,
+    projection: str = "pca",
+    seed: int = 0,
+) -> list[Path]:
+    """Draw the pictures of a run into ``output_dir``, each from what is given.
+
+    - ``embeddings.png`` from ``z`` ``(n, D)`` (and ``labels`` ``(n,)``, ``class_names``):
+      :func:`plot_embedding_projection` with ``projection`` (``"pca"`` or ``"tsne"``);
+    - ``augmentation_cosines.png`` from ``f`` ``(n, D)`` and ``f_a`` (a list of ``(n, D)``):
+      :func:`plot_augmentation_cosine_histogram` of ``cos(f, f_a[k])``;
+    - ``loss_curves.png`` and ``eval_curves.png`` (every logged ``eval_*`` metric but ``eval_loss`` and
+      timings) from ``log_history`` (``trainer.state.log_history``).
+
+    A picture that cannot be drawn (matplotlib missing, too few points) is skipped with a warning; the
+    others are still written. Each picture is announced on this module's logger (INFO).
+
+    Returns:
+        The paths written.
+    """
+    out = Path(output_dir)
+    jobs: list[tuple[str, Any]] = []
+    if z is not None:
+        jobs.append(("embeddings.png", lambda p: plot_embedding_projection(
+            z, labels, p, method=projection, seed=seed, class_names=class_names,
+            title=f"{title}: {len(z)} test embeddings ({projection})")))  # fmt: skip
+    if f is not None and f_a:
+        jobs.append(("augmentation_cosines.png", lambda p: plot_augmentation_cosine_histogram([f] * len(f_a), list(f_a), p)))
+    if log_history:
+        jobs.append(("loss_curves.png", lambda p: plot_loss_curves(log_history, p, title=f"{title}: loss terms")))
+        timings = ("_runtime", "_per_second", "eval_loss")
+        metrics = sorted({k for e in log_history for k in e if k.startswith("eval_") and not k.endswith(timings)})
+        if metrics:
+            jobs.append(("eval_curves.png", lambda p: plot_metric_curves(log_history, p, metrics, title=f"{title}: evaluation")))
+    written = []
+    for index, (name, draw) in enumerate(jobs, 1):
+        slow = " (t-SNE: a minute or two for a few thousand points)" if name == "embeddings.png" and projection == "tsne" else ""
+        logger.info("[%d/%d] drawing %s%s", index, len(jobs), out / name, slow)
+        try:
+            written.append(draw(out / name))
+        except (ValueError, ImportError) as error:
+            warnings.warn(f"{name} not drawn: {error}", RuntimeWarning, stacklevel=2)
+    return written

@@ -267,3 +267,62 @@ def test_a_column_already_named_like_the_canonical_one_is_kept(tmp_path: Path, c
     # choosing a column named like another canonical one swaps cleanly
     swapped = load_text_dataset(path, text_column="body", text_pair_column="text", cache_dir=str(tmp_path / "cache"))
     assert swapped["text"] == ["the long body"] and swapped["text_pair"] == ["short title"]
+
+
+def test_load_image_splits_holds_out_a_stratified_split_of_a_folder_without_one(tmp_path: Path) -> None:
+    from PIL import Image
+
+    from hf_contrast.data import load_image_splits
+
+    for label in ("cat", "dog"):
+        (tmp_path / label).mkdir()
+        for i in range(10):
+            Image.new("RGB", (12, 12), (i * 20, 0, 0)).save(tmp_path / label / f"{i}.png")
+    data = load_image_splits(str(tmp_path), max_eval_samples=2)
+    assert len(data["train"]) == 16 and sorted(data["test"]["label"]) == [0, 1]  # 20 % per class, then balanced
+    assert data["train"].features["label"].names == ["cat", "dog"]
+    row = data["train"][0]["image"]  # undecoded: the collators decode and can name the file
+    assert set(row) == {"bytes", "path"} and row["path"].endswith(".png")
+    assert load_image_splits(str(tmp_path), decode=True)["train"][0]["image"].size == (12, 12)
+
+
+def test_an_empty_class_folder_is_warned_about(tmp_path: Path) -> None:
+    from PIL import Image
+
+    from hf_contrast.data import empty_class_folders, load_image_dataset
+
+    for split, label in (("train", "cat"), ("train", "dog"), ("test", "cat"), ("test", "dog")):
+        (tmp_path / split / label).mkdir(parents=True)
+        Image.new("RGB", (8, 8)).save(tmp_path / split / label / "0.png")
+    assert empty_class_folders(tmp_path) == []
+    (tmp_path / "train" / "eel").mkdir()
+    (tmp_path / "train" / "eel" / "notes.txt").write_text("no image here")
+    assert empty_class_folders(tmp_path) == ["train/eel"]
+    with pytest.warns(UserWarning, match=r"the class folder\(s\) \['train/eel'\] hold no image"):
+        data = load_image_dataset(tmp_path, split=None)
+    assert data["train"].features["label"].names == ["cat", "dog"]  # imagefolder drops it: hence the warning
+
+
+def test_change_pairs_from_undecoded_images_of_different_sizes_and_a_bad_file(tmp_path: Path) -> None:
+    """Any class image folder works: undecoded rows, images of different sizes and modes (the replacement
+    takes x_pre's size), a bad file raises naming it or is skipped with a warning."""
+    from hf_contrast.views.decode import BadImageError
+
+    rows = {"image": [], "label": []}
+    for i in range(8):
+        path = tmp_path / f"{i}.png"
+        Image.new("L" if i % 3 == 0 else "RGB", (10 + i, 12 + 2 * i), 30 * i).save(path)
+        rows["image"].append({"path": str(path), "bytes": None})
+        rows["label"].append(i % 2)
+    features = datasets.Features({"image": datasets.Image(decode=False), "label": datasets.Value("int64")})
+    data = datasets.Dataset.from_dict(rows, features=features)
+    pairs = make_change_pairs(data, num_pairs=40, seed=0)
+    assert len(pairs) == 40 and set(pairs["label"]) <= {0, 1, 2, 3}
+    for row in pairs:
+        assert row["image_pre"].size == row["image_post"].size and row["image_pre"].mode == "RGB"
+    (tmp_path / "5.png").write_bytes(b"")
+    with pytest.raises(BadImageError, match=r"row 5 .*5\.png"):
+        make_change_pairs(data, num_pairs=10)
+    with pytest.warns(UserWarning, match=r"Skipped: make_change_pairs: row 5"):
+        pairs = make_change_pairs(data, num_pairs=10, on_bad_image="skip")
+    assert len(pairs) == 10

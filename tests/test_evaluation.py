@@ -212,7 +212,11 @@ def test_encode_dataset_texts_labels_iterable_and_errors() -> None:
 
 # ------------------------------------------------------------------------------ evaluators
 def test_sts_evaluator_equals_scipy_spearman_of_cosine() -> None:
-    from scipy.stats import spearmanr
+    """The scores come from sentence-transformers' EmbeddingSimilarityEvaluator; they equal SciPy's
+    Spearman / Pearson of the cosines and the package's own `sts_spearman` of the same embeddings."""
+    from scipy.stats import pearsonr, spearmanr
+
+    from hf_contrast.metrics import sts_spearman
 
     encoder = tiny_text_encoder()
     s1 = ["the cat sat on the mat", "a dog", "hello world", "the red car", "a man and a woman", "the dog sat"]
@@ -226,8 +230,10 @@ def test_sts_evaluator_equals_scipy_spearman_of_cosine() -> None:
         a = encoder(**encoder.tokenizer(s1, padding=True, return_tensors="pt")).embeddings.numpy()
         b = encoder(**encoder.tokenizer(s2, padding=True, return_tensors="pt")).embeddings.numpy()
     cos = (a * b).sum(1) / (np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1))
-    assert list(result) == ["sts_spearman"]
+    assert list(result) == ["sts_spearman", "sts_pearson"]
     assert result["sts_spearman"] == pytest.approx(spearmanr(cos, scores).statistic, abs=1e-6)
+    assert result["sts_pearson"] == pytest.approx(pearsonr(cos, scores).statistic, abs=1e-5)  # float32 cosines
+    assert result["sts_spearman"] == pytest.approx(sts_spearman(torch.from_numpy(a), torch.from_numpy(b), torch.tensor(scores)), abs=1e-6)
     evaluator = STSEvaluator.from_dataset({"s1": s1, "s2": s2, "y": scores}, "s1", "s2", "y", name="sick")
     assert evaluator.primary_metric == "sick_spearman" and evaluator.greater_is_better
     with pytest.raises(ValueError, match="must have the same length"):
@@ -489,3 +495,52 @@ def test_sequential_evaluator_merges_and_rejects_clashes() -> None:
         SequentialEvaluator([_Const("a", 1.0), _Const("a", 2.0)])
     with pytest.raises(ValueError, match="`primary` must be an index"):
         SequentialEvaluator([_Const("a", 1.0)], primary=1)
+
+
+def _image_rows_with_bad_files(tmp_path) -> list[dict]:  # noqa: ANN001
+    """Six labelled PNG rows as undecoded ``{"path", "bytes"}`` dicts; rows 2 (0 bytes) and 4 (truncated) are bad."""
+    from PIL import Image
+
+    rows = []
+    for i in range(6):
+        path = tmp_path / f"{i}.png"
+        Image.new("RGB", (12, 12), (40 * i, 0, 0)).save(path)
+        rows.append({"image": {"path": str(path), "bytes": None}, "label": i % 2})
+    (tmp_path / "2.png").write_bytes(b"")
+    (tmp_path / "4.png").write_bytes((tmp_path / "4.png").read_bytes()[:40])
+    return rows
+
+
+def test_encode_dataset_names_or_skips_a_bad_image(tmp_path) -> None:  # noqa: ANN001
+    import timm  # noqa: F401 (the tiny timm model)
+
+    from hf_contrast.models import ContrastiveEncoder
+    from hf_contrast.views.decode import BadImageError
+
+    rows = _image_rows_with_bad_files(tmp_path)
+    encoder = ContrastiveEncoder.from_backbone("test_resnet", pretrained=False, projection_dim=8)
+    encoder.set_image_size(16)
+    with pytest.raises(BadImageError, match=r"encode_dataset: row 2\b.*2\.png"):
+        encode_dataset(encoder, rows, batch_size=4, progress=False)
+    with pytest.warns(UserWarning, match=r"Skipped: encode_dataset: row 4\b.*4\.png"):
+        z, y = encode_dataset(encoder, rows, batch_size=4, progress=False, on_bad_image="skip")
+    good = [rows[i] for i in (0, 1, 3, 5)]
+    z_good, y_good = encode_dataset(encoder, good, batch_size=4, progress=False)
+    assert torch.equal(y, y_good) and torch.allclose(z, z_good, atol=1e-6)  # the bad rows and their labels left out
+    probe = ProbeEvaluator(rows, rows, batch_size=4, progress=False, on_bad_image="skip", knn_k=2)
+    with pytest.warns(UserWarning, match="Skipped"):
+        assert set(probe(encoder, on_error="raise")) == {"linear_probe_accuracy", "linear_probe_macro_f1", "knn_accuracy", "knn_macro_f1"}
+    with pytest.raises(ValueError, match="on_bad_image"):
+        ProbeEvaluator(rows, rows, on_bad_image="ignore")
+
+
+def test_equivariance_evaluator_from_images_names_or_skips_a_bad_file(tmp_path) -> None:  # noqa: ANN001
+    from hf_contrast.views.decode import BadImageError
+
+    rows = _image_rows_with_bad_files(tmp_path)
+    config = {"input_size": (3, 16, 16), "mean": (0.5, 0.5, 0.5), "std": (0.5, 0.5, 0.5)}
+    with pytest.raises(BadImageError, match=r"EquivarianceEvaluator: row [24]\b.*[24]\.png"):
+        EquivarianceEvaluator.from_image_dataset(rows, config, num_samples=6, label_column=None)
+    with pytest.warns(UserWarning, match="Skipped: EquivarianceEvaluator"):
+        evaluator = EquivarianceEvaluator.from_image_dataset(rows, config, num_samples=6, label_column=None, on_bad_image="skip")
+    assert evaluator.batch["pixel_values"].shape == (4, 3, 16, 16)  # the 4 readable images

@@ -3,7 +3,8 @@
 The scripts run in this process (``runpy`` with a patched ``sys.argv``: no second interpreter start-up,
 so the file stays fast); the 2-process run goes through ``accelerate launch`` in subprocesses. Every run
 checks its output folder: the encoder (loadable with ``ContrastiveEncoder.from_pretrained``), the model
-card written by the library, ``results.json`` with finite numbers and the PNGs. Nothing touches the network.
+card written by the library, ``all_results.json`` (``trainer.save_metrics``) with finite numbers and the
+PNGs. Nothing touches the network. Each script stands alone: no test imports a shared helper module.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import logging
 import math
 import os
 import runpy
@@ -40,27 +42,44 @@ TINY_IMAGES = [
 
 def run_example(script: str, *args: str, output_dir: Path) -> str:
     """Run ``examples/<script>`` in this process as ``python <script> <args> --output_dir <output_dir>``;
-    returns what it printed."""
-    argv, path = sys.argv, list(sys.path)
+    returns what it printed and logged. The logging set-up the script changes is restored afterwards."""
+    import datasets
+    import transformers
+
+    argv = sys.argv
     sys.argv = [str(EXAMPLES / script), *args, "--output_dir", str(output_dir)]
-    sys.path.insert(0, str(EXAMPLES))
     printed = io.StringIO()
+    handler = logging.StreamHandler(printed)
+    root = logging.getLogger()
+    root.addHandler(handler)
+    levels = {name: logging.getLogger(name).level for name in ("__main__", "hf_contrast")}
+    verbosity = transformers.utils.logging.get_verbosity(), datasets.utils.logging.get_verbosity()
     try:
         with contextlib.redirect_stdout(printed):
             runpy.run_path(str(EXAMPLES / script), run_name="__main__")
     finally:
-        sys.argv, sys.path[:] = argv, path
+        sys.argv = argv
+        root.removeHandler(handler)
+        for name, level in levels.items():
+            logging.getLogger(name).setLevel(level)
+        transformers.utils.logging.set_verbosity(verbosity[0])
+        datasets.utils.logging.set_verbosity(verbosity[1])
+        transformers.utils.logging.reset_format()
     return printed.getvalue()
 
 
 def check_output(output_dir: Path, metrics: tuple[str, ...], pngs: tuple[str, ...]) -> dict[str, float]:
-    """The folder holds a loadable encoder, the library's model card, finite ``metrics`` and non-empty PNGs."""
+    """The folder holds a loadable encoder, the library's model card, finite ``metrics`` in
+    ``all_results.json`` (``eval_…`` / ``train_…`` names, as ``trainer.save_metrics`` writes them), the
+    trainer state and non-empty PNGs; returns ``all_results.json``."""
     encoder = ContrastiveEncoder.from_pretrained(output_dir)
     card = (output_dir / "README.md").read_text(encoding="utf-8")
     assert card.startswith("---") and "hf_contrast" in card
-    results = json.loads((output_dir / "results.json").read_text(encoding="utf-8"))
+    results = json.loads((output_dir / "all_results.json").read_text(encoding="utf-8"))
+    assert results == {**json.loads((output_dir / "train_results.json").read_text(encoding="utf-8")),
+                       **json.loads((output_dir / "eval_results.json").read_text(encoding="utf-8"))}  # fmt: skip
     for key in metrics:
-        assert key in results, f"{key} missing from results.json: {sorted(results)}"
+        assert key in results, f"{key} missing from all_results.json: {sorted(results)}"
         assert isinstance(results[key], (int, float)) and math.isfinite(results[key]), (key, results[key])
     for name in pngs:
         data = (output_dir / name).read_bytes()
@@ -69,8 +88,14 @@ def check_output(output_dir: Path, metrics: tuple[str, ...], pngs: tuple[str, ..
     return results
 
 
-def image_folder(root: Path, classes: tuple[str, ...] = ("ant", "bee", "cat"), per_class: int = (12)) -> Path:
-    """``root/{train,test}/<class>/<i>.png``: a folder sorted by class, like real image folders."""
+def global_step(output_dir: Path) -> int:
+    """The step the run ended at (``trainer.save_state()``)."""
+    return json.loads((output_dir / "trainer_state.json").read_text(encoding="utf-8"))["global_step"]
+
+
+def image_folder(root: Path, classes: tuple[str, ...] = ("ant", "bee", "cat"), per_class: int = 12, sizes: bool = False) -> Path:
+    """``root/{train,test}/<class>/<i>.png``: a folder sorted by class, like real image folders (``sizes``:
+    images of different sizes)."""
     from PIL import Image
 
     for split, count in (("train", per_class), ("test", per_class // 2)):
@@ -78,7 +103,8 @@ def image_folder(root: Path, classes: tuple[str, ...] = ("ant", "bee", "cat"), p
             (root / split / name).mkdir(parents=True)
             for i in range(count):
                 colour = tuple(int(v) for v in ((index * 90 + i * 7) % 256, (i * 20) % 256, index * 60))
-                Image.new("RGB", (20, 20), colour).save(root / split / name / f"{i}.png")
+                size = (20 + i, 20 + 2 * index) if sizes else (20, 20)
+                Image.new("RGB", size, colour).save(root / split / name / f"{i}.png")
     return root
 
 
@@ -109,35 +135,40 @@ def care_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
     return output_dir, stdout
 
 
-def test_run_care_writes_encoder_card_results_and_plots(care_run: tuple[Path, str]) -> None:
+def test_run_care_writes_encoder_card_metrics_state_and_plots(care_run: tuple[Path, str]) -> None:
     output_dir, stdout = care_run
     results = check_output(
         output_dir,
-        ("linear_probe_accuracy", "linear_probe_macro_f1", "knn_accuracy", "knn_macro_f1", "alignment", "uniformity",
-         "knn_loo_accuracy", "linear_probe_holdout_accuracy", "equivariance_wahba_error",
-         "equivariance_relative_rotational_equivariance"),
+        ("eval_linear_probe_accuracy", "eval_linear_probe_macro_f1", "eval_knn_accuracy", "eval_knn_macro_f1",
+         "eval_alignment", "eval_uniformity", "eval_knn_loo_accuracy", "eval_linear_probe_holdout_accuracy",
+         "eval_equivariance_wahba_error", "eval_equivariance_relative_rotational_equivariance", "train_loss"),
         ("embeddings.png", "augmentation_cosines.png", "loss_curves.png", "eval_curves.png"),
     )  # fmt: skip
-    assert 0.0 <= results["linear_probe_accuracy"] <= 1.0 and results["equivariance_wahba_error"] >= 0.0
-    assert 0.0 <= results["alignment"] <= 4.0  # mean squared distance of two unit vectors
-    assert results["train_steps"] == 2
-    assert "care: final metrics" in stdout and "equivariance_wahba_error" in stdout
-    assert " alignment " in stdout and " linear_probe_accuracy " in stdout
+    assert 0.0 <= results["eval_linear_probe_accuracy"] <= 1.0 and results["eval_equivariance_wahba_error"] >= 0.0
+    assert 0.0 <= results["eval_alignment"] <= 4.0  # mean squared distance of two unit vectors
+    assert results["train_samples"] == 64 and results["eval_samples"] == 32
+    assert "train_skipped_images" not in results  # nothing bad to skip
+    assert global_step(output_dir) == 2
+    # The Trainer's tables (log_metrics) and the script's own message, through the logger.
+    assert "***** train metrics *****" in stdout and "***** eval metrics *****" in stdout
+    assert " eval_equivariance_wahba_error " in stdout and " eval_linear_probe_accuracy " in stdout
+    assert "Training care on the embedded digits (64 train / 32 test images, 32px)" in stdout
     assert ContrastiveEncoder.from_pretrained(output_dir).data_config["input_size"] == (3, 32, 32)  # the training size
 
 
 def test_run_care_card_and_results_give_each_number_one_name(care_run: tuple[Path, str]) -> None:
-    """The card's evaluation table holds the final evaluation under the names of results.json: the probes
-    fitted on train and scored on test apart from the within-split (leave-one-out / held-out) scores."""
+    """The card's evaluation table holds the final evaluation (`trainer.evaluate()`) under the names of
+    eval_results.json: the probes fitted on train and scored on test apart from the within-split
+    (leave-one-out / held-out) scores."""
     import re
 
     output_dir, _ = care_run
-    results = json.loads((output_dir / "results.json").read_text(encoding="utf-8"))
+    results = json.loads((output_dir / "eval_results.json").read_text(encoding="utf-8"))
     card = (output_dir / "README.md").read_text(encoding="utf-8")
     # "| `metric` | this model |" (the evaluator's primary metric in bold; a baseline column may follow)
     table = dict(re.findall(r"^\| \*{0,2}`(\w+)`\*{0,2} \| ([-+0-9.e]+) \|", card.split("## Evaluation", 1)[1], flags=re.M))
     for key in ("linear_probe_accuracy", "knn_accuracy", "knn_loo_accuracy", "linear_probe_holdout_accuracy", "alignment"):
-        assert float(table[key]) == pytest.approx(results[key], rel=1e-3, abs=1e-12), key
+        assert float(table[key]) == pytest.approx(results[f"eval_{key}"], rel=1e-3, abs=1e-12), key
 
 
 def test_run_care_card_names_the_objective_and_its_hyperparameters(care_run: tuple[Path, str]) -> None:
@@ -152,15 +183,15 @@ def test_run_linear_probe_on_a_saved_encoder(care_run: tuple[Path, str], tmp_pat
         "run_linear_probe.py", "--model", str(model_dir), "--max_train_samples", "64", "--max_eval_samples", "32",
         output_dir=output_dir,
     )  # fmt: skip
-    results = json.loads((output_dir / "results.json").read_text(encoding="utf-8"))
+    results = json.loads((output_dir / "eval_results.json").read_text(encoding="utf-8"))
     assert 0.0 <= results["linear_probe_accuracy"] <= 1.0 and 0.0 <= results["knn_accuracy"] <= 1.0
     assert results["num_train"] == 64 and results["num_test"] == 32
     assert (output_dir / "embeddings.png").stat().st_size > 2000
     assert "linear_probe_accuracy" in stdout
     # The same splits (seed 0) and the same encoder: the training run's final numbers, under the same names.
-    trained = json.loads((model_dir / "results.json").read_text(encoding="utf-8"))
+    trained = json.loads((model_dir / "eval_results.json").read_text(encoding="utf-8"))
     for key in ("linear_probe_accuracy", "linear_probe_macro_f1", "knn_accuracy", "knn_macro_f1"):
-        assert results[key] == pytest.approx(trained[key]), key
+        assert results[key] == pytest.approx(trained[f"eval_{key}"]), key
 
 
 @pytest.mark.distributed
@@ -177,8 +208,8 @@ def test_run_care_under_accelerate_launch_with_two_cpu_processes(tmp_path: Path)
     proc = subprocess.run(command, capture_output=True, text=True, timeout=600, env=env, cwd=tmp_path)
     assert proc.returncode == 0, f"{proc.stdout[-4000:]}\n{proc.stderr[-6000:]}"
     assert "× 2 process(es)" in proc.stdout  # the script saw both processes
-    assert proc.stdout.count("care: final metrics") == 1  # only the main process evaluates and writes
-    check_output(output_dir, ("linear_probe_accuracy", "knn_accuracy", "equivariance_wahba_error"), ("embeddings.png",))
+    assert proc.stdout.count("***** eval metrics *****") == 1  # only the main process logs the metrics
+    check_output(output_dir, ("eval_linear_probe_accuracy", "eval_knn_accuracy", "eval_equivariance_wahba_error"), ("embeddings.png",))
 
 
 @pytest.mark.slow
@@ -193,31 +224,94 @@ def test_run_care_other_methods(method: list[str], tmp_path: Path) -> None:
         "run_care.py", *TINY_IMAGES, "--method", *method, "--per_device_train_batch_size", "16",
         "--num_augmentations", "2", "--eval_strategy", "no", output_dir=output_dir,
     )  # fmt: skip
-    check_output(output_dir, ("linear_probe_accuracy", "equivariance_wahba_error"), ("embeddings.png", "loss_curves.png"))
+    check_output(output_dir, ("eval_linear_probe_accuracy", "eval_equivariance_wahba_error"), ("embeddings.png", "loss_curves.png"))
 
 
 # ---- argument parsing: the registry resolves the method -------------------------------------------
 
 
-def test_method_flags_come_from_the_chosen_objective(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+def _import_example(name: str):  # noqa: ANN202
     sys.path.insert(0, str(EXAMPLES))
     try:
-        import _common
-        import run_care
+        return __import__(name)
     finally:
         sys.path.remove(str(EXAMPLES))
-    argv = ["run_care.py", "--method", "care_moco", "--moco_queue_size", "32", "--output_dir", str(tmp_path)]
-    monkeypatch.setattr(sys, "argv", argv)
-    script, args, config = _common.parse_args(run_care.ScriptArguments, run_care.DEFAULTS, method="care")
+
+
+def test_method_flags_come_from_the_chosen_objective(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from hf_contrast.training import ContrastiveTrainingArguments, parse_args_with_objective
+
+    run_care = _import_example("run_care")
+    types = (run_care.ScriptArguments, ContrastiveTrainingArguments)
+    argv = ["--method", "care_moco", "--moco_queue_size", "32", "--output_dir", str(tmp_path)]
+    script, args, config = parse_args_with_objective(types, method="care", defaults=run_care.DEFAULTS, args=argv)
     assert script.method == "care_moco" and type(config).__name__ == "CAREMoCoConfig"
     assert config.moco_queue_size == 32 and config.n_splits == 8  # a flag, and a script default
     assert args.per_device_train_batch_size == 128 and args.output_dir == str(tmp_path)
-    monkeypatch.setattr(sys, "argv", ["run_care.py", "--method", "simclr", "--n_splits", "4"])
     with pytest.raises(SystemExit):  # SimCLR has no chunks: its parser has no --n_splits
-        _common.parse_args(run_care.ScriptArguments, run_care.DEFAULTS, method="care")
-    monkeypatch.setattr(sys, "argv", ["run_care.py", "--method", "no_such_method"])
+        parse_args_with_objective(types, method="care", defaults=run_care.DEFAULTS, args=["--method", "simclr", "--n_splits", "4"])
+    assert "the hyperparameters of --method simclr are ['temperature']" in capsys.readouterr().err
     with pytest.raises(SystemExit):  # argparse: invalid choice, listing the registered objectives
-        _common.parse_args(run_care.ScriptArguments, run_care.DEFAULTS, method="care")
+        parse_args_with_objective(types, method="care", defaults=run_care.DEFAULTS, args=["--method", "no_such_method"])
+    with pytest.raises(SystemExit):  # `--method X --help` lists X's hyperparameter flags
+        parse_args_with_objective(types, method="care", defaults=run_care.DEFAULTS, args=["--method", "care_moco", "--help"])
+    assert "--moco_queue_size" in capsys.readouterr().out
+    config_file = tmp_path / "args.json"
+    config_file.write_text(json.dumps({"method": "simclr", "temperature": 0.3, "output_dir": str(tmp_path)}))
+    script, args, config = parse_args_with_objective(types, method="care", defaults=run_care.DEFAULTS, args=[str(config_file)])
+    assert script.method == "simclr" and config.temperature == 0.3 and args.max_steps == 150
+
+
+def test_each_example_stands_alone() -> None:
+    """No example imports a sibling module: each one can be copied and run on its own."""
+    import ast
+
+    scripts = sorted(EXAMPLES.glob("*.py"))
+    assert {path.name for path in scripts} == {
+        "run_bert.py", "run_care.py", "run_linear_probe.py", "run_local.py", "run_ocl.py", "run_simo.py"
+    }  # fmt: skip
+    siblings = {path.stem for path in scripts} | {"_common"}
+    for path in scripts:
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else (
+                [node.module or ""] if isinstance(node, ast.ImportFrom) else [])  # fmt: skip
+            assert not any(name.split(".")[0] in siblings for name in names), (path.name, names)
+
+
+# ---- resuming, the transformers way ---------------------------------------------------------------
+
+
+def test_detect_last_checkpoint_resumes_refuses_or_overwrites(tmp_path: Path) -> None:
+    from hf_contrast.training import ContrastiveTrainingArguments
+
+    run_ocl = _import_example("run_ocl")
+    args = ContrastiveTrainingArguments(output_dir=str(tmp_path / "run"), report_to="none")
+    assert run_ocl.detect_last_checkpoint(args, overwrite_output_dir=False) is None  # no folder yet
+    (tmp_path / "run").mkdir()
+    assert run_ocl.detect_last_checkpoint(args, overwrite_output_dir=False) is None  # an empty folder
+    (tmp_path / "run" / "model.safetensors").write_bytes(b"earlier run")
+    with pytest.raises(ValueError, match="already exists and is not empty. Use --overwrite_output_dir"):
+        run_ocl.detect_last_checkpoint(args, overwrite_output_dir=False)
+    assert run_ocl.detect_last_checkpoint(args, overwrite_output_dir=True) is None
+    for step in (3, 12):
+        (tmp_path / "run" / f"checkpoint-{step}").mkdir()
+    assert run_ocl.detect_last_checkpoint(args, overwrite_output_dir=False) == str(tmp_path / "run" / "checkpoint-12")
+    assert run_ocl.detect_last_checkpoint(args, overwrite_output_dir=True) is None
+
+
+def test_run_ocl_resumes_from_the_last_checkpoint(tmp_path: Path) -> None:
+    """A second run into the same folder picks up the checkpoint and trains on to the new `--max_steps`."""
+    root = image_folder(tmp_path / "images")
+    output_dir = tmp_path / "ocl"
+    common = ("--dataset", str(root), "--logging_steps", "1", "--model", "test_resnet", "--image_size", "32",
+              "--per_device_train_batch_size", "8", "--eval_strategy", "no", "--save_steps", "2", "--projection_plot", "pca")  # fmt: skip
+    run_example("run_ocl.py", *common, "--max_steps", "2", output_dir=output_dir)
+    assert global_step(output_dir) == 2 and (output_dir / "checkpoint-2").is_dir()
+    stdout = run_example("run_ocl.py", *common, "--max_steps", "3", output_dir=output_dir)
+    assert f"Checkpoint detected, resuming training at {output_dir / 'checkpoint-2'}" in stdout
+    assert global_step(output_dir) == 3
+    history = json.loads((output_dir / "trainer_state.json").read_text(encoding="utf-8"))["log_history"]
+    assert [entry["step"] for entry in history if "loss" in entry] == [1, 2, 3]  # steps 1-2 from the checkpoint
 
 
 # ---- the other image examples -------------------------------------------------------------------
@@ -233,11 +327,14 @@ def test_run_ocl_on_a_class_sorted_image_folder_as_is(tmp_path: Path) -> None:
         output_dir=output_dir,
     )  # fmt: skip
     results = check_output(
-        output_dir, ("linear_probe_accuracy", "linear_probe_macro_f1", "knn_accuracy", "knn_macro_f1"),
+        output_dir, ("eval_linear_probe_accuracy", "eval_linear_probe_macro_f1", "eval_knn_accuracy", "eval_knn_macro_f1",
+                     "eval_projection_class_orthogonality"),
         ("embeddings.png", "loss_curves.png"),
     )  # fmt: skip
-    assert results["train_class_sizes"] == [12, 12, 12]  # as is: nothing trimmed
+    assert results["train_imbalance_ratio"] == 1.0  # as is: nothing trimmed
     assert "as is: class sizes [12, 12, 12]" in stdout
+    card = (output_dir / "README.md").read_text(encoding="utf-8")
+    assert "images" in card  # the card names the data by its folder (create_model_card(dataset=...))
 
 
 @pytest.mark.slow
@@ -247,8 +344,8 @@ def test_run_ocl_supcon_long_tailed(tmp_path: Path) -> None:
         "run_ocl.py", *TINY_IMAGES, "--method", "supcon", "--per_device_train_batch_size", "8", "--imbalance_ratio", "4",
         output_dir=output_dir,
     )  # fmt: skip
-    results = check_output(output_dir, ("linear_probe_macro_f1", "knn_macro_f1", "projection_class_orthogonality"), ("embeddings.png",))
-    assert results["train_class_sizes"][0] / results["train_class_sizes"][-1] > 2
+    results = check_output(output_dir, ("eval_linear_probe_macro_f1", "eval_knn_macro_f1", "eval_projection_class_orthogonality"), ("embeddings.png",))
+    assert results["train_imbalance_ratio"] > 2
     assert "long-tailed with imbalance 4" in stdout
 
 
@@ -260,9 +357,10 @@ def test_run_simo(tmp_path: Path) -> None:
         output_dir=output_dir,
     )  # fmt: skip
     results = check_output(
-        output_dir, ("projection_class_orthogonality", "knn_accuracy", "linear_probe_accuracy", "alignment"), ("embeddings.png",)
-    )
-    assert 0.0 <= results["projection_class_orthogonality"] <= 1.0
+        output_dir, ("eval_projection_class_orthogonality", "eval_knn_accuracy", "eval_linear_probe_accuracy", "eval_alignment"),
+        ("embeddings.png",),
+    )  # fmt: skip
+    assert 0.0 <= results["eval_projection_class_orthogonality"] <= 1.0
     assert ContrastiveEncoder.from_pretrained(output_dir).config.normalize_projections is False
 
 
@@ -273,10 +371,86 @@ def test_run_local_pairs(contrastive: str, tmp_path: Path) -> None:
         "run_local.py", *TINY_IMAGES, "--contrastive", contrastive, "--per_device_train_batch_size", "8",
         output_dir=output_dir,
     )  # fmt: skip
-    results = check_output(output_dir, ("accuracy", "macro_f1", "knn_loo_accuracy", "majority_class_accuracy"), ("embeddings.png",))
-    assert 0.0 <= results["macro_f1"] <= 1.0 and 0.0 <= results["accuracy"] <= 1.0
+    results = check_output(output_dir, ("eval_accuracy", "eval_macro_f1", "eval_knn_loo_accuracy", "eval_majority_class_accuracy"), ("embeddings.png",))
+    assert 0.0 <= results["eval_macro_f1"] <= 1.0 and 0.0 <= results["eval_accuracy"] <= 1.0
     state = __import__("torch").load(output_dir / "local_objective.pt")
     assert any(key.startswith("loss.") for key in state)  # the pair classifier, kept next to the encoder
+
+
+def test_run_local_makes_change_pairs_from_a_class_image_folder(tmp_path: Path) -> None:
+    """Any class image folder (images of different sizes) gives change pairs: train pairs from the train
+    split, test pairs from the held-out one."""
+    root = image_folder(tmp_path / "images", sizes=True)
+    output_dir = tmp_path / "local"
+    stdout = run_example(
+        "run_local.py", "--dataset", str(root), "--max_steps", "2", "--logging_steps", "1", "--model", "test_resnet",
+        "--per_device_train_batch_size", "8", "--eval_steps", "2", "--projection_plot", "pca", output_dir=output_dir,
+    )  # fmt: skip
+    results = check_output(output_dir, ("eval_accuracy", "eval_macro_f1"), ("embeddings.png",))
+    assert results["train_samples"] == 36 and results["eval_samples"] == 18  # one pair per image of each split
+    assert "on 36 pairs of" in stdout
+
+
+# ---- bad image files: decoded where the file can be named -----------------------------------------
+
+
+def bad_image_folder(root: Path) -> Path:
+    """``image_folder`` plus, in its train split, a 0-byte PNG, a truncated JPEG and an empty class folder."""
+    import io as _io
+
+    from PIL import Image
+
+    image_folder(root)
+    (root / "train" / "ant" / "empty.png").write_bytes(b"")
+    buffer = _io.BytesIO()
+    Image.new("RGB", (64, 64), (200, 10, 10)).save(buffer, "JPEG")
+    (root / "train" / "bee" / "truncated.jpg").write_bytes(buffer.getvalue()[:300])
+    (root / "train" / "dog").mkdir()
+    return root
+
+
+BAD_RUN = ("--logging_steps", "1", "--model", "test_resnet", "--image_size", "32", "--per_device_train_batch_size", "8",
+           "--max_steps", "-1", "--num_train_epochs", "1", "--eval_strategy", "no", "--projection_plot", "pca")  # fmt: skip
+
+
+def test_bad_images_are_skipped_and_counted(tmp_path: Path) -> None:
+    """`--on_bad_image skip`: one epoch over a train split holding two unreadable files trains, counts 2
+    skipped images in the train metrics and names both files in warnings; the empty class folder is warned
+    about once."""
+    root = bad_image_folder(tmp_path / "images")
+    output_dir = tmp_path / "ocl"
+    with pytest.warns(UserWarning) as caught:
+        stdout = run_example("run_ocl.py", "--dataset", str(root), *BAD_RUN, "--on_bad_image", "skip", output_dir=output_dir)
+    messages = [str(w.message) for w in caught]
+    results = check_output(output_dir, ("eval_linear_probe_accuracy", "train_loss"), ("embeddings.png",))
+    assert results["train_skipped_images"] == 2
+    assert results["train_samples"] == 38 and global_step(output_dir) == 5  # 38 rows, batches of 8
+    assert "2 unreadable training image(s) were skipped" in stdout
+    skipped = [m for m in messages if m.startswith("Skipped: Bad image")]
+    assert any("empty.png" in m for m in skipped) and any("truncated.jpg" in m for m in skipped)
+    empty = [m for m in messages if "hold no image" in m]
+    assert len(empty) == 1 and "train/dog" in empty[0]
+    classes = ContrastiveEncoder.from_pretrained(output_dir)  # the run finished and saved
+    assert classes is not None
+
+
+def test_a_bad_image_raises_naming_the_file(tmp_path: Path) -> None:
+    """`--on_bad_image raise` (the default) stops at the first bad file and names it."""
+    from hf_contrast.views.decode import BadImageError
+
+    root = bad_image_folder(tmp_path / "images")
+    with pytest.raises(BadImageError, match=r"Bad image in row \d+ of the batch .*(empty\.png|truncated\.jpg)"):
+        run_example("run_ocl.py", "--dataset", str(root), *BAD_RUN, output_dir=tmp_path / "ocl")
+
+
+def test_the_equivariance_evaluator_names_a_bad_file_before_training(tmp_path: Path) -> None:
+    """A bad file among the test images fails before training, naming the row and the file."""
+    from hf_contrast.views.decode import BadImageError
+
+    root = image_folder(tmp_path / "images")
+    (root / "test" / "cat" / "0.png").write_bytes(b"not a png")
+    with pytest.raises(BadImageError, match=r"EquivarianceEvaluator: row \d+ .*cat/0\.png"):
+        run_example("run_care.py", "--dataset", str(root), *TINY_IMAGES[:4], output_dir=tmp_path / "care")
 
 
 # ---- text ----------------------------------------------------------------------------------------
@@ -315,13 +489,15 @@ def test_run_bert_supervised_pairs_from_a_local_file_with_sts_checkpoint_selecti
         "run_bert.py", "--model", str(tiny_bert_dir), *TINY_TEXT, "--method", "simclr", "--dataset", str(train),
         "--text_column", "text", "--text_pair_column", "paraphrase", "--sts_file", str(sts),
         "--sts_sentence1_column", "a", "--sts_sentence2_column", "b", "--sts_score_column", "gold",
-        output_dir=output_dir,
+        "--max_sts_pairs", "10", output_dir=output_dir,
     )  # fmt: skip
     results = check_output(
-        output_dir, ("sts_spearman", "sts_spearman_before_training", "equivariance_wahba_error"),
+        output_dir, ("eval_sts_spearman", "eval_sts_spearman_before_training", "eval_equivariance_wahba_error"),
         ("loss_curves.png", "augmentation_cosines.png"),
     )  # fmt: skip
-    assert -1.0 <= results["sts_spearman"] <= 1.0 and results["best_step"] in (1, 2)
+    assert -1.0 <= results["eval_sts_spearman"] <= 1.0 and results["eval_best_step"] in (1, 2)
+    assert results["eval_sts_pairs"] == 10  # capped by --max_sts_pairs, and the log says by how much
+    assert "STS on 10 of 16 pairs" in stdout
     assert "paired with `paraphrase`" in stdout and "before training" in stdout
     encoder = ContrastiveEncoder.from_pretrained(output_dir)
     assert encoder.config.backbone_type == "text" and encoder.tokenizer is not None
@@ -335,20 +511,13 @@ def test_run_bert_supervised_pairs_from_a_local_file_with_sts_checkpoint_selecti
 )
 def test_run_bert_on_the_shipped_sentences(method: list[str], tiny_bert_dir: Path, tmp_path: Path) -> None:
     output_dir = tmp_path / "bert"
-    run_example("run_bert.py", "--model", str(tiny_bert_dir), *TINY_TEXT, *method, output_dir=output_dir)
-    results = check_output(output_dir, ("sts_spearman", "knn_accuracy", "equivariance_wahba_error"), ("embeddings.png",))
-    assert -1.0 <= results["sts_spearman"] <= 1.0
+    stdout = run_example("run_bert.py", "--model", str(tiny_bert_dir), *TINY_TEXT, *method, output_dir=output_dir)
+    results = check_output(output_dir, ("eval_sts_spearman", "eval_knn_accuracy", "eval_equivariance_wahba_error"), ("embeddings.png",))
+    assert -1.0 <= results["eval_sts_spearman"] <= 1.0
+    assert "STS on all 60 pairs" in stdout
 
 
 # ---- offline errors (in-process: nothing to train) -----------------------------------------------
-
-
-def _import_example(name: str):  # noqa: ANN202
-    sys.path.insert(0, str(EXAMPLES))
-    try:
-        return __import__(name)
-    finally:
-        sys.path.remove(str(EXAMPLES))
 
 
 def test_offline_hub_model_says_how_to_use_a_local_one() -> None:
@@ -357,26 +526,6 @@ def test_offline_hub_model_says_how_to_use_a_local_one() -> None:
         run_bert.load_encoder(run_bert.ScriptArguments(model="bert-base-uncased"), num_labels=0)
 
 
-def test_offline_hub_dataset_says_how_to_use_a_local_folder() -> None:
-    from types import SimpleNamespace
-
-    common = _import_example("_common")
-    args = SimpleNamespace(image_column="image", label_column="label", image_size=32, seed=0)
+def test_offline_hub_dataset_says_how_to_use_a_local_folder(tmp_path: Path) -> None:
     with pytest.raises(SystemExit, match="local image folder"):
-        common.load_images("someone/some-dataset", args)
-
-
-def test_local_image_folder_without_test_split_is_split_by_class_and_subsampled(tmp_path: Path) -> None:
-    from types import SimpleNamespace
-
-    from PIL import Image
-
-    common = _import_example("_common")
-    for label in ("cat", "dog"):
-        (tmp_path / label).mkdir()
-        for i in range(10):
-            Image.new("RGB", (12, 12), (i * 20, 0, 0)).save(tmp_path / label / f"{i}.png")
-    args = SimpleNamespace(image_column="image", label_column="label", image_size=32, seed=0)
-    data = common.load_images(str(tmp_path), args, max_eval_samples=2)
-    assert len(data["train"]) == 16 and sorted(data["test"]["label"]) == [0, 1]  # 20 % per class, then balanced
-    assert data["train"].features["label"].names == ["cat", "dog"]
+        run_example("run_care.py", "--dataset", "someone/some-dataset", output_dir=tmp_path / "care")

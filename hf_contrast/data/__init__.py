@@ -2,7 +2,8 @@
 
 Nothing here downloads anything unless given a Hub id.
 
-- :func:`load_image_dataset`, :func:`defer_image_decoding` — image folders and Hub image sets;
+- :func:`load_image_dataset`, :func:`defer_image_decoding`, :func:`empty_class_folders` — image folders and Hub
+  image sets; :func:`load_image_splits` — a train and a held-out split of them (or of the embedded digits);
 - :func:`load_text_dataset`, :func:`load_sts_pairs` — CSV / TSV / JSON / JSONL / parquet / text;
 - :data:`CANONICAL_COLUMNS` — the column names the loaders give and the trainers read;
 - :func:`check_dataset` — empty / too-small / missing-column checks before training;
@@ -16,7 +17,8 @@ from .change_pairs import CHANGE_NAMES, make_change_pairs
 from .checks import check_dataset, dataset_columns
 from .columns import CANONICAL_COLUMNS
 from .digits import load_digits_dataset
-from .images import defer_image_decoding, load_image_dataset
+from .image_splits import load_image_splits
+from .images import defer_image_decoding, empty_class_folders, load_image_dataset
 from .long_tail import long_tailed_counts, make_long_tailed
 from .sentences import SENTENCE_PAIRS_PATH, TOPIC_NAMES, load_sentence_pairs
 from .text import load_sts_pairs, load_text_dataset
@@ -29,8 +31,10 @@ __all__ = [
     "check_dataset",
     "dataset_columns",
     "defer_image_decoding",
+    "empty_class_folders",
     "load_digits_dataset",
     "load_image_dataset",
+    "load_image_splits",
     "load_sentence_pairs",
     "load_sts_pairs",
     "load_text_dataset",

@@ -17,10 +17,13 @@ copy; the label is the kind of change:
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 import numpy as np
+
+from ..tensor_checks import check_choice
 
 if TYPE_CHECKING:
     import datasets
@@ -46,7 +49,31 @@ def _change(kind: int, pre: np.ndarray, other: np.ndarray, rng: np.random.Genera
         shift = max(1, h // 8)
         dy, dx = rng.choice([-shift, shift]), rng.choice([-shift, shift])
         return np.roll(pre, (int(dy), int(dx)), axis=(0, 1))
+    if other.shape != pre.shape:  # images of a folder differ in size: the replacement takes x_pre's
+        from PIL import Image
+
+        return np.asarray(Image.fromarray(other).resize((w, h), Image.Resampling.BICUBIC))
     return other
+
+
+def _rgb_images(dataset: datasets.Dataset, image_column: str, on_bad_image: str) -> tuple[list[np.ndarray], list[int]]:
+    """The RGB arrays of ``dataset[image_column]`` (PIL images or undecoded ``{"path", "bytes"}`` dicts) and
+    the rows they came from; a bad image raises naming the file and row, or is left out under ``"skip"``."""
+    from ..views.decode import BadImageError, convert_image_mode, decode_image
+
+    images, rows = [], []
+    for row, value in enumerate(dataset[image_column]):
+        try:
+            image = convert_image_mode(decode_image(value), 3)
+        except BadImageError as error:
+            message = f"make_change_pairs: row {row} of column {image_column!r}: {error}"
+            if on_bad_image == "raise":
+                raise BadImageError(f"{message}. Fix or remove the image, or pass `on_bad_image='skip'`.") from error
+            warnings.warn(f"Skipped: {message}.", UserWarning, stacklevel=3)
+            continue
+        images.append(np.asarray(image))
+        rows.append(row)
+    return images, rows
 
 
 def make_change_pairs(
@@ -56,16 +83,23 @@ def make_change_pairs(
     image_column: str = "image",
     label_column: str = "label",
     seed: int = 0,
+    on_bad_image: str = "raise",
 ) -> datasets.Dataset:
     """Build a paired change-classification ``datasets.Dataset`` from an image dataset.
 
+    Any labelled image set works (the embedded digits, a class image folder): the images may differ in
+    size (a ``replaced`` image is resized to its ``x_pre``) and mode (everything becomes RGB).
+
     Args:
-        dataset: A ``datasets.Dataset`` with PIL images in ``image_column`` and integer labels in
-            ``label_column`` (the labels are used only to pick a *different* class for
+        dataset: A ``datasets.Dataset`` with images in ``image_column`` (PIL images, or undecoded
+            ``{"path", "bytes"}`` dicts: :func:`~hf_contrast.data.defer_image_decoding`) and integer
+            labels in ``label_column`` (the labels are used only to pick a *different* class for
             ``replaced``).
         num_pairs: Number of pairs (default: ``len(dataset)``).
         frequencies: Probability of each change kind (see the module table); must sum to 1.
         seed: Seed of every random choice (deterministic output).
+        on_bad_image: An unreadable image: ``"raise"`` (a ``ValueError`` naming the row and the file) or
+            ``"skip"`` (left out of the pairs, with a warning naming the file).
 
     Returns:
         A ``datasets.Dataset`` with ``image_pre``, ``image_post`` (PIL RGB) and ``label``
@@ -73,7 +107,7 @@ def make_change_pairs(
 
     Raises:
         ValueError: if a column is missing, ``frequencies`` has the wrong length or does not
-            sum to 1, or ``num_pairs < 1``.
+            sum to 1, ``num_pairs < 1``, an image is bad (``on_bad_image="raise"``) or none is readable.
     """
     import datasets
     from PIL import Image
@@ -91,9 +125,12 @@ def make_change_pairs(
     if n < 1:
         raise ValueError(f"`num_pairs` must be >= 1, got {num_pairs}.")
 
+    check_choice("on_bad_image", on_bad_image, ("raise", "skip"))
+    images, rows = _rgb_images(dataset, image_column, on_bad_image)
+    if not images:
+        raise ValueError(f"make_change_pairs: no image of column {image_column!r} could be read.")
     rng = np.random.default_rng(seed)
-    images = [np.asarray(img.convert("RGB")) for img in dataset[image_column]]
-    source_labels = np.asarray(dataset[label_column])
+    source_labels = np.asarray(dataset[label_column])[rows]
     kinds = rng.choice(len(CHANGE_NAMES), size=n, p=freqs)
     pre_idx = rng.integers(0, len(images), size=n)
     pre_images, post_images = [], []

@@ -3,13 +3,43 @@
 from __future__ import annotations
 
 import os
+import warnings
 from pathlib import Path
 from typing import Any
 
 from .columns import rename_to_canonical
 from .naming import name_dataset
 
-__all__ = ["defer_image_decoding", "load_image_dataset"]
+__all__ = ["defer_image_decoding", "empty_class_folders", "load_image_dataset"]
+
+#: File endings datasets' ``imagefolder`` builder reads (the common ones; any file with them counts).
+_IMAGE_SUFFIXES = (".bmp", ".gif", ".jpeg", ".jpg", ".png", ".ppm", ".tif", ".tiff", ".webp")
+_SPLIT_NAMES = ("train", "training", "test", "testing", "validation", "valid", "val", "dev", "eval")
+
+
+def empty_class_folders(root: str | os.PathLike[str]) -> list[str]:
+    """The class folders of an image folder that hold no image file (relative paths, sorted).
+
+    Class folders are the sub-folders of ``root`` or, when ``root`` is split into ``train/``,
+    ``test/``… folders, the sub-folders of those. datasets' ``imagefolder`` builder names classes after
+    the folders of the files it finds, so a class folder without images is dropped from the class
+    names without a word; :func:`load_image_dataset` warns about these.
+
+    Args:
+        root: The image folder.
+
+    Returns:
+        Paths like ``"dog"`` or ``"train/dog"``, relative to ``root``.
+    """
+    base = Path(root)
+    subdirs = sorted(p for p in base.iterdir() if p.is_dir() and not p.name.startswith("."))
+    split_dirs = [p for p in subdirs if p.name.lower() in _SPLIT_NAMES]
+    class_dirs = [c for s in split_dirs for c in sorted(s.iterdir()) if c.is_dir()] if split_dirs else subdirs
+
+    def has_images(folder: Path) -> bool:
+        return any(f.is_file() and f.suffix.lower() in _IMAGE_SUFFIXES for f in folder.rglob("*"))
+
+    return [c.relative_to(base).as_posix() for c in class_dirs if not has_images(c)]
 
 
 def _check_columns(dataset: Any, source: str, columns: dict[str, str | None]) -> None:
@@ -73,6 +103,9 @@ def load_image_dataset(
         The dataset (``split`` given) or a ``DatasetDict``, with ``image_column`` and ``label_column``
         renamed to ``image`` and ``label`` (:mod:`hf_contrast.data.columns`), the trainers' defaults.
 
+    A class folder without images is left out of the classes with a warning
+    (:func:`empty_class_folders`).
+
     Raises:
         ValueError: if the folder has no images, the split does not exist, or a column is
             missing or not an image column (the error lists the columns).
@@ -82,6 +115,15 @@ def load_image_dataset(
     source = os.fspath(path_or_id)
     local = Path(source).expanduser()
     if local.is_dir():
+        empty = empty_class_folders(local)
+        if empty:
+            warnings.warn(
+                f"Image folder {local.name!r}: the class folder(s) {empty} hold no image and are left out of the "
+                "classes (datasets' imagefolder names classes after the files it finds); add images or remove "
+                "the folder(s).",
+                UserWarning,
+                stacklevel=2,
+            )
         try:
             loaded = datasets.load_dataset("imagefolder", data_dir=str(local), **load_kwargs)
         except (FileNotFoundError, datasets.exceptions.DataFilesNotFoundError, ValueError) as error:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -11,7 +12,7 @@ from torch.utils.data import DataLoader
 from tqdm.auto import tqdm
 
 from ._model import eval_mode, model_device, model_output, to_device, unwrap_model
-from ..tensor_checks import check_int
+from ..tensor_checks import check_choice, check_int
 
 __all__ = ["encode_dataset"]
 
@@ -59,6 +60,27 @@ def _default_collate(model: nn.Module, input_column: str | None, max_length: int
     )
 
 
+def _decoded_rows(rows: list[Any], values: list[Any], first_row: int, on_bad_image: str) -> tuple[list[Any], list[Any]]:
+    """Decode the image ``values`` of ``rows`` (rows ``first_row…`` of the dataset): a bad one raises
+    (naming the file and the row) or, under ``"skip"``, is left out with its row and a warning."""
+    from ..views.decode import BadImageError, decode_image, image_source
+
+    kept_rows, kept_values = [], []
+    for offset, (row, value) in enumerate(zip(rows, values)):
+        try:
+            kept_values.append(decode_image(value))
+        except BadImageError as error:
+            source = image_source(value)
+            where = f" (file {source!r})" if source and source not in str(error) else ""
+            message = f"encode_dataset: row {first_row + offset}{where}: {error}"
+            if on_bad_image == "raise":
+                raise BadImageError(f"{message}. Fix or remove the image, or pass `on_bad_image='skip'`.") from error
+            warnings.warn(f"Skipped: {message}.", UserWarning, stacklevel=4)
+            continue
+        kept_rows.append(row)
+    return kept_rows, kept_values
+
+
 def _stack(transform: Callable[[Any], Tensor]) -> Callable[[list[Any]], dict[str, Tensor]]:
     def collate(inputs: list[Any]) -> dict[str, Tensor]:
         return {"pixel_values": torch.stack([transform(x) for x in inputs])}
@@ -79,6 +101,7 @@ def encode_dataset(
     device: torch.device | str | None = None,
     max_length: int | None = None,
     progress: bool = True,
+    on_bad_image: str = "raise",
 ) -> tuple[Tensor, Tensor | None]:
     """Embed every row of ``dataset`` with ``model`` (eval mode, no gradient, mode restored after).
 
@@ -111,6 +134,9 @@ def encode_dataset(
         max_length: Token limit of the default text collation (default: the encoder's
             ``config.max_seq_length``, else the tokenizer's ``model_max_length``).
         progress: Show a progress bar.
+        on_bad_image: Images only (``transform`` or a timm model's default): ``"raise"`` (default) — an
+            unreadable / truncated / missing image raises a ``ValueError`` naming the file and the row;
+            ``"skip"`` — that row (and its label) is left out of the result, with a warning naming the file.
 
     Returns:
         ``(embeddings, labels)``: float32 CPU ``(N, D)`` and int64 ``(N,)`` or ``None``.
@@ -122,12 +148,14 @@ def encode_dataset(
     if collate_fn is not None and transform is not None:
         raise ValueError("Pass either `collate_fn` (rows -> model inputs) or `transform` (one image -> tensor), not both.")
     check_int("batch_size", batch_size, 1)
+    check_choice("on_bad_image", on_bad_image, ("raise", "skip"))
     if transform is not None:
         make_inputs, column = _stack(transform), input_column or "image"
     elif collate_fn is None:
         make_inputs, column = _default_collate(model, input_column, max_length)
     else:
         make_inputs, column = None, input_column
+    is_images = transform is not None or (collate_fn is None and getattr(unwrap_model(model), "tokenizer", None) is None)
     target = torch.device(device) if device is not None else model_device(model)
     loader = DataLoader(dataset, batch_size=batch_size, collate_fn=list, shuffle=False)
     try:
@@ -136,9 +164,10 @@ def encode_dataset(
         total = None
     chunks: list[Tensor] = []
     labels: list[Tensor] = []
-    rows_seen = rows_labelled = 0
+    rows_seen = rows_labelled = position = 0  # position: dataset row of the batch's first row
     with eval_mode(model):
         for rows in tqdm(loader, total=total, desc="Encoding", unit="batch", disable=not progress, leave=False):
+            start, position = position, position + len(rows)
             if make_inputs is None:
                 inputs = dict(collate_fn(rows))
                 batch_labels = inputs.pop("labels", None)
@@ -147,6 +176,10 @@ def encode_dataset(
                 if any(value is _NO_VALUE for value in values):
                     keys = sorted(rows[0]) if isinstance(rows[0], Mapping) else type(rows[0]).__name__
                     raise ValueError(f"`input_column` {column!r} is not in the rows (got {keys}); pass `input_column=`.")
+                if is_images:
+                    rows, values = _decoded_rows(rows, values, start, on_bad_image)
+                    if not rows:
+                        continue
                 inputs = make_inputs(values)
                 batch_labels = None
             if batch_labels is None and label_column is not None:

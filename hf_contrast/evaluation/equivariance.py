@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -14,7 +15,7 @@ from ..seeding import seeded_cpu_rng
 from ._model import model_device, model_output, to_device
 from .evaluator import Evaluator
 from .sampling import sample_rows
-from ..tensor_checks import check_int
+from ..tensor_checks import check_choice, check_int
 
 __all__ = ["EquivarianceEvaluator"]
 
@@ -130,6 +131,7 @@ class EquivarianceEvaluator(Evaluator):
         image_column: str = "image",
         label_column: str | None = "label",
         seed: int = 0,
+        on_bad_image: str = "raise",
         **kwargs: Any,
     ) -> EquivarianceEvaluator:
         """An evaluator on ``num_samples`` images of ``dataset`` under SimCLR augmentations.
@@ -148,6 +150,9 @@ class EquivarianceEvaluator(Evaluator):
             image_column: Column of the images.
             label_column: Column of the labels.
             seed: Seed of the row selection and of the augmentations.
+            on_bad_image: An unreadable image among the selected rows: ``"raise"`` (default) — a
+                ``ValueError`` naming the row and the file; ``"skip"`` — the row is left out of the batch
+                (which then has fewer than ``num_samples`` rows) with a warning naming the file.
             **kwargs: Other :class:`EquivarianceEvaluator` arguments.
         """
         from torchvision.transforms import v2
@@ -165,7 +170,23 @@ class EquivarianceEvaluator(Evaluator):
         channels, height, width = (int(v) for v in data_config["input_size"])
         raw = v2.Compose([*to_image_steps(channels), v2.ToDtype(torch.uint8, scale=True),
                           v2.Resize((height, width), antialias=True)])
-        images = torch.stack([_decoded(dataset, int(i), image_column, raw) for i in rows])  # uint8 (n, C, H, W)
+        from ..views.decode import BadImageError
+
+        check_choice("on_bad_image", on_bad_image, ("raise", "skip"))
+        decoded = []
+        for i in rows:
+            try:
+                decoded.append(_decoded(dataset, int(i), image_column, raw))
+            except BadImageError as error:
+                if on_bad_image == "raise":
+                    raise
+                warnings.warn(f"Skipped: {error}", UserWarning, stacklevel=2)
+        if len(decoded) < 2:
+            raise ValueError(
+                f"EquivarianceEvaluator: {len(rows) - len(decoded)} of the {len(rows)} selected images are unreadable; "
+                f"fewer than 2 remain. Fix the images of column {image_column!r}."
+            )
+        images = torch.stack(decoded)  # uint8 (n, C, H, W)
         mean = torch.tensor(data_config["mean"], dtype=torch.float32).view(1, -1, 1, 1)
         std = torch.tensor(data_config["std"], dtype=torch.float32).view(1, -1, 1, 1)
         simclr = simclr_transform_from_data_config(data_config)

@@ -8,7 +8,7 @@ from typing import Any
 from torch import Tensor, nn
 
 from ..metrics.probes import PROBE_METRICS, probe_scores
-from ..tensor_checks import check_int, check_positive
+from ..tensor_checks import check_choice, check_int, check_positive
 from .encode import encode_dataset
 from .evaluator import Evaluator
 
@@ -80,6 +80,7 @@ class ProbeEvaluator(Evaluator):
         output: As in :func:`encode_dataset`.
         max_length: As in :func:`encode_dataset`.
         progress: As in :func:`encode_dataset`.
+        on_bad_image: As in :func:`encode_dataset`.
 
     Raises:
         ValueError: on bad arguments (here); at call, on rows without labels or a fit split with
@@ -113,6 +114,7 @@ class ProbeEvaluator(Evaluator):
         output: str = "embeddings",
         max_length: int | None = None,
         progress: bool = True,
+        on_bad_image: str = "raise",
     ) -> None:
         if primary not in PROBE_METRICS:
             raise ValueError(f"`primary` must be one of {list(PROBE_METRICS)}, got {primary!r}.")
@@ -132,6 +134,7 @@ class ProbeEvaluator(Evaluator):
             "standardize": bool(standardize),
             "seed": check_int("seed", seed, 0),
         }
+        check_choice("on_bad_image", on_bad_image, ("raise", "skip"))
         self.encode_kwargs: dict[str, Any] = {
             "collate_fn": collate_fn,
             "transform": transform,
@@ -141,6 +144,7 @@ class ProbeEvaluator(Evaluator):
             "output": output,
             "max_length": max_length,
             "progress": progress,
+            "on_bad_image": on_bad_image,
         }
 
     def compute(self, model: nn.Module) -> dict[str, float]:

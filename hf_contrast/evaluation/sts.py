@@ -1,4 +1,11 @@
-"""``STSEvaluator``: Spearman correlation between the model's cosine similarities and gold scores."""
+"""``STSEvaluator``: Spearman correlation between the model's cosine similarities and gold scores.
+
+The scoring is sentence-transformers' :class:`~sentence_transformers.evaluation.EmbeddingSimilarityEvaluator`
+(cosine similarity, SciPy's Spearman and Pearson), so a number here is the number a sentence-transformers
+user gets for the same embeddings; only the embedding step is ours (:func:`encode_texts`: any text
+``ContrastiveEncoder``, its ``embeddings`` or ``projections``), through that evaluator's public
+``embed_inputs`` hook.
+"""
 
 from __future__ import annotations
 
@@ -6,10 +13,9 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-import torch
+import numpy as np
 from torch import nn
 
-from ..metrics import sts_spearman
 from .encode import encode_texts
 from .evaluator import Evaluator
 from ..tensor_checks import check_int
@@ -18,11 +24,13 @@ __all__ = ["STSEvaluator"]
 
 
 class STSEvaluator(Evaluator):
-    """STS evaluation of a text encoder: ``{"<name>_spearman": ρ}`` (``docs/methods.md`` §7).
+    """STS evaluation of a text encoder: ``{"<name>_spearman": ρ, "<name>_pearson": r}`` (``docs/methods.md`` §7).
 
     Embeds both sides of every pair with the model's ``embeddings`` (its ``tokenizer``, padding,
-    truncation at ``max_length``) and returns Spearman's ρ between ``cos(a_i, b_i)`` and the
-    gold ``scores`` (:func:`hf_contrast.metrics.sts_spearman`, in ``[-1, 1]``). With a trainer,
+    truncation at ``max_length``) and returns Spearman's ρ (primary) and Pearson's r between
+    ``cos(a_i, b_i)`` and the gold ``scores``, in ``[-1, 1]``, as computed by sentence-transformers'
+    ``EmbeddingSimilarityEvaluator`` (its ``spearman_cosine`` / ``pearson_cosine``; equal to
+    :func:`hf_contrast.metrics.sts_spearman` of the same embeddings). With a trainer,
     ``metric_for_best_model="eval_sts_spearman"`` keeps the checkpoint of best ρ.
 
     Args:
@@ -76,6 +84,7 @@ class STSEvaluator(Evaluator):
             raise ValueError(f"`scores[{bad}]` must be finite, got {self.scores[bad]}.")
         check_int("batch_size", batch_size, 1)
         self.batch_size, self.output, self.max_length, self.progress = batch_size, output, max_length, progress
+        self.metric_names = ("spearman", "pearson")
 
     @classmethod
     def from_dataset(
@@ -101,7 +110,31 @@ class STSEvaluator(Evaluator):
         return cls(list(dataset[sentence1_column]), list(dataset[sentence2_column]), list(dataset[score_column]), **kwargs)
 
     def compute(self, model: nn.Module) -> dict[str, float]:
-        options = {"batch_size": self.batch_size, "output": self.output, "max_length": self.max_length, "progress": self.progress}
-        a = encode_texts(model, self.sentences1, **options)
-        b = encode_texts(model, self.sentences2, **options)
-        return {"spearman": sts_spearman(a, b, torch.tensor(self.scores, dtype=torch.float64))}
+        if getattr(self, "_scorer", None) is None:
+            self._scorer = _cosine_similarity_scorer(self)
+        metrics = self._scorer(model)
+        return {"spearman": float(metrics["spearman_cosine"]), "pearson": float(metrics["pearson_cosine"])}
+
+
+def _cosine_similarity_scorer(sts: STSEvaluator) -> Any:
+    """sentence-transformers' ``EmbeddingSimilarityEvaluator`` on ``sts``'s pairs, embedding with
+    :func:`encode_texts` (imported here: sentence-transformers is a heavy import the image path never needs).
+
+    It overrides the evaluator's two public hooks: ``embed_inputs`` (a ``ContrastiveEncoder`` has no
+    ``SentenceTransformer.encode``) and ``store_metrics_in_model_card_data`` (our trainer's card callback
+    records the evaluation; a ``ContrastiveEncoder`` has no sentence-transformers card data).
+    """
+    from sentence_transformers.evaluation import EmbeddingSimilarityEvaluator
+
+    class CosineSimilarityScorer(EmbeddingSimilarityEvaluator):
+        def embed_inputs(self, model: nn.Module, sentences: Any, **kwargs: Any) -> np.ndarray:
+            options = {"batch_size": sts.batch_size, "output": sts.output, "max_length": sts.max_length}
+            return encode_texts(model, list(sentences), progress=sts.progress, **options).numpy()
+
+        def store_metrics_in_model_card_data(self, model: Any, metrics: Any, epoch: int = 0, step: int = 0) -> None:
+            pass
+
+    return CosineSimilarityScorer(
+        sts.sentences1, sts.sentences2, sts.scores, batch_size=sts.batch_size, main_similarity="cosine",
+        show_progress_bar=sts.progress, write_csv=False,
+    )

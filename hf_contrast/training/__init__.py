@@ -2,11 +2,13 @@
 
 Swap ``Trainer`` for a named trainer (or :class:`ContrastiveTrainer` with ``objective=``),
 ``TrainingArguments`` for :class:`ContrastiveTrainingArguments`, pass a dataset and a ``ContrastiveEncoder``.
-Collators and the AFCL batch sampler are in :mod:`hf_contrast.views`.
+Collators and the AFCL batch sampler are in :mod:`hf_contrast.views`. :func:`parse_args_with_objective`
+parses a script's flags together with the chosen ``--method``'s hyperparameters.
 """
 
 from __future__ import annotations
 
+from .argument_parser import parse_args_with_objective
 from .arguments import NONFINITE_POLICIES, ContrastiveTrainingArguments
 from .loss_terms import NonFiniteLossError
 from .trainer import ContrastiveTrainer
@@ -32,4 +34,5 @@ __all__ = [
     "SimCLRTrainer",
     "SimOTrainer",
     "SupConTrainer",
+    "parse_args_with_objective",
 ]

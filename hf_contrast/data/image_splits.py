@@ -1,0 +1,80 @@
+"""``load_image_splits``: a train split and a held-out split of the embedded digits, an image folder or a Hub set."""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["load_image_splits"]
+
+
+def load_image_splits(
+    dataset: str | None = None,
+    *,
+    image_column: str = "image",
+    label_column: str = "label",
+    image_size: int = 32,
+    test_fraction: float = 0.2,
+    max_train_samples: int | None = None,
+    max_eval_samples: int | None = None,
+    seed: int = 0,
+    decode: bool = False,
+) -> Any:
+    """``DatasetDict(train=..., test=...)`` of labelled images, ready for a trainer and its evaluators.
+
+    - ``dataset=None`` (or ``"digits"``): the embedded scikit-learn digits
+      (:func:`~hf_contrast.data.load_digits_dataset`, ``image_size`` pixels, nothing downloaded);
+    - else an image folder or a Hub id (:func:`~hf_contrast.data.load_image_dataset`: class names from
+      the folders, a warning for a class folder without images).
+
+    Data without a ``test`` split takes its ``validation`` split, else a seeded stratified
+    ``test_fraction`` of ``train`` is held out (:func:`~hf_contrast.evaluation.balanced_split`: a
+    folder sorted by class is fine, nothing takes "the first rows"). ``max_*_samples`` keep a seeded
+    class-balanced subset of a split (:func:`~hf_contrast.evaluation.balanced_subset`).
+
+    By default the image column stays undecoded (``decode=False``,
+    :func:`~hf_contrast.data.defer_image_decoding`): the collators and evaluators decode each image and
+    name the file and row of a bad one, or skip and count it under ``on_bad_image="skip"``.
+
+    Args:
+        dataset: ``None`` / ``"digits"``, a local image folder or a Hub dataset id.
+        image_column, label_column: Columns of the images and the integer (or string) classes.
+        image_size: Side of the embedded digits (at least 8).
+        test_fraction: Held-out fraction when there is no test / validation split.
+        max_train_samples, max_eval_samples: Keep a class-balanced subset of this many rows.
+        seed: Seed of the held-out split and the subsets.
+        decode: ``True``: decode images inside ``datasets`` (PIL images in the rows).
+
+    Returns:
+        ``datasets.DatasetDict`` with the splits ``train`` and ``test``, the chosen columns renamed to
+        ``image`` and ``label`` (:mod:`hf_contrast.data.columns`), the trainers' defaults.
+
+    Raises:
+        ValueError: as :func:`~hf_contrast.data.load_image_dataset` (no images, a missing column, …).
+        ConnectionError / OSError: from ``datasets`` when a Hub id cannot be reached.
+    """
+    import datasets
+
+    from ..evaluation import balanced_split, balanced_subset
+    from .digits import load_digits_dataset
+    from .columns import CANONICAL_COLUMNS
+    from .images import defer_image_decoding, load_image_dataset
+
+    if dataset in (None, "", "digits"):
+        data = load_digits_dataset(image_size=max(8, image_size), seed=seed)
+    else:
+        data = load_image_dataset(dataset, split=None, image_column=image_column, label_column=label_column)
+    image_column, label_column = CANONICAL_COLUMNS["image_column"], CANONICAL_COLUMNS["label_column"]  # renamed by the loader
+    if "test" not in data and "validation" in data:
+        data["test"] = data.pop("validation")
+    if "test" not in data:
+        train_rows, test_rows = balanced_split(list(data["train"][label_column]), test_fraction, seed)
+        data = datasets.DatasetDict(
+            {"train": data["train"].select(train_rows.tolist()), "test": data["train"].select(test_rows.tolist())}
+        )
+    data = datasets.DatasetDict({"train": data["train"], "test": data["test"]})
+    for split, limit in (("train", max_train_samples), ("test", max_eval_samples)):
+        if limit is not None and limit < len(data[split]):
+            data[split] = data[split].select(balanced_subset(list(data[split][label_column]), limit, seed).tolist())
+    if not decode:
+        data = datasets.DatasetDict({name: defer_image_decoding(part, image_column) for name, part in data.items()})
+    return data

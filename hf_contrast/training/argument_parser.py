@@ -1,0 +1,81 @@
+"""``parse_args_with_objective``: command-line flags that include the chosen method's hyperparameters.
+
+Each objective owns its hyperparameters in a config dataclass (``get_objective("care").config_class``).
+A script that lets the user pick the method with ``--method`` needs that dataclass in its
+``HfArgumentParser`` *before* parsing, so ``--method`` is read first; ``--method X --help`` then lists X's
+flags, and a flag another method has (``--n_splits`` with ``--method simclr``) is refused by name.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from transformers import HfArgumentParser
+
+from ..objectives import available_objectives, get_objective
+
+__all__ = ["parse_args_with_objective"]
+
+
+def parse_args_with_objective(
+    dataclass_types: Sequence[type],
+    *,
+    method: str,
+    defaults: Mapping[str, Any] | None = None,
+    args: Sequence[str] | None = None,
+) -> tuple[Any, ...]:
+    """Parse the command line into ``(*dataclasses, method_config)``.
+
+    ``--method`` (default ``method``; one of :func:`~hf_contrast.objectives.available_objectives`) is read
+    first; the parser then holds the fields of ``dataclass_types`` (e.g. the script's arguments and
+    :class:`~hf_contrast.training.ContrastiveTrainingArguments`) and of that method's config dataclass.
+    ``defaults`` change the default of any of these fields (a default naming a field the chosen method
+    does not have is dropped); every flag overrides them. A single ``.json`` argument is read as a
+    config file of field values (its ``"method"`` picks the method), as ``transformers`` examples do.
+
+    Args:
+        dataclass_types: The dataclasses to fill, in the order returned. One of them should have a
+            ``method`` field (it receives the chosen method).
+        method: The default method.
+        defaults: New defaults by field name.
+        args: The arguments (default ``sys.argv[1:]``).
+
+    Returns:
+        One instance per dataclass of ``dataclass_types``, then the method's config instance.
+
+    Raises:
+        SystemExit: (argparse) on an unknown method or flag; the message lists the method's hyperparameters.
+
+    Example:
+        >>> script, training_args, config = parse_args_with_objective(  # doctest: +SKIP
+        ...     (ScriptArguments, ContrastiveTrainingArguments), method="care", defaults={"max_steps": 150})
+    """
+    argv = list(sys.argv[1:] if args is None else args)
+    given: dict[str, Any] | None = None
+    if len(argv) == 1 and argv[0].endswith(".json"):
+        with open(argv[0], encoding="utf-8") as handle:
+            given = json.load(handle)
+        method = given.get("method", method)
+    else:
+        first = argparse.ArgumentParser(add_help=False)
+        first.add_argument("--method", default=method, choices=available_objectives())
+        method = first.parse_known_args(argv)[0].method
+    config_class = get_objective(method).config_class
+    parser = HfArgumentParser((*dataclass_types, config_class))
+    known = {f.name for kind in (*dataclass_types, config_class) for f in dataclasses.fields(kind) if f.init}
+    chosen = {key: value for key, value in (defaults or {}).items() if key in known}
+    if "method" in known:
+        chosen["method"] = method
+    parser.set_defaults(**chosen)
+    if given is not None:
+        return tuple(parser.parse_dict({**chosen, **given}))
+    *parsed, rest = parser.parse_args_into_dataclasses(args=argv, return_remaining_strings=True)
+    if rest:  # e.g. `--n_splits` with `--method simclr`
+        fields = sorted(f.name for f in dataclasses.fields(config_class))
+        parser.error(f"unrecognized arguments: {' '.join(rest)} (the hyperparameters of --method {method} are {fields})")
+    return tuple(parsed)
