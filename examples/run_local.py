@@ -166,6 +166,7 @@ def load_pairs(script: ScriptArguments, training_args: ContrastiveTrainingArgume
         script.dataset, image_column=training_args.image_column, label_column=training_args.label_column,
         image_size=training_args.image_size or 32, max_train_samples=script.max_train_samples,
         max_eval_samples=script.max_eval_samples, seed=training_args.seed,
+        dataset_name=script.dataset_name,
     )  # fmt: skip
     training_args.image_column, training_args.label_column = "image", "label"  # the loader renames the chosen columns
     options = dict(

@@ -284,6 +284,9 @@ def test_load_image_splits_holds_out_a_stratified_split_of_a_folder_without_one(
     row = data["train"][0]["image"]  # undecoded: the collators decode and can name the file
     assert set(row) == {"bytes", "path"} and row["path"].endswith(".png")
     assert load_image_splits(str(tmp_path), decode=True)["train"][0]["image"].size == (12, 12)
+    assert data["train"].info.dataset_name == data["test"].info.dataset_name == tmp_path.name  # the folder's name, no path
+    assert load_image_splits(str(tmp_path), dataset_name="pets")["test"].info.dataset_name == "pets"
+    assert load_image_splits(None, dataset_name="my-digits")["train"].info.dataset_name == "my-digits"
 
 
 def test_an_empty_class_folder_is_warned_about(tmp_path: Path) -> None:

@@ -202,6 +202,24 @@ def test_fields_given_to_create_model_card_are_saved_with_the_model(tmp_path: Pa
     assert generate_model_card(ContrastiveEncoder.from_pretrained(tmp_path / "run")) == (tmp_path / "run" / "README.md").read_text()
 
 
+def test_dataset_names_alone_rename_the_training_data_of_the_card(tmp_path: Path, caplog) -> None:
+    """``create_model_card(dataset=...)`` without ``dataset_tags`` names the training data the card lists."""
+    from distributed_scripts.trainer_utils import image_dataset, training_args
+
+    trainer = SimCLRTrainer(model=tiny_timm_encoder(projection_dim=8), args=training_args(tmp_path / "run", image_size=32, max_steps=1),
+                            train_dataset=image_dataset(8, 32))
+    trainer.train()
+    trainer.save_model()
+    trainer.create_model_card(dataset="fashion-folder")
+    card = ContrastiveEncoder.from_pretrained(tmp_path / "run").model_card_data
+    assert [d["name"] for d in card.train_datasets] == ["fashion-folder"]
+    assert "fashion-folder" in (tmp_path / "run" / "README.md").read_text()
+    with caplog.at_level("WARNING"):
+        trainer.create_model_card(dataset=["a", "b"])  # two names for one dataset: not used, and said so
+    assert "2 name(s) for 1 training dataset(s)" in caplog.text
+    assert [d["name"] for d in ContrastiveEncoder.from_pretrained(tmp_path / "run").model_card_data.train_datasets] == ["fashion-folder"]
+
+
 # ----------------------------------------------------------------------------------------------
 # Provenance of local copies
 # ----------------------------------------------------------------------------------------------

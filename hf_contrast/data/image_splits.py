@@ -18,6 +18,7 @@ def load_image_splits(
     max_eval_samples: int | None = None,
     seed: int = 0,
     decode: bool = False,
+    dataset_name: str | None = None,
 ) -> Any:
     """``DatasetDict(train=..., test=...)`` of labelled images, ready for a trainer and its evaluators.
 
@@ -43,6 +44,7 @@ def load_image_splits(
         max_train_samples, max_eval_samples: Keep a class-balanced subset of this many rows.
         seed: Seed of the held-out split and the subsets.
         decode: ``True``: decode images inside ``datasets`` (PIL images in the rows).
+        dataset_name: The data's name in model cards (default: a folder's name, a Hub id, ``sklearn-digits``).
 
     Returns:
         ``datasets.DatasetDict`` with the splits ``train`` and ``test``, the chosen columns renamed to
@@ -55,14 +57,19 @@ def load_image_splits(
     import datasets
 
     from ..evaluation import balanced_split, balanced_subset
-    from .digits import load_digits_dataset
     from .columns import CANONICAL_COLUMNS
+    from .digits import load_digits_dataset
     from .images import defer_image_decoding, load_image_dataset
+    from .naming import name_dataset
 
     if dataset in (None, "", "digits"):
         data = load_digits_dataset(image_size=max(8, image_size), seed=seed)
+        if dataset_name is not None:
+            name_dataset(data, "digits", dataset_name)
     else:
-        data = load_image_dataset(dataset, split=None, image_column=image_column, label_column=label_column)
+        data = load_image_dataset(
+            dataset, split=None, image_column=image_column, label_column=label_column, dataset_name=dataset_name
+        )
     image_column, label_column = CANONICAL_COLUMNS["image_column"], CANONICAL_COLUMNS["label_column"]  # renamed by the loader
     if "test" not in data and "validation" in data:
         data["test"] = data.pop("validation")

@@ -72,7 +72,8 @@ class HubPublishingMixin:
 
         Takes ``Trainer.create_model_card``'s arguments: ``language``, ``license``, ``tags``,
         ``model_name``; ``finetuned_from`` (the base model's Hub id); ``dataset_tags`` (Hub dataset ids)
-        with ``dataset`` (their names). Ignored, with a warning: ``tasks`` (an hf_contrast card's task
+        with ``dataset`` (their names); ``dataset`` alone renames the training datasets the card lists
+        (one name per dataset). Ignored, with a warning: ``tasks`` (an hf_contrast card's task
         is the encoder's feature extraction) and ``dataset_args`` (dataset configurations have no place
         in the card). A README.md in ``output_dir`` that
         hf_contrast did not write is kept. The model saved in ``output_dir`` gets the updated card data
@@ -100,6 +101,16 @@ class HubPublishingMixin:
             if dataset_id not in known:
                 name = names[index] if index < len(names) else dataset_id
                 data.train_datasets.append({"id": dataset_id, "name": name, "size": None})  # the card template reads `size`
+        if names and not ids:  # names alone: the names of the training data the card already lists
+            if len(names) == len(data.train_datasets):
+                for entry, name in zip(data.train_datasets, names):
+                    entry["name"] = name
+            else:
+                logger.warning(
+                    "create_model_card: `dataset`=%r gives %d name(s) for %d training dataset(s) in the card; not used. "
+                    "Name the data when loading it (`dataset_name=`) or pass one name per training dataset.",
+                    dataset, len(names), len(data.train_datasets),
+                )
         self._set_card_model_id()
         write_model_card(self.model, self.args.output_dir)
         encoder_folder = Path(self.args.output_dir) / HUB_SUBFOLDER
