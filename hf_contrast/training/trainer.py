@@ -178,6 +178,7 @@ class ContrastiveTrainer(CheckpointingMixin, HubPublishingMixin, Trainer):
         self.views.prepare_model()  # image views: the saved data config says `args.image_size`
         self._check_objective_fits()
         self.objective.setup(self.views, train_dataset)
+        self._check_evaluation_fits()
         self.objective.to(self.args.device)
         self.add_callback(_ObjectiveCallback(self))
         for callback in self.objective.callbacks():
@@ -214,6 +215,25 @@ class ContrastiveTrainer(CheckpointingMixin, HubPublishingMixin, Trainer):
                 "report (its batches are not evaluation batches); set `metric_for_best_model`, e.g. "
                 "'eval_knn_loo_accuracy'."
             )
+
+    def _check_evaluation_fits(self) -> None:
+        """When the run evaluates (an ``eval_dataset`` or an ``eval_strategy``): evaluation batches and sets
+        the objective can score, so ``eval_loss`` is always reported (or the error says what to set)."""
+        args, objective = self.args, self.objective
+        if self.eval_dataset is None and args.eval_strategy == "no":
+            return
+        objective.check_eval_batch_size(args.per_device_eval_batch_size)
+        if not objective.has_eval_loss:
+            return
+        eval_sets = self.eval_dataset if isinstance(self.eval_dataset, dict) else {"": self.eval_dataset}
+        for key, dataset in eval_sets.items():
+            if dataset is not None:
+                check_dataset(
+                    dataset,
+                    name=f"eval_dataset[{key!r}]" if key else "eval_dataset",
+                    min_rows=objective.min_eval_batch_size,
+                    why=f"{type(objective).__name__}'s `eval_loss` compares the samples of an evaluation batch",
+                )
 
     def check_datasets(self) -> None:
         """Fail before training, with the fix, on an empty or too small dataset or a missing column."""
