@@ -184,6 +184,12 @@ class Objective(nn.Module):
         terms = self(model, inputs, views)
         return None if "skipped" in terms else terms["loss"]  # a skipped batch is not scored as 0
 
+    def log_statistics(self) -> dict[str, float]:
+        """Diagnostics of the training batches since the last log (e.g. ``negative_cos_below_zero``), added to
+        the training logs next to the ``loss_<term>`` means. Called at every log on every process (where the
+        Trainer syncs anyway); accumulate on the device in :meth:`forward`, read here. Default: none."""
+        return {}
+
     def eval_embeddings(
         self, model: nn.Module, inputs: Mapping[str, Any], views: ViewBuilder
     ) -> tuple[Tensor, ...]:

@@ -365,7 +365,8 @@ class ContrastiveTrainer(CheckpointingMixin, HubPublishingMixin, Trainer):
     # ---- logging -----------------------------------------------------------------------------------
 
     def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
-        """Check the losses are finite, then add the running mean of each term (``loss_<term>``).
+        """Check the losses are finite, then add the running mean of each term (``loss_<term>``) and the
+        objective's :meth:`~hf_contrast.objectives.Objective.log_statistics` (e.g. ``negative_cos_below_zero``).
 
         Under ``nonfinite_policy="skip"`` the logged ``loss`` is the mean over the steps that were not skipped
         (NaN when every step since the last log was): a dropped step is never logged as a loss of 0.
@@ -384,7 +385,7 @@ class ContrastiveTrainer(CheckpointingMixin, HubPublishingMixin, Trainer):
             if skipped:  # `training_step` returned 0 for the dropped steps
                 logs = {**logs, "loss": logs["loss"] * steps / (steps - skipped) if steps > skipped else float("nan")}
             self._loss_log_start = (self.state.global_step, self.skipped_steps)
-            logs = {**logs, **self.loss_terms.drain()}
+            logs = {**logs, **self.loss_terms.drain(), **self.objective.log_statistics()}
             if self.skipped_steps:
                 logs["skipped_steps"] = self.skipped_steps
         super().log(logs, start_time)
