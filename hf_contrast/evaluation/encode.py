@@ -10,6 +10,7 @@ from torch import Tensor, nn
 from torch.utils.data import DataLoader
 from tqdm.auto import tqdm
 
+from .progress import progress_enabled
 from ._model import eval_mode, model_device, model_output, to_device, unwrap_model
 from ..tensor_checks import check_int
 
@@ -107,7 +108,8 @@ def encode_dataset(
         output: Model output to keep: ``"embeddings"`` (backbone features) or ``"projections"``.
         device: Device the inputs are moved to (default: the model's).
         max_length: Token limit of the default text collation (default: the tokenizer's).
-        progress: Show a progress bar.
+        progress: Show a progress bar (while transformers' progress-bar switch is on, see
+            :mod:`hf_contrast.evaluation.progress`).
 
     Returns:
         ``(embeddings, labels)``: float32 CPU ``(N, D)`` and int64 ``(N,)`` or ``None``.
@@ -135,7 +137,7 @@ def encode_dataset(
     labels: list[Tensor] = []
     rows_seen = rows_labelled = 0
     with eval_mode(model):
-        for rows in tqdm(loader, total=total, desc="Encoding", unit="batch", disable=not progress, leave=False):
+        for rows in tqdm(loader, total=total, desc="Encoding", unit="batch", disable=not progress_enabled(progress), leave=False):
             if make_inputs is None:
                 inputs = dict(collate_fn(rows))
                 batch_labels = inputs.pop("labels", None)

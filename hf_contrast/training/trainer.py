@@ -41,6 +41,7 @@ from transformers.trainer_utils import seed_worker
 
 from .. import distributed
 from ..data.checks import check_dataset
+from ..evaluation.progress import follow_log_level, progress_bars_disabled
 from ..losses import finite_input_checks
 from ..model_card import ModelCardCallback
 from ..objectives import Objective, build_objective
@@ -170,6 +171,10 @@ class ContrastiveTrainer(CheckpointingMixin, HubPublishingMixin, Trainer):
             **kwargs,
         )
         self.args: ContrastiveTrainingArguments
+        follow_log_level(self.args.get_process_log_level())  # the package's loggers, as Trainer sets transformers'
+        if self.args.dataloader_pin_memory and self.args.device.type == "cpu":
+            # pinned memory only speeds up copies to an accelerator; on a CPU run torch warns at every loader
+            self.args.dataloader_pin_memory = False
         # The encoder takes no loss kwargs: the Trainer must divide our per-batch mean by the number of
         # accumulation steps. Set after `Trainer.__init__`, which sets it from the model's signature.
         self.model_accepts_loss_kwargs = False
@@ -253,9 +258,27 @@ class ContrastiveTrainer(CheckpointingMixin, HubPublishingMixin, Trainer):
                 check_dataset(dataset, name=f"eval_dataset[{key!r}]" if key else "eval_dataset", min_rows=1)
 
     def train(self, *args: Any, **kwargs: Any) -> Any:
-        """``Trainer.train`` after :meth:`check_datasets`."""
+        """``Trainer.train`` after :meth:`check_datasets`; with ``disable_tqdm=True`` no progress bar at all
+        (the package's, transformers' "Writing model shards", the Hub's uploads)."""
         self.check_datasets()
-        return super().train(*args, **kwargs)
+        with progress_bars_disabled(self.args.disable_tqdm):
+            return super().train(*args, **kwargs)
+
+    def evaluate(self, *args: Any, **kwargs: Any) -> dict[str, float]:
+        """``Trainer.evaluate``; with ``disable_tqdm=True`` no progress bar (an evaluator's encoding included)."""
+        with progress_bars_disabled(self.args.disable_tqdm):
+            return super().evaluate(*args, **kwargs)
+
+    def predict(self, *args: Any, **kwargs: Any) -> Any:
+        """``Trainer.predict``; with ``disable_tqdm=True`` no progress bar."""
+        with progress_bars_disabled(self.args.disable_tqdm):
+            return super().predict(*args, **kwargs)
+
+    def push_to_hub(self, *args: Any, **kwargs: Any) -> Any:
+        """:meth:`HubPublishingMixin.push_to_hub <hf_contrast.training.publishing.HubPublishingMixin.push_to_hub>`;
+        with ``disable_tqdm=True`` no progress bar."""
+        with progress_bars_disabled(self.args.disable_tqdm):
+            return super().push_to_hub(*args, **kwargs)
 
     # ---- loss ------------------------------------------------------------------------------------
 
@@ -586,4 +609,5 @@ class ContrastiveTrainer(CheckpointingMixin, HubPublishingMixin, Trainer):
                     "NaN/inf. Resume from the last checkpoint with a lower learning rate or gradient clipping "
                     "(`max_grad_norm`), or pass `allow_nonfinite=True` to write it anyway."
                 )
-        super().save_model(output_dir, _internal_call, allow_nonfinite=allow_nonfinite)
+        with progress_bars_disabled(self.args.disable_tqdm):  # transformers' "Writing model shards"
+            super().save_model(output_dir, _internal_call, allow_nonfinite=allow_nonfinite)
