@@ -111,8 +111,10 @@ class ContrastiveTrainer(CheckpointingMixin, HubPublishingMixin, Trainer):
 
     Raises:
         ValueError: if ``args`` is not a :class:`ContrastiveTrainingArguments`, the objective is unknown, the
-            batch size does not fit the objective, or ``load_best_model_at_end`` relies on an ``eval_loss``
-            the objective does not have.
+            training batch size does not fit the objective, ``load_best_model_at_end`` relies on an
+            ``eval_loss`` the objective does not have, or (when the run evaluates) ``per_device_eval_batch_size``
+            or an ``eval_dataset`` is too small for the objective's ``eval_loss``
+            (:meth:`~hf_contrast.objectives.Objective.check_eval_batch_size`).
     """
 
     #: The method a named trainer trains (``None``: ``objective`` is required).
