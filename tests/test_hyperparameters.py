@@ -52,6 +52,7 @@ VOCABULARY_NAMES = {
 # Private checks that are not scalar-argument duplicates, with why they stay where they are.
 DOMAIN_CHECKS = {
     ("training/trainer.py", "_check_objective_fits"): "the objective against the model and the arguments",
+    ("training/trainer.py", "_check_evaluation_fits"): "the objective against the evaluation batch size and sets",
     ("views/afcl_sampler.py", "_check_labels_1d"): "a label sequence converted to a tensor",
     ("views/batched_params.py", "_check_generator"): "a torch.Generator's device",
     ("losses/binary_nce.py", "_check_scalar_tensor"): "a one-element float tensor (learnable values)",

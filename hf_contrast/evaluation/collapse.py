@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-import logging
 import warnings
+
+from transformers.utils import logging
 
 __all__ = ["RepresentationCollapseWarning", "collapse_message", "warn_if_collapsed"]
 
-logger = logging.getLogger(__name__)
+logger = logging.get_logger(__name__)  # follows the Trainer's log level (hf_contrast.evaluation.progress)
 
 #: Mean pairwise cosine above which the embeddings are reported as collapsed to one direction.
 MAX_MEAN_COSINE = 0.95

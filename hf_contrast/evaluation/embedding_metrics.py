@@ -7,7 +7,6 @@ examples and the model card.
 
 from __future__ import annotations
 
-import logging
 import math
 import warnings
 from collections.abc import Callable, Sequence
@@ -16,6 +15,7 @@ from typing import Any
 import torch
 from torch import Tensor
 from tqdm.auto import tqdm
+from transformers.utils import logging
 
 from ..metrics import (
     alignment,
@@ -30,11 +30,12 @@ from ..metrics._inputs import as_embeddings, as_labels, as_pair
 from ..tensor_checks import check_int, check_positive
 from .collapse import warn_if_collapsed
 from .failures import metrics_or_nan
+from .progress import progress_enabled
 from .sampling import balanced_split, sample_rows
 
 __all__ = ["EmbeddingMetrics"]
 
-logger = logging.getLogger(__name__)
+logger = logging.get_logger(__name__)  # follows the Trainer's log level (hf_contrast.evaluation.progress)
 
 
 def _split_predictions(predictions: object) -> tuple[object, object | None, object | None]:
@@ -97,7 +98,8 @@ class EmbeddingMetrics:
             ``None`` uses all rows.
         seed: Seed of the subsampling, the probe split and the probe.
         warn_collapse: Warn when the representation has collapsed.
-        progress: Show a progress bar over the metric phases.
+        progress: Show a progress bar over the metric phases (while transformers' progress-bar switch is on,
+            see :mod:`hf_contrast.evaluation.progress`).
 
     Raises:
         ValueError: on bad arguments (here) or bad predictions/labels (at call).
@@ -204,7 +206,7 @@ class EmbeddingMetrics:
                 phases.append(("linear_probe_holdout_accuracy", lambda: self._probe(z, y)))
             phases.append(("class_orthogonality", lambda: self._class_orthogonality(z, y)))
         metrics: dict[str, float] = {}
-        with tqdm(total=len(phases), desc="Embedding metrics", disable=not self.progress, leave=False) as bar:
+        with tqdm(total=len(phases), desc="Embedding metrics", disable=not progress_enabled(self.progress), leave=False) as bar:
             for name, phase in phases:
                 bar.set_postfix_str(name)
                 value = _value_or_nan(phase, name, self)

@@ -11,6 +11,7 @@ from torch import Tensor, nn
 from torch.utils.data import DataLoader
 from tqdm.auto import tqdm
 
+from .progress import progress_enabled
 from ._model import eval_mode, model_device, model_output, to_device, unwrap_model
 from ..tensor_checks import check_choice, check_int
 
@@ -133,7 +134,8 @@ def encode_dataset(
         device: Device the inputs are moved to (default: the model's).
         max_length: Token limit of the default text collation (default: the encoder's
             ``config.max_seq_length``, else the tokenizer's ``model_max_length``).
-        progress: Show a progress bar.
+        progress: Show a progress bar (while transformers' progress-bar switch is on, see
+            :mod:`hf_contrast.evaluation.progress`).
         on_bad_image: Images only (``transform`` or a timm model's default): ``"raise"`` (default) — an
             unreadable / truncated / missing image raises a ``ValueError`` naming the file and the row;
             ``"skip"`` — that row (and its label) is left out of the result, with a warning naming the file.
@@ -166,7 +168,7 @@ def encode_dataset(
     labels: list[Tensor] = []
     rows_seen = rows_labelled = position = 0  # position: dataset row of the batch's first row
     with eval_mode(model):
-        for rows in tqdm(loader, total=total, desc="Encoding", unit="batch", disable=not progress, leave=False):
+        for rows in tqdm(loader, total=total, desc="Encoding", unit="batch", disable=not progress_enabled(progress), leave=False):
             start, position = position, position + len(rows)
             if make_inputs is None:
                 inputs = dict(collate_fn(rows))

@@ -9,11 +9,11 @@ numbers of a probe fitted on one split and scored on another, under the names
 
 from __future__ import annotations
 
-import logging
 import warnings
 
 import torch
 from torch import Tensor
+from transformers.utils import logging
 
 from ..tensor_checks import check_int, check_positive, l2_normalize
 from ._inputs import as_embeddings, as_labels
@@ -28,7 +28,7 @@ __all__ = [
     "probe_scores",
 ]
 
-logger = logging.getLogger(__name__)
+logger = logging.get_logger(__name__)  # follows the Trainer's log level (hf_contrast.evaluation.progress)
 
 #: The names of :func:`probe_scores`: probes fitted on one split and scored on another. (Scores
 #: estimated within one split are named apart: ``knn_loo_accuracy``, ``linear_probe_holdout_accuracy``

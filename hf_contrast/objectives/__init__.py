@@ -3,7 +3,8 @@
 ``get_objective("care")`` / ``build_objective("care", n_splits=8)`` resolve a method by name;
 :func:`available_objectives` lists them. To add a method: write one file with an :class:`Objective`
 subclass (and its :class:`ObjectiveConfig` dataclass) decorated by ``@register_objective("name")``,
-and import it below.
+and import it below. :mod:`hf_contrast.objectives.geometry` holds the statistics objectives log next to
+their loss terms (``negative_cos_below_zero``, ``class_mean_abs_cos``; :meth:`Objective.log_statistics`).
 """
 
 from __future__ import annotations

@@ -113,6 +113,24 @@ class Objective(nn.Module):
         """Whether a training batch smaller than ``per_device_train_batch_size`` cannot be used (chunks, groups)."""
         return self.batch_multiple > 1
 
+    @property
+    def min_eval_batch_size(self) -> int:
+        """The fewest samples an evaluation batch needs to be scored in ``eval_loss`` (every method compares
+        the samples of a batch: 2). Checked against ``per_device_eval_batch_size`` and the evaluation set's
+        size when the trainer is built (:meth:`check_eval_batch_size`)."""
+        return 2
+
+    def check_eval_batch_size(self, batch_size: int) -> None:
+        """Raise ``ValueError`` naming ``per_device_eval_batch_size`` if evaluation batches of ``batch_size``
+        samples cannot be scored, so ``eval_loss`` would be missing. Objectives without ``eval_loss``
+        (:attr:`has_eval_loss` false) accept any size; chunked methods also check their chunks."""
+        if self.has_eval_loss and batch_size < self.min_eval_batch_size:
+            raise ValueError(
+                f"`per_device_eval_batch_size`={batch_size} is too small for {type(self).__name__}'s `eval_loss`: an "
+                f"evaluation batch needs at least {self.min_eval_batch_size} samples (the loss compares the samples of "
+                f"a batch). Set `per_device_eval_batch_size` >= {self.min_eval_batch_size}."
+            )
+
     def required_columns(self, views: ViewBuilder) -> list[str | tuple[str, ...]]:
         """Training-set columns (a tuple: any one of them) this objective reads; checked before training."""
         columns: list[str | tuple[str, ...]] = [views.input_columns()]
@@ -165,6 +183,12 @@ class Objective(nn.Module):
             return None
         terms = self(model, inputs, views)
         return None if "skipped" in terms else terms["loss"]  # a skipped batch is not scored as 0
+
+    def log_statistics(self) -> dict[str, float]:
+        """Diagnostics of the training batches since the last log (e.g. ``negative_cos_below_zero``), added to
+        the training logs next to the ``loss_<term>`` means. Called at every log on every process (where the
+        Trainer syncs anyway); accumulate on the device in :meth:`forward`, read here. Default: none."""
+        return {}
 
     def eval_embeddings(
         self, model: nn.Module, inputs: Mapping[str, Any], views: ViewBuilder

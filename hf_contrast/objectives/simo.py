@@ -5,7 +5,9 @@ classes × ``k = samples_per_class`` samples, class-major, ``2C <`` the number o
 ``per_device_train_batch_size`` must equal ``C·k``. The raw projections (SimO does not normalise) of
 ``n_views`` views (default 1; with 2 the views of a class form a group of ``2k``) go to
 :class:`~hf_contrast.losses.AFCLLoss`, which logs ``same``, ``mean`` and ``diff``. ``gather_distributed``
-does not apply: each process's AFCL batch is its own set of groups. There is no ``eval_loss`` (evaluation
+does not apply: each process's AFCL batch is its own set of groups. Training logs carry
+``class_mean_abs_cos``, the mean ``|cos|`` between the class means of the training batches (0: orthogonal
+classes, what AFCL aims at; :mod:`hf_contrast.objectives.geometry`). There is no ``eval_loss`` (evaluation
 batches are not class-major): choose the best checkpoint with a metric (``metric_for_best_model``).
 """
 
@@ -22,6 +24,7 @@ from ..losses import AFCLLoss
 from ..views import AFCLBatchSampler, ViewBuilder
 from ..tensor_checks import check_choice, check_int
 from .base import Objective, ObjectiveConfig
+from .geometry import GeometryMonitor, class_mean_abs_cosine
 from .registry import register_objective
 
 __all__ = ["SimOConfig", "SimOObjective"]
@@ -52,9 +55,18 @@ class SimOObjective(Objective):
     needs_labels = True
     has_eval_loss = False
 
+    def __init__(self, config: ObjectiveConfig | None = None, **hyperparameters: Any) -> None:
+        super().__init__(config, **hyperparameters)
+        self.geometry = GeometryMonitor()
+
     @property
     def needs_full_batches(self) -> bool:
         return True
+
+    def log_statistics(self) -> dict[str, float]:
+        """``class_mean_abs_cos``: the mean ``|cos|`` between the class means of a training batch, averaged over
+        the batches since the last log (0 when the classes are orthogonal)."""
+        return self.geometry.drain()
 
     @property
     def batch_size(self) -> int:
@@ -110,4 +122,7 @@ class SimOObjective(Objective):
             stacked = torch.stack(z_views)
             v, n, d = stacked.shape
             e = stacked.reshape(v, c, n // c, d).transpose(0, 1).reshape(n * v, d)
+        if model.training:
+            self.geometry.add("class_mean_abs_cos", class_mean_abs_cosine(e, c))
+            self.geometry.count_step()
         return self.loss(e)

@@ -4,6 +4,12 @@ The views of a batch are flattened view-major with their labels repeated, so wit
 (default) every anchor has a positive (its other view). With ``n_views=1`` a batch whose labels all
 differ has no positive pair: it is skipped (zero loss connected to the graph, counted in the logged
 ``skipped_batches``), never a crash.
+
+Geometry: training logs carry ``negative_cos_below_zero``, the fraction of pairs of different classes in
+the training batches (within each process's batch, all views) whose cosine similarity is negative
+(:mod:`hf_contrast.objectives.geometry`). OCL's loss equals SupCon's on a batch where it is 0, so OCL
+warns once when no such pair has been seen in its first :attr:`OCLObjective.identical_warning_steps`
+training steps (or by the end of a shorter run): the run is then training exactly as SupCon would.
 """
 
 from __future__ import annotations
@@ -11,10 +17,11 @@ from __future__ import annotations
 import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 from torch import Tensor, nn
+from transformers import TrainerCallback
 
 from .. import distributed
 from ..data.checks import dataset_classes
@@ -22,6 +29,7 @@ from ..losses import OCLoss, SupConLoss
 from ..views import ViewBuilder
 from ..tensor_checks import check_choice
 from .base import Objective, ObjectiveConfig
+from .geometry import GeometryMonitor, negative_cosine_counts
 from .registry import register_objective
 
 __all__ = ["SupConConfig", "SupConObjective", "OCLObjective"]
@@ -49,6 +57,7 @@ class SupConObjective(Objective):
     def __init__(self, config: ObjectiveConfig | None = None, **hyperparameters: Any) -> None:
         super().__init__(config, **hyperparameters)
         self.skipped_batches = 0
+        self.geometry = GeometryMonitor()
 
     def setup(self, views: ViewBuilder, train_dataset: Any) -> None:
         """Build the loss; reject, before training, a training set whose labels hold one class.
@@ -103,7 +112,16 @@ class SupConObjective(Objective):
                 stacklevel=2,
             )
             return {"loss": z.sum() * 0.0, "skipped": torch.ones((), device=z.device)}
+        if model.training:
+            below, negatives = negative_cosine_counts(z, y)
+            self.geometry.add("negative_cos_below_zero", below, negatives)
+            self.geometry.count_step()
         return {"loss": self.loss(z, y)}
+
+    def log_statistics(self) -> dict[str, float]:
+        """``negative_cos_below_zero``: of the pairs of different classes in the training batches since the
+        last log, the fraction with a negative cosine similarity (pairs within each process's batch)."""
+        return self.geometry.drain()
 
 
 @register_objective("ocl")
@@ -112,6 +130,45 @@ class OCLObjective(SupConObjective):
     entering the denominator through ``|cos|``."""
 
     loss_class = OCLoss
+    #: Training steps after which, at a log, OCL warns if no pair of different classes had a negative cosine.
+    identical_warning_steps: ClassVar[int] = 10
+
+    def __init__(self, config: ObjectiveConfig | None = None, **hyperparameters: Any) -> None:
+        super().__init__(config, **hyperparameters)
+        self.warned_identical_to_supcon = False
+
+    def callbacks(self) -> list[TrainerCallback]:
+        return [_IdenticalToSupConCheck(self)]
+
+    def log_statistics(self) -> dict[str, float]:
+        statistics = super().log_statistics()
+        self.warn_if_identical_to_supcon()
+        return statistics
+
+    def warn_if_identical_to_supcon(self, end_of_training: bool = False) -> bool:
+        """Warn (once) if no pair of different classes has had a negative cosine in the training steps so far,
+        once :attr:`identical_warning_steps` steps were recorded or at ``end_of_training``: OCL's ``|cos|``
+        then equalled SupCon's ``cos`` on every batch, so OCL trained exactly as SupCon would. One read of the
+        device. Returns whether it warned now."""
+        if self.warned_identical_to_supcon or self.geometry.steps == 0:
+            return False
+        if self.geometry.steps < self.identical_warning_steps and not end_of_training:
+            return False
+        below, negatives = self.geometry.totals().get("negative_cos_below_zero", (0.0, 0.0))
+        if negatives == 0 or below > 0:
+            return False
+        self.warned_identical_to_supcon = True
+        warnings.warn(
+            f"{type(self).__name__}: in the first {self.geometry.steps} training steps no pair of different classes had "
+            "a negative cosine similarity (logged `negative_cos_below_zero` = 0), so OCL's |cos| of the negatives "
+            "equalled SupCon's cos: so far this run trains exactly as objective='supcon' would. OCL differs once "
+            "classes are pushed past orthogonality. Try larger batches (more negatives per step), a lower "
+            "`temperature`, longer training, and check that the encoder's `projection_dim` is at least the number "
+            "of classes.",
+            UserWarning,
+            stacklevel=2,
+        )
+        return True
 
     def check_classes(self, classes: list[Any], views: ViewBuilder) -> None:
         """Also reject more classes than projection dimensions: OCL's minimum (orthogonal classes) needs ``P >= K``."""
@@ -123,3 +180,14 @@ class OCLObjective(SupConObjective):
                 f"{len(classes)} projection dimensions, but the encoder's `projection_dim` is {dim}. Build the encoder "
                 f"with `projection_dim` >= {len(classes)}, or use SupCon (objective='supcon'), which has no such bound."
             )
+
+
+class _IdenticalToSupConCheck(TrainerCallback):
+    """At the end of training, :meth:`OCLObjective.warn_if_identical_to_supcon` for runs shorter than its
+    step threshold."""
+
+    def __init__(self, objective: OCLObjective) -> None:
+        self.objective = objective
+
+    def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        self.objective.warn_if_identical_to_supcon(end_of_training=True)

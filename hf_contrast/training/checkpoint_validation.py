@@ -22,7 +22,6 @@ truncated one; :func:`checkpoint_problem` reads every file a resume reads and sa
 from __future__ import annotations
 
 import json
-import logging
 import os
 import re
 import struct
@@ -30,6 +29,7 @@ import zipfile
 from pathlib import Path
 
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
+from transformers.utils import logging
 
 from hf_contrast.models.export import HUB_SUBFOLDER
 
@@ -41,7 +41,7 @@ __all__ = [
     "last_complete_checkpoint",
 ]
 
-logger = logging.getLogger(__name__)
+logger = logging.get_logger(__name__)  # follows the Trainer's log level (hf_contrast.evaluation.progress)
 
 #: The trainer's state outside the model and optimizer (objective, views), in every checkpoint.
 CONTRASTIVE_STATE_NAME = "contrastive_state.pt"

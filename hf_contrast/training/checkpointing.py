@@ -34,7 +34,6 @@ from __future__ import annotations
 import copy
 import dataclasses
 import json
-import logging
 import os
 import re
 import shutil
@@ -44,6 +43,7 @@ from typing import Any
 import safetensors.torch
 import torch
 from torch import nn
+from transformers.utils import logging
 
 from hf_contrast.models.export import HUB_SUBFOLDER
 
@@ -59,7 +59,7 @@ from .loss_terms import NonFiniteLossError
 
 __all__ = ["CheckpointingMixin", "first_nonfinite_tensor", "sanitized_training_args"]
 
-logger = logging.getLogger(__name__)
+logger = logging.get_logger(__name__)  # follows the Trainer's log level (hf_contrast.evaluation.progress)
 
 TRAINING_ARGS_NAME = "training_args.bin"
 _TOKEN_FIELD_RE = re.compile(r"^(.*_)?token$")

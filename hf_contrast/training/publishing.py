@@ -20,7 +20,6 @@ save with no public hook around it, and its own version pickles ``self.args`` (w
 
 from __future__ import annotations
 
-import logging
 import os
 import shutil
 from pathlib import Path
@@ -28,7 +27,7 @@ from typing import Any
 
 from huggingface_hub import HfApi
 from transformers.trainer_utils import HubStrategy, SaveStrategy
-from transformers.utils import PushInProgress
+from transformers.utils import PushInProgress, logging
 
 from hf_contrast.model_card import get_model_card_data, save_card_data, write_model_card
 from hf_contrast.models.export import HUB_SUBFOLDER
@@ -42,7 +41,7 @@ _TRAINER_STATE_FILES = frozenset({"trainer_state.json"})
 # Never uploaded from output_dir: private files, checkpoints and the staging folders of interrupted saves.
 _NOT_PUSHED = ["_*", ".*", "checkpoint-*", "tmp-checkpoint-*"]
 
-logger = logging.getLogger(__name__)
+logger = logging.get_logger(__name__)  # follows the Trainer's log level (hf_contrast.evaluation.progress)
 
 
 class HubPublishingMixin:

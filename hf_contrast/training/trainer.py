@@ -42,6 +42,7 @@ from transformers.trainer_utils import seed_worker
 from .. import distributed
 from ..data.checks import check_dataset, dataset_columns
 from ..data.columns import CANONICAL_COLUMNS
+from ..evaluation.progress import follow_log_level, progress_bars_disabled
 from ..losses import finite_input_checks
 from ..model_card import ModelCardCallback
 from ..models.instances import as_encoder
@@ -116,8 +117,10 @@ class ContrastiveTrainer(CheckpointingMixin, HubPublishingMixin, Trainer):
 
     Raises:
         ValueError: if ``args`` is not a :class:`ContrastiveTrainingArguments`, the objective is unknown, the
-            batch size does not fit the objective, or ``load_best_model_at_end`` relies on an ``eval_loss``
-            the objective does not have.
+            training batch size does not fit the objective, ``load_best_model_at_end`` relies on an
+            ``eval_loss`` the objective does not have, or (when the run evaluates) ``per_device_eval_batch_size``
+            or an ``eval_dataset`` is too small for the objective's ``eval_loss``
+            (:meth:`~hf_contrast.objectives.Objective.check_eval_batch_size`).
     """
 
     #: The method a named trainer trains (``None``: ``objective`` is required).
@@ -177,6 +180,10 @@ class ContrastiveTrainer(CheckpointingMixin, HubPublishingMixin, Trainer):
             **kwargs,
         )
         self.args: ContrastiveTrainingArguments
+        follow_log_level(self.args.get_process_log_level())  # the package's loggers, as Trainer sets transformers'
+        if self.args.dataloader_pin_memory and self.args.device.type == "cpu":
+            # pinned memory only speeds up copies to an accelerator; on a CPU run torch warns at every loader
+            self.args.dataloader_pin_memory = False
         # The encoder takes no loss kwargs: the Trainer must divide our per-batch mean by the number of
         # accumulation steps. Set after `Trainer.__init__`, which sets it from the model's signature.
         self.model_accepts_loss_kwargs = False
@@ -185,6 +192,7 @@ class ContrastiveTrainer(CheckpointingMixin, HubPublishingMixin, Trainer):
         self.views.prepare_model()  # image views: the saved data config says `args.image_size`
         self._check_objective_fits()
         self.objective.setup(self.views, train_dataset)
+        self._check_evaluation_fits()
         self.objective.to(self.args.device)
         self.add_callback(_ObjectiveCallback(self))
         for callback in self.objective.callbacks():
@@ -226,6 +234,25 @@ class ContrastiveTrainer(CheckpointingMixin, HubPublishingMixin, Trainer):
                 "'eval_knn_loo_accuracy'."
             )
 
+    def _check_evaluation_fits(self) -> None:
+        """When the run evaluates (an ``eval_dataset`` or an ``eval_strategy``): evaluation batches and sets
+        the objective can score, so ``eval_loss`` is always reported (or the error says what to set)."""
+        args, objective = self.args, self.objective
+        if self.eval_dataset is None and args.eval_strategy == "no":
+            return
+        objective.check_eval_batch_size(args.per_device_eval_batch_size)
+        if not objective.has_eval_loss:
+            return
+        eval_sets = self.eval_dataset if isinstance(self.eval_dataset, dict) else {"": self.eval_dataset}
+        for key, dataset in eval_sets.items():
+            if dataset is not None:
+                check_dataset(
+                    dataset,
+                    name=f"eval_dataset[{key!r}]" if key else "eval_dataset",
+                    min_rows=objective.min_eval_batch_size,
+                    why=f"{type(objective).__name__}'s `eval_loss` compares the samples of an evaluation batch",
+                )
+
     def check_datasets(self) -> None:
         """Fail before training, with the fix, on an empty or too small dataset or a missing column."""
         objective, args = self.objective, self.args
@@ -256,9 +283,27 @@ class ContrastiveTrainer(CheckpointingMixin, HubPublishingMixin, Trainer):
                 check_dataset(dataset, name=f"eval_dataset[{key!r}]" if key else "eval_dataset", min_rows=1)
 
     def train(self, *args: Any, **kwargs: Any) -> Any:
-        """``Trainer.train`` after :meth:`check_datasets`."""
+        """``Trainer.train`` after :meth:`check_datasets`; with ``disable_tqdm=True`` no progress bar at all
+        (the package's, transformers' "Writing model shards", the Hub's uploads)."""
         self.check_datasets()
-        return super().train(*args, **kwargs)
+        with progress_bars_disabled(self.args.disable_tqdm):
+            return super().train(*args, **kwargs)
+
+    def evaluate(self, *args: Any, **kwargs: Any) -> dict[str, float]:
+        """``Trainer.evaluate``; with ``disable_tqdm=True`` no progress bar (an evaluator's encoding included)."""
+        with progress_bars_disabled(self.args.disable_tqdm):
+            return super().evaluate(*args, **kwargs)
+
+    def predict(self, *args: Any, **kwargs: Any) -> Any:
+        """``Trainer.predict``; with ``disable_tqdm=True`` no progress bar."""
+        with progress_bars_disabled(self.args.disable_tqdm):
+            return super().predict(*args, **kwargs)
+
+    def push_to_hub(self, *args: Any, **kwargs: Any) -> Any:
+        """:meth:`HubPublishingMixin.push_to_hub <hf_contrast.training.publishing.HubPublishingMixin.push_to_hub>`;
+        with ``disable_tqdm=True`` no progress bar."""
+        with progress_bars_disabled(self.args.disable_tqdm):
+            return super().push_to_hub(*args, **kwargs)
 
     # ---- loss ------------------------------------------------------------------------------------
 
@@ -379,7 +424,8 @@ class ContrastiveTrainer(CheckpointingMixin, HubPublishingMixin, Trainer):
     # ---- logging -----------------------------------------------------------------------------------
 
     def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
-        """Check the losses are finite, then add the running mean of each term (``loss_<term>``).
+        """Check the losses are finite, then add the running mean of each term (``loss_<term>``) and the
+        objective's :meth:`~hf_contrast.objectives.Objective.log_statistics` (e.g. ``negative_cos_below_zero``).
 
         Under ``nonfinite_policy="skip"`` the logged ``loss`` is the mean over the steps that were not skipped
         (NaN when every step since the last log was): a dropped step is never logged as a loss of 0.
@@ -398,7 +444,7 @@ class ContrastiveTrainer(CheckpointingMixin, HubPublishingMixin, Trainer):
             if skipped:  # `training_step` returned 0 for the dropped steps
                 logs = {**logs, "loss": logs["loss"] * steps / (steps - skipped) if steps > skipped else float("nan")}
             self._loss_log_start = (self.state.global_step, self.skipped_steps)
-            logs = {**logs, **self.loss_terms.drain()}
+            logs = {**logs, **self.loss_terms.drain(), **self.objective.log_statistics()}
             if self.skipped_steps:
                 logs["skipped_steps"] = self.skipped_steps
         super().log(logs, start_time)
@@ -615,4 +661,5 @@ class ContrastiveTrainer(CheckpointingMixin, HubPublishingMixin, Trainer):
                     "NaN/inf. Resume from the last checkpoint with a lower learning rate or gradient clipping "
                     "(`max_grad_norm`), or pass `allow_nonfinite=True` to write it anyway."
                 )
-        super().save_model(output_dir, _internal_call, allow_nonfinite=allow_nonfinite)
+        with progress_bars_disabled(self.args.disable_tqdm):  # transformers' "Writing model shards"
+            super().save_model(output_dir, _internal_call, allow_nonfinite=allow_nonfinite)
