@@ -41,10 +41,7 @@ MARKER = re.compile(r"^<!--\s*docs-test:\s*(?P<kind>hub|skip)\b\s*(?P<reason>.*?
 MAX_SKIPPED = 4
 # (page, heading) -> why a block does not run yet, because of code owned elsewhere (strict xfail: the test
 # fails as soon as the block runs, so the entry must then be removed)
-KNOWN_BROKEN: dict[tuple[str, str], str] = {
-    ("README.md", "Quick start: images"): "CARE gives no eval_loss at the Trainer's default per_device_eval_batch_size=8 "
-    "(issue 17: one-sample chunks are skipped), so load_best_model_at_end raises KeyError; fixed on another branch",
-}
+KNOWN_BROKEN: dict[tuple[str, str], str] = {}
 PAGE_TIMEOUT_S = 1200
 
 
