@@ -227,7 +227,10 @@ def test_dataset_names_alone_rename_the_training_data_of_the_card(tmp_path: Path
 
 def _local_sentence_transformer(folder: Path, readme_metadata: str) -> Path:
     from sentence_transformers import SentenceTransformer
-    from sentence_transformers.sentence_transformer import modules as models
+    try:  # sentence-transformers >= 6
+        from sentence_transformers.sentence_transformer import modules as models
+    except ImportError:  # 5.x, the lowest supported
+        from sentence_transformers import models
     from transformers import BertModel
 
     bert = BertModel(tiny_bert_config())
@@ -235,7 +238,8 @@ def _local_sentence_transformer(folder: Path, readme_metadata: str) -> Path:
     bert.save_pretrained(bert_dir)
     tiny_tokenizer(bert_dir).save_pretrained(bert_dir)
     transformer = models.Transformer(str(bert_dir), max_seq_length=24)
-    pooling = models.Pooling(transformer.get_embedding_dimension(), pooling_mode="mean")
+    width = transformer.get_embedding_dimension() if hasattr(transformer, "get_embedding_dimension") else transformer.get_word_embedding_dimension()
+    pooling = models.Pooling(width, pooling_mode="mean")
     SentenceTransformer(modules=[transformer, pooling, models.Normalize()], device="cpu").save(str(folder))
     readme = (folder / "README.md").read_text(encoding="utf-8").split("---", 2)
     (folder / "README.md").write_text(f"---\n{readme_metadata}{readme[1].lstrip()}---{readme[2]}", encoding="utf-8")
