@@ -36,7 +36,7 @@ from hub_server import run_hub_server
 ROOT = Path(__file__).resolve().parents[1]
 RUNNER = Path(__file__).resolve().parent / "_run_doc_blocks.py"
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
-LANGUAGES = {"python", "bash", "text", "yaml", "toml", "json", "console", ""}
+LANGUAGES = {"python", "bash", "text", "yaml", "toml", "json", "console", "markdown", ""}
 MARKER = re.compile(r"^<!--\s*docs-test:\s*(?P<kind>hub|skip)\b\s*(?P<reason>.*?)\s*-->\s*$")
 MAX_SKIPPED = 4
 # (page, heading) -> why a block does not run yet, because of code owned elsewhere (strict xfail: the test
@@ -56,24 +56,36 @@ class Block:
     reason: str = ""
 
 
+FENCE = re.compile(r"^(?P<indent>\s*)(?P<fence>`{3,})(?P<info>[^`]*)$")
+
+
 def page_blocks(path: Path) -> list[Block]:
     """The fenced code blocks of a Markdown page, in order, with the heading above each and its marker."""
+    return parse_blocks(path.read_text(encoding="utf-8"), path.relative_to(ROOT).as_posix())
+
+
+def parse_blocks(text: str, page: str) -> list[Block]:
+    """The fenced code blocks of Markdown ``text``, as CommonMark reads fences: a block closes at a line of
+    at least as many backticks as opened it, alone, so a block shown inside a longer fence (a ````markdown
+    example of a model card) is part of that outer block's text, never a block of its own."""
     blocks: list[Block] = []
     heading, fence, previous = "", None, ""
-    page = path.relative_to(ROOT).as_posix()
-    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+    for number, line in enumerate(text.splitlines(), start=1):
         stripped = line.strip()
+        opening = FENCE.match(line)
         if fence is None:
             if line.startswith("#"):
                 heading = line.lstrip("#").strip()
-            elif stripped.startswith("```"):
+            elif opening:
                 marker = MARKER.match(previous)
-                fence = (stripped[3:].strip(), number, line[: len(line) - len(line.lstrip())], marker)
+                fence = (opening["info"].strip(), number, opening["indent"], marker, len(opening["fence"]))
                 body: list[str] = []
             if stripped:
                 previous = stripped
-        elif stripped.startswith("```") and line.startswith(fence[2] + "```"):
-            language, start, _, marker = fence
+        elif (
+            line.startswith(fence[2]) and set(stripped) == {"`"} and len(stripped) >= fence[4]
+        ):
+            language, start, _, marker, _ = fence
             blocks.append(
                 Block(page, heading, language, start, "\n".join(body) + "\n",
                       marker["kind"] if marker else "", marker["reason"] if marker else "")
@@ -135,6 +147,38 @@ def test_a_marker_needs_a_block_below_it():
             if MARKER.match(line.strip()):
                 following = next((l for l in lines[number:] if l.strip()), "")
                 assert following.strip().startswith("```python"), f"{path.relative_to(ROOT)} line {number}: marker without a python block below"
+
+
+def test_blocks_shown_inside_a_longer_fence_are_not_extracted():
+    """A generated model card shown in a ````markdown fence holds python blocks that are text, not code to run."""
+    page = "\n".join([
+        "# Cards",
+        "````markdown",
+        "# simclr encoder",
+        "```python",
+        "raise SystemExit('a block inside the example card must not run')",
+        "```",
+        "```",
+        "ContrastiveEncoder(...)",
+        "```",
+        "````",
+        "## After",
+        "<!-- docs-test: hub -->",
+        "```python",
+        "print('runs')",
+        "```",
+        "  ```bash",
+        "  echo indented",
+        "  ```",
+    ])
+    blocks = parse_blocks(page, "page.md")
+    assert [(b.language, b.line, b.heading, b.marker) for b in blocks] == [
+        ("markdown", 2, "Cards", ""), ("python", 13, "After", "hub"), ("bash", 16, "After", ""),
+    ]
+    assert blocks[0].code.splitlines()[2] == "raise SystemExit('a block inside the example card must not run')"
+    assert blocks[1].code == "print('runs')\n" and blocks[2].code == "echo indented\n"
+    with pytest.raises(ValueError, match="line 1 is never closed"):
+        parse_blocks("````markdown\n```python\nx = 1\n```\n", "open.md")
 
 
 @cache

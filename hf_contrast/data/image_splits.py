@@ -38,10 +38,12 @@ def load_image_splits(
 
     Args:
         dataset: ``None`` / ``"digits"``, a local image folder or a Hub dataset id.
-        image_column, label_column: Columns of the images and the integer (or string) classes.
+        image_column: Column of the images.
+        label_column: Column of the integer (or string) classes.
         image_size: Side of the embedded digits (at least 8).
         test_fraction: Held-out fraction when there is no test / validation split.
-        max_train_samples, max_eval_samples: Keep a class-balanced subset of this many rows.
+        max_train_samples: Keep a class-balanced subset of this many training rows.
+        max_eval_samples: Keep a class-balanced subset of this many test rows.
         seed: Seed of the held-out split and the subsets.
         decode: ``True``: decode images inside ``datasets`` (PIL images in the rows).
         dataset_name: The data's name in model cards (default: a folder's name, a Hub id, ``sklearn-digits``).
