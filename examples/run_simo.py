@@ -237,6 +237,11 @@ def main() -> None:
     else:
         trainer.create_model_card(**kwargs)
 
+    # Every process ends together and closes its process group: one that leaves first while another still
+    # writes the pictures or the card is aborted at exit by torch.distributed (SIGABRT, the run fails).
+    trainer.accelerator.wait_for_everyone()
+    trainer.accelerator.end_training()
+
 
 def _data_name(dataset: str | None) -> str:
     """A Hub id, the name of a local folder, or the embedded digits."""

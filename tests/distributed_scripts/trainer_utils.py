@@ -98,3 +98,12 @@ def fixed_equivariance_views(images: Tensor) -> tuple[Tensor, Tensor]:
 def parameters(model: torch.nn.Module) -> dict[str, Tensor]:
     """A detached CPU copy of every parameter."""
     return {name: p.detach().cpu().clone() for name, p in model.named_parameters()}
+
+
+def close_process_group() -> None:
+    """Every rank waits for the others, then closes the process group: a gloo group left open while another
+    rank is still writing its results can abort a rank at interpreter shutdown (SIGABRT: gloo's worker
+    threads still hold tensors, pytorch/pytorch#179291)."""
+    if torch.distributed.is_initialized():
+        torch.distributed.barrier()
+        torch.distributed.destroy_process_group()
