@@ -347,3 +347,34 @@ def test_metrics_are_attributed_to_the_evaluator_that_reported_them() -> None:
     results = {(r.dataset_name, r.task_type, r.metric_type) for r in ModelCard(text).data.eval_results}
     assert results == {("pets", "image-classification", "knn_accuracy"), ("pets", "image-classification", "knn_macro_f1"),
                        ("sick", "semantic-similarity", "spearman"), ("pets-test", "image-feature-extraction", "alignment")}
+
+
+@pytest.mark.filterwarnings("ignore::hf_contrast.evaluation.RepresentationCollapseWarning")
+def test_trainer_push_with_checkpoints_and_the_best_model_leaks_no_local_path(tmp_path: Path, hub: HubServer) -> None:
+    """The end-of-training push of a run that kept the best checkpoint (``trainer_state.json`` names it) and
+    pushed its last checkpoint: no uploaded file names this machine's folders, and the local files still
+    hold what resuming needs."""
+    from distributed_scripts.trainer_utils import image_dataset, training_args
+
+    torch.manual_seed(0)
+    output_dir = tmp_path / "run"
+    args = training_args(
+        output_dir, image_size=32, max_steps=4, eval_strategy="steps", eval_steps=2, save_strategy="steps", save_steps=2,
+        load_best_model_at_end=True, metric_for_best_model="loss", push_to_hub=True, hub_model_id="user/best",
+        hub_strategy="checkpoint",
+    )  # fmt: skip
+    trainer = SimCLRTrainer(model=tiny_timm_encoder(projection_dim=8), args=args, train_dataset=image_dataset(16, 32),
+                            eval_dataset=image_dataset(16, 32, seed=1))
+    trainer.train()
+    trainer.save_state()
+    trainer.push_to_hub()
+
+    pushed = _pushed_files("user/best")
+    assert "trainer_state.json" in pushed and "last-checkpoint/trainer_state.json" in pushed
+    _assert_no_local_path(pushed, _local_paths(tmp_path))
+    best = json.loads(pushed["trainer_state.json"])["best_model_checkpoint"]
+    assert best in {"checkpoint-2", "checkpoint-4"}  # named relative to output_dir
+    assert json.loads(pushed["last-checkpoint/trainer_state.json"])["best_model_checkpoint"] == best
+    # The checkpoint on disk keeps the path the Trainer reads back when resuming.
+    on_disk = json.loads((output_dir / "checkpoint-4" / "trainer_state.json").read_text())
+    assert on_disk["best_model_checkpoint"] == str(output_dir / best)

@@ -10,9 +10,12 @@ Mixed into ``ContrastiveTrainer``. It keeps ``transformers.Trainer``'s flow (the
   Hub that a person wrote is kept unless ``push_to_hub(replace_model_card=True)`` (or
   ``trainer.replace_model_card = True`` for the checkpoint pushes);
 - what is uploaded is what ``CheckpointingMixin._save`` wrote: ``training_args.bin`` without
-  ``hub_token`` (:func:`~hf_contrast.training.checkpointing.sanitized_training_args`).
+  ``hub_token`` (:func:`~hf_contrast.training.checkpointing.sanitized_training_args`);
+- ``trainer_state.json`` names the best checkpoint relative to ``output_dir``
+  (:func:`portable_trainer_state`): ``save_state`` writes it so, and a pushed checkpoint's copy is
+  rewritten so in the upload (the local checkpoint keeps the path the Trainer reads when resuming).
 
-``push_to_hub`` and ``create_model_card`` are public ``Trainer`` methods. ``_push_from_checkpoint`` is
+``push_to_hub``, ``create_model_card`` and ``save_state`` are public ``Trainer`` methods. ``_push_from_checkpoint`` is
 a private override (sentence-transformers 6 overrides it too): the Trainer calls it from its checkpoint
 save with no public hook around it, and its own version pickles ``self.args`` (with ``hub_token``) into
 ``output_dir`` and uploads over a hand-written README.md.
@@ -20,12 +23,13 @@ save with no public hook around it, and its own version pickles ``self.args`` (w
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 from pathlib import Path
 from typing import Any
 
-from huggingface_hub import HfApi
+from huggingface_hub import CommitOperationAdd, HfApi
 from transformers.trainer_utils import HubStrategy, SaveStrategy
 from transformers.utils import PushInProgress, logging
 
@@ -33,15 +37,32 @@ from hf_contrast.model_card import get_model_card_data, save_card_data, write_mo
 from hf_contrast.models.export import HUB_SUBFOLDER
 from hf_contrast.models.upload import upload_model_folder
 
-__all__ = ["HubPublishingMixin"]
+__all__ = ["HubPublishingMixin", "portable_trainer_state"]
 
 # Trainer state in a checkpoint folder: needed to resume, not part of the model folder pushed at the root.
 _TRAINER_STATE_SUFFIXES = (".pt", ".pth")
-_TRAINER_STATE_FILES = frozenset({"trainer_state.json"})
+_TRAINER_STATE_NAME = "trainer_state.json"
+_TRAINER_STATE_FILES = frozenset({_TRAINER_STATE_NAME})
 # Never uploaded from output_dir: private files, checkpoints and the staging folders of interrupted saves.
 _NOT_PUSHED = ["_*", ".*", "checkpoint-*", "tmp-checkpoint-*"]
 
 logger = logging.get_logger(__name__)  # follows the Trainer's log level (hf_contrast.evaluation.progress)
+
+
+def portable_trainer_state(state: dict[str, Any], output_dir: str | os.PathLike[str]) -> dict[str, Any]:
+    """A copy of a ``trainer_state.json`` dict whose absolute paths name no local folder.
+
+    ``best_model_checkpoint`` (an absolute path when ``output_dir`` is one) becomes its path relative to
+    ``output_dir`` (``"checkpoint-500"``), or its last folder name when it lies elsewhere; any other
+    absolute path among the top-level strings is treated the same way.
+    """
+    root = os.path.abspath(output_dir)
+    clean = dict(state)
+    for key, value in state.items():
+        if isinstance(value, str) and os.path.isabs(value):
+            inside = os.path.commonpath([root, os.path.abspath(value)]) == root
+            clean[key] = os.path.relpath(value, root) if inside else os.path.basename(os.path.normpath(value))
+    return clean
 
 
 class HubPublishingMixin:
@@ -129,6 +150,17 @@ class HubPublishingMixin:
             logger.info("Waiting for the checkpoint pushes in progress to finish.")
             pushes.wait_until_done()
 
+    def save_state(self) -> None:
+        """``Trainer.save_state``: ``output_dir/trainer_state.json`` (main process), the best checkpoint
+        named relative to ``output_dir`` (:func:`portable_trainer_state`), so that pushing ``output_dir``
+        publishes no local path."""
+        super().save_state()
+        if not self.is_world_process_zero():
+            return
+        path = Path(self.args.output_dir) / _TRAINER_STATE_NAME
+        state = json.loads(path.read_text(encoding="utf-8"))
+        path.write_text(json.dumps(portable_trainer_state(state, self.args.output_dir), indent=2, sort_keys=True) + "\n", encoding="utf-8")
+
     def push_to_hub(
         self,
         commit_message: str | None = "End of training",
@@ -208,8 +240,8 @@ class HubPublishingMixin:
         if self.args.hub_strategy in (HubStrategy.CHECKPOINT, HubStrategy.ALL_CHECKPOINTS):
             path_in_repo = "last-checkpoint" if self.args.hub_strategy == HubStrategy.CHECKPOINT else os.path.basename(checkpoint_folder)
             jobs.append(
-                api.upload_folder(
-                    repo_id=self.hub_model_id, folder_path=checkpoint_folder, path_in_repo=path_in_repo,
+                api.create_commit(
+                    repo_id=self.hub_model_id, operations=self._checkpoint_upload(checkpoint_folder, path_in_repo),
                     commit_message=commit_message + ", checkpoint", revision=self.args.hub_revision, run_as_future=True,
                 )
             )  # fmt: skip
@@ -217,3 +249,17 @@ class HubPublishingMixin:
             self.push_in_progress = PushInProgress(jobs)
         else:
             pushes.jobs.extend(jobs)
+
+    def _checkpoint_upload(self, checkpoint_folder: str, path_in_repo: str) -> list[CommitOperationAdd]:
+        """Every file of a checkpoint under ``path_in_repo``; its ``trainer_state.json`` as
+        :func:`portable_trainer_state` writes it (the local file keeps the absolute path for resuming)."""
+        folder = Path(checkpoint_folder)
+        operations = []
+        for path in sorted(p for p in folder.rglob("*") if p.is_file()):
+            target = f"{path_in_repo}/{path.relative_to(folder).as_posix()}"
+            content: str | bytes = str(path)
+            if path.relative_to(folder).as_posix() == _TRAINER_STATE_NAME:
+                state = portable_trainer_state(json.loads(path.read_text(encoding="utf-8")), self.args.output_dir)
+                content = (json.dumps(state, indent=2, sort_keys=True) + "\n").encode("utf-8")
+            operations.append(CommitOperationAdd(path_in_repo=target, path_or_fileobj=content))
+        return operations
