@@ -378,3 +378,18 @@ def test_trainer_push_with_checkpoints_and_the_best_model_leaks_no_local_path(tm
     # The checkpoint on disk keeps the path the Trainer reads back when resuming.
     on_disk = json.loads((output_dir / "checkpoint-4" / "trainer_state.json").read_text())
     assert on_disk["best_model_checkpoint"] == str(output_dir / best)
+
+
+def test_equivariance_evaluator_is_named_by_the_data_its_batch_comes_from(tmp_path: Path) -> None:
+    """Its model-index entries name the image folder and split, not the metric prefix "equivariance"."""
+    from hf_contrast.evaluation import EquivarianceEvaluator
+
+    images = load_image_dataset(_image_folder(tmp_path / "pets", per_class=4), cache_dir=str(tmp_path / "datasets-cache"))
+    model = tiny_timm_encoder(projection_dim=8)
+    evaluator = EquivarianceEvaluator.from_image_dataset(images, model.data_config, num_samples=4, num_augmentations=1)
+    data = get_model_card_data(model)
+    data.set_evaluator(evaluator)
+    assert [(e["dataset_name"], e["split"], e["prefix"]) for e in data.evaluators] == [("pets", "train", "equivariance")]
+    data.set_metrics({f"eval_{k}": v for k, v in evaluator(model).items()}, step=1)  # keys: equivariance_*
+    results = {(r.dataset_name, r.dataset_split, r.metric_type) for r in ModelCard(generate_model_card(model)).data.eval_results}
+    assert ("pets", "train", "wahba_error") in results and not any(name == "equivariance" for name, _, _ in results)

@@ -120,6 +120,8 @@ class EquivarianceEvaluator(Evaluator):
         self.output, self.normalize, self.seed = output, normalize, seed
         self.history: list[dict[str, float]] = []
         self._calls = 0
+        #: The dataset the batch was drawn from (set by :meth:`from_image_dataset`); model cards name it.
+        self.dataset: Any = None
 
     @classmethod
     def from_image_dataset(
@@ -195,7 +197,9 @@ class EquivarianceEvaluator(Evaluator):
             return simclr(((x * std + mean) * 255).round().clamp(0, 255).to(torch.uint8))  # exact: x came from uint8
 
         pixel_values = (images.float() / 255 - mean) / std
-        return cls({"pixel_values": pixel_values}, augment, augment_key="pixel_values", seed=seed, **kwargs)
+        evaluator = cls({"pixel_values": pixel_values}, augment, augment_key="pixel_values", seed=seed, **kwargs)
+        evaluator.dataset = dataset  # the data its rows come from: model cards name it (not the metric prefix)
+        return evaluator
 
     def _embed(self, model: nn.Module, batch: Mapping[str, Any]) -> Tensor:
         try:
