@@ -135,12 +135,6 @@ def detect_last_checkpoint(training_args: ContrastiveTrainingArguments, overwrit
     return last_checkpoint
 
 
-def skipped_images(trainer: ContrastiveTrainer, collator: object) -> int:
-    """Bad images `collator` left out (`--on_bad_image skip`), summed over the processes."""
-    count = torch.tensor(getattr(collator, "skipped_images", 0), device=trainer.args.device)
-    return int(trainer.accelerator.reduce(count, reduction="sum"))
-
-
 def main() -> None:
     script, training_args, config = parse_args_with_objective(
         (ScriptArguments, ContrastiveTrainingArguments), method="care", defaults=DEFAULTS
@@ -220,10 +214,6 @@ def main() -> None:
     trainer.save_model()  # the encoder and its model card
     metrics = train_result.metrics
     metrics["train_samples"] = len(train_dataset)
-    skipped = skipped_images(trainer, trainer.data_collator)
-    if skipped:
-        metrics["train_skipped_images"] = skipped
-        logger.warning(f"{skipped} unreadable training image(s) were skipped (--on_bad_image skip); their files are named in the warnings above.")
     trainer.log_metrics("train", metrics)
     trainer.save_metrics("train", metrics)
     trainer.save_state()
@@ -231,9 +221,6 @@ def main() -> None:
     # ---- evaluation of the final encoder: the trainer's metrics, the probes and the equivariance ----
     metrics = trainer.evaluate()
     metrics["eval_samples"] = len(eval_dataset)
-    skipped = skipped_images(trainer, trainer.eval_data_collator)
-    if skipped:
-        metrics["eval_skipped_images"] = skipped
     trainer.log_metrics("eval", metrics)
     trainer.save_metrics("eval", metrics)
 

@@ -136,12 +136,6 @@ def detect_last_checkpoint(training_args: ContrastiveTrainingArguments, overwrit
     return last_checkpoint
 
 
-def skipped_images(trainer: ContrastiveTrainer, collator: object) -> int:
-    """Bad images `collator` left out (`--on_bad_image skip`), summed over the processes."""
-    count = torch.tensor(getattr(collator, "skipped_images", 0), device=trainer.args.device)
-    return int(trainer.accelerator.reduce(count, reduction="sum"))
-
-
 def load_pairs(script: ScriptArguments, training_args: ContrastiveTrainingArguments, config: object) -> tuple[datasets.Dataset, datasets.Dataset]:
     """Train and test ``(pre, post, label)`` pairs: a paired dataset as is, or change pairs of labelled images."""
     columns: list[str] = []
@@ -220,10 +214,6 @@ def main() -> None:
         torch.save(objective.state_dict(), os.path.join(training_args.output_dir, "local_objective.pt"))
     metrics = train_result.metrics
     metrics["train_samples"] = len(train_dataset)
-    skipped = skipped_images(trainer, trainer.data_collator)
-    if skipped:
-        metrics["train_skipped_images"] = skipped
-        logger.warning(f"{skipped} unreadable training pair(s) were skipped (--on_bad_image skip); their files are named in the warnings above.")
     trainer.log_metrics("train", metrics)
     trainer.save_metrics("train", metrics)
     trainer.save_state()
@@ -245,9 +235,6 @@ def main() -> None:
     for c, name in enumerate(class_names):  # per-class recall: where the rare classes stand
         if (labels == c).any():
             metrics[f"eval_recall_{name}"] = float((predicted[labels == c] == c).double().mean())
-    skipped = skipped_images(trainer, trainer.eval_data_collator)
-    if skipped:
-        metrics["eval_skipped_images"] = skipped
     trainer.log_metrics("eval", metrics)
     trainer.save_metrics("eval", metrics)
 

@@ -133,12 +133,6 @@ def detect_last_checkpoint(training_args: ContrastiveTrainingArguments, overwrit
     return last_checkpoint
 
 
-def skipped_images(trainer: ContrastiveTrainer, collator: object) -> int:
-    """Bad images `collator` left out (`--on_bad_image skip`), summed over the processes."""
-    count = torch.tensor(getattr(collator, "skipped_images", 0), device=trainer.args.device)
-    return int(trainer.accelerator.reduce(count, reduction="sum"))
-
-
 def main() -> None:
     script, training_args, config = parse_args_with_objective(
         (ScriptArguments, ContrastiveTrainingArguments), method="ocl", defaults=DEFAULTS
@@ -205,10 +199,6 @@ def main() -> None:
     metrics = train_result.metrics
     metrics["train_samples"] = len(train_dataset)
     metrics["train_imbalance_ratio"] = counts[0] / counts[-1]  # largest / smallest class (the class sizes: the log)
-    skipped = skipped_images(trainer, trainer.data_collator)
-    if skipped:
-        metrics["train_skipped_images"] = skipped
-        logger.warning(f"{skipped} unreadable training image(s) were skipped (--on_bad_image skip); their files are named in the warnings above.")
     trainer.log_metrics("train", metrics)
     trainer.save_metrics("train", metrics)
     trainer.save_state()
@@ -216,9 +206,6 @@ def main() -> None:
     # ---- evaluation of the final encoder, and the orthogonality of the class means of its projections ----
     metrics = trainer.evaluate()
     metrics["eval_samples"] = len(eval_dataset)
-    skipped = skipped_images(trainer, trainer.eval_data_collator)
-    if skipped:
-        metrics["eval_skipped_images"] = skipped
     model = trainer.accelerator.unwrap_model(trainer.model)
     test_z, test_y = encode_dataset(model, eval_dataset, progress=False, **encode)
     test_p, _ = encode_dataset(model, eval_dataset, output="projections", progress=False, **encode)

@@ -425,7 +425,7 @@ def test_bad_images_are_skipped_and_counted(tmp_path: Path) -> None:
     results = check_output(output_dir, ("eval_linear_probe_accuracy", "train_loss"), ("embeddings.png",))
     assert results["train_skipped_images"] == 2
     assert results["train_samples"] == 38 and global_step(output_dir) == 5  # 38 rows, batches of 8
-    assert "2 unreadable training image(s) were skipped" in stdout
+    assert "2 unreadable image row(s) were left out of the training batches" in stdout
     skipped = [m for m in messages if m.startswith("Skipped: Bad image")]
     assert any("empty.png" in m for m in skipped) and any("truncated.jpg" in m for m in skipped)
     empty = [m for m in messages if "hold no image" in m]

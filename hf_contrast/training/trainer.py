@@ -38,6 +38,7 @@ from torch import Tensor, nn
 from torch.utils.data import DataLoader, IterableDataset
 from transformers import Trainer, TrainerCallback
 from transformers.trainer_utils import seed_worker
+from transformers.utils import logging
 
 from .. import distributed
 from ..data.checks import check_dataset, dataset_columns
@@ -48,7 +49,7 @@ from ..model_card import ModelCardCallback
 from ..models.instances import as_encoder
 from ..models.modeling import ContrastiveEncoder
 from ..objectives import Objective, build_objective
-from ..views import pop_view_batch_index, views_for
+from ..views import pop_skipped_images, pop_view_batch_index, views_for
 from .arguments import ContrastiveTrainingArguments
 from .checkpointing import CheckpointingMixin, first_nonfinite_tensor
 from .gradient_cache import GradientCache
@@ -56,6 +57,9 @@ from .loss_terms import LossTermTracker, NonFiniteLossError
 from .publishing import HubPublishingMixin
 
 __all__ = ["ContrastiveTrainer", "NonFiniteLossError"]
+
+logger = logging.get_logger(__name__)  # follows the Trainer's log level (hf_contrast.evaluation.progress)
+
 
 class _ObjectiveCallback(TrainerCallback):
     """Zero the objective's gradients after every optimizer step (``Trainer`` zeroes the model's only) and,
@@ -210,6 +214,8 @@ class ContrastiveTrainer(CheckpointingMixin, HubPublishingMixin, Trainer):
         # batches since the start of the run (checkpointed), evaluation batches since the start of the evaluation.
         self._train_view_batches = 0
         self._eval_view_batches = 0
+        # Rows the collators left out (`on_bad_image="skip"`) in this `train()` call / this evaluation: device tensors.
+        self._skipped_images: dict[str, Tensor | None] = {"train": None, "eval": None}
         self.add_callback(ModelCardCallback(self))  # fills model.model_card_data while training
 
     # ---- set-up checks -------------------------------------------------------------------------
@@ -286,11 +292,18 @@ class ContrastiveTrainer(CheckpointingMixin, HubPublishingMixin, Trainer):
         """``Trainer.train`` after :meth:`check_datasets`; with ``disable_tqdm=True`` no progress bar at all
         (the package's, transformers' "Writing model shards", the Hub's uploads)."""
         self.check_datasets()
+        self._skipped_images["train"] = None
         with progress_bars_disabled(self.args.disable_tqdm):
-            return super().train(*args, **kwargs)
+            output = super().train(*args, **kwargs)
+        skipped = self._reported_skipped_images("train", "training")
+        if skipped:
+            output.metrics["train_skipped_images"] = skipped
+        return output
 
     def evaluate(self, *args: Any, **kwargs: Any) -> dict[str, float]:
-        """``Trainer.evaluate``; with ``disable_tqdm=True`` no progress bar (an evaluator's encoding included)."""
+        """``Trainer.evaluate``; with ``disable_tqdm=True`` no progress bar (an evaluator's encoding included).
+        Rows the evaluation collator left out (``on_bad_image="skip"``) are reported as
+        ``<prefix>_skipped_images`` when there are any."""
         with progress_bars_disabled(self.args.disable_tqdm):
             return super().evaluate(*args, **kwargs)
 
@@ -323,6 +336,7 @@ class ContrastiveTrainer(CheckpointingMixin, HubPublishingMixin, Trainer):
             ValueError: if the objective returns no ``"loss"`` entry.
         """
         view_index = pop_view_batch_index(inputs)
+        self._count_skipped_images(inputs, "train" if model.training else "eval")
         if view_index is not None and model.training:  # the collator may already be batches ahead
             self._next_view_index = view_index + 1  # a tensor: read at checkpoints only (no host sync)
         self._start_view_batch(training=model.training)
@@ -588,6 +602,7 @@ class ContrastiveTrainer(CheckpointingMixin, HubPublishingMixin, Trainer):
         """
         inputs = send_to_device(inputs, self.args.device)
         pop_view_batch_index(inputs)
+        self._count_skipped_images(inputs, "eval")
         self._start_view_batch(training=False)
         with torch.no_grad(), self.compute_loss_context_manager():
             loss = self.objective.eval_loss(model, inputs, self.views)
@@ -604,12 +619,39 @@ class ContrastiveTrainer(CheckpointingMixin, HubPublishingMixin, Trainer):
         """``Trainer.evaluation_loop`` (device views restarted at evaluation batch 0: every evaluation draws the
         same views), then the ``evaluator``'s metrics added as ``<prefix>_<metric>``."""
         self._eval_view_batches = 0
+        self._skipped_images["eval"] = None
         output = super().evaluation_loop(dataloader, description, *args, **kwargs)
         prefix = kwargs.get("metric_key_prefix", args[2] if len(args) > 2 else "eval")
+        skipped = self._reported_skipped_images("eval", f"{description.lower()} ({prefix})")
+        if skipped:
+            output.metrics[f"{prefix}_skipped_images"] = skipped
         if self.evaluator is not None and description == "Evaluation":
             for key, value in self.evaluator(self.model).items():
                 output.metrics[f"{prefix}_{key}"] = value
         return output
+
+    def _count_skipped_images(self, inputs: dict[str, Any], stage: str) -> None:
+        """Add the rows this batch's collator left out (``skipped_images``, popped from ``inputs``) to the
+        ``stage`` count, on the device (no host sync per step)."""
+        skipped = pop_skipped_images(inputs)
+        if skipped is not None:
+            count = self._skipped_images.get(stage)
+            self._skipped_images[stage] = skipped if count is None else count + skipped.to(count.device)
+
+    def _reported_skipped_images(self, stage: str, what: str) -> int:
+        """The ``stage`` count summed over the processes (every process calls this: one all-reduce), with a
+        warning when it is not zero."""
+        count = self._skipped_images.get(stage)
+        local = torch.zeros((), dtype=torch.long, device=self.args.device)
+        if count is not None:
+            local = local + count.to(local.device)
+        total = int(self.accelerator.reduce(local, reduction="sum")) if self.args.world_size > 1 else int(local)
+        if total:
+            logger.warning(
+                "%d unreadable image row(s) were left out of the %s batches (on_bad_image='skip'); the warnings "
+                "above name their files.", total, what,
+            )  # fmt: skip
+        return total
 
     # ---- checkpoints (written by CheckpointingMixin) -------------------------------------------------
 

@@ -11,7 +11,7 @@
   :func:`simcse_views` (text).
 * Paired views: :class:`PairedTransform` for LOCAL's (pre, post) pairs.
 * Collators: :class:`ImageViewCollator`, :class:`PairedImageCollator`, :class:`TextViewCollator`,
-  :func:`pop_view_batch_index`.
+  :func:`pop_view_batch_index`, :func:`pop_skipped_images`.
 * Batches: :class:`AFCLBatchSampler`, SimO's class-grouped ``C x k`` batches.
 * Views made on the device: :class:`BatchedSimCLRViews` — the SimCLR/BYOL recipe with per-sample
   parameters (:class:`ViewParams`, drawn like torchvision's) applied to a whole ``uint8`` batch in a few
@@ -30,7 +30,7 @@ from .chunked_text import ChunkedTextAugmentation, simcse_views
 from .decode import BadImageError
 from .device_views import ChunkSharedDeviceViews, DeviceViews
 from .for_model import views_for
-from .image_collators import ImageViewCollator, PairedImageCollator, pop_view_batch_index
+from .image_collators import ImageViewCollator, PairedImageCollator, pop_skipped_images, pop_view_batch_index
 from .image_transforms import (
     TwoViewTransform,
     eval_transform,
@@ -68,6 +68,7 @@ __all__ = [
     "eval_transform_from_data_config",
     "paired_transform",
     "pad_and_concat",
+    "pop_skipped_images",
     "pop_view_batch_index",
     "raw_image_transform",
     "simclr_transform",

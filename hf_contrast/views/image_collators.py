@@ -9,7 +9,11 @@ Batch keys (what :class:`~hf_contrast.views.ImageViews` reads):
 - ``labels``: ``int64`` class labels when the label column exists;
 - ``view_batch_index``: ``int64`` ``(B,)``, the index of the collator batch that drew each row's
   random views (seeded collators only, see :class:`ImageViewCollator`); read it with
-  :func:`pop_view_batch_index`.
+  :func:`pop_view_batch_index`;
+- ``skipped_images``: ``int64`` ``(B,)`` (``on_bad_image="skip"`` only), the rows this batch left
+  out, on its first row (zeros elsewhere: the sum stays right when accelerate concatenates or
+  slices batches, and the count travels from ``DataLoader`` workers); read it with
+  :func:`pop_skipped_images` (the trainers report ``train_skipped_images`` / ``eval_skipped_images``).
 
 Text rows are collated by :class:`~hf_contrast.views.TextViewCollator`.
 
@@ -45,7 +49,7 @@ from ..tensor_checks import check_choice, check_int
 from .decode import BadImageError, ConvertImageMode, image_source
 from .labels import collate_labels
 
-__all__ = ["ImageViewCollator", "PairedImageCollator", "pop_view_batch_index"]
+__all__ = ["ImageViewCollator", "PairedImageCollator", "pop_skipped_images", "pop_view_batch_index"]
 
 ON_BAD_IMAGE = ("raise", "skip")
 
@@ -79,6 +83,16 @@ def pop_view_batch_index(inputs: MutableMapping[str, Any]) -> Tensor | None:
     return torch.as_tensor(index).reshape(-1).max()
 
 
+def pop_skipped_images(inputs: MutableMapping[str, Any]) -> Tensor | None:
+    """Remove ``skipped_images`` from a batch and return how many rows it left out, as a 0-d ``int64``
+    tensor on the batch's device (not read on the host: no device sync per step); ``None`` if the batch
+    has no such key (its collator does not skip, or ``on_bad_image="raise"``)."""
+    skipped = inputs.pop("skipped_images", None)
+    if skipped is None:
+        return None
+    return torch.as_tensor(skipped).sum()
+
+
 class _SeededViews:
     """Per-batch seeded randomness and bad-image handling shared by the image collators.
 
@@ -91,6 +105,7 @@ class _SeededViews:
     on_bad_image: str
     n_channels: int | None
     skipped_images: int
+    _skipped_in_batch: int = 0  # rows the batch being collated left out (a class attribute, not a field)
 
     def _batch_rng(self) -> tuple[AbstractContextManager[Any], int | None]:
         """The context the batch's random views are drawn under, and the batch index (or ``None``)."""
@@ -102,12 +117,18 @@ class _SeededViews:
         return seeded_cpu_rng(batch_seed), index
 
     def _finish(self, batch: dict[str, Any], features: Sequence[Mapping[str, Any]], index: int | None) -> dict[str, Any]:
-        """Add ``labels`` (from ``label_column``) and ``view_batch_index`` (seeded batches) to ``batch``."""
+        """Add ``labels`` (from ``label_column``), ``view_batch_index`` (seeded batches) and ``skipped_images``
+        (``on_bad_image="skip"``) to ``batch``."""
         labels = collate_labels(features, self.label_column)  # type: ignore[attr-defined]
         if labels is not None:
             batch["labels"] = labels
         if index is not None:
             batch["view_batch_index"] = torch.full((len(features),), index, dtype=torch.long)
+        if self.on_bad_image == "skip":
+            skipped = torch.zeros(len(features), dtype=torch.long)
+            skipped[0] = self._skipped_in_batch
+            batch["skipped_images"] = skipped
+        self._skipped_in_batch = 0
         return batch
 
     def _decode_rows(
@@ -144,6 +165,7 @@ class _SeededViews:
                 continue
             kept.append(feature)
             images.append(decoded)
+        self._skipped_in_batch = len(features) - len(kept)
         if not kept:
             raise ValueError(
                 f"Every image of this batch of {len(features)} rows is bad ({self.skipped_images} skipped so far); "
