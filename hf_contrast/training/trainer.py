@@ -290,7 +290,9 @@ class ContrastiveTrainer(CheckpointingMixin, HubPublishingMixin, Trainer):
 
     def train(self, *args: Any, **kwargs: Any) -> Any:
         """``Trainer.train`` after :meth:`check_datasets`; with ``disable_tqdm=True`` no progress bar at all
-        (the package's, transformers' "Writing model shards", the Hub's uploads)."""
+        (the package's, transformers' "Writing model shards", the Hub's uploads). Rows the training collator
+        left out in this call (``on_bad_image="skip"``) are reported as ``train_skipped_images`` in the
+        returned metrics when there are any."""
         self.check_datasets()
         self._skipped_images["train"] = None
         with progress_bars_disabled(self.args.disable_tqdm):
