@@ -21,16 +21,13 @@
 # eval_results.json, all_results.json, trainer_state.json, embeddings.png, loss_curves.png, eval_curves.png.
 from __future__ import annotations
 
-import logging
 import os
-import sys
 from collections import Counter
 from dataclasses import dataclass, field
 
-import datasets
 import torch
 import transformers
-from transformers.trainer_utils import get_last_checkpoint, set_seed
+from transformers.trainer_utils import set_seed
 
 from hf_contrast.data import load_image_splits, make_long_tailed
 from hf_contrast.evaluation import ProbeEvaluator, balanced_subset, encode_dataset
@@ -38,7 +35,9 @@ from hf_contrast.metrics import class_orthogonality
 from hf_contrast.models import ContrastiveEncoder, HubUnavailableError
 from hf_contrast.objectives import get_objective
 from hf_contrast.plots import save_training_plots
-from hf_contrast.training import ContrastiveTrainer, ContrastiveTrainingArguments, parse_args_with_objective
+from hf_contrast.training import (
+    ContrastiveTrainer, ContrastiveTrainingArguments, detect_last_checkpoint, parse_args_with_objective, setup_logging,
+)
 
 logger = transformers.utils.logging.get_logger(__name__)
 
@@ -90,56 +89,13 @@ class ScriptArguments:
     )
 
 
-def setup_logging(training_args: ContrastiveTrainingArguments) -> None:
-    """The script's, transformers' and hf_contrast's messages at `--log_level` (info by default) on the main
-    process, `--log_level_replica` (warning) on the others; datasets' at warning or above."""
-    logging.basicConfig(
-        format="%(asctime)s - %(levelname)s - %(name)s - %(message)s",
-        datefmt="%m/%d/%Y %H:%M:%S",
-        handlers=[logging.StreamHandler(sys.stdout)],
-    )
-    if training_args.should_log:  # the default `--log_level passive` means info here, as in transformers' examples
-        transformers.utils.logging.set_verbosity_info()
-    log_level = training_args.get_process_log_level()
-    for name in (__name__, "hf_contrast"):
-        logging.getLogger(name).setLevel(log_level)
-    datasets.utils.logging.set_verbosity(max(log_level, logging.WARNING))  # its info lines are about its cache
-    transformers.utils.logging.set_verbosity(log_level)
-    transformers.utils.logging.enable_default_handler()
-    transformers.utils.logging.enable_explicit_format()
-
-
-def detect_last_checkpoint(training_args: ContrastiveTrainingArguments, overwrite_output_dir: bool) -> str | None:
-    """The newest checkpoint in `output_dir` to resume from (None: start from scratch).
-
-    Raises:
-        ValueError: if `output_dir` holds files but no checkpoint and `--overwrite_output_dir` is not given
-            (nothing of an earlier run is overwritten unasked).
-    """
-    output_dir = training_args.output_dir
-    if not os.path.isdir(output_dir) or overwrite_output_dir:
-        return None
-    last_checkpoint = get_last_checkpoint(output_dir)
-    if last_checkpoint is None and os.listdir(output_dir):
-        raise ValueError(
-            f"Output directory ({output_dir}) already exists and is not empty. Use --overwrite_output_dir to train "
-            "from scratch into it, or pick another --output_dir."
-        )
-    if last_checkpoint is not None and training_args.resume_from_checkpoint is None:
-        logger.info(
-            f"Checkpoint detected, resuming training at {last_checkpoint}. To avoid this behavior, change the "
-            "`--output_dir` or add `--overwrite_output_dir` to train from scratch."
-        )
-    return last_checkpoint
-
-
 def main() -> None:
     script, training_args, config = parse_args_with_objective(
         (ScriptArguments, ContrastiveTrainingArguments), method="ocl", defaults=DEFAULTS
     )
     if training_args.output_dir == DEFAULTS["output_dir"]:
         training_args.output_dir = DEFAULTS["output_dir"].format(method=script.method)
-    setup_logging(training_args)
+    setup_logging(training_args, __name__)
     last_checkpoint = detect_last_checkpoint(training_args, script.overwrite_output_dir)
     set_seed(training_args.seed)
 

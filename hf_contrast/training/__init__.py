@@ -3,7 +3,8 @@
 Swap ``Trainer`` for a named trainer (or :class:`ContrastiveTrainer` with ``objective=``),
 ``TrainingArguments`` for :class:`ContrastiveTrainingArguments`, pass a dataset and a ``ContrastiveEncoder``.
 Collators and the AFCL batch sampler are in :mod:`hf_contrast.views`. :func:`parse_args_with_objective`
-parses a script's flags together with the chosen ``--method``'s hyperparameters.
+parses a script's flags together with the chosen ``--method``'s hyperparameters; :func:`setup_logging` and
+:func:`detect_last_checkpoint` are a script's other set-up steps (:mod:`~hf_contrast.training.scripts`).
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 from .argument_parser import parse_args_with_objective
 from .arguments import NONFINITE_POLICIES, ContrastiveTrainingArguments
 from .loss_terms import NonFiniteLossError
+from .scripts import detect_last_checkpoint, setup_logging
 from .trainer import ContrastiveTrainer
 from .trainers import (
     AlignUniformTrainer,
@@ -34,5 +36,7 @@ __all__ = [
     "SimCLRTrainer",
     "SimOTrainer",
     "SupConTrainer",
+    "detect_last_checkpoint",
     "parse_args_with_objective",
+    "setup_logging",
 ]
