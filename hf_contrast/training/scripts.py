@@ -15,7 +15,6 @@ import logging
 import os
 import sys
 
-import datasets
 import transformers
 from transformers import TrainingArguments
 from transformers.trainer_utils import get_last_checkpoint
@@ -29,6 +28,8 @@ def setup_logging(training_args: TrainingArguments, script_logger: str = "__main
     """The script's (``script_logger``, its ``__name__``), transformers' and hf_contrast's messages at
     ``--log_level`` (info by default) on the main process, ``--log_level_replica`` (warning) on the others;
     datasets' at warning or above."""
+    import datasets  # not at module level: the package imports without `datasets` (a bare GPU image)
+
     logging.basicConfig(
         format="%(asctime)s - %(levelname)s - %(name)s - %(message)s",
         datefmt="%m/%d/%Y %H:%M:%S",
