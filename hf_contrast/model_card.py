@@ -25,6 +25,8 @@ cards; the dependency goes the other way): the model is duck-typed.
 
 from __future__ import annotations
 
+from hf_contrast.errors import InputError
+
 import copy
 import dataclasses
 import importlib.metadata
@@ -127,7 +129,7 @@ def _tag_list(value: Any) -> list[str]:
     """``tags`` as a list: a single string is one tag (``"vision"``, not ``v, i, s, o, n``)."""
     tags = [value] if isinstance(value, str) else value
     if not isinstance(tags, (list, tuple)) or not all(isinstance(tag, str) for tag in tags):
-        raise ValueError(f"`tags` must be a tag or a list of tags (strings), e.g. ['vision'], got {value!r}.")
+        raise InputError(f"`tags` must be a tag or a list of tags (strings), e.g. ['vision'], got {value!r}.")
     return list(tags)
 
 
@@ -142,7 +144,7 @@ def _dataset_entries(name: str, value: Any) -> list[dict[str, Any]]:
         if isinstance(entry, str):
             entry = {"id": entry}
         if not isinstance(entry, Mapping):
-            raise ValueError(
+            raise InputError(
                 f"`{name}` must be a dataset id, a dict like {{'id': 'my-org/imgs', 'split': 'train'}} or a list of "
                 f"them, got {value!r}."
             )
@@ -347,7 +349,7 @@ class ContrastiveModelCardData:
             ValueError: If ``values`` is not card data written by :meth:`to_dict`.
         """
         if not isinstance(values, Mapping) or values.get("format") != CARD_DATA_FORMAT:
-            raise ValueError(f"Not hf_contrast model card data (no \"format\": {CARD_DATA_FORMAT!r}): {str(values)[:200]}")
+            raise InputError(f"Not hf_contrast model card data (no \"format\": {CARD_DATA_FORMAT!r}): {str(values)[:200]}")
         names = {f.name for f in dataclasses.fields(cls)}
         data = cls(**{key: copy.deepcopy(value) for key, value in values.items() if key in names})
         object.__setattr__(data, "_loaded_run", {name: copy.deepcopy(getattr(data, name)) for name in _RUN_FIELDS + ("model_id",)})

@@ -20,6 +20,8 @@ Classes are named by their labels when ``class_names`` is given (e.g.
 
 from __future__ import annotations
 
+from hf_contrast.errors import InputError
+
 import logging
 import math
 import os
@@ -125,10 +127,10 @@ def plot_embedding_projection(
         ImportError: if matplotlib is not installed.
     """
     if method not in ("pca", "tsne"):
-        raise ValueError(f"`method` must be 'pca' or 'tsne', got {method!r}.")
+        raise InputError(f"`method` must be 'pca' or 'tsne', got {method!r}.")
     x = as_embeddings("z", z, min_rows=4).cpu()
     if x.shape[1] < 2:
-        raise ValueError(f"`z` needs at least 2 features to project to 2-D, got shape {tuple(x.shape)}.")
+        raise InputError(f"`z` needs at least 2 features to project to 2-D, got shape {tuple(x.shape)}.")
     y = None if labels is None else as_labels("labels", labels, x.shape[0], x.device)
     names = None if y is None else _class_names(class_names, torch.unique(y).tolist())
     figure = _new_figure()
@@ -164,13 +166,13 @@ def _class_names(class_names: Sequence[str] | Mapping[int, str] | None, classes:
     if class_names is None:
         return {c: str(c) for c in classes}
     if isinstance(class_names, (str, bytes)) or not isinstance(class_names, (Sequence, Mapping)):
-        raise ValueError(f"`class_names` must be a sequence or a mapping of class names, got {class_names!r}.")
+        raise InputError(f"`class_names` must be a sequence or a mapping of class names, got {class_names!r}.")
     names: dict[int, str] = {}
     for c in classes:
         known = c in class_names if isinstance(class_names, Mapping) else 0 <= c < len(class_names)
         if not known:
             size = f"{len(class_names)} names"
-            raise ValueError(f"`class_names` ({size}) has no name for the label {c}; pass one name per class id.")
+            raise InputError(f"`class_names` ({size}) has no name for the label {c}; pass one name per class id.")
         names[c] = str(class_names[c])
     return names
 
@@ -184,7 +186,7 @@ def _class_colormap(count: int) -> Any:
 def _as_views(name: str, views: object) -> list[Tensor]:
     if isinstance(views, Sequence) and not isinstance(views, (str, bytes)):
         if len(views) == 0:
-            raise ValueError(f"`{name}` must not be an empty sequence.")
+            raise InputError(f"`{name}` must not be an empty sequence.")
         return [as_embeddings(f"{name}[{i}]", v) for i, v in enumerate(views)]
     return [as_embeddings(name, views)]
 
@@ -221,14 +223,14 @@ def plot_augmentation_cosine_histogram(
     """
     originals, augmented = _as_views("f", f), _as_views("f_a", f_a)
     if len(originals) != len(augmented):
-        raise ValueError(
+        raise InputError(
             f"`f` and `f_a` must hold the same number of augmentations, got {len(originals)} and {len(augmented)}."
         )
     check_int("bins", bins, 1)
     cosines = []
     for i, (a, b) in enumerate(zip(originals, augmented)):
         if a.shape != b.shape:
-            raise ValueError(
+            raise InputError(
                 f"`f` and `f_a` (augmentation {i}) must have the same shape, "
                 f"got {tuple(a.shape)} and {tuple(b.shape)}."
             )
@@ -319,7 +321,7 @@ def plot_loss_curves(
     """
     curves = _curves(log_history, lambda key: key.startswith(prefixes))
     if not curves:
-        raise ValueError(
+        raise InputError(
             f"`log_history` has no finite value under a key starting with {prefixes} "
             f"({len(log_history)} entries); pass `trainer.state.log_history` after training with logging on."
         )
@@ -359,7 +361,7 @@ def plot_metric_curves(
     wanted = list(metrics)
     curves = _curves(log_history, lambda key: key in wanted)
     if not curves:
-        raise ValueError(
+        raise InputError(
             f"`log_history` has no finite value for any of {wanted} ({len(log_history)} entries); evaluate during "
             "training (`eval_strategy`) or pass `metrics=` with the logged names."
         )

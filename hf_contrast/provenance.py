@@ -21,6 +21,8 @@ license comes from ``pretrained_cfg["license"]`` or the card's ``license``. The 
 
 from __future__ import annotations
 
+from hf_contrast.errors import InputError
+
 import json
 import os
 import re
@@ -158,7 +160,7 @@ def backbone_provenance(backbone: str, *, base_model: str | None = None, license
         ValueError: If ``base_model`` is given but is not a Hub id (a local path, say).
     """
     if base_model is not None and hub_id_or_none(base_model) is None:
-        raise ValueError(
+        raise InputError(
             f"`base_model`={base_model!r} is not a Hub repository id like 'org/name': pass the Hub id the weights came "
             "from (a local path is never published), or leave it None."
         )

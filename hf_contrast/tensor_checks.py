@@ -12,6 +12,8 @@ are cheap.
 
 from __future__ import annotations
 
+from hf_contrast.errors import InputError
+
 import math
 import numbers
 from collections.abc import Iterator, Sequence
@@ -50,14 +52,14 @@ __all__ = [
 def check_embeddings(name: str, z: object, ndim: int | tuple[int, ...] = 2, shape_doc: str = "(B, D)") -> Tensor:
     """Check that ``z`` is a floating-point tensor of rank ``ndim`` with no empty axis."""
     if not isinstance(z, Tensor):
-        raise ValueError(f"`{name}` must be a torch.Tensor of shape {shape_doc}, got {type(z).__name__}.")
+        raise InputError(f"`{name}` must be a torch.Tensor of shape {shape_doc}, got {type(z).__name__}.")
     ranks = (ndim,) if isinstance(ndim, int) else ndim
     if z.ndim not in ranks:
-        raise ValueError(f"`{name}` must have shape {shape_doc} (rank {' or '.join(map(str, ranks))}), got shape {tuple(z.shape)}.")
+        raise InputError(f"`{name}` must have shape {shape_doc} (rank {' or '.join(map(str, ranks))}), got shape {tuple(z.shape)}.")
     if not z.is_floating_point():
-        raise ValueError(f"`{name}` must be a floating-point tensor, got dtype {z.dtype}.")
+        raise InputError(f"`{name}` must be a floating-point tensor, got dtype {z.dtype}.")
     if z.numel() == 0:
-        raise ValueError(f"`{name}` must not be empty, got shape {tuple(z.shape)}.")
+        raise InputError(f"`{name}` must not be empty, got shape {tuple(z.shape)}.")
     check_finite_values(name, z)
     return z
 
@@ -92,7 +94,7 @@ def check_finite_values(name: str, z: Tensor, fix: str = "") -> None:
     """Reject NaN/inf in ``z`` when that is cheap to detect (see :func:`value_checks_enabled`);
     ``fix`` (what to change) is appended to the message."""
     if value_checks_enabled(z) and not bool(torch.isfinite(z).all()):
-        raise ValueError(f"`{name}` contains NaN or infinite values" + (f"; {fix}" if fix else "."))
+        raise InputError(f"`{name}` contains NaN or infinite values" + (f"; {fix}" if fix else "."))
 
 
 def check_finite_result(result: Tensor, what: str, inputs: str) -> Tensor:
@@ -108,7 +110,7 @@ def check_finite_result(result: Tensor, what: str, inputs: str) -> Tensor:
         inputs: The arguments it was computed from, named in the error (e.g. ``"`z1`, `z2`"``).
     """
     if value_checks_enabled(result) and not bool(torch.isfinite(result).all()):
-        raise ValueError(
+        raise InputError(
             f"{what} of {inputs} is beyond the range of {result.dtype} (the inputs are finite but their scale is "
             f"so large that the loss overflows): pass float64 inputs (`.double()`) or bring the embeddings to a "
             "smaller scale (normalise them, or lower the learning rate if training made them grow)."
@@ -132,13 +134,13 @@ def check_index_range(name: str, values: Tensor, size: int, kind: str = "classes
     low, high = int(values.min()), int(values.max())
     if low < 0 or high >= size:
         bad = low if low < 0 else high
-        raise ValueError(f"`{name}` holds {bad}, outside 0..{size - 1} ({size} {kind})" + (f"; {fix}" if fix else "."))
+        raise InputError(f"`{name}` holds {bad}, outside 0..{size - 1} ({size} {kind})" + (f"; {fix}" if fix else "."))
 
 
 def check_same_shape(name1: str, z1: Tensor, name2: str, z2: Tensor) -> None:
     """Check that two tensors have identical shapes (nothing is broadcast)."""
     if z1.shape != z2.shape:
-        raise ValueError(
+        raise InputError(
             f"`{name1}` and `{name2}` must have the same shape, got {tuple(z1.shape)} and {tuple(z2.shape)}."
         )
 
@@ -146,24 +148,24 @@ def check_same_shape(name1: str, z1: Tensor, name2: str, z2: Tensor) -> None:
 def check_labels(labels: object, n: int, name: str = "labels") -> Tensor:
     """Check that ``labels`` is an integer tensor of shape ``(n,)`` on any device."""
     if not isinstance(labels, Tensor):
-        raise ValueError(f"`{name}` must be an integer torch.Tensor of shape ({n},), got {type(labels).__name__}.")
+        raise InputError(f"`{name}` must be an integer torch.Tensor of shape ({n},), got {type(labels).__name__}.")
     if labels.dtype.is_floating_point or labels.dtype.is_complex or labels.dtype == torch.bool:
-        raise ValueError(f"`{name}` must have an integer dtype (e.g. torch.long), got {labels.dtype}.")
+        raise InputError(f"`{name}` must have an integer dtype (e.g. torch.long), got {labels.dtype}.")
     if labels.ndim != 1 or labels.shape[0] != n:
-        raise ValueError(f"`{name}` must have shape ({n},) to match the embeddings, got {tuple(labels.shape)}.")
+        raise InputError(f"`{name}` must have shape ({n},) to match the embeddings, got {tuple(labels.shape)}.")
     return labels
 
 
 def _check_number(name: str, value: object) -> float:
     if isinstance(value, Tensor):
         if value.numel() != 1:
-            raise ValueError(f"`{name}` must be a scalar, got a tensor of shape {tuple(value.shape)}.")
+            raise InputError(f"`{name}` must be a scalar, got a tensor of shape {tuple(value.shape)}.")
         return float(value.detach())
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise ValueError(f"`{name}` must be a number, got {value!r} of type {type(value).__name__}.")
+        raise InputError(f"`{name}` must be a number, got {value!r} of type {type(value).__name__}.")
     value = float(value)
     if not math.isfinite(value):
-        raise ValueError(f"`{name}` must be finite, got {value}.")
+        raise InputError(f"`{name}` must be finite, got {value}.")
     return value
 
 
@@ -171,7 +173,7 @@ def check_positive(name: str, value: object) -> float:
     """Check ``value > 0`` (e.g. a temperature)."""
     v = _check_number(name, value)
     if not v > 0:
-        raise ValueError(f"`{name}` must be > 0, got {v}.")
+        raise InputError(f"`{name}` must be > 0, got {v}.")
     return v
 
 
@@ -179,7 +181,7 @@ def check_non_negative(name: str, value: object) -> float:
     """Check ``value >= 0`` (e.g. a loss weight)."""
     v = _check_number(name, value)
     if not v >= 0:
-        raise ValueError(f"`{name}` must be >= 0, got {v}.")
+        raise InputError(f"`{name}` must be >= 0, got {v}.")
     return v
 
 
@@ -188,7 +190,7 @@ def check_unit_interval(name: str, value: object, include_one: bool = True) -> f
     when not ``include_one`` (an EMA momentum)."""
     v = _check_number(name, value)
     if not (0.0 <= v <= 1.0 if include_one else 0.0 <= v < 1.0):
-        raise ValueError(f"`{name}` must be in [0, {'1]' if include_one else '1)'}, got {v}.")
+        raise InputError(f"`{name}` must be in [0, {'1]' if include_one else '1)'}, got {v}.")
     return v
 
 
@@ -208,21 +210,21 @@ def check_int(
     ):
         expected = f"an integer >= {minimum}" if maximum is None else f"an integer in [{minimum}, {maximum}]"
         expected += " or None" if allow_none else ""
-        raise ValueError(f"`{name}` must be {expected}, got {value!r}" + (f"; {fix}" if fix else "."))
+        raise InputError(f"`{name}` must be {expected}, got {value!r}" + (f"; {fix}" if fix else "."))
     return int(value)
 
 
 def check_bool(name: str, value: object) -> bool:
     """Check that ``value`` is ``True`` or ``False`` (a flag; ``0``/``"yes"`` are refused, not guessed)."""
     if not isinstance(value, bool):
-        raise ValueError(f"`{name}` must be True or False, got {value!r}.")
+        raise InputError(f"`{name}` must be True or False, got {value!r}.")
     return value
 
 
 def check_choice(name: str, value: object, choices: Sequence[object]) -> object:
     """Check that ``value`` is one of ``choices`` (e.g. ``negatives`` in ``("all", "shifted")``)."""
     if value not in tuple(choices) or (isinstance(value, bool) and not any(value is c for c in choices)):
-        raise ValueError(f"`{name}` must be one of {tuple(choices)}, got {value!r}.")
+        raise InputError(f"`{name}` must be one of {tuple(choices)}, got {value!r}.")
     return value
 
 
@@ -231,7 +233,7 @@ def check_name(name: str, value: object, what: str = "column name", allow_none: 
     if value is None and allow_none:
         return None
     if not isinstance(value, str) or value == "":
-        raise ValueError(f"`{name}` must be a non-empty {what}, got {value!r}.")
+        raise InputError(f"`{name}` must be a non-empty {what}, got {value!r}.")
     return value
 
 
@@ -245,7 +247,7 @@ def check_range(name: str, value: object, low: float, high: float) -> tuple[floa
     )
     if not ok:
         shown = tuple(value) if isinstance(value, Sequence) and not isinstance(value, str) else value
-        raise ValueError(f"`{name}` must be a pair (lo, hi) with {low} < lo <= hi <= {high}, got {shown!r}.")
+        raise InputError(f"`{name}` must be a pair (lo, hi) with {low} < lo <= hi <= {high}, got {shown!r}.")
     return float(value[0]), float(value[1])  # type: ignore[index]
 
 
@@ -260,9 +262,9 @@ def check_size(name: str, size: object) -> tuple[int, int]:
     ):
         pair = (int(size[0]), int(size[1]))
     else:
-        raise ValueError(f"`{name}` must be an int or a pair (H, W) of ints, got {size!r}.")
+        raise InputError(f"`{name}` must be an int or a pair (H, W) of ints, got {size!r}.")
     if min(pair) <= 0:
-        raise ValueError(f"`{name}` must be positive, got {size!r}.")
+        raise InputError(f"`{name}` must be positive, got {size!r}.")
     return pair
 
 

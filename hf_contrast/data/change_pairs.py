@@ -17,6 +17,8 @@ copy; the label is the kind of change:
 
 from __future__ import annotations
 
+from hf_contrast.errors import InputError
+
 import warnings
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
@@ -114,21 +116,21 @@ def make_change_pairs(
 
     for name, column in (("image_column", image_column), ("label_column", label_column)):
         if column not in dataset.column_names:
-            raise ValueError(f"`{name}` {column!r} is not a column of the dataset ({dataset.column_names}).")
+            raise InputError(f"`{name}` {column!r} is not a column of the dataset ({dataset.column_names}).")
     freqs = np.asarray(frequencies, dtype=np.float64)
     if freqs.shape != (len(CHANGE_NAMES),) or (freqs < 0).any() or not np.isclose(freqs.sum(), 1.0):
-        raise ValueError(
+        raise InputError(
             f"`frequencies` must be {len(CHANGE_NAMES)} non-negative numbers summing to 1 "
             f"(one per kind {CHANGE_NAMES}), got {list(frequencies)}."
         )
     n = len(dataset) if num_pairs is None else num_pairs
     if n < 1:
-        raise ValueError(f"`num_pairs` must be >= 1, got {num_pairs}.")
+        raise InputError(f"`num_pairs` must be >= 1, got {num_pairs}.")
 
     check_choice("on_bad_image", on_bad_image, ("raise", "skip"))
     images, rows = _rgb_images(dataset, image_column, on_bad_image)
     if not images:
-        raise ValueError(f"make_change_pairs: no image of column {image_column!r} could be read.")
+        raise InputError(f"make_change_pairs: no image of column {image_column!r} could be read.")
     rng = np.random.default_rng(seed)
     source_labels = np.asarray(dataset[label_column])[rows]
     kinds = rng.choice(len(CHANGE_NAMES), size=n, p=freqs)

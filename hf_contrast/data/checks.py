@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from hf_contrast.errors import InputError
+
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -95,17 +97,17 @@ def check_dataset(
     """
     check_int("min_rows", min_rows, 0)
     if dataset is None:
-        raise ValueError(f"`{name}` is None; pass a dataset as `{name}=` (e.g. a `datasets.Dataset`).")
+        raise InputError(f"`{name}` is None; pass a dataset as `{name}=` (e.g. a `datasets.Dataset`).")
     rows = _num_rows(dataset)
     if rows is not None:
         if rows == 0:
-            raise ValueError(
+            raise InputError(
                 f"`{name}` is empty (0 rows); pass a dataset with at least {max(min_rows, 1)} rows (check the split "
                 "name and any filtering or subsampling done before training)."
             )
         if rows < min_rows:
             reason = f" ({why})" if why else ""
-            raise ValueError(
+            raise InputError(
                 f"`{name}` has {rows} rows, fewer than the {min_rows} needed{reason}; add data or lower the batch "
                 "size (`per_device_train_batch_size` / `per_device_eval_batch_size`)."
             )
@@ -115,7 +117,7 @@ def check_dataset(
             options = (entry,) if isinstance(entry, str) else tuple(entry)
             if not any(option in known for option in options):
                 wanted = repr(options[0]) if len(options) == 1 else "one of " + ", ".join(map(repr, options))
-                raise ValueError(
+                raise InputError(
                     f"`{name}` has no column {wanted} (its columns: {known}); rename the column "
                     "(`dataset.rename_column(old, new)`) or set the matching column argument (e.g. "
                     "`image_column`, `text_column`, `label_column`)."

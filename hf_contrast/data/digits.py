@@ -7,6 +7,8 @@ that ship inside an installed dependency: the 1,797 8×8 grey-scale digits of sc
 
 from __future__ import annotations
 
+from hf_contrast.errors import InputError
+
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -55,7 +57,7 @@ def load_digits_dataset(image_size: int = 32, test_size: float = 0.2, seed: int 
 
     check_int("image_size", image_size, 8, fix="the digits are 8×8.")
     if not 0.0 < test_size < 1.0:
-        raise ValueError(f"`test_size` must be in (0, 1), got {test_size!r}.")
+        raise InputError(f"`test_size` must be in (0, 1), got {test_size!r}.")
     digits = _require_sklearn()()
     pixels = (digits.images / 16.0 * 255.0).round().astype(np.uint8)  # (N, 8, 8) in [0, 255]
     labels = digits.target.astype(np.int64)

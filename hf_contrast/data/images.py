@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from hf_contrast.errors import InputError
+
 import os
 import warnings
 from pathlib import Path
@@ -46,7 +48,7 @@ def _check_columns(dataset: Any, source: str, columns: dict[str, str | None]) ->
     names = list(dataset.column_names)
     for option, column in columns.items():
         if column is not None and column not in names:
-            raise ValueError(
+            raise InputError(
                 f"`{option}`={column!r} is not a column of {source!r} (its columns: {names}); pass "
                 f"`{option}=` with one of them."
             )
@@ -58,7 +60,7 @@ def _prepare(dataset: Any, source: str, image_column: str, label_column: str | N
     _check_columns(dataset, source, {"image_column": image_column, "label_column": label_column})
     feature = dataset.features[image_column]
     if not isinstance(feature, datasets.Image):
-        raise ValueError(
+        raise InputError(
             f"`image_column`={image_column!r} of {source!r} holds {feature!r}, not images; pass the image column."
         )
     if label_column is not None:
@@ -127,18 +129,18 @@ def load_image_dataset(
         try:
             loaded = datasets.load_dataset("imagefolder", data_dir=str(local), **load_kwargs)
         except (FileNotFoundError, datasets.exceptions.DataFilesNotFoundError, ValueError) as error:
-            raise ValueError(
+            raise InputError(
                 f"No images found in the folder {source!r} ({error}); put them in one sub-folder per class "
                 "(root/<class>/<image>)."
             ) from error
     elif local.exists():
-        raise ValueError(f"`path_or_id`={source!r} is a file; pass the image folder (root/<class>/<image>).")
+        raise InputError(f"`path_or_id`={source!r} is a file; pass the image folder (root/<class>/<image>).")
     else:
         loaded = datasets.load_dataset(source, **load_kwargs)
     name_dataset(loaded, source, dataset_name)
     if split is not None:
         if split not in loaded:
-            raise ValueError(f"`split`={split!r} is not a split of {source!r} (its splits: {list(loaded)}).")
+            raise InputError(f"`split`={split!r} is not a split of {source!r} (its splits: {list(loaded)}).")
         return _prepare(loaded[split], source, image_column, label_column, decode)
     return datasets.DatasetDict(
         {name: _prepare(part, source, image_column, label_column, decode) for name, part in loaded.items()}

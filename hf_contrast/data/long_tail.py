@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from hf_contrast.errors import InputError
+
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -22,9 +24,9 @@ def long_tailed_counts(n_max: int, num_classes: int, imbalance_ratio: float) -> 
     [100, 32, 10]
     """
     if num_classes < 2:
-        raise ValueError(f"`num_classes` must be >= 2, got {num_classes}.")
+        raise InputError(f"`num_classes` must be >= 2, got {num_classes}.")
     if not imbalance_ratio >= 1.0:
-        raise ValueError(f"`imbalance_ratio` must be >= 1 (max count / min count), got {imbalance_ratio}.")
+        raise InputError(f"`imbalance_ratio` must be >= 1 (max count / min count), got {imbalance_ratio}.")
     return [
         max(2, int(round(n_max * imbalance_ratio ** (-c / (num_classes - 1))))) for c in range(num_classes)
     ]
@@ -56,9 +58,9 @@ def make_long_tailed(
     if imbalance_ratio is None:
         return dataset
     if not imbalance_ratio >= 1.0:
-        raise ValueError(f"`imbalance_ratio` must be >= 1 (max count / min count) or None, got {imbalance_ratio}.")
+        raise InputError(f"`imbalance_ratio` must be >= 1 (max count / min count) or None, got {imbalance_ratio}.")
     if label_column not in dataset.column_names:
-        raise ValueError(f"`label_column` {label_column!r} is not a column of the dataset ({dataset.column_names}).")
+        raise InputError(f"`label_column` {label_column!r} is not a column of the dataset ({dataset.column_names}).")
     labels = np.asarray(dataset[label_column])
     classes = np.unique(labels)
     available = [int((labels == c).sum()) for c in classes]

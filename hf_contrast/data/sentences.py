@@ -8,6 +8,8 @@ class label. It is small, offline test and demo data — not a benchmark (use ST
 
 from __future__ import annotations
 
+from hf_contrast.errors import InputError
+
 from pathlib import Path
 
 __all__ = ["SENTENCE_PAIRS_PATH", "TOPIC_NAMES", "load_sentence_pairs"]
@@ -27,7 +29,7 @@ def load_sentence_pairs(test_size: float = 0.25, seed: int = 0):
     import datasets
 
     if not 0.0 < test_size < 1.0:
-        raise ValueError(f"`test_size` must be in (0, 1), got {test_size!r}.")
+        raise InputError(f"`test_size` must be in (0, 1), got {test_size!r}.")
     with SENTENCE_PAIRS_PATH.open(newline="", encoding="utf-8") as f:
         rows = list(csv.DictReader(f, delimiter="\t"))
     features = datasets.Features(

@@ -20,6 +20,8 @@ The chosen columns are renamed to the package's names (:mod:`hf_contrast.data.co
 
 from __future__ import annotations
 
+from hf_contrast.errors import InputError
+
 import csv
 import os
 from pathlib import Path
@@ -44,7 +46,7 @@ def _builder(path: Path, delimiter: str | None) -> tuple[str, dict[str, Any]]:
             delimiter = "\t"
         suffix = ".tsv" if delimiter == "\t" else ".csv"
     if suffix not in _BUILDERS:
-        raise ValueError(
+        raise InputError(
             f"Cannot tell the format of {str(path)!r} from its extension {suffix!r}; use one of "
             f"{sorted([*_BUILDERS, '.txt'])} (or load it with `datasets.load_dataset` yourself)."
         )
@@ -56,7 +58,7 @@ def _builder(path: Path, delimiter: str | None) -> tuple[str, dict[str, Any]]:
         if kwargs["delimiter"] == "\t":
             kwargs["quoting"] = csv.QUOTE_NONE  # sentences hold quote characters (STS-B, SICK)
     elif delimiter is not None:
-        raise ValueError(f"`delimiter` applies to CSV / TSV / text files, not to {suffix!r} files; leave it None.")
+        raise InputError(f"`delimiter` applies to CSV / TSV / text files, not to {suffix!r} files; leave it None.")
     return builder, kwargs
 
 
@@ -66,14 +68,14 @@ def _check_text(dataset: Any, source: str, columns: dict[str, str | None]) -> No
         if column is None:
             continue
         if column not in names:
-            raise ValueError(
+            raise InputError(
                 f"`{option}`={column!r} is not a column of {source!r} (its columns: {names}); pass `{option}=` "
                 "with one of them" + (" (or `delimiter=` if the file was split wrongly)." if len(names) == 1 else ".")
             )
         if option in ("text_column", "text_pair_column"):
             for row, text in enumerate(dataset[column]):
                 if not isinstance(text, str):
-                    raise ValueError(
+                    raise InputError(
                         f"Row {row} of {source!r} has no text in `{option}`={column!r} (got {text!r}); fill or "
                         "remove it (e.g. `dataset.filter(lambda r: r[column] is not None)`)."
                     )
@@ -98,7 +100,7 @@ def _prepare(
         elif not isinstance(label, datasets.ClassLabel) and not (
             isinstance(label, datasets.Value) and label.dtype.startswith(("int", "uint"))
         ):
-            raise ValueError(
+            raise InputError(
                 f"`label_column`={label_column!r} of {source!r} holds {label!r}; class labels must be strings or "
                 "integers (a real-valued similarity goes in `score_column`)."
             )
@@ -106,7 +108,7 @@ def _prepare(
         try:
             dataset = dataset.cast_column(score_column, datasets.Value("float32"))
         except (ValueError, TypeError) as error:
-            raise ValueError(
+            raise InputError(
                 f"`score_column`={score_column!r} of {source!r} must hold numbers ({error})."
             ) from error
     return rename_to_canonical(
@@ -162,16 +164,16 @@ def load_text_dataset(
         builder, kwargs = _builder(local, delimiter)
         loaded = datasets.load_dataset(builder, data_files={"train": str(local)}, **kwargs, **load_kwargs)
     elif local.is_dir():
-        raise ValueError(f"`path_or_id`={source!r} is a folder; pass one file (CSV, TSV, JSON, JSONL, parquet, txt).")
+        raise InputError(f"`path_or_id`={source!r} is a folder; pass one file (CSV, TSV, JSON, JSONL, parquet, txt).")
     else:
         if delimiter is not None:
-            raise ValueError(f"`delimiter` applies to local files; {source!r} is not one (read as a Hub id).")
+            raise InputError(f"`delimiter` applies to local files; {source!r} is not one (read as a Hub id).")
         loaded = datasets.load_dataset(source, **load_kwargs)
     name_dataset(loaded, source, dataset_name)
     columns = (text_column, text_pair_column, label_column, score_column)
     if split is not None:
         if split not in loaded:
-            raise ValueError(f"`split`={split!r} is not a split of {source!r} (its splits: {list(loaded)}).")
+            raise InputError(f"`split`={split!r} is not a split of {source!r} (its splits: {list(loaded)}).")
         return _prepare(loaded[split], source, *columns)
     return datasets.DatasetDict({name: _prepare(part, source, *columns) for name, part in loaded.items()})
 
@@ -209,7 +211,7 @@ def load_sts_pairs(
     """
     columns = [sentence1_column, sentence2_column, score_column]
     if len(set(columns)) != 3:
-        raise ValueError(f"The sentence and score columns must be three different columns, got {columns}.")
+        raise InputError(f"The sentence and score columns must be three different columns, got {columns}.")
     pairs = load_text_dataset(
         path,
         split=split,
@@ -222,5 +224,5 @@ def load_sts_pairs(
     )
     pairs = pairs.select_columns(["text", "text_pair", "score"]).rename_columns({"text": "sentence1", "text_pair": "sentence2"})
     if len(pairs) < 2:
-        raise ValueError(f"{str(path)!r} holds {len(pairs)} scored pair(s); an STS correlation needs at least 2.")
+        raise InputError(f"{str(path)!r} holds {len(pairs)} scored pair(s); an STS correlation needs at least 2.")
     return pairs

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from hf_contrast.errors import InputError
+
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
@@ -52,11 +54,11 @@ def model_output(outputs: Any, output: str, n: int | None = None) -> Tensor:
     z = outputs.get(output) if isinstance(outputs, Mapping) else getattr(outputs, output, None)
     if not isinstance(z, Tensor):
         available = list(outputs.keys()) if isinstance(outputs, Mapping) else type(outputs).__name__
-        raise ValueError(
+        raise InputError(
             f"`output` {output!r} is not a tensor output of the model (got {available}); "
             "use 'embeddings' or 'projections'."
         )
     if z.ndim != 2 or (n is not None and z.shape[0] != n):
         expected = f"({n}, D)" if n is not None else "(n, D)"
-        raise ValueError(f"model output `{output}` must have shape {expected}, got {tuple(z.shape)}.")
+        raise InputError(f"model output `{output}` must have shape {expected}, got {tuple(z.shape)}.")
     return z.detach().float().cpu()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from hf_contrast.errors import InputError
+
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -63,7 +65,7 @@ class EmbeddingEvaluator(Evaluator):
     ) -> None:
         super().__init__(name, primary, greater_is_better)
         if metrics is not None and not isinstance(metrics, EmbeddingMetrics):
-            raise ValueError(f"`metrics` must be an EmbeddingMetrics instance, got {type(metrics).__name__}.")
+            raise InputError(f"`metrics` must be an EmbeddingMetrics instance, got {type(metrics).__name__}.")
         self.dataset = dataset
         self.metrics = metrics if metrics is not None else EmbeddingMetrics(progress=progress)
         self.encode_kwargs: dict[str, Any] = {

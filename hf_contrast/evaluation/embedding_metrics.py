@@ -7,6 +7,8 @@ examples and the model card.
 
 from __future__ import annotations
 
+from hf_contrast.errors import InputError
+
 import math
 import warnings
 from collections.abc import Callable, Sequence
@@ -45,7 +47,7 @@ def _split_predictions(predictions: object) -> tuple[object, object | None, obje
             return predictions[0], None, None
         if len(predictions) == 3:
             return predictions[0], predictions[1], predictions[2]
-        raise ValueError(
+        raise InputError(
             "`predictions` must be an (N, D) array of embeddings or a tuple (embeddings, view1, view2) of "
             f"three (N, D) arrays, got a {type(predictions).__name__} of {len(predictions)} items."
         )
@@ -126,7 +128,7 @@ class EmbeddingMetrics:
         self.knn_temperature = check_positive("knn_temperature", knn_temperature)
         self.probe = bool(probe)
         if not isinstance(probe_test_fraction, (int, float)) or not 0 < probe_test_fraction < 1:
-            raise ValueError(f"`probe_test_fraction` must be a number in (0, 1), got {probe_test_fraction!r}.")
+            raise InputError(f"`probe_test_fraction` must be a number in (0, 1), got {probe_test_fraction!r}.")
         self.probe_test_fraction = float(probe_test_fraction)
         self.max_samples = None if max_samples is None else check_int("max_samples", max_samples, 2)
         self.seed = check_int("seed", seed, 0)
@@ -146,7 +148,7 @@ class EmbeddingMetrics:
         elif isinstance(eval_pred, (tuple, list)) and len(eval_pred) == 2:
             predictions, label_ids = eval_pred
         else:
-            raise ValueError(
+            raise InputError(
                 "`eval_pred` must be a transformers.EvalPrediction or a (predictions, label_ids) pair, "
                 f"got {type(eval_pred).__name__}."
             )
@@ -173,7 +175,7 @@ class EmbeddingMetrics:
         y = None if labels is None else as_labels("label_ids", labels, z.shape[0], z.device)
         if y is not None and bool((y < 0).any()):
             if not bool((y < 0).all()):
-                raise ValueError(
+                raise InputError(
                     f"`label_ids` mixes negative ({int((y < 0).sum())} rows) and class labels: negative labels "
                     "(-1, -100) mean 'unlabelled' and must cover every row, or none."
                 )
@@ -181,10 +183,10 @@ class EmbeddingMetrics:
         pair = None
         if views is not None:
             if len(views) != 2 or views[0] is None or views[1] is None:
-                raise ValueError("`views` must be a pair (view1, view2) of (N, D) embeddings.")
+                raise InputError("`views` must be a pair (view1, view2) of (N, D) embeddings.")
             pair = as_pair("view1", views[0], "view2", views[1])
             if pair[0].shape[0] != z.shape[0]:
-                raise ValueError(
+                raise InputError(
                     f"`view1`/`view2` must have one row per embedding ({z.shape[0]}), got {tuple(pair[0].shape)}."
                 )
         rows = self._rows(z.shape[0], y)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from hf_contrast.errors import InputError
+
 import warnings
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -43,7 +45,7 @@ def _default_collate(model: nn.Module, input_column: str | None, max_length: int
         def tokenize(inputs: list[Any]) -> dict[str, Tensor]:
             bad = [type(x).__name__ for x in inputs if not isinstance(x, str)]
             if bad:
-                raise ValueError(f"`{column}` must hold strings for a text model, got {bad[0]}.")
+                raise InputError(f"`{column}` must hold strings for a text model, got {bad[0]}.")
             options: dict[str, Any] = {"padding": True, "truncation": True, "return_tensors": "pt"}
             if max_length is not None:
                 options["max_length"] = max_length
@@ -55,7 +57,7 @@ def _default_collate(model: nn.Module, input_column: str | None, max_length: int
         from ..views import eval_transform_from_data_config
 
         return _stack(eval_transform_from_data_config(data_config)), input_column or "image"
-    raise ValueError(
+    raise InputError(
         f"encode_dataset cannot tell how to batch inputs for {type(inner).__name__} (no `tokenizer`, no "
         "`data_config`): pass `collate_fn=` (rows -> model inputs) or `transform=` (image -> (C, H, W) tensor)."
     )
@@ -148,7 +150,7 @@ def encode_dataset(
             cannot take, labels on some rows only, or a missing ``output``.
     """
     if collate_fn is not None and transform is not None:
-        raise ValueError("Pass either `collate_fn` (rows -> model inputs) or `transform` (one image -> tensor), not both.")
+        raise InputError("Pass either `collate_fn` (rows -> model inputs) or `transform` (one image -> tensor), not both.")
     check_int("batch_size", batch_size, 1)
     check_choice("on_bad_image", on_bad_image, ("raise", "skip"))
     if transform is not None:
@@ -177,7 +179,7 @@ def encode_dataset(
                 values = [_field(row, column, 0) for row in rows]
                 if any(value is _NO_VALUE for value in values):
                     keys = sorted(rows[0]) if isinstance(rows[0], Mapping) else type(rows[0]).__name__
-                    raise ValueError(f"`input_column` {column!r} is not in the rows (got {keys}); pass `input_column=`.")
+                    raise InputError(f"`input_column` {column!r} is not in the rows (got {keys}); pass `input_column=`.")
                 if is_images:
                     rows, values = _decoded_rows(rows, values, start, on_bad_image)
                     if not rows:
@@ -194,9 +196,9 @@ def encode_dataset(
                 labels.append(torch.as_tensor(batch_labels).detach().cpu().long().reshape(-1))
             chunks.append(model_output(model(**to_device(inputs, target)), output, len(rows)))
     if not chunks:
-        raise ValueError("`dataset` is empty: there is nothing to encode.")
+        raise InputError("`dataset` is empty: there is nothing to encode.")
     if 0 < rows_labelled < rows_seen:
-        raise ValueError(
+        raise InputError(
             f"Only {rows_labelled} of {rows_seen} rows have labels (`label_column`={label_column!r}); "
             "label every row or pass `label_column=None`."
         )

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from hf_contrast.errors import InputError
+
 import math
 import warnings
 from collections.abc import Callable, Mapping
@@ -24,7 +26,7 @@ def _batch_size(batch: Mapping[str, Any]) -> int:
     for value in batch.values():
         if isinstance(value, Tensor) and value.ndim > 0:
             return int(value.shape[0])
-    raise ValueError("`batch` must contain at least one tensor with a batch axis, e.g. `pixel_values`.")
+    raise InputError("`batch` must contain at least one tensor with a batch axis, e.g. `pixel_values`.")
 
 
 def _decoded(dataset: Any, row: int, column: str, transform: Callable[[Any], Tensor]) -> Tensor:
@@ -103,15 +105,15 @@ class EquivarianceEvaluator(Evaluator):
             "augmentation_cosine_mean",
         )
         if not isinstance(batch, Mapping) or not batch:
-            raise ValueError(f"`batch` must be a non-empty dict of model inputs, got {type(batch).__name__}.")
+            raise InputError(f"`batch` must be a non-empty dict of model inputs, got {type(batch).__name__}.")
         self.batch = {k: v.detach().cpu() if isinstance(v, Tensor) else v for k, v in batch.items()}
         self.n = _batch_size(self.batch)
         if self.n < 2:
-            raise ValueError(f"`batch` needs at least 2 samples for the pairwise metrics, got {self.n}.")
+            raise InputError(f"`batch` needs at least 2 samples for the pairwise metrics, got {self.n}.")
         if not callable(augment):
-            raise ValueError(f"`augment` must be callable (x -> augmented x), got {type(augment).__name__}.")
+            raise InputError(f"`augment` must be callable (x -> augmented x), got {type(augment).__name__}.")
         if augment_key is not None and augment_key not in self.batch:
-            raise ValueError(
+            raise InputError(
                 f"`augment_key` {augment_key!r} is not a key of `batch` ({sorted(self.batch)}); "
                 "pass the key of the input to augment, or None to augment the whole dict."
             )
@@ -184,7 +186,7 @@ class EquivarianceEvaluator(Evaluator):
                     raise
                 warnings.warn(f"Skipped: {error}", UserWarning, stacklevel=2)
         if len(decoded) < 2:
-            raise ValueError(
+            raise InputError(
                 f"EquivarianceEvaluator: {len(rows) - len(decoded)} of the {len(rows)} selected images are unreadable; "
                 f"fewer than 2 remain. Fix the images of column {image_column!r}."
             )
@@ -205,7 +207,7 @@ class EquivarianceEvaluator(Evaluator):
         try:
             return model_output(model(**to_device(batch, model_device(model))), self.output, self.n)
         except ValueError as error:
-            raise ValueError(f"{error} (`augment` must keep the batch size)") from None
+            raise InputError(f"{error} (`augment` must keep the batch size)") from None
 
     def _augmented(self) -> Mapping[str, Any]:
         if self.augment_key is None:

@@ -7,6 +7,8 @@ the best checkpoint by any of them (``"eval_sts_spearman"``).
 
 from __future__ import annotations
 
+from hf_contrast.errors import InputError
+
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 
@@ -40,7 +42,7 @@ class Evaluator(ABC):
 
     def __init__(self, name: str, primary: str, greater_is_better: bool) -> None:
         if not isinstance(name, str):
-            raise ValueError(f"`name` must be a string (the metric-key prefix), got {name!r}.")
+            raise InputError(f"`name` must be a string (the metric-key prefix), got {name!r}.")
         self.name = name
         self._primary = primary
         self.greater_is_better = greater_is_better
@@ -93,12 +95,12 @@ class SequentialEvaluator(Evaluator):
     def __init__(self, evaluators: Sequence[Evaluator], primary: int = 0) -> None:
         evaluators = list(evaluators)
         if not evaluators or not all(isinstance(e, Evaluator) for e in evaluators):
-            raise ValueError(f"`evaluators` must be a non-empty list of Evaluator instances, got {evaluators!r}.")
+            raise InputError(f"`evaluators` must be a non-empty list of Evaluator instances, got {evaluators!r}.")
         names = [e.name for e in evaluators]
         if len(set(names)) != len(names):
-            raise ValueError(f"`evaluators` must have distinct names (their metric-key prefixes), got {names}.")
+            raise InputError(f"`evaluators` must have distinct names (their metric-key prefixes), got {names}.")
         if isinstance(primary, bool) or not isinstance(primary, int) or not 0 <= primary < len(evaluators):
-            raise ValueError(f"`primary` must be an index in [0, {len(evaluators) - 1}], got {primary!r}.")
+            raise InputError(f"`primary` must be an index in [0, {len(evaluators) - 1}], got {primary!r}.")
         super().__init__("", evaluators[primary].primary_metric, evaluators[primary].greater_is_better)
         self.evaluators = evaluators
 
@@ -116,6 +118,6 @@ class SequentialEvaluator(Evaluator):
             values = evaluator(model, on_error=on_error)
             clash = sorted(set(values) & set(metrics))
             if clash:
-                raise ValueError(f"{evaluator!r} returned keys already reported by another evaluator: {clash}.")
+                raise InputError(f"{evaluator!r} returned keys already reported by another evaluator: {clash}.")
             metrics.update(values)
         return metrics

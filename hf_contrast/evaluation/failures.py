@@ -9,6 +9,8 @@ evaluator and the cause; later failures of the same pair are silent (the ``nan``
 
 from __future__ import annotations
 
+from hf_contrast.errors import InputError
+
 import math
 import warnings
 from collections.abc import Callable, Iterable
@@ -52,7 +54,7 @@ def metrics_or_nan(
         Exception: whatever ``compute`` raised, with ``on_error="raise"``.
     """
     if on_error not in ("warn", "raise"):
-        raise ValueError(f"`on_error` must be 'warn' or 'raise', got {on_error!r}.")
+        raise InputError(f"`on_error` must be 'warn' or 'raise', got {on_error!r}.")
     names = list(names)
     try:
         return compute()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from hf_contrast.errors import InputError
+
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -20,17 +22,17 @@ def _check_labelled(argument: str, dataset: Any, label_column: str) -> None:
     ``column_names``, or the keys of a list of dict rows. Other datasets are checked when encoded."""
     columns = getattr(dataset, "column_names", None)
     if isinstance(columns, dict):  # a DatasetDict
-        raise ValueError(f"`{argument}` must be one split (e.g. dataset['test']), got a DatasetDict {sorted(columns)}.")
+        raise InputError(f"`{argument}` must be one split (e.g. dataset['test']), got a DatasetDict {sorted(columns)}.")
     if columns is None and isinstance(dataset, (list, tuple)):
         unlabelled = [i for i, row in enumerate(dataset) if isinstance(row, Mapping) and label_column not in row]
         if unlabelled:
-            raise ValueError(
+            raise InputError(
                 f"`{argument}` has no labels in `label_column`={label_column!r} (row {unlabelled[0]} and "
                 f"{len(unlabelled) - 1} more): the probes need a label on every row (pass `label_column=` the column "
                 "that holds them)."
             )
     elif columns is not None and label_column not in columns:
-        raise ValueError(
+        raise InputError(
             f"`{argument}` has no labels in `label_column`={label_column!r} (its columns: {list(columns)}): the "
             "probes need a label on every row (pass `label_column=` the column that holds them)."
         )
@@ -117,11 +119,11 @@ class ProbeEvaluator(Evaluator):
         on_bad_image: str = "raise",
     ) -> None:
         if primary not in PROBE_METRICS:
-            raise ValueError(f"`primary` must be one of {list(PROBE_METRICS)}, got {primary!r}.")
+            raise InputError(f"`primary` must be one of {list(PROBE_METRICS)}, got {primary!r}.")
         super().__init__(name, primary, greater_is_better=True)
         self.metric_names = PROBE_METRICS
         if label_column is None:
-            raise ValueError("`label_column` must name the label column: the probes are fitted on labels.")
+            raise InputError("`label_column` must name the label column: the probes are fitted on labels.")
         for argument, dataset in (("fit_dataset", fit_dataset), ("score_dataset", score_dataset)):
             _check_labelled(argument, dataset, label_column)
         self.fit_dataset = fit_dataset
@@ -155,7 +157,7 @@ class ProbeEvaluator(Evaluator):
     def _encode(self, model: nn.Module, dataset: Any, argument: str) -> tuple[Tensor, Tensor]:
         z, y = encode_dataset(model, dataset, **self.encode_kwargs)
         if y is None:
-            raise ValueError(
+            raise InputError(
                 f"`{argument}` has no labels in `label_column`={self.encode_kwargs['label_column']!r}: the probes "
                 "need a label on every row (pass `label_column=` the column that holds them)."
             )

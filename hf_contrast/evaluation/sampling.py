@@ -6,6 +6,8 @@ helpers take every class in turn instead.
 
 from __future__ import annotations
 
+from hf_contrast.errors import InputError
+
 import numpy as np
 import torch
 from torch import Tensor
@@ -20,12 +22,12 @@ def _labels(labels: object) -> Tensor:
     elif isinstance(labels, (list, tuple)):
         labels = torch.tensor(labels)
     if not isinstance(labels, Tensor) or labels.ndim != 1 or labels.dtype.is_floating_point or labels.dtype == torch.bool:
-        raise ValueError(
+        raise InputError(
             f"`labels` must be a 1-D integer tensor/array of shape (N,), got "
             f"{getattr(labels, 'dtype', type(labels).__name__)} of shape {tuple(getattr(labels, 'shape', ()))}."
         )
     if labels.numel() == 0:
-        raise ValueError("`labels` is empty: there is nothing to sample from.")
+        raise InputError("`labels` is empty: there is nothing to sample from.")
     return labels.detach().cpu().long()
 
 
@@ -106,7 +108,7 @@ def balanced_split(labels: object, test_fraction: float = 0.25, seed: int = 0) -
     """
     y = _labels(labels)
     if isinstance(test_fraction, bool) or not isinstance(test_fraction, (int, float)) or not 0 < test_fraction < 1:
-        raise ValueError(f"`test_fraction` must be a number in (0, 1), got {test_fraction!r}.")
+        raise InputError(f"`test_fraction` must be a number in (0, 1), got {test_fraction!r}.")
     order, rank, klass = _class_ranks(y, seed)
     counts = torch.bincount(klass)
     n_test = torch.round(counts.double() * test_fraction).long()

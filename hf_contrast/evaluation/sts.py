@@ -9,6 +9,8 @@ user gets for the same embeddings; only the embedding step is ours (:func:`encod
 
 from __future__ import annotations
 
+from hf_contrast.errors import InputError
+
 import math
 from collections.abc import Sequence
 from typing import Any
@@ -69,19 +71,19 @@ class STSEvaluator(Evaluator):
         self.scores = [float(s) for s in scores]
         n = len(self.scores)
         if not len(self.sentences1) == len(self.sentences2) == n:
-            raise ValueError(
+            raise InputError(
                 "`sentences1`, `sentences2` and `scores` must have the same length, got "
                 f"{len(self.sentences1)}, {len(self.sentences2)} and {n}."
             )
         if n < 2:
-            raise ValueError(f"STSEvaluator needs at least 2 scored pairs, got {n}.")
+            raise InputError(f"STSEvaluator needs at least 2 scored pairs, got {n}.")
         for field, values in (("sentences1", self.sentences1), ("sentences2", self.sentences2)):
             bad = next((i for i, s in enumerate(values) if not isinstance(s, str)), None)
             if bad is not None:
-                raise ValueError(f"`{field}[{bad}]` must be a string, got {type(values[bad]).__name__}.")
+                raise InputError(f"`{field}[{bad}]` must be a string, got {type(values[bad]).__name__}.")
         bad = next((i for i, s in enumerate(self.scores) if not math.isfinite(s)), None)
         if bad is not None:
-            raise ValueError(f"`scores[{bad}]` must be finite, got {self.scores[bad]}.")
+            raise InputError(f"`scores[{bad}]` must be finite, got {self.scores[bad]}.")
         check_int("batch_size", batch_size, 1)
         self.batch_size, self.output, self.max_length, self.progress = batch_size, output, max_length, progress
         self.metric_names = ("spearman", "pearson")
@@ -103,7 +105,7 @@ class STSEvaluator(Evaluator):
         columns = list(getattr(dataset, "column_names", None) or dataset.keys())
         missing = [c for c in (sentence1_column, sentence2_column, score_column) if c not in columns]
         if missing:
-            raise ValueError(
+            raise InputError(
                 f"The STS dataset has no column(s) {missing} (columns: {columns}); pass `sentence1_column=`, "
                 "`sentence2_column=` and `score_column=`."
             )

@@ -10,6 +10,8 @@ The training form is ``align_weight * L_align(z1, z2) + uniform_weight * (L_unif
 
 from __future__ import annotations
 
+from hf_contrast.errors import InputError
+
 import math
 from dataclasses import dataclass
 
@@ -126,7 +128,7 @@ def uniformity_loss(
     t = check_positive("t", t)
     tile_size = check_tile_size(tile_size)
     if not gather_distributed and x.shape[0] < 2:
-        raise ValueError(f"`x` must have at least 2 rows (uniformity averages over pairs), got shape {tuple(x.shape)}.")
+        raise InputError(f"`x` must have at least 2 rows (uniformity averages over pairs), got shape {tuple(x.shape)}.")
     with float32_math(x.device.type):
         a = x.to(compute_dtype(x))
         if normalize:
@@ -134,7 +136,7 @@ def uniformity_loss(
         candidates, offset = gather_with_offset(a) if gather_distributed else (a, 0)
         n_local, n_all = a.shape[0], candidates.shape[0]
         if n_all < 2:
-            raise ValueError(f"`x` must have at least 2 rows over all processes, got {n_all}.")
+            raise InputError(f"`x` must have at least 2 rows over all processes, got {n_all}.")
         sq_local = a.pow(2).sum(dim=1)
         sq_all = candidates.pow(2).sum(dim=1)
         tile = resolve_tile_size(tile_size, n_local, n_all, a.device.type)

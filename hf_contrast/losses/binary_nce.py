@@ -12,6 +12,8 @@ over all pairs (``negatives="all"``, SigLIP's loss) or over the positive and the
 
 from __future__ import annotations
 
+from hf_contrast.errors import InputError
+
 import dataclasses
 import math
 from dataclasses import dataclass
@@ -44,7 +46,7 @@ _CITATION = """@inproceedings{zhai2023sigmoid,
 
 def _check_scalar_tensor(name: str, value: Tensor) -> None:
     if value.numel() != 1 or not value.is_floating_point():
-        raise ValueError(
+        raise InputError(
             f"`{name}` must be a number or a floating-point tensor with one element, got a "
             f"{value.dtype} tensor of shape {tuple(value.shape)}."
         )
@@ -63,9 +65,9 @@ def _check_bias(bias: float | Tensor) -> None:
         _check_scalar_tensor("bias", bias)
         if bias.device.type != "cpu" or bool(torch.isfinite(bias.detach()).all()):
             return
-        raise ValueError(f"`bias` must be finite, got {bias.detach().flatten()[0]}.")
+        raise InputError(f"`bias` must be finite, got {bias.detach().flatten()[0]}.")
     if isinstance(bias, bool) or not isinstance(bias, (int, float)) or not math.isfinite(bias):
-        raise ValueError(f"`bias` must be a finite number or a one-element tensor, got {bias!r}.")
+        raise InputError(f"`bias` must be a finite number or a one-element tensor, got {bias!r}.")
 
 
 def binary_nce_loss(
@@ -123,7 +125,7 @@ def binary_nce_loss(
     negatives = str(check_choice("negatives", negatives, _NEGATIVES))
     tile_size = check_tile_size(tile_size)
     if z1.shape[0] < 2:
-        raise ValueError(
+        raise InputError(
             f"`z1` and `z2` need a batch of at least 2 samples (the negatives are the other "
             f"samples), got shape {tuple(z1.shape)}."
         )

@@ -12,6 +12,8 @@ inner products within the chunk.
 
 from __future__ import annotations
 
+from hf_contrast.errors import InputError
+
 from dataclasses import dataclass
 from functools import partial
 
@@ -39,12 +41,12 @@ def _check_chunks(n_splits: object, batch_size: int) -> int:
     """``n_splits`` (an integer >= 1) cuts a batch of ``batch_size`` into whole chunks of 2+ samples."""
     n_splits = check_int("n_splits", n_splits, 1)
     if batch_size % n_splits != 0:
-        raise ValueError(
+        raise InputError(
             f"`n_splits` must divide the batch size: got n_splits={n_splits} for a batch of "
             f"{batch_size}. Use a batch size that is a multiple of n_splits."
         )
     if batch_size // n_splits < 2:
-        raise ValueError(
+        raise InputError(
             f"`n_splits`={n_splits} gives chunks of {batch_size // n_splits} sample for a batch "
             f"of {batch_size}; every chunk needs at least 2 samples (a pair)."
         )
@@ -162,7 +164,7 @@ class CARELoss(HyperparameterModule):
         z2_eq: Tensor | None = None,
     ) -> dict[str, Tensor]:
         if (z1_eq is None) != (z2_eq is None):
-            raise ValueError(
+            raise InputError(
                 "`z1_eq` and `z2_eq` must be given together (or both omitted to reuse the "
                 f"invariance views), got z1_eq={'None' if z1_eq is None else 'a tensor'} and "
                 f"z2_eq={'None' if z2_eq is None else 'a tensor'}."

@@ -6,6 +6,8 @@ ICML 2020, https://arxiv.org/abs/2002.05709.
 
 from __future__ import annotations
 
+from hf_contrast.errors import InputError
+
 import math
 from dataclasses import dataclass
 
@@ -105,7 +107,7 @@ def info_nce_loss(
             candidates, offset = anchors, 0
         n_global = candidates.shape[0] // 2
         if n_global < 2:
-            raise ValueError(
+            raise InputError(
                 f"`z1` and `z2` need a batch of at least 2 samples, got shape {tuple(z1.shape)}: with one sample the "
                 "only candidate of each view is its positive, so the loss is 0 with a zero gradient. Use a batch size "
                 ">= 2 (SimCLR trains best with hundreds)."

@@ -15,6 +15,8 @@ Paper: "LOCAL: Latent Orthonormal Contrastive Learning for Paired Images". A sha
 
 from __future__ import annotations
 
+from hf_contrast.errors import InputError
+
 import warnings
 from collections.abc import Sequence
 from dataclasses import MISSING, dataclass
@@ -80,7 +82,7 @@ def latent_correlation_embedding(
         ValueError: if the lists are empty, differ in length, or a pair of maps differs in shape.
     """
     if len(maps_pre) == 0 or len(maps_pre) != len(maps_post):
-        raise ValueError(
+        raise InputError(
             f"`maps_pre` and `maps_post` must be non-empty sequences of equal length, got "
             f"{len(maps_pre)} and {len(maps_post)} maps."
         )
@@ -89,7 +91,7 @@ def latent_correlation_embedding(
         check_embeddings(f"maps_post[{i}]", b, ndim=4, shape_doc="(B, C, H, W)")
         check_same_shape(f"maps_pre[{i}]", a, f"maps_post[{i}]", b)
         if a.shape[0] != maps_pre[0].shape[0]:
-            raise ValueError(f"all maps must share the batch size {maps_pre[0].shape[0]}, `maps_pre[{i}]` has {a.shape[0]}.")
+            raise InputError(f"all maps must share the batch size {maps_pre[0].shape[0]}, `maps_pre[{i}]` has {a.shape[0]}.")
     if output_size is None:
         size = tuple(maps_pre[0].shape[-2:])
     elif isinstance(output_size, int):
@@ -97,7 +99,7 @@ def latent_correlation_embedding(
     else:
         size = tuple(output_size)
     if len(size) != 2 or min(size) < 1:
-        raise ValueError(f"`output_size` must be a positive int or (H, W), got {output_size!r}.")
+        raise InputError(f"`output_size` must be a positive int or (H, W), got {output_size!r}.")
 
     total = None
     n_channels = 0
@@ -144,10 +146,10 @@ def inverse_frequency_weights(class_counts: Sequence[int] | Tensor) -> Tensor:
     """
     counts = torch.as_tensor(class_counts, dtype=torch.float64)
     if counts.ndim != 1 or counts.numel() < 2:
-        raise ValueError(f"`class_counts` must be a 1-D sequence over >= 2 classes, got shape {tuple(counts.shape)}.")
+        raise InputError(f"`class_counts` must be a 1-D sequence over >= 2 classes, got shape {tuple(counts.shape)}.")
     if not bool((counts > 0).all()):
         empty = [i for i, c in enumerate(counts.tolist()) if c <= 0]
-        raise ValueError(
+        raise InputError(
             f"`class_counts` must be positive for every class (1/frequency weights); classes {empty} have no samples."
         )
     weights = 1.0 / counts
@@ -168,12 +170,12 @@ def local_alpha(epoch: float, schedule: str = "inverse_epoch", alpha: float = 1.
     """
     alpha = check_unit_interval("alpha", alpha)
     if epoch < 0:
-        raise ValueError(f"`epoch` must be >= 0, got {epoch}.")
+        raise InputError(f"`epoch` must be >= 0, got {epoch}.")
     if schedule == "inverse_epoch":
         return alpha / (1.0 + float(epoch))
     if schedule == "constant":
         return alpha
-    raise ValueError(f"`schedule` must be 'inverse_epoch' or 'constant', got {schedule!r}.")
+    raise InputError(f"`schedule` must be 'inverse_epoch' or 'constant', got {schedule!r}.")
 
 
 def _has_positive_pair(labels: Tensor) -> bool:
@@ -199,7 +201,7 @@ def _local_terms(
     check_labels(labels, n)
     check_embeddings("logits", logits, shape_doc="(B, K)")
     if logits.shape[0] != n:
-        raise ValueError(f"`logits` must have {n} rows (one per pair), got shape {tuple(logits.shape)}.")
+        raise InputError(f"`logits` must have {n} rows (one per pair), got shape {tuple(logits.shape)}.")
     alpha = check_unit_interval("alpha", alpha)
     beta = check_non_negative("beta", beta)
     check_positive("temperature", temperature)
@@ -209,7 +211,7 @@ def _local_terms(
         "`num_classes` = the number of classes of the dataset (largest label + 1), or remap the labels to 0..K-1."
     )
     if class_weights is not None and class_weights.shape != (logits.shape[1],):
-        raise ValueError(
+        raise InputError(
             f"`class_weights` must have shape ({logits.shape[1]},) (one weight per class), got {tuple(class_weights.shape)}."
         )
 
@@ -333,7 +335,7 @@ class LOCALLoss(HyperparameterModule):
         if class_counts is not None:
             weights = inverse_frequency_weights(class_counts)
             if weights.numel() != num_classes:
-                raise ValueError(f"`class_counts` must have {num_classes} entries, got {weights.numel()}.")
+                raise InputError(f"`class_counts` must have {num_classes} entries, got {weights.numel()}.")
             self.register_buffer("class_weights", weights)
         else:
             self.class_weights = None

@@ -12,6 +12,8 @@ The key encoder and the queue themselves are training state: :class:`hf_contrast
 
 from __future__ import annotations
 
+from hf_contrast.errors import InputError
+
 from dataclasses import dataclass
 from functools import partial
 
@@ -60,9 +62,9 @@ def moco_info_nce_loss(q: Tensor, k: Tensor, queue: Tensor, temperature: float =
     check_embeddings("k", k)
     check_embeddings("queue", queue, shape_doc="(K, D)")
     if k.shape != q.shape:
-        raise ValueError(f"`q` and `k` must have the same shape, got {tuple(q.shape)} and {tuple(k.shape)}.")
+        raise InputError(f"`q` and `k` must have the same shape, got {tuple(q.shape)} and {tuple(k.shape)}.")
     if queue.shape[1] != q.shape[1]:
-        raise ValueError(f"`queue` must have D={q.shape[1]} columns like `q`, got shape {tuple(queue.shape)}.")
+        raise InputError(f"`queue` must have D={q.shape[1]} columns like `q`, got shape {tuple(queue.shape)}.")
     temperature = check_positive("temperature", temperature)
     with float32_math(q.device.type):
         q = l2_normalize(q.float())

@@ -28,6 +28,8 @@ built per batch by the sampler); DDP then averages the gradients.
 
 from __future__ import annotations
 
+from hf_contrast.errors import InputError
+
 from dataclasses import MISSING, dataclass
 from functools import partial
 
@@ -89,13 +91,13 @@ def _check_label(y: object, n_groups: int | None) -> float | Tensor:
     if not isinstance(y, Tensor):
         return check_unit_interval("y", y)
     if y.dtype == torch.bool or y.dtype.is_complex:
-        raise ValueError(f"`y` must be a real-valued tensor with values in [0, 1], got dtype {y.dtype}.")
+        raise InputError(f"`y` must be a real-valued tensor with values in [0, 1], got dtype {y.dtype}.")
     allowed = [()] if n_groups is None else [(), (n_groups,)]
     if tuple(y.shape) not in allowed:
         expected = "a scalar" if n_groups is None else f"a scalar or shape ({n_groups},), one label per group"
-        raise ValueError(f"`y` must be {expected}, got shape {tuple(y.shape)}.")
+        raise InputError(f"`y` must be {expected}, got shape {tuple(y.shape)}.")
     if y.device.type == "cpu" and not bool(((y >= 0) & (y <= 1)).all()):
-        raise ValueError(f"`y` must have values in [0, 1], got {y.tolist()}.")
+        raise InputError(f"`y` must have values in [0, 1], got {y.tolist()}.")
     return y
 
 
@@ -130,7 +132,7 @@ def simo_loss(e: Tensor, y: float | Tensor, eps: float = 1e-6) -> Tensor:
     """
     check_embeddings("e", e, ndim=(2, 3), shape_doc="(m, D) or (G, m, D)")
     if e.shape[-2] < 2:
-        raise ValueError(
+        raise InputError(
             f"`e` must have at least 2 samples per group (SimO sums over pairs), got shape {tuple(e.shape)}."
         )
     grouped = e.ndim == 3
@@ -152,15 +154,15 @@ def _afcl_terms(e: Tensor, n_classes: int, olean: float, eps: float) -> tuple[Te
     n_classes, olean, eps = checked.n_classes, checked.olean, checked.eps
     if e.ndim == 2:
         if e.shape[0] % n_classes != 0:
-            raise ValueError(
+            raise InputError(
                 f"`e` of shape {tuple(e.shape)} must hold n_classes × k rows, class-major, but "
                 f"{e.shape[0]} rows are not divisible by `n_classes`={n_classes}."
             )
         e = e.reshape(n_classes, e.shape[0] // n_classes, e.shape[1])
     elif e.shape[0] != n_classes:
-        raise ValueError(f"`e` of shape {tuple(e.shape)} must have `n_classes`={n_classes} rows on axis 0.")
+        raise InputError(f"`e` of shape {tuple(e.shape)} must have `n_classes`={n_classes} rows on axis 0.")
     if e.shape[1] < 2:
-        raise ValueError(
+        raise InputError(
             f"`e` must have k >= 2 samples per class (L_same sums over pairs), got k={e.shape[1]} "
             f"for {n_classes} classes."
         )

@@ -11,6 +11,8 @@ Its minimisers span the top eigenspace of the augmentation graph's normalised ad
 
 from __future__ import annotations
 
+from hf_contrast.errors import InputError
+
 from dataclasses import dataclass
 
 from torch import Tensor
@@ -82,7 +84,7 @@ def spectral_contrastive_loss(z1: Tensor, z2: Tensor, gather_distributed: bool =
     check_embeddings("z2", z2)
     check_same_shape("z1", z1, "z2", z2)
     if z1.shape[0] < 2:
-        raise ValueError(
+        raise InputError(
             f"`z1` and `z2` need a batch of at least 2 samples (the loss uses the other samples as "
             f"negatives), got shape {tuple(z1.shape)}."
         )

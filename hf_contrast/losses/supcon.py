@@ -6,6 +6,8 @@ https://arxiv.org/abs/2004.11362.
 
 from __future__ import annotations
 
+from hf_contrast.errors import InputError
+
 import math
 import warnings
 from collections.abc import Sequence
@@ -57,11 +59,11 @@ def flatten_views(z_views: Tensor | Sequence[Tensor], labels: Tensor) -> tuple[T
         z = check_embeddings("z_views", z_views, ndim=3, shape_doc="(V, B, D)")
     else:
         if isinstance(z_views, (str, bytes)) or not isinstance(z_views, Sequence) or len(z_views) == 0:
-            raise ValueError(f"`z_views` must be a (V, B, D) tensor or a non-empty sequence of (B, D) tensors, got {type(z_views).__name__}.")
+            raise InputError(f"`z_views` must be a (V, B, D) tensor or a non-empty sequence of (B, D) tensors, got {type(z_views).__name__}.")
         for v, view in enumerate(z_views):
             check_embeddings(f"z_views[{v}]", view)
             if view.shape != z_views[0].shape:
-                raise ValueError(
+                raise InputError(
                     f"`z_views` must all have the same (B, D) shape, got {tuple(z_views[0].shape)} for view 0 "
                     f"and {tuple(view.shape)} for view {v}."
                 )
@@ -139,7 +141,7 @@ def _supervised_contrastive_loss(
             )
         if not n_valid_host > 0:
             n_classes = int(torch.unique(candidate_labels).numel())
-            raise ValueError(
+            raise InputError(
                 f"`labels`: no anchor has a positive: got {candidate_labels.shape[0]} samples of {n_classes} "
                 "distinct classes. A supervised contrastive loss needs at least one class with 2 or more "
                 "samples in the batch (use several views per sample, see `flatten_views`, or a class-balanced sampler)."

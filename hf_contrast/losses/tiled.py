@@ -34,6 +34,8 @@ positive integer forces tiles of that size).
 
 from __future__ import annotations
 
+from hf_contrast.errors import InputError
+
 import torch
 from torch import Tensor
 
@@ -75,7 +77,7 @@ def check_tile_size(tile_size: object) -> int | None:
     if tile_size is None:
         return None
     if isinstance(tile_size, bool) or not isinstance(tile_size, int) or tile_size < 0:
-        raise ValueError(
+        raise InputError(
             f"`tile_size` must be None (tile automatically above {AUTO_TILE_MIN_LOGITS} similarities), "
             f"0 (always the dense form) or a positive integer (the tile edge), got {tile_size!r}."
         )
@@ -263,9 +265,9 @@ def tiled_row_logsumexp(
         ``(lse, pos)``, each of shape ``(N,)``.
     """
     if (anchor_labels is None) != (candidate_labels is None):
-        raise ValueError("`anchor_labels` and `candidate_labels` must both be given or both be None.")
+        raise InputError("`anchor_labels` and `candidate_labels` must both be given or both be None.")
     if tile_size < 1:
-        raise ValueError(f"`tile_size` must be >= 1 for the tiled path, got {tile_size}.")
+        raise InputError(f"`tile_size` must be >= 1 for the tiled path, got {tile_size}.")
     return _TiledRowLogSumExp.apply(
         anchors, candidates, anchor_labels, candidate_labels, int(offset), bool(abs_negatives), int(tile_size)
     )
@@ -403,7 +405,7 @@ def tiled_symmetric_logsumexp(
         ``(lse, pos)``, each of shape ``(N,)`` (``pos`` is zeros without labels).
     """
     if tile_size < 1:
-        raise ValueError(f"`tile_size` must be >= 1 for the tiled path, got {tile_size}.")
+        raise InputError(f"`tile_size` must be >= 1 for the tiled path, got {tile_size}.")
     return _TiledSymmetricLogSumExp.apply(x, labels, bool(abs_negatives), int(tile_size))
 
 
@@ -485,7 +487,7 @@ def tiled_uniformity_logsumexp(
         Shape: ``(N,)``.
     """
     if tile_size < 1:
-        raise ValueError(f"`tile_size` must be >= 1 for the tiled path, got {tile_size}.")
+        raise InputError(f"`tile_size` must be >= 1 for the tiled path, got {tile_size}.")
     return _TiledUniformity.apply(a, c, sq_a, sq_c, int(offset), float(t), int(tile_size))
 
 
@@ -558,7 +560,7 @@ def tiled_symmetric_uniformity_logsumexp(a: Tensor, sq: Tensor, t: float, tile_s
         ``log Σ_{j≠i} exp(−t·max(sq_i + sq_j − 2 a_i·a_j, 0))``. Shape: ``(N,)``.
     """
     if tile_size < 1:
-        raise ValueError(f"`tile_size` must be >= 1 for the tiled path, got {tile_size}.")
+        raise InputError(f"`tile_size` must be >= 1 for the tiled path, got {tile_size}.")
     return _TiledSymmetricUniformity.apply(a, sq, float(t), int(tile_size))
 
 
@@ -608,6 +610,6 @@ def tiled_binary_nce_sum(a: Tensor, c: Tensor, bias: Tensor, tile_size: int = DE
         Scalar tensor.
     """
     if tile_size < 1:
-        raise ValueError(f"`tile_size` must be >= 1 for the tiled path, got {tile_size}.")
+        raise InputError(f"`tile_size` must be >= 1 for the tiled path, got {tile_size}.")
     return _TiledBinaryNCE.apply(a, c, bias, int(tile_size))
 

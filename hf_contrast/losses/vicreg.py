@@ -12,6 +12,8 @@ with the unbiased (``B - 1``) variance and covariance over the batch.
 
 from __future__ import annotations
 
+from hf_contrast.errors import InputError
+
 from dataclasses import dataclass
 
 import torch
@@ -86,7 +88,7 @@ def _vicreg_terms(
     check_embeddings("z2", z2)
     check_same_shape("z1", z1, "z2", z2)
     if z1.shape[0] < 2:
-        raise ValueError(
+        raise InputError(
             f"`z1` and `z2` need a batch of at least 2 samples (VICReg uses the batch variance and "
             f"covariance), got shape {tuple(z1.shape)}."
         )

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from hf_contrast.errors import InputError
+
 import numpy as np
 import torch
 from torch import Tensor
@@ -28,7 +30,7 @@ def as_embeddings(
     """
     z = check_embeddings(name, _to_tensor(z), ndim=ndim, shape_doc=shape_doc)
     if z.shape[0] < min_rows:
-        raise ValueError(f"`{name}` needs at least {min_rows} rows (samples), got shape {tuple(z.shape)}.")
+        raise InputError(f"`{name}` needs at least {min_rows} rows (samples), got shape {tuple(z.shape)}.")
     return z.detach().to(torch.float64)
 
 
@@ -38,7 +40,7 @@ def as_pair(name1: str, z1: object, name2: str, z2: object, min_rows: int = 1) -
     b = as_embeddings(name2, z2, min_rows=min_rows)
     check_same_shape(name1, a, name2, b)
     if a.device != b.device:
-        raise ValueError(f"`{name1}` and `{name2}` must be on the same device, got {a.device} and {b.device}.")
+        raise InputError(f"`{name1}` and `{name2}` must be on the same device, got {a.device} and {b.device}.")
     return a, b
 
 

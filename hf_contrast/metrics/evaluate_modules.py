@@ -17,6 +17,8 @@ in float64. The ``evaluate`` distributed mode (``num_process``/``process_id`` wi
 
 from __future__ import annotations
 
+from hf_contrast.errors import InputError
+
 from typing import Any
 
 import datasets
@@ -61,11 +63,11 @@ _HOMEPAGE = "https://arxiv.org/abs/2005.10242"
 def _matrix(name: str, rows: Any) -> Tensor:
     """Stack the stored embedding rows into a float64 ``(n, D)`` tensor."""
     if len(rows) == 0:
-        raise ValueError(f"`{name}` is empty: call `add_batch` (or pass `{name}=`) before `compute()`.")
+        raise InputError(f"`{name}` is empty: call `add_batch` (or pass `{name}=`) before `compute()`.")
     try:
         return torch.as_tensor(np.asarray(rows, dtype=np.float64))
     except ValueError as error:  # ragged rows
-        raise ValueError(f"`{name}` rows must all have the same length: {error}") from None
+        raise InputError(f"`{name}` rows must all have the same length: {error}") from None
 
 
 def _labels(rows: Any) -> Tensor:
@@ -182,7 +184,7 @@ names of hf_contrast.evaluation: a score within one split is named apart).
     ) -> dict[str, float]:
         z, y = _matrix("predictions", predictions), _labels(references)
         if (train_embeddings is None) != (train_labels is None):
-            raise ValueError("`train_embeddings` and `train_labels` must be given together.")
+            raise InputError("`train_embeddings` and `train_labels` must be given together.")
         if train_embeddings is None:
             return {"knn_loo_accuracy": knn_accuracy(z, y, k=k, temperature=temperature)}
         bank = _matrix("train_embeddings", train_embeddings)

@@ -6,6 +6,8 @@ returns Python floats (or a small ``NamedTuple``).
 
 from __future__ import annotations
 
+from hf_contrast.errors import InputError
+
 import math
 import warnings
 from typing import NamedTuple
@@ -209,7 +211,7 @@ def class_orthogonality(z: object, labels: object, normalize: bool = False) -> f
     classes, inverse = torch.unique(y, return_inverse=True)
     c = classes.numel()
     if c < 2:
-        raise ValueError(f"`labels` must contain at least two distinct classes, got {classes.tolist()}.")
+        raise InputError(f"`labels` must contain at least two distinct classes, got {classes.tolist()}.")
     sums = torch.zeros(c, z.shape[1], dtype=z.dtype, device=z.device).index_add_(0, inverse, z)
     counts = torch.bincount(inverse, minlength=c).to(z.dtype)
     means = l2_normalize(sums / counts[:, None])

@@ -9,6 +9,8 @@ numbers of a probe fitted on one split and scored on another, under the names
 
 from __future__ import annotations
 
+from hf_contrast.errors import InputError
+
 import warnings
 
 import torch
@@ -44,16 +46,16 @@ def _train_test(
     xtr = as_embeddings("train_z", train_z)
     ytr = as_labels("train_y", train_y, xtr.shape[0], xtr.device)
     if labelled and (test_z is None) != (test_y is None):
-        raise ValueError("`test_z` and `test_y` must be given together (or both omitted for leave-one-out).")
+        raise InputError("`test_z` and `test_y` must be given together (or both omitted for leave-one-out).")
     if test_z is None:
         return xtr, ytr, xtr, ytr, True
     xte = as_embeddings("test_z", test_z)
     if xte.shape[1] != xtr.shape[1]:
-        raise ValueError(
+        raise InputError(
             f"`test_z` must have the feature size of `train_z` ({xtr.shape[1]}), got shape {tuple(xte.shape)}."
         )
     if xte.device != xtr.device:
-        raise ValueError(f"`test_z` must be on the device of `train_z` ({xtr.device}), got {xte.device}.")
+        raise InputError(f"`test_z` must be on the device of `train_z` ({xtr.device}), got {xte.device}.")
     yte = None if test_y is None else as_labels("test_y", test_y, xte.shape[0], xtr.device)
     return xtr, ytr, xte, yte, False
 
@@ -198,7 +200,7 @@ def _probe_predictions(
     max_iter = check_int("max_iter", max_iter, 1)
     classes = torch.unique(ytr)
     if classes.numel() < 2:
-        raise ValueError(f"`train_y` must contain at least two classes, got {classes.tolist()}.")
+        raise InputError(f"`train_y` must contain at least two classes, got {classes.tolist()}.")
     try:
         from sklearn.linear_model import LogisticRegression
         from sklearn.pipeline import make_pipeline
@@ -266,14 +268,14 @@ def macro_f1(predicted: object, labels: object, num_classes: int | None = None) 
     """
     n = len(labels) if hasattr(labels, "__len__") else -1
     if n < 1:
-        raise ValueError("`labels` must be a non-empty sequence of class indices, shape (N,).")
+        raise InputError("`labels` must be a non-empty sequence of class indices, shape (N,).")
     labels = as_labels("labels", labels, n, torch.device("cpu"))
     predicted = as_labels("predicted", predicted, n, torch.device("cpu"))
     largest = int(torch.maximum(predicted.max(), labels.max()))
     if int(torch.minimum(predicted.min(), labels.min())) < 0:
-        raise ValueError("`predicted` and `labels` must hold class indices >= 0.")
+        raise InputError("`predicted` and `labels` must hold class indices >= 0.")
     if num_classes is not None and largest >= check_int("num_classes", num_classes, 1):
-        raise ValueError(f"`num_classes`={num_classes} is too small: the inputs hold class {largest}.")
+        raise InputError(f"`num_classes`={num_classes} is too small: the inputs hold class {largest}.")
     from sklearn.metrics import f1_score
 
     return float(f1_score(labels.numpy(), predicted.numpy(), average="macro"))

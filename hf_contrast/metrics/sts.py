@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from hf_contrast.errors import InputError
+
 import torch
 from torch import Tensor
 
@@ -46,7 +48,7 @@ def spearman_correlation(x: object, y: object) -> float:
     a = as_embeddings("x", x, min_rows=2, ndim=1, shape_doc="(n,)")
     b = as_embeddings("y", y, min_rows=2, ndim=1, shape_doc="(n,)")
     if a.shape != b.shape:
-        raise ValueError(f"`x` and `y` must have the same shape, got {tuple(a.shape)} and {tuple(b.shape)}.")
+        raise InputError(f"`x` and `y` must have the same shape, got {tuple(a.shape)} and {tuple(b.shape)}.")
     ra, rb = rankdata(a), rankdata(b.to(a.device))
     ra, rb = ra - ra.mean(), rb - rb.mean()
     denominator = torch.sqrt((ra * ra).sum() * (rb * rb).sum())
@@ -81,6 +83,6 @@ def sts_spearman(a: object, b: object, scores: object) -> float:
     x, y = as_pair("a", a, "b", b, min_rows=2)
     gold = as_embeddings("scores", scores, ndim=1, shape_doc=f"({x.shape[0]},)")
     if gold.shape[0] != x.shape[0]:
-        raise ValueError(f"`scores` must have shape ({x.shape[0]},) to match `a` and `b`, got {tuple(gold.shape)}.")
+        raise InputError(f"`scores` must have shape ({x.shape[0]},) to match `a` and `b`, got {tuple(gold.shape)}.")
     cos = (l2_normalize(x) * l2_normalize(y)).sum(dim=1)
     return spearman_correlation(cos, gold.to(cos.device))

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from hf_contrast.errors import InputError
+
 import difflib
 import json
 import logging
@@ -114,7 +116,7 @@ def backbone_type_of(name: str) -> str:
         ValueError: If ``name`` is empty, or a path-like name that does not exist.
     """
     if not isinstance(name, str) or not name:
-        raise ValueError(f"`backbone` must be a non-empty string (a timm name, Hub id or local path), got {name!r}.")
+        raise InputError(f"`backbone` must be a non-empty string (a timm name, Hub id or local path), got {name!r}.")
     if name.startswith(TIMM_SOURCES) or timm.is_model(name):
         return "timm"
     path = Path(name).expanduser()
@@ -129,7 +131,7 @@ def backbone_type_of(name: str) -> str:
                 return "timm"
         return "text"
     if _looks_like_path(name):
-        raise ValueError(f"`backbone` {name!r} looks like a local path but no such directory exists.")
+        raise InputError(f"`backbone` {name!r} looks like a local path but no such directory exists.")
     return "text"
 
 
@@ -193,7 +195,7 @@ def create_timm_backbone(name: str, pretrained: bool, backbone_kwargs: dict[str,
             raise _unknown(name, _close_timm_names(name)) from error
         raise
     except TypeError as error:
-        raise ValueError(f"`backbone_kwargs` {backbone_kwargs!r} do not fit timm model `{name}`: {error}") from error
+        raise InputError(f"`backbone_kwargs` {backbone_kwargs!r} do not fit timm model `{name}`: {error}") from error
     return model, architecture, kwargs
 
 
@@ -215,7 +217,7 @@ def build_timm_backbone(architecture: str, backbone_kwargs: dict[str, Any] | Non
     try:
         return timm.create_model(architecture, pretrained=False, num_classes=0, **(backbone_kwargs or {}))
     except TypeError as error:
-        raise ValueError(f"`backbone_kwargs` {backbone_kwargs!r} do not fit timm model `{architecture}`: {error}") from error
+        raise InputError(f"`backbone_kwargs` {backbone_kwargs!r} do not fit timm model `{architecture}`: {error}") from error
 
 
 def built_input_size(model: nn.Module) -> tuple[int, ...] | None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from hf_contrast.errors import InputError
+
 from typing import Any
 
 from transformers import AutoConfig, PretrainedConfig
@@ -15,7 +17,7 @@ PROJECTION_NORMS = ("batchnorm", "layernorm", None)
 
 def _positive_int_or_none(name: str, value: Any) -> None:
     if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
-        raise ValueError(f"`{name}` must be a positive int or None, got {value!r}.")
+        raise InputError(f"`{name}` must be a positive int or None, got {value!r}.")
 
 
 class ContrastiveEncoderConfig(PretrainedConfig):
@@ -101,28 +103,28 @@ class ContrastiveEncoderConfig(PretrainedConfig):
         **kwargs: Any,
     ) -> None:
         if backbone_type not in BACKBONE_TYPES:
-            raise ValueError(f"`backbone_type` must be one of {BACKBONE_TYPES}, got {backbone_type!r}.")
+            raise InputError(f"`backbone_type` must be one of {BACKBONE_TYPES}, got {backbone_type!r}.")
         if pooling not in POOLINGS:
-            raise ValueError(f"`pooling` must be one of {POOLINGS}, got {pooling!r}.")
+            raise InputError(f"`pooling` must be one of {POOLINGS}, got {pooling!r}.")
         if projection_norm not in PROJECTION_NORMS:
-            raise ValueError(f"`projection_norm` must be one of {PROJECTION_NORMS}, got {projection_norm!r}.")
+            raise InputError(f"`projection_norm` must be one of {PROJECTION_NORMS}, got {projection_norm!r}.")
         _positive_int_or_none("embedding_dim", embedding_dim)
         _positive_int_or_none("max_seq_length", max_seq_length)
         _positive_int_or_none("projection_hidden_dim", projection_hidden_dim)
         _positive_int_or_none("projection_dim", projection_dim)
         _positive_int_or_none("projection_layers", projection_layers)
         if projection_dim is None or projection_layers is None:
-            raise ValueError(
+            raise InputError(
                 f"`projection_dim` and `projection_layers` must be positive ints, got {projection_dim!r} and {projection_layers!r}."
             )
         if num_labels is None:  # a saved config stores `id2label`, not `num_labels`
             num_labels = len(kwargs["id2label"]) if kwargs.get("id2label") is not None else 0
         if isinstance(num_labels, bool) or not isinstance(num_labels, int) or num_labels < 0:
-            raise ValueError(f"`num_labels` must be an int >= 0 (0 = no task head), got {num_labels!r}.")
+            raise InputError(f"`num_labels` must be an int >= 0 (0 = no task head), got {num_labels!r}.")
         if backbone_kwargs is not None and not isinstance(backbone_kwargs, dict):
-            raise ValueError(f"`backbone_kwargs` must be a dict of timm.create_model arguments, got {type(backbone_kwargs).__name__}.")
+            raise InputError(f"`backbone_kwargs` must be a dict of timm.create_model arguments, got {type(backbone_kwargs).__name__}.")
         if backbone_kwargs and "num_classes" in backbone_kwargs:
-            raise ValueError(
+            raise InputError(
                 "`backbone_kwargs` must not set `num_classes`: the backbone is built with num_classes=0; "
                 "use `num_labels` for a task head."
             )
@@ -130,26 +132,26 @@ class ContrastiveEncoderConfig(PretrainedConfig):
             if not isinstance(feature_stages, (list, tuple)) or not all(
                 isinstance(i, int) and not isinstance(i, bool) for i in feature_stages
             ):
-                raise ValueError(f"`feature_stages` must be a list of stage indices or None, got {feature_stages!r}.")
+                raise InputError(f"`feature_stages` must be a list of stage indices or None, got {feature_stages!r}.")
             feature_stages = list(feature_stages)
         if isinstance(text_config, dict):
             if "model_type" not in text_config:
-                raise ValueError("`text_config` given as a dict must contain its `model_type` (e.g. 'bert').")
+                raise InputError("`text_config` given as a dict must contain its `model_type` (e.g. 'bert').")
             text_config = AutoConfig.for_model(**text_config)
         if text_config is not None and not isinstance(text_config, PretrainedConfig):
-            raise ValueError(f"`text_config` must be a PretrainedConfig, a dict or None, got {type(text_config).__name__}.")
+            raise InputError(f"`text_config` must be a PretrainedConfig, a dict or None, got {type(text_config).__name__}.")
         if backbone_type == "timm" and (normalize_embeddings or max_seq_length is not None):
-            raise ValueError(
+            raise InputError(
                 "`normalize_embeddings` and `max_seq_length` are for text backbones; a timm backbone's output is "
                 "its pooled features and its input size is in `data_config`."
             )
         if backbone_type == "text" and (backbone_kwargs or data_config is not None):
-            raise ValueError(
+            raise InputError(
                 "`backbone_kwargs` and `data_config` are for timm backbones; a text backbone is described by `text_config` "
                 "and its tokenizer."
             )
         if data_config is not None and not isinstance(data_config, dict):
-            raise ValueError(f"`data_config` must be a dict like timm.data.resolve_data_config's, got {type(data_config).__name__}.")
+            raise InputError(f"`data_config` must be a dict like timm.data.resolve_data_config's, got {type(data_config).__name__}.")
 
         self.backbone = backbone
         self.backbone_type = backbone_type

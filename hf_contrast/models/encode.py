@@ -17,6 +17,8 @@ What each model takes:
 
 from __future__ import annotations
 
+from hf_contrast.errors import InputError
+
 import logging
 import os
 from collections.abc import Sequence
@@ -50,7 +52,7 @@ def _image_batch(inputs: Any) -> tuple[list[Any], bool]:
         return [os.fspath(inputs) if isinstance(inputs, os.PathLike) else inputs], True
     if isinstance(inputs, (Tensor, np.ndarray)):
         if inputs.ndim != 4:
-            raise ValueError(
+            raise InputError(
                 f"`inputs` is an array of shape {tuple(inputs.shape)}; an image encoder takes one image (C, H, W) / "
                 "(H, W, C) or a batch (B, C, H, W)."
             )
@@ -59,12 +61,12 @@ def _image_batch(inputs: Any) -> tuple[list[Any], bool]:
         images = list(inputs)
         bad = [(i, type(x).__name__) for i, x in enumerate(images) if not _is_single_image(x)]
         if bad:
-            raise ValueError(
+            raise InputError(
                 f"`inputs[{bad[0][0]}]` is a {bad[0][1]}; an image encoder takes PIL images, file paths, (C, H, W) "
                 "tensors or (H, W, C) NumPy arrays."
             )
         return [os.fspath(x) if isinstance(x, os.PathLike) else x for x in images], False
-    raise ValueError(
+    raise InputError(
         f"`inputs` is a {type(inputs).__name__}; an image encoder takes an image (PIL image, file path, (C, H, W) "
         "tensor, (H, W, C) NumPy array) or a list of them, or a (B, C, H, W) tensor."
     )
@@ -78,9 +80,9 @@ def _text_batch(inputs: Any) -> tuple[list[str], bool]:
         texts = list(inputs)
         bad = [(i, type(x).__name__) for i, x in enumerate(texts) if not isinstance(x, str)]
         if bad:
-            raise ValueError(f"`inputs[{bad[0][0]}]` is a {bad[0][1]}; a text encoder takes strings.")
+            raise InputError(f"`inputs[{bad[0][0]}]` is a {bad[0][1]}; a text encoder takes strings.")
         return texts, False
-    raise ValueError(f"`inputs` is a {type(inputs).__name__}; a text encoder takes a string or a list of strings.")
+    raise InputError(f"`inputs` is a {type(inputs).__name__}; a text encoder takes a string or a list of strings.")
 
 
 def _default_progress_bar() -> bool:
@@ -131,11 +133,11 @@ def encode(
     from hf_contrast.evaluation.encode import encode_dataset
 
     if output not in _OUTPUTS:
-        raise ValueError(f"`output` must be one of {_OUTPUTS}, got {output!r}.")
+        raise InputError(f"`output` must be one of {_OUTPUTS}, got {output!r}.")
     config = encoder.config
     if config.backbone_type == "text":
         if getattr(encoder, "tokenizer", None) is None:
-            raise ValueError(
+            raise InputError(
                 "The text encoder has no tokenizer to encode sentences with: set `encoder.tokenizer` (e.g. "
                 "`AutoTokenizer.from_pretrained(<the backbone's name>)`) or pass `tokenizer=` to `from_backbone`."
             )
@@ -143,7 +145,7 @@ def encode(
     else:
         batch, single = _image_batch(inputs)
     if not batch:
-        raise ValueError("`inputs` is empty: there is nothing to encode.")
+        raise InputError("`inputs` is empty: there is nothing to encode.")
     if device is not None:
         encoder.to(device)
     progress = _default_progress_bar() if show_progress_bar is None else bool(show_progress_bar)

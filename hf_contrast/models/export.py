@@ -16,6 +16,8 @@ This module reads encoders through their config only (it does not import ``model
 
 from __future__ import annotations
 
+from hf_contrast.errors import InputError
+
 import inspect
 import json
 import os
@@ -51,10 +53,10 @@ PROVENANCE_KEYS = (
 def _require(encoder: Any, backbone_type: str, function: str) -> None:
     config = getattr(encoder, "config", None)
     if not isinstance(config, ContrastiveEncoderConfig) or not hasattr(encoder, "backbone"):
-        raise ValueError(f"`encoder` must be a ContrastiveEncoder, got {type(encoder).__name__}.")
+        raise InputError(f"`encoder` must be a ContrastiveEncoder, got {type(encoder).__name__}.")
     if config.backbone_type != backbone_type:
         other = "export_timm" if backbone_type == "text" else "export_transformers / export_sentence_transformers"
-        raise ValueError(
+        raise InputError(
             f"`{function}` needs a {backbone_type} backbone but `{config.backbone}` is {config.backbone_type}; use `{other}`."
         )
 
@@ -145,7 +147,7 @@ def export_transformers(encoder: Any, save_dir: str | os.PathLike[str], state_di
     """
     _require(encoder, "text", "export_transformers")
     if encoder.tokenizer is None:
-        raise ValueError(
+        raise InputError(
             "`encoder.tokenizer` is None: a text export needs the tokenizer. Set `encoder.tokenizer = "
             "AutoTokenizer.from_pretrained(...)` or pass `tokenizer=` to `from_backbone` / `from_text_config`."
         )

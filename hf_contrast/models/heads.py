@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from hf_contrast.errors import InputError
+
 import torch  # noqa: F401  (used in the docstring example)
 from torch import Tensor, nn
 from ..tensor_checks import check_int
@@ -42,7 +44,7 @@ class ProjectionHead(nn.Module):
         for name, value in (("input_dim", input_dim), ("hidden_dim", hidden_dim), ("output_dim", output_dim), ("num_layers", num_layers)):
             check_int(name, value, 1)
         if norm not in ("batchnorm", "layernorm", None):
-            raise ValueError(f"`norm` must be 'batchnorm', 'layernorm' or None, got {norm!r}.")
+            raise InputError(f"`norm` must be 'batchnorm', 'layernorm' or None, got {norm!r}.")
         self.input_dim = input_dim
         self.output_dim = output_dim
         layers: list[nn.Module] = []

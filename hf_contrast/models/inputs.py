@@ -20,6 +20,8 @@ Deliberate behaviours:
 
 from __future__ import annotations
 
+from hf_contrast.errors import InputError
+
 import torch
 from torch import Tensor, nn
 
@@ -60,7 +62,7 @@ def check_pixel_values(
             or NaN/inf pixels in eval mode (CPU).
     """
     if not pixel_values.is_floating_point():
-        raise ValueError(
+        raise InputError(
             f"`pixel_values` must be normalised float images, got dtype {pixel_values.dtype}: the encoder does not "
             f"know how these were scaled. Convert images with {_PREPROCESS} (or the trainer's collators), or by hand: "
             "`(pixel_values / 255 - mean) / std` with `enc.data_config['mean']` and `['std']`."
@@ -72,12 +74,12 @@ def check_pixel_values(
             if c == 1 and channels == 3
             else f"convert the images to {channels} channel(s)"
         )
-        raise ValueError(
+        raise InputError(
             f"`pixel_values` has {c} channel(s) (shape {tuple(pixel_values.shape)}) but `{backbone}` takes {channels}: "
             f"{fix} ({_PREPROCESS} does it), or build the encoder with `backbone_kwargs={{'in_chans': {c}}}`."
         )
     if 2 * min(h, w) < min_size:
-        raise ValueError(
+        raise InputError(
             f"`pixel_values` of {h}×{w} pixels are smaller than half the {min_size}-pixel total stride of `{backbone}`: "
             f"its last stages would see a single padded pixel. Resize the images to at least {min_size}×{min_size} "
             f"(e.g. with {_PREPROCESS})."
@@ -114,7 +116,7 @@ def check_token_inputs(
             is all 0 (values: CPU, outside the training loss).
     """
     if input_ids.is_floating_point() or input_ids.is_complex() or input_ids.dtype == torch.bool:
-        raise ValueError(
+        raise InputError(
             f"`input_ids` must hold integer token ids (torch.long), got dtype {input_ids.dtype}: pass the tokenizer's "
             "output, `enc(**enc.tokenizer(texts, padding=True, return_tensors='pt'))`, or convert with `.long()`."
         )
@@ -129,7 +131,7 @@ def check_token_inputs(
     if attention_mask is not None and value_checks_enabled(attention_mask):
         empty = (attention_mask == 0).all(dim=1).nonzero().flatten().tolist()
         if empty:
-            raise ValueError(
+            raise InputError(
                 f"`attention_mask` is all 0 in row(s) {empty[:5]}: those sequences have no token to pool, so their "
                 "embedding would be meaningless. Pass the tokenizer's `attention_mask` (it always keeps the special "
                 "tokens) and drop empty texts before encoding."
@@ -154,7 +156,7 @@ def check_training_batch(name: str, model: nn.Module, batch_size: int) -> None:
     if not model.training or batch_size != 1:
         return
     if any(isinstance(m, _BATCH_NORMS) for m in model.modules()):
-        raise ValueError(
+        raise InputError(
             f"`{name}` holds 1 sample in training mode, but the encoder's BatchNorm layers need 2 or more samples "
             "per batch (batch statistics): use batches of 2+ samples, or call `enc.eval()` to encode single inputs."
         )

@@ -18,6 +18,8 @@ object gave before:
 
 from __future__ import annotations
 
+from hf_contrast.errors import InputError
+
 import logging
 from typing import Any
 
@@ -76,7 +78,7 @@ def _timm_parts(model: nn.Module) -> dict[str, Any]:
     pretrained_cfg = model.pretrained_cfg
     architecture = pretrained_cfg.get("architecture")
     if not architecture:
-        raise ValueError(
+        raise InputError(
             f"The timm model ({type(model).__name__}) has no `pretrained_cfg['architecture']`, so it could not be rebuilt "
             "when the encoder is loaded: create it with `timm.create_model(name)`, or pass the name to `from_backbone`."
         )
@@ -96,7 +98,7 @@ def _timm_parts(model: nn.Module) -> dict[str, Any]:
     shapes = {name: tuple(t.shape) for name, t in model.state_dict().items()}
     fresh_shapes = {name: tuple(t.shape) for name, t in fresh.state_dict().items()} if fresh is not None else None
     if shapes != fresh_shapes:
-        raise ValueError(
+        raise InputError(
             f"The timm model `{architecture}` was built with arguments the encoder cannot read back from the instance "
             f"(its tensors differ from `timm.create_model({architecture!r}, num_classes=0, **{kwargs})`), so a saved "
             f"encoder could not be loaded: pass the name instead, `ContrastiveEncoder.from_backbone({architecture!r}, "
@@ -117,7 +119,7 @@ def _sentence_transformer_parts(model: Any) -> tuple[PreTrainedModel, Any, dict[
     modules = list(model)
     kinds = [type(m).__name__ for m in modules]
     if kinds[:2] != ["Transformer", "Pooling"] or any(kind != "Normalize" for kind in kinds[2:]):
-        raise ValueError(
+        raise InputError(
             f"The SentenceTransformer has the modules {kinds}; ContrastiveEncoder reproduces Transformer -> Pooling "
             "[-> Normalize] only. Pass its transformer alone (`model[0].auto_model`) to train without the other modules."
         )
@@ -136,7 +138,7 @@ def _text_model(model: PreTrainedModel) -> PreTrainedModel:
     """The base model of a transformers model with token inputs (``BertForX`` -> its ``BertModel``)."""
     base = model.base_model
     if getattr(base, "main_input_name", "input_ids") != "input_ids" or not hasattr(base.config, "hidden_size"):
-        raise ValueError(
+        raise InputError(
             f"`backbone` is a transformers {type(model).__name__}, which does not take token ids (`main_input_name` "
             f"is {base.main_input_name!r}): ContrastiveEncoder wraps transformers *text* encoders. For images, pass a "
             "timm model or name (e.g. 'resnet18', 'hf-hub:timm/...')."
@@ -190,22 +192,22 @@ def encoder_from_instance(
             transformers model without token inputs, or a timm model that cannot be rebuilt by name.
     """
     if _is_encoder(backbone):
-        raise ValueError(
+        raise InputError(
             "`backbone` is already a ContrastiveEncoder: use it as it is (a trainer's `model=` takes it), or "
             "`ContrastiveEncoder.from_pretrained(folder)` to load a saved one."
         )
     if not is_backbone_instance(backbone):
-        raise ValueError(f"`backbone` is a {type(backbone).__module__}.{type(backbone).__qualname__}; expected {ACCEPTED_BACKBONES}.")
+        raise InputError(f"`backbone` is a {type(backbone).__module__}.{type(backbone).__qualname__}; expected {ACCEPTED_BACKBONES}.")
     for name, value in (("backbone_kwargs", backbone_kwargs), ("hub_kwargs", hub_kwargs)):
         if value:
-            raise ValueError(f"`{name}` apply when `backbone` is a name; the {type(backbone).__name__} instance is already built.")
+            raise InputError(f"`{name}` apply when `backbone` is a name; the {type(backbone).__name__} instance is already built.")
     for reserved in ("backbone", "backbone_type", "text_config", "backbone_architecture", "backbone_pretrained"):
         if reserved in config_kwargs:
-            raise ValueError(f"`{reserved}` is set by `from_backbone`; do not pass it in `config_kwargs`.")
+            raise InputError(f"`{reserved}` is set by `from_backbone`; do not pass it in `config_kwargs`.")
     device = next((p.device for p in backbone.parameters()), torch.device("cpu"))
     if _is_timm_model(backbone):
         if tokenizer is not None:
-            raise ValueError(f"`tokenizer` was given but the {type(backbone).__name__} is a timm vision model; drop it.")
+            raise InputError(f"`tokenizer` was given but the {type(backbone).__name__} is a timm vision model; drop it.")
         config = ContrastiveEncoderConfig(**_timm_parts(backbone), **config_kwargs)
         return encoder_class(config, backbone=backbone).to(device)
     if _is_sentence_transformer(backbone):
@@ -247,7 +249,7 @@ def as_encoder(model: Any, encoder_class: type) -> Any:
         return encoder_from_instance(encoder_class, model)
     if not isinstance(model, nn.Module):
         hint = " Build the encoder first: `ContrastiveEncoder.from_backbone(name)`." if isinstance(model, str) else ""
-        raise ValueError(
+        raise InputError(
             f"`model` is a {type(model).__module__}.{type(model).__qualname__}; a trainer takes a ContrastiveEncoder, "
             f"or one of: {ACCEPTED_BACKBONES.split(', ', 1)[1]}.{hint}"
         )

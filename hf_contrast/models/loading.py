@@ -11,6 +11,8 @@ transformers' load report). Each raises an error naming the file, what is wrong 
 
 from __future__ import annotations
 
+from hf_contrast.errors import InputError
+
 import json
 import os
 from collections.abc import Mapping
@@ -115,7 +117,7 @@ def check_loaded_weights(model: nn.Module, loading_info: Mapping[str, Any], loca
     missing = sorted(k for k in loading_info.get("missing_keys", ()) if not k.startswith("classifier."))
     if missing:
         shown = ", ".join(missing[:4]) + (f" and {len(missing) - 4} more" if len(missing) > 4 else "")
-        raise ValueError(
+        raise InputError(
             f"{location} lacks {len(missing)} of the encoder's tensors ({shown}); they would start from random values. "
             "The file is not a complete ContrastiveEncoder save (a backbone-only export, or a save of another "
             f"configuration): {_FIX_SAVE}, or build a new encoder with `ContrastiveEncoder.from_backbone` to train "
@@ -128,7 +130,7 @@ def check_loaded_weights(model: nn.Module, loading_info: Mapping[str, Any], loca
     ]
     if bad:
         shown = ", ".join(bad[:4]) + (f" and {len(bad) - 4} more" if len(bad) > 4 else "")
-        raise ValueError(
+        raise InputError(
             f"{location} holds NaN or infinite values in {len(bad)} tensor(s) ({shown}): the weights are unusable "
             "(a training run that diverged saved them?). Load an earlier checkpoint, or retrain (e.g. with a lower "
             "learning rate); `safetensors.torch.load_file` reads the file as is for inspection."

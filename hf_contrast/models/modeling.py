@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from hf_contrast.errors import InputError
+
 import logging
 import os
 import shutil
@@ -121,20 +123,20 @@ class ContrastiveEncoder(PreTrainedModel):
         if config.backbone_type == "timm":
             architecture = config.backbone_architecture or config.backbone
             if architecture is None and backbone is None:
-                raise ValueError("A timm encoder needs `backbone` (a timm model name, e.g. 'resnet18') in its config.")
+                raise InputError("A timm encoder needs `backbone` (a timm model name, e.g. 'resnet18') in its config.")
             self.backbone = backbone if backbone is not None else build_timm_backbone(architecture, config.backbone_kwargs)
             width = int(self.backbone.num_features)
             config.data_config = {**timm_data_config(self.backbone), **(config.data_config or {})}
             num_stages = len(getattr(self.backbone, "feature_info", []) or [])
             if config.feature_stages is not None and num_stages and any(not -num_stages <= i < num_stages for i in config.feature_stages):
-                raise ValueError(
+                raise InputError(
                     f"`feature_stages` {config.feature_stages} index stages that `{architecture}` does not have: "
                     f"it has {num_stages} (valid indices 0..{num_stages - 1})."
                 )
         else:
             if backbone is None:
                 if config.text_config is None:
-                    raise ValueError(
+                    raise InputError(
                         "A text encoder needs `backbone` (a Hub id or local path, see `from_backbone`) or "
                         "`text_config` in its config to build the backbone."
                     )
@@ -143,7 +145,7 @@ class ContrastiveEncoder(PreTrainedModel):
             self.main_input_name = "input_ids"
             width = int(self.backbone.config.hidden_size)
         if config.embedding_dim is not None and config.embedding_dim != width:
-            raise ValueError(
+            raise InputError(
                 f"`embedding_dim`={config.embedding_dim} does not fit the backbone `{config.backbone}`, whose output width "
                 f"is {width}: pass `embedding_dim={width}` or leave it as None (read from the backbone)."
             )
@@ -219,10 +221,10 @@ class ContrastiveEncoder(PreTrainedModel):
         provenance = backbone_provenance(backbone, base_model=base_model, license=license)  # no local path is saved
         for reserved in ("backbone", "backbone_type", "text_config", "backbone_architecture", "backbone_pretrained"):
             if reserved in config_kwargs:
-                raise ValueError(f"`{reserved}` is set by `from_backbone`; do not pass it in `config_kwargs`.")
+                raise InputError(f"`{reserved}` is set by `from_backbone`; do not pass it in `config_kwargs`.")
         if kind == "timm":
             if tokenizer is not None:
-                raise ValueError(f"`tokenizer` was given but `{backbone}` is a timm vision backbone; drop it.")
+                raise InputError(f"`tokenizer` was given but `{backbone}` is a timm vision backbone; drop it.")
             module, architecture, kwargs = create_timm_backbone(backbone, pretrained, backbone_kwargs)
             config = ContrastiveEncoderConfig(
                 backbone=provenance.name,
@@ -234,7 +236,7 @@ class ContrastiveEncoder(PreTrainedModel):
             )
             return cls(config, backbone=module)._with_provenance(provenance, pretrained, license)
         if backbone_kwargs:
-            raise ValueError(
+            raise InputError(
                 f"`backbone_kwargs` are timm.create_model arguments but `{backbone}` is a transformers text encoder; "
                 "pass text config changes through a config (see `from_text_config`)."
             )
@@ -289,7 +291,7 @@ class ContrastiveEncoder(PreTrainedModel):
             32
         """
         if not isinstance(text_config, PretrainedConfig):
-            raise ValueError(f"`text_config` must be a transformers PretrainedConfig (e.g. BertConfig), got {type(text_config).__name__}.")
+            raise InputError(f"`text_config` must be a transformers PretrainedConfig (e.g. BertConfig), got {type(text_config).__name__}.")
         config_kwargs.setdefault("backbone", text_config.model_type)
         config = ContrastiveEncoderConfig(backbone_type="text", text_config=text_config, **config_kwargs)
         return cls(config, tokenizer=tokenizer)
@@ -328,21 +330,21 @@ class ContrastiveEncoder(PreTrainedModel):
                 ``backbone_kwargs={"img_size": n}`` instead.
         """
         if self.config.backbone_type != "timm":
-            raise ValueError(f"`set_image_size` is for timm encoders; `{self.config.backbone}` is a text backbone.")
+            raise InputError(f"`set_image_size` is for timm encoders; `{self.config.backbone}` is a text backbone.")
         size = [image_size, image_size] if isinstance(image_size, int) and not isinstance(image_size, bool) else image_size
         if (
             not isinstance(size, (list, tuple))
             or len(size) != 2
             or not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in size)
         ):
-            raise ValueError(f"`image_size` must be a positive int or (height, width) of positive ints, got {image_size!r}.")
+            raise InputError(f"`image_size` must be a positive int or (height, width) of positive ints, got {image_size!r}.")
         current = self.data_config or {}
         channels, *current_hw = current.get("input_size", (3, 0, 0))
         fixed = bool(getattr(self.backbone, "pretrained_cfg", {}).get("fixed_input_size", False))
         if fixed:
             current_hw = timm_data_config(self.backbone)["input_size"][1:]
         if fixed and list(current_hw) != list(size):
-            raise ValueError(
+            raise InputError(
                 f"`image_size`={image_size!r} does not fit `{self.config.backbone}`, whose input size is fixed at "
                 f"{tuple(current_hw)}: build the encoder with `backbone_kwargs={{'img_size': {size[0]}}}` (or resize the images "
                 f"to {tuple(current_hw)})."
@@ -388,14 +390,14 @@ class ContrastiveEncoder(PreTrainedModel):
         feature_maps: tuple[Tensor, ...] | None = None
         if self.config.backbone_type == "timm":
             if input_ids is not None or attention_mask is not None or token_type_ids is not None:
-                raise ValueError(
+                raise InputError(
                     f"`input_ids`/`attention_mask`/`token_type_ids` were given but `{self.config.backbone}` is a timm vision "
                     "backbone: pass images as `pixel_values` of shape (B, C, H, W)."
                 )
             if pixel_values is None:
-                raise ValueError("`pixel_values` of shape (B, C, H, W) are required for a timm vision backbone.")
+                raise InputError("`pixel_values` of shape (B, C, H, W) are required for a timm vision backbone.")
             if pixel_values.ndim != 4:
-                raise ValueError(f"`pixel_values` must have shape (B, C, H, W), got shape {tuple(pixel_values.shape)}.")
+                raise InputError(f"`pixel_values` must have shape (B, C, H, W), got shape {tuple(pixel_values.shape)}.")
             pixel_values = check_pixel_values(
                 pixel_values,
                 channels=int((self.data_config or {}).get("input_size", (pixel_values.shape[1],))[0]),
@@ -408,12 +410,12 @@ class ContrastiveEncoder(PreTrainedModel):
             embeddings, feature_maps = self._encode_images(pixel_values, output_feature_maps)
         else:
             if pixel_values is not None:
-                raise ValueError(
+                raise InputError(
                     f"`pixel_values` were given but `{self.config.backbone}` is a text backbone: pass `input_ids` "
                     "(and `attention_mask`) from the tokenizer, e.g. `enc(**enc.tokenizer(texts, padding=True, return_tensors='pt'))`."
                 )
             if output_feature_maps:
-                raise ValueError("`output_feature_maps=True` needs a timm vision backbone; text backbones have no stage maps.")
+                raise InputError("`output_feature_maps=True` needs a timm vision backbone; text backbones have no stage maps.")
             embeddings = self._encode_text(input_ids, attention_mask, token_type_ids)
             if self.config.normalize_embeddings:
                 embeddings = F.normalize(embeddings, p=2, dim=-1)
@@ -438,7 +440,7 @@ class ContrastiveEncoder(PreTrainedModel):
         if not output_feature_maps:
             return self.backbone(pixel_values), None
         if not hasattr(self.backbone, "forward_intermediates"):
-            raise ValueError(
+            raise InputError(
                 f"`output_feature_maps=True` needs `forward_intermediates` (timm >= 1.0), which `{self.config.backbone}` "
                 "does not implement; choose another timm backbone or leave `output_feature_maps=False`."
             )
@@ -448,12 +450,12 @@ class ContrastiveEncoder(PreTrainedModel):
 
     def _encode_text(self, input_ids: Tensor | None, attention_mask: Tensor | None, token_type_ids: Tensor | None) -> Tensor:
         if input_ids is None:
-            raise ValueError("`input_ids` of shape (B, L) are required for a text backbone (with `attention_mask` for padded batches).")
+            raise InputError("`input_ids` of shape (B, L) are required for a text backbone (with `attention_mask` for padded batches).")
         if input_ids.ndim != 2:
-            raise ValueError(f"`input_ids` must have shape (B, L), got shape {tuple(input_ids.shape)}.")
+            raise InputError(f"`input_ids` must have shape (B, L), got shape {tuple(input_ids.shape)}.")
         for name, tensor in (("attention_mask", attention_mask), ("token_type_ids", token_type_ids)):
             if tensor is not None and tensor.shape != input_ids.shape:
-                raise ValueError(
+                raise InputError(
                     f"`{name}` must have the shape of `input_ids` {tuple(input_ids.shape)}, got {tuple(tensor.shape)}."
                 )
         check_token_inputs(
@@ -534,7 +536,7 @@ class ContrastiveEncoder(PreTrainedModel):
             ValueError: If ``push_to_hub=True`` is passed: call :meth:`push_to_hub`.
         """
         if push_to_hub:
-            raise ValueError("`save_pretrained(push_to_hub=True)` is not supported: call `encoder.push_to_hub(repo_id)`.")
+            raise InputError("`save_pretrained(push_to_hub=True)` is not supported: call `encoder.push_to_hub(repo_id)`.")
         kwargs.pop("safe_serialization", None)
         if not is_main_process:
             return
@@ -662,9 +664,9 @@ class ContrastiveEncoder(PreTrainedModel):
         from huggingface_hub import HfApi
 
         if not isinstance(repo_id, str) or not repo_id.strip("/"):
-            raise ValueError(f"`repo_id` must be a Hub repository id like 'user/name', got {repo_id!r}.")
+            raise InputError(f"`repo_id` must be a Hub repository id like 'user/name', got {repo_id!r}.")
         if create_pr and revision not in (None, "main"):
-            raise ValueError(f"`create_pr=True` opens a pull request against `main`; got `revision={revision!r}`: pass one or the other.")
+            raise InputError(f"`create_pr=True` opens a pull request against `main`; got `revision={revision!r}`: pass one or the other.")
         api = HfApi(token=token, library_name="hf_contrast", library_version=_library_version())
         repo_id = api.create_repo(repo_id, private=private, exist_ok=True).repo_id
         if revision not in (None, "main"):

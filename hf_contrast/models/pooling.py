@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from hf_contrast.errors import InputError
+
 import torch  # noqa: F401  (used in the docstring example)
 from torch import Tensor
 
@@ -95,4 +97,4 @@ def pool_tokens(hidden_states: Tensor, attention_mask: Tensor | None, pooling: s
         return cls_pool(hidden_states, attention_mask)
     if pooling == "max":
         return max_pool(hidden_states, attention_mask)
-    raise ValueError(f"`pooling` must be 'mean', 'cls' or 'max', got {pooling!r}.")
+    raise InputError(f"`pooling` must be 'mean', 'cls' or 'max', got {pooling!r}.")

@@ -11,6 +11,8 @@ sentence-transformers itself is needed for neither.
 
 from __future__ import annotations
 
+from hf_contrast.errors import InputError
+
 import json
 import logging
 import os
@@ -86,7 +88,7 @@ def read_st_layout(name: str | os.PathLike[str], **hub_kwargs: Any) -> SentenceT
         return None
     kinds = [_module_kind(entry) for entry in modules]
     if kinds[:2] != ["Transformer", "Pooling"] or any(kind != "Normalize" for kind in kinds[2:]):
-        raise ValueError(
+        raise InputError(
             f"The sentence-transformers model `{name}` has the modules {kinds}; ContrastiveEncoder reproduces "
             "Transformer -> Pooling [-> Normalize] only. Load its transformer alone with a plain transformers path, "
             "or export a model without the extra modules."
@@ -98,7 +100,7 @@ def read_st_layout(name: str | os.PathLike[str], **hub_kwargs: Any) -> SentenceT
     for entry in modules[2:]:
         normalize_config = _read_json(str(name), f"{entry.get('path') or '2_Normalize'}/config.json", hub_kwargs) or {}
         if normalize_config.get("module_input_name", "sentence_embedding") != "sentence_embedding":
-            raise ValueError(
+            raise InputError(
                 f"The Normalize module of `{name}` normalises `{normalize_config['module_input_name']}`; ContrastiveEncoder "
                 "reproduces a Normalize of the sentence embedding only."
             )
@@ -140,7 +142,7 @@ def pooling_from_config(pooling_config: dict[str, Any], name: Any) -> str:
         chosen = [ours for ours, key in POOLING_MODES.items() if pooling_config.get(key)]
         unsupported = [key for key in _OTHER_POOLING_MODES if pooling_config.get(key)]
     if len(chosen) != 1 or unsupported:
-        raise ValueError(
+        raise InputError(
             f"The Pooling module of `{name}` sets {chosen + unsupported}; ContrastiveEncoder supports exactly one of "
             f"{list(POOLING_MODES)} ({list(POOLING_MODES.values())})."
         )
@@ -199,7 +201,7 @@ def write_st_modules(
         ValueError: If ``pooling`` is unknown.
     """
     if pooling not in POOLING_MODES:
-        raise ValueError(f"`pooling` must be one of {list(POOLING_MODES)}, got {pooling!r}.")
+        raise InputError(f"`pooling` must be one of {list(POOLING_MODES)}, got {pooling!r}.")
     save_dir = Path(save_dir)
     modules = [
         {"idx": 0, "name": "0", "path": "", "type": _MODULE + "Transformer"},

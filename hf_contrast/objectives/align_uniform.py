@@ -9,6 +9,8 @@ on a BERT sentence embedding). Works for images (two SimCLR views) and text (dro
 
 from __future__ import annotations
 
+from hf_contrast.errors import InputError
+
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -72,7 +74,7 @@ class AlignUniformObjective(Objective):
         if self.has_task_head:
             labels = views.labels(inputs)
             if "logits" not in out1:
-                raise ValueError("The model has `config.num_labels > 0` but its output has no `logits`.")
+                raise InputError("The model has `config.num_labels > 0` but its output has no `logits`.")
             terms["task"] = self.config.task_loss_weight * F.cross_entropy(out1["logits"].float(), labels)
         terms["loss"] = sum(terms.values())  # type: ignore[assignment]
         return terms

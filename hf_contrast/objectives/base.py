@@ -21,6 +21,8 @@ Its ``state_dict`` (parameters, buffers, ``get_extra_state``) is saved in every 
 
 from __future__ import annotations
 
+from hf_contrast.errors import InputError
+
 import dataclasses
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -74,17 +76,17 @@ class Objective(nn.Module):
     def __init__(self, config: ObjectiveConfig | None = None, **hyperparameters: Any) -> None:
         super().__init__()
         if config is not None and hyperparameters:
-            raise ValueError(f"Pass either `config` or hyperparameters to {type(self).__name__}, not both.")
+            raise InputError(f"Pass either `config` or hyperparameters to {type(self).__name__}, not both.")
         if config is None:
             fields = {f.name for f in dataclasses.fields(self.config_class)}
             unknown = sorted(set(hyperparameters) - fields)
             if unknown:
-                raise ValueError(
+                raise InputError(
                     f"{type(self).__name__} has no hyperparameter(s) {unknown}; its hyperparameters are {sorted(fields)}."
                 )
             config = self.config_class(**hyperparameters)
         elif not isinstance(config, self.config_class):
-            raise ValueError(f"`config` must be a {self.config_class.__name__}, got {type(config).__name__}.")
+            raise InputError(f"`config` must be a {self.config_class.__name__}, got {type(config).__name__}.")
         self.config = config
 
     # ---- description --------------------------------------------------------------------------
@@ -125,7 +127,7 @@ class Objective(nn.Module):
         samples cannot be scored, so ``eval_loss`` would be missing. Objectives without ``eval_loss``
         (:attr:`has_eval_loss` false) accept any size; chunked methods also check their chunks."""
         if self.has_eval_loss and batch_size < self.min_eval_batch_size:
-            raise ValueError(
+            raise InputError(
                 f"`per_device_eval_batch_size`={batch_size} is too small for {type(self).__name__}'s `eval_loss`: an "
                 f"evaluation batch needs at least {self.min_eval_batch_size} samples (the loss compares the samples of "
                 f"a batch). Set `per_device_eval_batch_size` >= {self.min_eval_batch_size}."
@@ -149,7 +151,7 @@ class Objective(nn.Module):
         """
         batch = views.args.per_device_train_batch_size
         if train_dataset is not None and batch < 2:
-            raise ValueError(
+            raise InputError(
                 f"`per_device_train_batch_size`={batch} is too small for {type(self).__name__}: contrastive methods "
                 "compare each sample with the others of its batch (with 1 sample there are no negatives: SimCLR's "
                 "loss is 0 with a zero gradient) and BatchNorm needs 2+ samples. Use 2 or more (contrastive learning "

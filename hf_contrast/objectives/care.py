@@ -17,6 +17,8 @@ the Trainer's default 8 included.
 
 from __future__ import annotations
 
+from hf_contrast.errors import InputError
+
 import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -84,7 +86,7 @@ class _ChunkedObjective(Objective):
         super().setup(views, train_dataset)
         batch, n = views.args.per_device_train_batch_size, self.config.n_splits
         if train_dataset is not None and batch // n < 2:  # the trainer checked it is a multiple of n
-            raise ValueError(
+            raise InputError(
                 f"`per_device_train_batch_size`={batch} gives chunks of {batch // n} sample(s) for `n_splits`={n}; "
                 f"every chunk needs at least 2 samples: use a batch size of at least {2 * n} (a multiple of {n}) "
                 "or a smaller `n_splits`."
@@ -144,7 +146,7 @@ class _ChunkedObjective(Objective):
         if self.custom_augmentation and self.eval_chunks(batch_size) is None:
             n = self.config.n_splits
             fix = max(2 * n, batch_size // n * n)
-            raise ValueError(
+            raise InputError(
                 f"`per_device_eval_batch_size`={batch_size} cannot be cut into `n_splits`={n} chunks of 2+ samples, "
                 f"which the custom `equivariance_augmentation` of {type(self).__name__} makes, so there would be no "
                 f"`eval_loss`. Set `per_device_eval_batch_size` to a multiple of {n} of at least {2 * n} (e.g. {fix})."

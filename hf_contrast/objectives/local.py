@@ -12,6 +12,8 @@ checkpointed, used by :meth:`classify`), not of the saved encoder.
 
 from __future__ import annotations
 
+from hf_contrast.errors import InputError
+
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -88,7 +90,7 @@ class LOCALObjective(Objective):
         views.check_pairs(self.config.pre_column, self.config.post_column)
         column = views.args.label_column
         if train_dataset is None or not hasattr(train_dataset, "column_names") or column not in train_dataset.column_names:
-            raise ValueError(
+            raise InputError(
                 f"LOCAL needs a training `datasets.Dataset` with the label column `label_column`={column!r} (the class "
                 "weights are 1/frequency over it)."
             )
@@ -99,7 +101,7 @@ class LOCALObjective(Objective):
             num_labels = getattr(feature, "num_classes", None) or max(labels) + 1
         counts = torch.bincount(torch.tensor(labels, dtype=torch.long), minlength=num_labels)
         if counts.numel() != num_labels:
-            raise ValueError(f"`num_labels`={num_labels} is smaller than the largest training label {max(labels)}.")
+            raise InputError(f"`num_labels`={num_labels} is smaller than the largest training label {max(labels)}.")
         c = self.config
         self.loss = LOCALLoss(
             embedding_dim=views.model.embedding_dim,

@@ -16,6 +16,8 @@ gathered from all processes before they are enqueued, as in MoCo.
 
 from __future__ import annotations
 
+from hf_contrast.errors import InputError
+
 import copy
 from typing import Any
 
@@ -60,7 +62,7 @@ class MoCoState(nn.Module):
         keys = [p for p in self.key_encoder.parameters()]
         queries = [p.detach() for p in encoder.parameters()]
         if len(keys) != len(queries):
-            raise ValueError(
+            raise InputError(
                 f"`encoder` has {len(queries)} parameters but the key encoder {len(keys)}: not the same architecture."
             )
         torch._foreach_mul_(keys, self.momentum)
@@ -89,7 +91,7 @@ class MoCoState(nn.Module):
         """
         n = keys.shape[0]
         if n > self.queue_size:
-            raise ValueError(
+            raise InputError(
                 f"`moco_queue_size`={self.queue_size} must be at least the number of keys per step ({n}); "
                 "increase it."
             )

@@ -7,6 +7,8 @@ sentence as the second view. docs/methods.md §1 and §9.
 
 from __future__ import annotations
 
+from hf_contrast.errors import InputError
+
 import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -51,7 +53,7 @@ class PairObjective(Objective):
         self.loss = loss
 
     def build_loss(self, views: ViewBuilder) -> nn.Module:
-        raise ValueError(f"{type(self).__name__} needs `loss=`: a module called as loss(z1, z2).")
+        raise InputError(f"{type(self).__name__} needs `loss=`: a module called as loss(z1, z2).")
 
     def setup(self, views: ViewBuilder, train_dataset: Any) -> None:
         super().setup(views, train_dataset)

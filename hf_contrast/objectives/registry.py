@@ -11,6 +11,8 @@ resolve here; adding a method is one file with a class decorated by :func:`regis
 
 from __future__ import annotations
 
+from hf_contrast.errors import InputError
+
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -31,7 +33,7 @@ def register_objective(name: str) -> Callable[[T], T]:
 
     def decorate(cls: T) -> T:
         if name in _REGISTRY and _REGISTRY[name] is not cls:
-            raise ValueError(f"An objective named {name!r} is already registered ({_REGISTRY[name].__name__}).")
+            raise InputError(f"An objective named {name!r} is already registered ({_REGISTRY[name].__name__}).")
         _REGISTRY[name] = cls
         cls.name = name
         return cls
@@ -51,7 +53,7 @@ def get_objective(name: str) -> type[Objective]:
         ValueError: naming the known methods, if ``name`` is not registered.
     """
     if name not in _REGISTRY:
-        raise ValueError(f"Unknown method {name!r}; registered objectives: {', '.join(available_objectives())}.")
+        raise InputError(f"Unknown method {name!r}; registered objectives: {', '.join(available_objectives())}.")
     return _REGISTRY[name]
 
 
@@ -63,11 +65,11 @@ def build_objective(objective: str | Objective, **hyperparameters: Any) -> Objec
     """
     if isinstance(objective, Objective):
         if hyperparameters:
-            raise ValueError(
+            raise InputError(
                 f"Hyperparameters {sorted(hyperparameters)} were given with an already built {type(objective).__name__}; "
                 "set them on the objective instead."
             )
         return objective
     if not isinstance(objective, str):
-        raise ValueError(f"`objective` must be a method name or an Objective, got {type(objective).__name__}.")
+        raise InputError(f"`objective` must be a method name or an Objective, got {type(objective).__name__}.")
     return get_objective(objective)(**hyperparameters)

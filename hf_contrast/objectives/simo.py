@@ -13,6 +13,8 @@ batches are not class-major): choose the best checkpoint with a metric (``metric
 
 from __future__ import annotations
 
+from hf_contrast.errors import InputError
+
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -78,7 +80,7 @@ class SimOObjective(Objective):
         per_device = views.args.per_device_train_batch_size
         if per_device != self.batch_size:
             c, k = self.config.classes_per_batch, self.config.samples_per_class
-            raise ValueError(
+            raise InputError(
                 f"`per_device_train_batch_size`={per_device} must equal `classes_per_batch` × `samples_per_class` = "
                 f"{c} × {k} = {self.batch_size} (AFCL batches are class-major)."
             )
@@ -95,13 +97,13 @@ class SimOObjective(Objective):
         """
         column = views.args.label_column
         if not hasattr(dataset, "column_names"):
-            raise ValueError(
+            raise InputError(
                 "SimO builds class-major batches from the labels of a `datasets.Dataset` (it reads "
                 f"`train_dataset[label_column]`); got a {type(dataset).__name__}. Wrap your data with "
                 "`datasets.Dataset.from_dict(...)` or pass a `datasets.Dataset`."
             )
         if column not in dataset.column_names:
-            raise ValueError(f"SimO needs class labels: the training dataset has no `label_column`={column!r}.")
+            raise InputError(f"SimO needs class labels: the training dataset has no `label_column`={column!r}.")
         return AFCLBatchSampler(
             list(dataset[column]),
             classes_per_batch=self.config.classes_per_batch,

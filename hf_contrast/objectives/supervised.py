@@ -14,6 +14,8 @@ training steps (or by the end of a shorter run): the run is then training exactl
 
 from __future__ import annotations
 
+from hf_contrast.errors import InputError
+
 import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -77,7 +79,7 @@ class SupConObjective(Objective):
         """Raise ``ValueError`` if the training labels ``classes`` (distinct values) cannot train this objective."""
         column = views.args.label_column
         if len(classes) < 2:
-            raise ValueError(
+            raise InputError(
                 f"`train_dataset` holds a single class ({classes[0]!r}) in `label_column`={column!r}: "
                 f"{type(self).__name__} learns by contrasting classes, with one class it has no negatives and only "
                 "collapses the embeddings. Use a dataset with 2 or more classes, check `label_column`, or train "
@@ -175,7 +177,7 @@ class OCLObjective(SupConObjective):
         super().check_classes(classes, views)
         dim = getattr(getattr(views.model, "config", None), "projection_dim", None)
         if isinstance(dim, int) and len(classes) > dim:
-            raise ValueError(
+            raise InputError(
                 f"OCL makes the {len(classes)} classes of `train_dataset` mutually orthogonal, which needs at least "
                 f"{len(classes)} projection dimensions, but the encoder's `projection_dim` is {dim}. Build the encoder "
                 f"with `projection_dim` >= {len(classes)}, or use SupCon (objective='supcon'), which has no such bound."

@@ -31,6 +31,8 @@ each because no public hook decides what it decides:
 
 from __future__ import annotations
 
+from hf_contrast.errors import InputError
+
 import copy
 import dataclasses
 import json
@@ -202,7 +204,7 @@ class CheckpointingMixin:
         """
         result = model.load_state_dict(_encoder_state_dict(Path(folder) / HUB_SUBFOLDER), strict=False)
         if result.missing_keys or result.unexpected_keys:
-            raise ValueError(
+            raise InputError(
                 f"The weights in {os.path.join(folder, HUB_SUBFOLDER)} do not fit the model (missing: "
                 f"{result.missing_keys[:5]}, unexpected: {result.unexpected_keys[:5]}); resume with the encoder "
                 "architecture that wrote the checkpoint."
@@ -248,7 +250,7 @@ class CheckpointingMixin:
         if resume_from_checkpoint is True:
             found = last_complete_checkpoint(self.args.output_dir, **requirements)
             if found is None:
-                raise ValueError(
+                raise InputError(
                     f"`resume_from_checkpoint=True` found no complete checkpoint in `output_dir`={self.args.output_dir!r} "
                     "(the warnings above say what each one lacks): pass a checkpoint folder, or "
                     "`resume_from_checkpoint=None` to start from scratch."
@@ -258,7 +260,7 @@ class CheckpointingMixin:
             return None
         problem = checkpoint_problem(resume_from_checkpoint, **requirements)
         if problem is not None:
-            raise ValueError(
+            raise InputError(
                 f"`resume_from_checkpoint`={str(resume_from_checkpoint)!r} is not a complete checkpoint ({problem}); "
                 "pass another one, or `True` for the newest complete one in `output_dir`."
             )

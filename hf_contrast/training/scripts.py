@@ -11,6 +11,8 @@ The examples (``examples/run_*.py``) call these two, as transformers' example sc
 
 from __future__ import annotations
 
+from hf_contrast.errors import InputError
+
 import logging
 import os
 import sys
@@ -58,7 +60,7 @@ def detect_last_checkpoint(training_args: TrainingArguments, overwrite_output_di
         return None
     last_checkpoint = get_last_checkpoint(output_dir)
     if last_checkpoint is None and os.listdir(output_dir):
-        raise ValueError(
+        raise InputError(
             f"Output directory ({output_dir}) already exists and is not empty. Use --overwrite_output_dir to train "
             "from scratch into it, or pick another --output_dir."
         )

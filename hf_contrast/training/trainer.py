@@ -24,6 +24,8 @@ by DDP), and the objective's ``state_dict`` is stored in every checkpoint and re
 
 from __future__ import annotations
 
+from hf_contrast.errors import InputError
+
 import contextlib
 import inspect
 import warnings
@@ -149,12 +151,12 @@ class ContrastiveTrainer(CheckpointingMixin, HubPublishingMixin, Trainer):
         if args is None:
             args = ContrastiveTrainingArguments(output_dir="tmp_trainer")
         if not isinstance(args, ContrastiveTrainingArguments):
-            raise ValueError(
+            raise InputError(
                 f"`args` must be a ContrastiveTrainingArguments, got {type(args).__name__}; build it with the same "
                 "fields, e.g. ContrastiveTrainingArguments(output_dir=...)."
             )
         if args.remove_unused_columns:
-            raise ValueError(
+            raise InputError(
                 "`remove_unused_columns=True` does not work with a ContrastiveTrainer: the Trainer would keep only the "
                 f"arguments of the encoder's `forward`, dropping the columns the views are made from ({args.image_column!r} / "
                 f"{args.text_column!r}). Set `remove_unused_columns=False` (the ContrastiveTrainingArguments default); to "
@@ -163,7 +165,7 @@ class ContrastiveTrainer(CheckpointingMixin, HubPublishingMixin, Trainer):
             )
         objective = objective if objective is not None else self.default_objective
         if objective is None:
-            raise ValueError(
+            raise InputError(
                 f"{type(self).__name__} needs an objective: pass `objective=` a method name or an Objective "
                 "(e.g. objective='simclr'), or use a named trainer such as SimCLRTrainer or CARETrainer."
             )
@@ -224,7 +226,7 @@ class ContrastiveTrainer(CheckpointingMixin, HubPublishingMixin, Trainer):
         args, objective = self.args, self.objective
         multiple = objective.batch_multiple
         if args.per_device_train_batch_size % multiple:
-            raise ValueError(
+            raise InputError(
                 f"`per_device_train_batch_size`={args.per_device_train_batch_size} must be a multiple of "
                 f"{multiple} for {type(objective).__name__} (its chunks must be whole, e.g. `n_splits`={multiple}); "
                 f"use {max(multiple, args.per_device_train_batch_size // multiple * multiple)}."
@@ -234,7 +236,7 @@ class ContrastiveTrainer(CheckpointingMixin, HubPublishingMixin, Trainer):
             and not objective.has_eval_loss
             and args.metric_for_best_model in (None, "loss", "eval_loss")
         ):
-            raise ValueError(
+            raise InputError(
                 f"`load_best_model_at_end=True` chooses by `eval_loss`, which {type(objective).__name__} does not "
                 "report (its batches are not evaluation batches); set `metric_for_best_model`, e.g. "
                 "'eval_knn_loo_accuracy'."
@@ -345,7 +347,7 @@ class ContrastiveTrainer(CheckpointingMixin, HubPublishingMixin, Trainer):
         with finite_input_checks(not model.training):  # a non-finite training loss is `nonfinite_policy`'s business
             terms = dict(self.objective(model, inputs, self.views))
         if "loss" not in terms:
-            raise ValueError(f"{type(self.objective).__name__} must return its total under 'loss', got {sorted(terms)}.")
+            raise InputError(f"{type(self.objective).__name__} must return its total under 'loss', got {sorted(terms)}.")
         skipped = terms.pop("skipped", None)
         if model.training:
             if skipped is not None:
@@ -527,7 +529,7 @@ class ContrastiveTrainer(CheckpointingMixin, HubPublishingMixin, Trainer):
         Trainer's ignores ``dataloader_drop_last`` for iterable datasets.
         """
         if self.train_dataset is None:
-            raise ValueError("Trainer: training requires a train_dataset.")
+            raise InputError("Trainer: training requires a train_dataset.")
         dataset = self.train_dataset
         streaming = isinstance(dataset, IterableDataset)
         batch_sampler = None if streaming else self.objective.train_batch_sampler(dataset, self.views)
@@ -538,7 +540,7 @@ class ContrastiveTrainer(CheckpointingMixin, HubPublishingMixin, Trainer):
                     return super().get_train_dataloader()
             return super().get_train_dataloader()
         if self.args.auto_find_batch_size:  # the Trainer would shrink only its own loader's batches
-            raise ValueError(
+            raise InputError(
                 f"`auto_find_batch_size=True` cannot resize the batches of {type(self.objective).__name__} "
                 f"({'its batch sampler' if batch_sampler is not None else 'whole chunks of a streaming dataset'}); set "
                 "`auto_find_batch_size=False` and choose `per_device_train_batch_size`."

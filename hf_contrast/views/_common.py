@@ -3,6 +3,8 @@ checks are :mod:`hf_contrast.tensor_checks`'."""
 
 from __future__ import annotations
 
+from hf_contrast.errors import InputError
+
 from collections.abc import Sequence
 
 from torchvision.transforms import InterpolationMode, v2
@@ -24,12 +26,12 @@ def check_mean_std(mean: Sequence[float], std: Sequence[float]) -> tuple[list[fl
     """Check one positive ``std`` per ``mean`` value; return both as float lists."""
     mean_list, std_list = [float(m) for m in mean], [float(s) for s in std]
     if len(mean_list) == 0 or len(mean_list) != len(std_list):
-        raise ValueError(
+        raise InputError(
             f"`mean` and `std` must have one value per channel and the same length, got {len(mean_list)} and "
             f"{len(std_list)} values."
         )
     if min(std_list) <= 0:
-        raise ValueError(f"`std` must be positive, got {tuple(std_list)}.")
+        raise InputError(f"`std` must be positive, got {tuple(std_list)}.")
     return mean_list, std_list
 
 
@@ -41,7 +43,7 @@ def interpolation_mode(value: str | InterpolationMode) -> InterpolationMode:
         return InterpolationMode(value)
     except ValueError:
         allowed = ", ".join(repr(m.value) for m in InterpolationMode)
-        raise ValueError(f"`interpolation` must be one of {allowed}, got {value!r}.") from None
+        raise InputError(f"`interpolation` must be one of {allowed}, got {value!r}.") from None
 
 
 def channel_step(n_channels: int) -> list[v2.Transform]:

@@ -8,6 +8,8 @@ fewer than half of the classes per batch; :class:`AFCLBatchSampler` enforces tha
 
 from __future__ import annotations
 
+from hf_contrast.errors import InputError
+
 import math
 from collections.abc import Iterator, Sequence
 from typing import Any
@@ -26,11 +28,11 @@ def _check_labels_1d(labels: Any) -> torch.Tensor:
     try:
         array = labels if isinstance(labels, torch.Tensor) else torch.as_tensor(np.asarray(labels))
     except (TypeError, ValueError) as error:
-        raise ValueError(f"`labels` must be a 1-D sequence of int class ids, got {type(labels).__name__}.") from error
+        raise InputError(f"`labels` must be a 1-D sequence of int class ids, got {type(labels).__name__}.") from error
     if array.ndim != 1 or array.numel() == 0:
-        raise ValueError(f"`labels` must be a non-empty 1-D sequence of int class ids, got shape {tuple(array.shape)}.")
+        raise InputError(f"`labels` must be a non-empty 1-D sequence of int class ids, got shape {tuple(array.shape)}.")
     if array.is_floating_point() or array.is_complex() or array.dtype == torch.bool:
-        raise ValueError(f"`labels` must hold int class ids, got dtype {array.dtype}.")
+        raise InputError(f"`labels` must hold int class ids, got dtype {array.dtype}.")
     return array.detach().cpu().long()
 
 
@@ -108,14 +110,14 @@ class AFCLBatchSampler(Sampler[list[int]]):
         self.samples_per_class = check_int("samples_per_class", samples_per_class, 1)
         self.batch_size = self.classes_per_batch * self.samples_per_class
         if batch_size is not None and batch_size != self.batch_size:
-            raise ValueError(
+            raise InputError(
                 f"`batch_size`={batch_size} must equal `classes_per_batch` × `samples_per_class` = "
                 f"{self.classes_per_batch} × {self.samples_per_class} = {self.batch_size}."
             )
         classes, counts = torch.unique(label_tensor, return_counts=True)
         n_classes = classes.numel()
         if 2 * self.classes_per_batch >= n_classes:
-            raise ValueError(
+            raise InputError(
                 f"`classes_per_batch`={self.classes_per_batch} must be fewer than half the number of classes "
                 f"({n_classes} in `labels`), i.e. at most {(n_classes - 1) // 2} (SimO's stability fix)."
             )
@@ -123,7 +125,7 @@ class AFCLBatchSampler(Sampler[list[int]]):
             small = [(int(c), int(n)) for c, n in zip(classes, counts) if n < self.samples_per_class]
             if small:
                 shown = ", ".join(f"class {c} has {n}" for c, n in small[:5]) + (" ..." if len(small) > 5 else "")
-                raise ValueError(
+                raise InputError(
                     f"every class needs at least `samples_per_class`={self.samples_per_class} samples when "
                     f"`replacement=False`, but {shown}; pass `replacement=True` or drop those classes."
                 )
@@ -133,7 +135,7 @@ class AFCLBatchSampler(Sampler[list[int]]):
             self.num_replicas = check_int("num_replicas", num_replicas, 1)
         self.rank = distributed.rank() if rank is None else rank
         if not isinstance(self.rank, (int, np.integer)) or not 0 <= self.rank < self.num_replicas:
-            raise ValueError(f"`rank` must be an int in [0, {self.num_replicas}), got {self.rank!r}.")
+            raise InputError(f"`rank` must be an int in [0, {self.num_replicas}), got {self.rank!r}.")
         n_items = label_tensor.numel()
         per_round = self.batch_size * self.num_replicas
         if batches_per_epoch is not None:
@@ -141,7 +143,7 @@ class AFCLBatchSampler(Sampler[list[int]]):
         else:
             self.num_batches = n_items // per_round if drop_last else math.ceil(n_items / per_round)
         if self.num_batches == 0:
-            raise ValueError(
+            raise InputError(
                 f"`labels` has {n_items} items, fewer than one batch of {self.batch_size} for each of "
                 f"{self.num_replicas} replicas; use smaller batches or `drop_last=False`."
             )

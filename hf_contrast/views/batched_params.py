@@ -17,6 +17,8 @@ two-sample KS and binomial tests in ``tests/test_device_views.py``), not its ran
 
 from __future__ import annotations
 
+from hf_contrast.errors import InputError
+
 import math
 from dataclasses import dataclass, fields, replace
 
@@ -41,7 +43,7 @@ IDENTITY_JITTER = (1.0, 1.0, 1.0, 0.0)
 
 def _check_generator(generator: torch.Generator | None) -> None:
     if generator is not None and generator.device.type != "cpu":
-        raise ValueError(
+        raise InputError(
             f"`generator` must be a CPU torch.Generator (parameters are drawn on the CPU, then moved), "
             f"got one on {generator.device}."
         )
@@ -122,7 +124,7 @@ def jitter_ranges(
         ("hue", hue, 0.5),
     ):
         if not 0.0 <= value <= bound:
-            raise ValueError(f"`{name}` jitter must lie in [0, {bound}], got {value}.")
+            raise InputError(f"`{name}` jitter must lie in [0, {bound}], got {value}.")
     scaled = [None if x == 0 else (max(0.0, 1.0 - x), 1.0 + x) for x in (brightness, contrast, saturation)]
     return (*scaled, None if hue == 0 else (-hue, hue))
 
@@ -149,7 +151,7 @@ def sample_color_jitter(
     """
     _check_generator(generator)
     if len(ranges) != 4:
-        raise ValueError(f"`ranges` must hold 4 entries (brightness, contrast, saturation, hue), got {len(ranges)}.")
+        raise InputError(f"`ranges` must hold 4 entries (brightness, contrast, saturation, hue), got {len(ranges)}.")
     applied = sample_bernoulli(n, p, generator)
     order = torch.rand(n, 4, generator=generator).argsort(dim=1)
     uniform = torch.rand(n, 4, generator=generator, dtype=torch.float64)

@@ -21,6 +21,8 @@ always bilinear (antialiased by default, as there).
 
 from __future__ import annotations
 
+from hf_contrast.errors import InputError
+
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -90,7 +92,7 @@ class BatchedSimCLRViews:
         self.jitter_p = r.jitter_p if r.jitter_applies else 0.0
         kernel = r.kernel_for(self.image_size)
         if r.blur_p > 0 and kernel // 2 >= min(self.image_size):
-            raise ValueError(
+            raise InputError(
                 f"`blur_kernel`={kernel} needs an output side above {kernel // 2} (reflect padding), got "
                 f"image_size={self.image_size}; pass a smaller `blur_kernel`."
             )
@@ -107,7 +109,7 @@ class BatchedSimCLRViews:
         """
         missing = [k for k in ("input_size", "mean", "std") if k not in data_config]
         if missing:
-            raise ValueError(f"`data_config` must hold 'input_size', 'mean' and 'std', missing {missing}.")
+            raise InputError(f"`data_config` must hold 'input_size', 'mean' and 'std', missing {missing}.")
         _, height, width = tuple(data_config["input_size"])
         return cls((int(height), int(width)), data_config["mean"], data_config["std"], **kwargs)
 
@@ -125,7 +127,7 @@ class BatchedSimCLRViews:
             ValueError: if the views were built without ``seed`` or an index is negative.
         """
         if self.seed is None:
-            raise ValueError("`seed` is required for per-batch generators; build BatchedSimCLRViews(..., seed=...).")
+            raise InputError("`seed` is required for per-batch generators; build BatchedSimCLRViews(..., seed=...).")
         for name, value in (("batch_index", batch_index), ("process_index", process_index), ("stream", stream)):
             check_int(name, value, 0)
         key = [self.seed, stream, batch_index, process_index]
@@ -236,22 +238,22 @@ class BatchedSimCLRViews:
         """
         if not isinstance(images, Tensor) or images.ndim != 4:
             got = tuple(images.shape) if isinstance(images, Tensor) else type(images).__name__
-            raise ValueError(f"`images` must be a tensor of shape (B, C, H, W), got {got}.")
+            raise InputError(f"`images` must be a tensor of shape (B, C, H, W), got {got}.")
         if images.dtype != torch.uint8 and not images.is_floating_point():
-            raise ValueError(f"`images` must be uint8 or float in [0, 1], got dtype {images.dtype}.")
+            raise InputError(f"`images` must be uint8 or float in [0, 1], got dtype {images.dtype}.")
         batch, channels = images.shape[:2]
         if channels != len(self.mean):
-            raise ValueError(
+            raise InputError(
                 f"`images` has {channels} channels but `mean`/`std` have {len(self.mean)}; convert the images "
                 f"(e.g. `raw_image_transform(size, n_channels={len(self.mean)})`) or pass matching mean/std."
             )
         if batch == 0:
-            raise ValueError("`images` is an empty batch (B = 0).")
+            raise InputError("`images` is an empty batch (B = 0).")
         if chunk_size is None:
             params = self.sample(batch, tuple(images.shape[-2:]), generator)
         else:
             if not isinstance(chunk_size, int) or chunk_size < 1 or batch % chunk_size != 0:
-                raise ValueError(
+                raise InputError(
                     f"`chunk_size` must be a positive int dividing the batch size {batch}, got {chunk_size!r}."
                 )
             shared = self.sample(batch // chunk_size, tuple(images.shape[-2:]), generator)

@@ -9,6 +9,8 @@ one forward pass. Two implementations answer: :class:`~hf_contrast.views.ImageVi
 
 from __future__ import annotations
 
+from hf_contrast.errors import InputError
+
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, ClassVar
@@ -66,7 +68,7 @@ class ViewBuilder(ABC):
         #: then go through it (mini-batches without a graph, replayed with one after the loss's backward).
         self.gradient_cache: Any = None
         if self.views_on_device and not self.supports_views_on_device:
-            raise ValueError(
+            raise InputError(
                 f"`views_on_device=True` makes image views (crop, flip, colour jitter, grayscale, blur) on the "
                 f"device, but this model's views ({type(self).__name__}) are not images (a text encoder's random views "
                 "are dropout or a pair column, its tokens made by the collator): set `views_on_device=False`."
@@ -178,7 +180,7 @@ class ViewBuilder(ABC):
             ValueError: naming ``label_column`` when the batch has none.
         """
         if "labels" not in inputs:
-            raise ValueError(
+            raise InputError(
                 f"This objective needs class labels: the dataset has no `label_column`={self.args.label_column!r} "
                 f"column (batch keys: {sorted(inputs)}); set `label_column` in the training arguments."
             )

@@ -11,6 +11,8 @@ calls on whatever device it lives on (the GPU in training). The Python loop runs
 
 from __future__ import annotations
 
+from hf_contrast.errors import InputError
+
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import nullcontext
 from typing import Any
@@ -64,9 +66,9 @@ class ChunkedAugmentation:
     ) -> None:
         check_int("n_splits", n_splits, 1)
         if not callable(transform):
-            raise ValueError(f"`transform` must be callable, got {type(transform).__name__}.")
+            raise InputError(f"`transform` must be callable, got {type(transform).__name__}.")
         if generator is not None and generator.device.type != "cpu":
-            raise ValueError(f"`generator` must be a CPU torch.Generator, got one on {generator.device}.")
+            raise InputError(f"`generator` must be a CPU torch.Generator, got one on {generator.device}.")
         self.n_splits = n_splits
         self.transform = transform
         self.generator = generator
@@ -107,7 +109,7 @@ class ChunkedAugmentation:
         with self._rng():
             out = self.transform(chunk)
         if not isinstance(out, Tensor):
-            raise ValueError(f"`transform` must return a tensor, got {type(out).__name__}.")
+            raise InputError(f"`transform` must return a tensor, got {type(out).__name__}.")
         return out.as_subclass(Tensor)
 
     def __call__(self, images: Tensor) -> tuple[Tensor, Tensor]:
@@ -128,12 +130,12 @@ class ChunkedAugmentation:
         """
         if not isinstance(images, Tensor) or images.ndim != 4:
             got = tuple(images.shape) if isinstance(images, Tensor) else type(images).__name__
-            raise ValueError(f"`images` must be a tensor of shape (B, C, H, W), got {got}.")
+            raise InputError(f"`images` must be a tensor of shape (B, C, H, W), got {got}.")
         if not images.is_floating_point() and images.dtype != torch.uint8:
-            raise ValueError(f"`images` must be float in [0, 1] or uint8, got dtype {images.dtype}.")
+            raise InputError(f"`images` must be float in [0, 1] or uint8, got dtype {images.dtype}.")
         batch = images.shape[0]
         if batch == 0 or batch % self.n_splits != 0:
-            raise ValueError(
+            raise InputError(
                 f"`images` batch size {batch} must be a positive multiple of `n_splits`={self.n_splits} "
                 f"(each chunk shares one augmentation); change the batch size or `n_splits`."
             )
@@ -144,7 +146,7 @@ class ChunkedAugmentation:
             views2.append(self._view(chunk))
         shapes = {tuple(v.shape[1:]) for v in views1 + views2}
         if len(shapes) != 1:
-            raise ValueError(
+            raise InputError(
                 f"`transform` must produce one output size for every chunk (use a fixed-size crop), "
                 f"got {sorted(shapes)}."
             )

@@ -13,6 +13,8 @@
 
 from __future__ import annotations
 
+from hf_contrast.errors import InputError
+
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, TypeVar
 
@@ -46,7 +48,7 @@ def simcse_views(batch: _B) -> tuple[_B, _B]:
 def _as_id_tensor(name: str, ids: Iterable[int] | Tensor) -> Tensor:
     tensor = torch.as_tensor(list(ids) if not isinstance(ids, Tensor) else ids)
     if tensor.ndim != 1 or (tensor.numel() > 0 and (tensor.is_floating_point() or tensor.dtype == torch.bool)):
-        raise ValueError(
+        raise InputError(
             f"`{name}` must be a 1-D collection of int token ids, got {tensor.dtype} of shape {tuple(tensor.shape)}."
         )
     return tensor.long()
@@ -120,26 +122,26 @@ class ChunkedTextAugmentation:
         ops = tuple(ops) if not isinstance(ops, str) else (ops,)
         unknown = [op for op in ops if op not in _OP_CODES]
         if not ops or unknown or len(set(ops)) != len(ops):
-            raise ValueError(
+            raise InputError(
                 f"`ops` must be a non-empty subset of {tuple(_OP_CODES)} without repeats, got {ops!r}."
             )
         if not 0.0 < span_fraction <= 1.0:
-            raise ValueError(f"`span_fraction` must be in (0, 1], got {span_fraction}.")
+            raise InputError(f"`span_fraction` must be in (0, 1], got {span_fraction}.")
         if "mask" in ops and mask_token_id is None:
-            raise ValueError("`mask_token_id` is required when 'mask' is in `ops` (e.g. tokenizer.mask_token_id).")
+            raise InputError("`mask_token_id` is required when 'mask' is in `ops` (e.g. tokenizer.mask_token_id).")
         special = _as_id_tensor("special_token_ids", special_token_ids)
         inserts = None
         if "insert" in ops:
             if insert_token_ids is None:
-                raise ValueError(
+                raise InputError(
                     "`insert_token_ids` is required when 'insert' is in `ops` (e.g. range(tokenizer.vocab_size))."
                 )
             inserts = _as_id_tensor("insert_token_ids", insert_token_ids)
             inserts = inserts[~torch.isin(inserts, special)]
             if inserts.numel() == 0:
-                raise ValueError("`insert_token_ids` must contain at least one non-special token id, got none.")
+                raise InputError("`insert_token_ids` must contain at least one non-special token id, got none.")
         if generator is not None and generator.device.type != "cpu":
-            raise ValueError(f"`generator` must be a CPU torch.Generator, got one on {generator.device}.")
+            raise InputError(f"`generator` must be a CPU torch.Generator, got one on {generator.device}.")
         self.n_splits = n_splits
         self.ops = ops
         self.mask_token_id = mask_token_id
@@ -182,28 +184,28 @@ class ChunkedTextAugmentation:
 
     def _check(self, batch: Mapping[str, Any]) -> tuple[Tensor, Tensor, Tensor | None]:
         if not isinstance(batch, Mapping) or "input_ids" not in batch or "attention_mask" not in batch:
-            raise ValueError("`batch` must be a mapping with 'input_ids' and 'attention_mask' tensors of shape (B, L).")
+            raise InputError("`batch` must be a mapping with 'input_ids' and 'attention_mask' tensors of shape (B, L).")
         ids, am = batch["input_ids"], batch["attention_mask"]
         tt = batch.get("token_type_ids")
         if not isinstance(ids, Tensor) or ids.ndim != 2 or ids.is_floating_point() or ids.dtype == torch.bool:
             got = f"{ids.dtype} of shape {tuple(ids.shape)}" if isinstance(ids, Tensor) else type(ids).__name__
-            raise ValueError(f"`input_ids` must be an int tensor of shape (B, L), got {got}.")
+            raise InputError(f"`input_ids` must be an int tensor of shape (B, L), got {got}.")
         for name, value in (("attention_mask", am), ("token_type_ids", tt)):
             if value is not None and (not isinstance(value, Tensor) or value.shape != ids.shape):
                 got = tuple(value.shape) if isinstance(value, Tensor) else type(value).__name__
-                raise ValueError(
+                raise InputError(
                     f"`{name}` must be a tensor of the shape of `input_ids` {tuple(ids.shape)}, got {got}."
                 )
         batch_size, length = ids.shape
         if batch_size == 0 or length == 0 or batch_size % self.n_splits != 0:
-            raise ValueError(
+            raise InputError(
                 f"`input_ids` batch size {batch_size} must be a positive multiple of `n_splits`={self.n_splits} "
                 f"(and L={length} > 0)."
             )
         for key, value in batch.items():
             if key not in ("input_ids", "attention_mask", "token_type_ids") and isinstance(value, Tensor) \
                     and value.shape[:2] == ids.shape:
-                raise ValueError(
+                raise InputError(
                     f"`batch[{key!r}]` is aligned with the tokens (shape {tuple(value.shape)}) and cannot follow the "
                     f"insertions/deletions; drop it before augmenting."
                 )

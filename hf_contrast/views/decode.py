@@ -20,6 +20,8 @@ Tensors and NumPy arrays pass through unchanged (the transforms' ``v2.RGB`` /
 
 from __future__ import annotations
 
+from hf_contrast.errors import InputError
+
 from collections.abc import Mapping
 from typing import Any
 
@@ -30,7 +32,7 @@ __all__ = ["BadImageError", "ConvertImageMode", "convert_image_mode", "decode_im
 _SIXTEEN_BIT = ("I;16", "I;16B", "I;16L", "I;16N")
 
 
-class BadImageError(ValueError):
+class BadImageError(InputError):
     """An image that is missing or cannot be decoded (``None``, truncated or unreadable file)."""
 
 
@@ -141,7 +143,7 @@ class ConvertImageMode:
 
     def __init__(self, n_channels: int | None) -> None:
         if n_channels not in (1, 3, None):
-            raise ValueError(f"`n_channels` must be 1, 3 or None, got {n_channels!r}.")
+            raise InputError(f"`n_channels` must be 1, 3 or None, got {n_channels!r}.")
         self.n_channels = n_channels
 
     def __call__(self, value: Any) -> Any:

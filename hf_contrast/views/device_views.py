@@ -16,6 +16,8 @@ read back, and a resumed run draws the same views as the uninterrupted one.
 
 from __future__ import annotations
 
+from hf_contrast.errors import InputError
+
 import torch
 from torch import Tensor
 
@@ -43,7 +45,7 @@ class DeviceViews:
 
     def __init__(self, views: BatchedSimCLRViews) -> None:
         if views.seed is None:
-            raise ValueError("`views` must be seeded (BatchedSimCLRViews(..., seed=...)): the views of a batch follow its index.")
+            raise InputError("`views` must be seeded (BatchedSimCLRViews(..., seed=...)): the views of a batch follow its index.")
         self.views = views
         self._generator: torch.Generator | None = None
 
@@ -94,7 +96,7 @@ class DeviceViews:
         batch = images.shape[0] if isinstance(images, Tensor) and images.ndim == 4 else 0
         if batch == 0 or batch % n_splits:
             got = tuple(images.shape) if isinstance(images, Tensor) else type(images).__name__
-            raise ValueError(
+            raise InputError(
                 f"`images` {got} must be a (B, C, H, W) batch with B a positive multiple of `n_splits`={n_splits} "
                 "(each chunk shares one augmentation); change the batch size or `n_splits`."
             )

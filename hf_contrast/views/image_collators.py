@@ -34,6 +34,8 @@ as is.
 
 from __future__ import annotations
 
+from hf_contrast.errors import InputError
+
 import warnings
 from collections.abc import Callable, Mapping, MutableMapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
@@ -167,7 +169,7 @@ class _SeededViews:
             images.append(decoded)
         self._skipped_in_batch = len(features) - len(kept)
         if not kept:
-            raise ValueError(
+            raise InputError(
                 f"Every image of this batch of {len(features)} rows is bad ({self.skipped_images} skipped so far); "
                 "check the image column of the dataset."
             )
@@ -229,13 +231,13 @@ class ImageViewCollator(_SeededViews):
     def __post_init__(self) -> None:
         check_int("n_views", self.n_views, 0)
         if self.n_views > 0 and self.transform is None:
-            raise ValueError(f"`transform` is required to build `n_views`={self.n_views} augmented views.")
+            raise InputError(f"`transform` is required to build `n_views`={self.n_views} augmented views.")
         check_choice("on_bad_image", self.on_bad_image, ON_BAD_IMAGE)
         ConvertImageMode(self.n_channels)  # validates n_channels
 
     def __call__(self, features: Sequence[Mapping[str, Any]]) -> dict[str, Tensor]:
         if len(features) == 0:
-            raise ValueError("Cannot collate an empty batch (0 rows).")
+            raise InputError("Cannot collate an empty batch (0 rows).")
         batch: dict[str, Tensor] = {}
         first = features[0]
         precomputed = [k for k in first if k.startswith("pixel_values")]
@@ -247,7 +249,7 @@ class ImageViewCollator(_SeededViews):
         images: list[dict[str, Any]] = []
         if wanted:
             if self.image_column not in first:
-                raise ValueError(
+                raise InputError(
                     f"`image_column`={self.image_column!r} is not a column of the dataset (columns: "
                     f"{sorted(first)}); set `image_column` in the training arguments."
                 )
@@ -309,10 +311,10 @@ class PairedImageCollator(_SeededViews):
 
     def __call__(self, features: Sequence[Mapping[str, Any]]) -> dict[str, Tensor]:
         if len(features) == 0:
-            raise ValueError("Cannot collate an empty batch (0 rows).")
+            raise InputError("Cannot collate an empty batch (0 rows).")
         for name, column in (("pre_column", self.pre_column), ("post_column", self.post_column)):
             if column not in features[0]:
-                raise ValueError(
+                raise InputError(
                     f"`{name}`={column!r} is not a column of the dataset (columns: {sorted(features[0])})."
                 )
         features, images = self._decode_rows(features, [self.pre_column, self.post_column])

@@ -12,6 +12,8 @@ taken from a timm data config (``encoder.data_config``, i.e. the output of
 
 from __future__ import annotations
 
+from hf_contrast.errors import InputError
+
 import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -43,13 +45,13 @@ __all__ = [
 def _data_config_fields(data_config: Mapping[str, Any]) -> tuple[tuple[int, int], list[float], list[float], dict]:
     missing = [k for k in ("input_size", "mean", "std") if k not in data_config]
     if missing:
-        raise ValueError(
+        raise InputError(
             f"`data_config` must hold 'input_size', 'mean' and 'std' (timm.data.resolve_data_config output), "
             f"missing {missing}."
         )
     input_size = tuple(data_config["input_size"])
     if len(input_size) != 3:
-        raise ValueError(f"`data_config['input_size']` must be (C, H, W), got {input_size}.")
+        raise InputError(f"`data_config['input_size']` must be (C, H, W), got {input_size}.")
     extra = {k: data_config[k] for k in ("interpolation", "crop_pct") if data_config.get(k) is not None}
     return (int(input_size[1]), int(input_size[2])), list(data_config["mean"]), list(data_config["std"]), extra
 
@@ -179,7 +181,7 @@ def eval_transform(
     size = check_size("image_size", image_size)
     mean_list, std_list = check_mean_std(mean, std)
     if not 0.0 < crop_pct <= 1.0:
-        raise ValueError(f"`crop_pct` must be in (0, 1], got {crop_pct}.")
+        raise InputError(f"`crop_pct` must be in (0, 1], got {crop_pct}.")
     resize = math.floor(min(size) / crop_pct) if size[0] == size[1] else tuple(math.floor(s / crop_pct) for s in size)
     return v2.Compose(
         [
@@ -229,7 +231,7 @@ class TwoViewTransform:
 
     def __init__(self, transform: Callable[[Any], Tensor]) -> None:
         if not callable(transform):
-            raise ValueError(f"`transform` must be callable, got {type(transform).__name__}.")
+            raise InputError(f"`transform` must be callable, got {type(transform).__name__}.")
         self.transform = transform
 
     def __call__(self, image: Any) -> tuple[Tensor, Tensor]:

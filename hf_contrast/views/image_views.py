@@ -12,6 +12,8 @@ from it on the batch's device by :class:`~hf_contrast.views.DeviceViews`, seeded
 
 from __future__ import annotations
 
+from hf_contrast.errors import InputError
+
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -54,7 +56,7 @@ class ImageViews(ViewBuilder):
         """
         data_config = getattr(self.model, "data_config", None)
         if not data_config:
-            raise ValueError(
+            raise InputError(
                 "The model has no `data_config` (input_size, mean, std) to build image views from; use a "
                 "ContrastiveEncoder with a timm backbone or pass `data_collator=`."
             )
@@ -122,7 +124,7 @@ class ImageViews(ViewBuilder):
             ValueError: with ``args.views_on_device`` (pairs share one geometric draw per pair, made per sample).
         """
         if self.views_on_device:
-            raise ValueError(
+            raise InputError(
                 f"`views_on_device=True` does not apply to ({pre_column!r}, {post_column!r}) pairs (LOCAL): each pair "
                 "shares one random crop/flip, drawn per pair in the collator (`paired_transform`). Set "
                 "`views_on_device=False`."
@@ -161,7 +163,7 @@ class ImageViews(ViewBuilder):
         """
         key = f"pixel_values_{name}" if name else "pixel_values"
         if key not in inputs:
-            raise ValueError(
+            raise InputError(
                 f"The batch has no `{key}` (keys: {sorted(inputs)}): the data collator does not build the "
                 "views this objective needs."
             )
@@ -193,7 +195,7 @@ class ImageViews(ViewBuilder):
 
     def _raw_images(self, inputs: Mapping[str, Any]) -> Tensor:
         if "pixel_values_eq" not in inputs:
-            raise ValueError(
+            raise InputError(
                 f"`views_on_device=True` makes the random views from the batch's `pixel_values_eq` (uint8 images "
                 f"resized to the view size), but the batch has none (keys: {sorted(inputs)}): use the objective's "
                 "collator (leave `data_collator` unset) or set `views_on_device=False`."
@@ -203,7 +205,7 @@ class ImageViews(ViewBuilder):
     def chunked_views(self, augment: Callable[..., tuple[Any, Any]], inputs: Mapping[str, Any]) -> list[dict[str, Tensor]]:
         """``augment(pixel_values_eq)``: ``(B, C, H, W) uint8`` to two normalised views."""
         if "pixel_values_eq" not in inputs:
-            raise ValueError(
+            raise InputError(
                 f"The batch has no `pixel_values_eq` (keys: {sorted(inputs)}): CARE's collator must pass the "
                 "resized un-normalised images (ImageViewCollator(raw_transform=...))."
             )

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from hf_contrast.errors import InputError
+
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -25,7 +27,7 @@ def collate_labels(features: Sequence[Mapping[str, Any]], label_column: str | No
         row, got = next(
             (i, type(y).__name__) for i, y in enumerate(labels) if isinstance(y, bool) or not isinstance(y, (int, np.integer))
         )
-        raise ValueError(
+        raise InputError(
             f"`{label_column}` (the label column) must hold integer class labels, got a {got} in row {row} of "
             "the batch; encode string labels with `dataset.class_encode_column(...)`."
         )

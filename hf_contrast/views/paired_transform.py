@@ -10,6 +10,8 @@ and calls an optional photometric transform on each image separately.
 
 from __future__ import annotations
 
+from hf_contrast.errors import InputError
+
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -69,7 +71,7 @@ class PairedTransform:
     ) -> None:
         for name, value in (("geometric", geometric), ("photometric", photometric), ("finalize", finalize)):
             if value is not None and not callable(value):
-                raise ValueError(f"`{name}` must be callable, got {type(value).__name__}.")
+                raise InputError(f"`{name}` must be callable, got {type(value).__name__}.")
         self.geometric = geometric
         self.photometric = photometric
         self.finalize = finalize if finalize is not None else v2.Compose(
@@ -93,7 +95,7 @@ class PairedTransform:
         """
         pre_img, post_img = self._to_image(pre), self._to_image(post)
         if pre_img.shape[-2:] != post_img.shape[-2:]:
-            raise ValueError(
+            raise InputError(
                 f"`pre` and `post` must have the same size (H, W), got {tuple(pre_img.shape[-2:])} and "
                 f"{tuple(post_img.shape[-2:])}."
             )
@@ -151,9 +153,9 @@ def paired_transform(
     mean_list, std_list = check_mean_std(mean, std)
     scale = check_range("scale", scale, 0.0, 1.0)
     if degrees < 0:
-        raise ValueError(f"`degrees` must be >= 0, got {degrees}.")
+        raise InputError(f"`degrees` must be >= 0, got {degrees}.")
     if jitter_strength < 0:
-        raise ValueError(f"`jitter_strength` must be >= 0, got {jitter_strength}.")
+        raise InputError(f"`jitter_strength` must be >= 0, got {jitter_strength}.")
     mode = interpolation_mode(interpolation)
     geometric: list[v2.Transform] = [*channel_step(len(mean_list))]
     geometric.append(v2.RandomResizedCrop(size, scale=scale, interpolation=mode, antialias=True))

@@ -11,6 +11,8 @@ BYOL, Grill et al. 2020, https://arxiv.org/abs/2006.07733): random resized crop 
 
 from __future__ import annotations
 
+from hf_contrast.errors import InputError
+
 import dataclasses
 import math
 from dataclasses import dataclass
@@ -78,7 +80,7 @@ class SimCLRRecipe:
             checked[name] = check_unit_interval(name, getattr(self, name))
         kernel = self.blur_kernel
         if kernel is not None and (not isinstance(kernel, int) or isinstance(kernel, bool) or kernel <= 0 or kernel % 2 == 0):
-            raise ValueError(f"`blur_kernel` must be a positive odd int (or None: ~10% of the side), got {kernel!r}.")
+            raise InputError(f"`blur_kernel` must be a positive odd int (or None: ~10% of the side), got {kernel!r}.")
         for name, value in checked.items():
             object.__setattr__(self, name, value)
 
@@ -92,7 +94,7 @@ class SimCLRRecipe:
         names = [f.name for f in dataclasses.fields(cls)]
         unknown = sorted(set(fields) - set(names))
         if unknown:
-            raise ValueError(f"Unknown SimCLR recipe parameter(s) {unknown}; the parameters are {names}.")
+            raise InputError(f"Unknown SimCLR recipe parameter(s) {unknown}; the parameters are {names}.")
         return cls(**fields)
 
     @property

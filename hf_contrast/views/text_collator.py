@@ -8,6 +8,8 @@ positive-pair column, and ``labels`` (``int64``) when the label column exists. R
 
 from __future__ import annotations
 
+from hf_contrast.errors import InputError
+
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -45,14 +47,14 @@ class TextViewCollator:
 
     def _encode(self, features: Sequence[Mapping[str, Any]], column: str) -> dict[str, Tensor]:
         if column not in features[0]:
-            raise ValueError(
+            raise InputError(
                 f"{column!r} is not a column of the dataset (columns: {sorted(features[0])}); set "
                 "`text_column` / `text_pair_column` in the training arguments."
             )
         texts = [f[column] for f in features]
         for row, text in enumerate(texts):
             if not isinstance(text, str):
-                raise ValueError(
+                raise InputError(
                     f"Row {row} of the batch holds a {type(text).__name__} in the text column {column!r}, not a "
                     "string; remove or fill missing texts (e.g. `dataset.filter(lambda r: r[column] is not None)`)."
                 )
@@ -63,7 +65,7 @@ class TextViewCollator:
 
     def __call__(self, features: Sequence[Mapping[str, Any]]) -> dict[str, Tensor]:
         if len(features) == 0:
-            raise ValueError("Cannot collate an empty batch (0 rows).")
+            raise InputError("Cannot collate an empty batch (0 rows).")
         if "input_ids" in features[0]:  # pre-tokenised rows
             keys = [k for k in ("input_ids", "attention_mask", "token_type_ids") if k in features[0]]
             batch = dict(self.tokenizer.pad([{k: f[k] for k in keys} for f in features], return_tensors="pt"))

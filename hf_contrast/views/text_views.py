@@ -8,6 +8,8 @@ column, ``labels``. Random views are SimCSE's: the same sentence encoded again u
 
 from __future__ import annotations
 
+from hf_contrast.errors import InputError
+
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -56,7 +58,7 @@ class TextViews(ViewBuilder):
             ValueError: without a tokenizer.
         """
         if self.processing_class is None:
-            raise ValueError(
+            raise InputError(
                 "A text encoder needs a tokenizer: pass `processing_class=tokenizer` (or build the encoder with one)."
             )
         return TextViewCollator(
@@ -96,7 +98,7 @@ class TextViews(ViewBuilder):
         prefix = f"{name}_" if name else ""
         view = {key: inputs[prefix + key] for key in TEXT_KEYS if prefix + key in inputs}
         if not view:
-            raise ValueError(
+            raise InputError(
                 f"The batch has no `{prefix}input_ids` (keys: {sorted(inputs)}): the data collator does not build "
                 "the views this objective needs."
             )
