@@ -1,4 +1,10 @@
-"""Test-suite set-up: nothing may reach the Hugging Face Hub (it is unreachable on CI)."""
+"""Test-suite set-up: nothing may reach the Hugging Face Hub (it is unreachable on CI), and the hypothesis profiles.
+
+The property-based tests (``tests/test_properties_*.py``, and every other ``@given``) run under the
+hypothesis profile named by ``HYPOTHESIS_PROFILE``: ``ci`` by default (few examples, derandomized so a
+run is reproducible, no example database written), ``dev`` for a long local search
+(``HYPOTHESIS_PROFILE=dev pytest tests/test_properties_losses.py``; docs/development.md).
+"""
 
 from __future__ import annotations
 
@@ -11,3 +17,16 @@ os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+from hypothesis import HealthCheck, settings  # noqa: E402
+
+_SLOW_OK = [HealthCheck.too_slow, HealthCheck.function_scoped_fixture, HealthCheck.data_too_large]
+# CI: bounded (the whole property suite stays well under two minutes on two CPU cores), reproducible
+# (derandomize: the same examples every run, so a red CI run is red again locally), and no
+# `.hypothesis/` folder written into the checkout; print_blob lets a failure be replayed exactly.
+settings.register_profile(
+    "ci", max_examples=20, deadline=None, derandomize=True, database=None, print_blob=True, suppress_health_check=_SLOW_OK
+)
+# Local search for new findings: many more random examples (examples found are kept in `.hypothesis/`, git-ignored).
+settings.register_profile("dev", max_examples=500, deadline=None, print_blob=True, suppress_health_check=_SLOW_OK)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))

@@ -40,6 +40,7 @@ from ..tensor_checks import (
     check_size,
     check_unit_interval,
     l2_normalize,
+    value_checks_enabled,
 )
 from .hyperparameters import HyperparameterModule, Hyperparameters, hyperparameter
 from .ocl import OCLoss, ocl_loss
@@ -81,6 +82,11 @@ def latent_correlation_embedding(
     Raises:
         ValueError: if the lists are empty, differ in length, or a pair of maps differs in shape.
     """
+    for name, maps in (("maps_pre", maps_pre), ("maps_post", maps_post)):
+        if isinstance(maps, Tensor) or not isinstance(maps, Sequence) or isinstance(maps, (str, bytes)):
+            raise InputError(
+                f"`{name}` must be a list of (B, C, H, W) feature maps (one per stage), got {type(maps).__name__}."
+            )
     if len(maps_pre) == 0 or len(maps_pre) != len(maps_post):
         raise InputError(
             f"`maps_pre` and `maps_post` must be non-empty sequences of equal length, got "
@@ -92,14 +98,7 @@ def latent_correlation_embedding(
         check_same_shape(f"maps_pre[{i}]", a, f"maps_post[{i}]", b)
         if a.shape[0] != maps_pre[0].shape[0]:
             raise InputError(f"all maps must share the batch size {maps_pre[0].shape[0]}, `maps_pre[{i}]` has {a.shape[0]}.")
-    if output_size is None:
-        size = tuple(maps_pre[0].shape[-2:])
-    elif isinstance(output_size, int):
-        size = (output_size, output_size)
-    else:
-        size = tuple(output_size)
-    if len(size) != 2 or min(size) < 1:
-        raise InputError(f"`output_size` must be a positive int or (H, W), got {output_size!r}.")
+    size = tuple(maps_pre[0].shape[-2:]) if output_size is None else check_size("output_size", output_size)
 
     total = None
     n_channels = 0
@@ -144,7 +143,12 @@ def inverse_frequency_weights(class_counts: Sequence[int] | Tensor) -> Tensor:
     >>> inverse_frequency_weights([3, 1])
     tensor([0.5000, 1.5000])
     """
-    counts = torch.as_tensor(class_counts, dtype=torch.float64)
+    try:
+        counts = torch.as_tensor(class_counts, dtype=torch.float64)
+    except (TypeError, ValueError, RuntimeError) as error:
+        raise InputError(
+            f"`class_counts` must be a 1-D sequence of positive sample counts, one per class, got {class_counts!r}."
+        ) from error
     if counts.ndim != 1 or counts.numel() < 2:
         raise InputError(f"`class_counts` must be a 1-D sequence over >= 2 classes, got shape {tuple(counts.shape)}.")
     if not bool((counts > 0).all()):
@@ -169,6 +173,7 @@ def local_alpha(epoch: float, schedule: str = "inverse_epoch", alpha: float = 1.
     0.5
     """
     alpha = check_unit_interval("alpha", alpha)
+    epoch = check_non_negative("epoch", epoch)
     if epoch < 0:
         raise InputError(f"`epoch` must be >= 0, got {epoch}.")
     if schedule == "inverse_epoch":
@@ -210,10 +215,21 @@ def _local_terms(
         "labels", labels, logits.shape[1], fix="the classifier has one logit per class: build `LOCALLoss` with "
         "`num_classes` = the number of classes of the dataset (largest label + 1), or remap the labels to 0..K-1."
     )
-    if class_weights is not None and class_weights.shape != (logits.shape[1],):
-        raise InputError(
-            f"`class_weights` must have shape ({logits.shape[1]},) (one weight per class), got {tuple(class_weights.shape)}."
-        )
+    if latent is not None:
+        check_embeddings("latent", latent, shape_doc="(B, D_L)")
+        if latent.shape[0] != n:
+            raise InputError(f"`latent` must have {n} rows (one per pair), got shape {tuple(latent.shape)}.")
+    if class_weights is not None:
+        check_embeddings("class_weights", class_weights, ndim=1, shape_doc=f"({logits.shape[1]},)")
+        if class_weights.shape != (logits.shape[1],):
+            raise InputError(
+                f"`class_weights` must have shape ({logits.shape[1]},) (one weight per class), got {tuple(class_weights.shape)}."
+            )
+        if value_checks_enabled(class_weights) and (bool((class_weights < 0).any()) or not bool(class_weights.sum() > 0)):
+            raise InputError(
+                "`class_weights` must be >= 0 with a positive sum (e.g. `inverse_frequency_weights(class_counts)`), "
+                f"got {class_weights.tolist()}."
+            )
 
     contrastive_fn = _CONTRASTIVE[contrastive]
     z = pair_difference(projections_pre, projections_post)
@@ -235,6 +251,12 @@ def _local_terms(
         "classification": (1.0 - alpha) * wce,
     }
     terms["loss"] = terms["contrastive"] + terms["latent"] + terms["classification"]
+    if value_checks_enabled(terms["loss"]) and not bool(torch.isfinite(terms["loss"])):
+        raise InputError(
+            f"the LOCAL loss of finite inputs is not finite with `temperature`={temperature} and `beta`={beta}: "
+            "similarities / temperature or the weighted latent term overflow float32; use a temperature >= 1e-3 "
+            "and a `beta` of order 1."
+        )
     return terms
 
 

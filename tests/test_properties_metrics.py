@@ -1,0 +1,127 @@
+"""Property: the metrics (``hf_contrast.metrics``), the objectives' constructors (``hf_contrast.objectives``) and the
+evaluators' constructors (``hf_contrast.evaluation``) give a valid result or an ``InputError`` naming the argument."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import pytest
+import torch
+from _properties import any_bad, assert_package_error_or_result, bad_names, bad_numbers, finite_float, near_tensors, wrong_types
+from hypothesis import given
+from hypothesis import strategies as st
+
+from hf_contrast import metrics
+from hf_contrast.evaluation import EmbeddingMetrics, EquivarianceEvaluator, SequentialEvaluator, STSEvaluator
+from hf_contrast.objectives import available_objectives, get_objective
+
+N, D = 8, 3
+_gen = torch.Generator().manual_seed(0)
+Z = torch.randn(N, D, generator=_gen)
+Y = torch.tensor([0, 1] * (N // 2))
+HYPER = st.one_of(bad_numbers, wrong_types, near_tensors(()))
+
+
+def in_range(low: float, high: float):  # noqa: ANN201
+    def check(result: Any) -> None:
+        finite_float(result)
+        assert low - 1e-6 <= result <= high + 1e-6, f"{result} outside [{low}, {high}]"
+
+    return check
+
+
+# (metric, valid kwargs, {argument: (strategy, names)}, check)
+METRICS = [
+    ("alignment", {"x": Z, "y": Z.flip(0)}, {"x": any_bad((N, D)), "y": any_bad((N, D)), "alpha": HYPER}, ("x", "y"), finite_float),
+    ("uniformity", {"x": Z}, {"x": any_bad((N, D)), "t": HYPER}, ("x",), finite_float),
+    ("class_orthogonality", {"z": Z, "labels": Y}, {"z": any_bad((N, D)), "labels": any_bad((N,))}, ("z", "labels"), finite_float),
+    ("effective_rank", {"z": Z}, {"z": any_bad((N, D))}, ("z",), finite_float),
+    ("mean_cosine", {"z": Z}, {"z": any_bad((N, D))}, ("z",), in_range(-1, 1)),
+    ("relative_rotational_equivariance", {"f": Z, "f_a": Z.flip(0)}, {"f": any_bad((N, D)), "f_a": any_bad((N, D))}, ("f", "f_a"), finite_float),
+    ("knn_accuracy", {"train_z": Z, "train_y": Y, "k": 3},
+     {"train_z": any_bad((N, D)), "train_y": any_bad((N,)), "test_z": any_bad((N, D)), "k": HYPER, "temperature": HYPER,
+      "batch_size": HYPER}, ("train_z", "train_y", "test_z", "test_y"), in_range(0, 1)),
+    ("linear_probe_accuracy", {"train_z": Z, "train_y": Y, "test_z": Z, "test_y": Y},
+     {"train_z": any_bad((N, D)), "train_y": any_bad((N,)), "test_y": any_bad((N,)), "C": HYPER, "max_iter": HYPER},
+     ("train_z", "train_y", "test_z", "test_y"), in_range(0, 1)),
+    ("macro_f1", {"predicted": Y, "labels": Y}, {"predicted": any_bad((N,)), "labels": any_bad((N,)), "num_classes": HYPER},
+     ("predicted", "labels"), in_range(0, 1)),
+    ("spearman_correlation", {"x": Z[:, 0], "y": Z[:, 1]}, {"x": any_bad((N,)), "y": any_bad((N,))}, ("x", "y"), in_range(-1, 1)),
+    ("sts_spearman", {"a": Z, "b": Z.flip(0), "scores": Z[:, 0]},
+     {"a": any_bad((N, D)), "b": any_bad((N, D)), "scores": any_bad((N,))}, ("a", "b", "scores"), in_range(-1, 1)),
+]
+METRIC_PARAMS = [
+    pytest.param(name, valid, strategies[arg], (arg, *coupled), check, id=f"{name}-{arg}")
+    for name, valid, strategies, coupled, check in METRICS
+    for arg in strategies
+]
+
+
+@pytest.mark.parametrize(("name", "valid", "strategy", "names", "check"), METRIC_PARAMS)
+@given(data=st.data())
+def test_metric_gives_a_finite_value_or_names_the_argument(name, valid, strategy, names, check, data) -> None:  # noqa: ANN001
+    kwargs = dict(valid)
+    kwargs[names[0]] = data.draw(strategy, label=names[0])
+    assert_package_error_or_result(lambda: getattr(metrics, name)(**kwargs), names, check)
+
+
+@pytest.mark.parametrize("name", available_objectives())
+@given(data=st.data())
+def test_objective_config_names_the_bad_hyperparameter(name: str, data: st.DataObject) -> None:
+    objective = get_objective(name)
+    fields = sorted(getattr(objective.config_class, "__dataclass_fields__", {})) if hasattr(objective, "config_class") else []
+    if not fields:
+        pytest.skip(f"{name} declares no hyperparameters")
+    argument = data.draw(st.sampled_from(fields), label="hyperparameter")
+    value = data.draw(st.one_of(HYPER, bad_names), label=argument)
+    assert_package_error_or_result(lambda: objective(**{argument: value}), (argument,), None)
+
+
+@given(name=bad_names)
+def test_get_objective_names_the_unknown_method(name: Any) -> None:
+    assert_package_error_or_result(lambda: get_objective(name), ("name", "objective", "method", str(name)), None)
+
+
+EMBEDDING_METRICS_ARGS = ["knn_k", "knn_temperature", "probe", "probe_test_fraction", "max_samples", "seed", "warn_collapse", "progress"]
+
+
+@given(data=st.data())
+def test_embedding_metrics_constructor(data: st.DataObject) -> None:
+    argument = data.draw(st.sampled_from(EMBEDDING_METRICS_ARGS), label="argument")
+    value = data.draw(st.one_of(HYPER, bad_names), label=argument)
+    assert_package_error_or_result(lambda: EmbeddingMetrics(**{argument: value}), (argument,), None)
+
+
+@given(z=any_bad((N, D)), labels=st.one_of(st.none(), any_bad((N,))))
+def test_embedding_metrics_call(z: Any, labels: Any) -> None:
+    def check(result: Any) -> None:
+        assert isinstance(result, dict)
+        for key, value in result.items():
+            assert not (isinstance(value, float) and math.isnan(value)), f"{key} is NaN instead of an error"
+
+    em = EmbeddingMetrics(knn_k=3, probe=False, progress=False, warn_collapse=False)
+    assert_package_error_or_result(lambda: em(z, labels), ("embeddings", "labels", "z"), check)
+
+
+@given(data=st.data())
+def test_sts_evaluator_constructor(data: st.DataObject) -> None:
+    kwargs: dict[str, Any] = {"sentences1": ["a cat", "a dog"], "sentences2": ["a mat", "a car"], "scores": [1.0, 2.0]}
+    argument = data.draw(st.sampled_from([*kwargs, "batch_size", "name", "output", "max_length"]), label="argument")
+    kwargs[argument] = data.draw(
+        st.one_of(wrong_types, bad_numbers, bad_names, st.lists(st.one_of(st.text(max_size=3), bad_numbers), max_size=3)), label=argument
+    )
+    assert_package_error_or_result(lambda: STSEvaluator(**kwargs), (argument,), None)
+
+
+@given(data=st.data())
+def test_equivariance_evaluator_constructor(data: st.DataObject) -> None:
+    kwargs: dict[str, Any] = {"batch": {"pixel_values": torch.zeros(2, 3, 32, 32)}, "augment": lambda x: x}
+    argument = data.draw(st.sampled_from(["batch", "augment", "augment_key", "num_augmentations", "output", "seed", "name"]), label="argument")
+    kwargs[argument] = data.draw(st.one_of(wrong_types, bad_numbers, bad_names, st.dictionaries(bad_names.filter(lambda n: isinstance(n, str)), wrong_types, max_size=2)), label=argument)
+    assert_package_error_or_result(lambda: EquivarianceEvaluator(**kwargs), (argument,), None)
+
+
+@given(evaluators=st.one_of(wrong_types, st.lists(wrong_types, max_size=3)), primary=HYPER)
+def test_sequential_evaluator_constructor(evaluators: Any, primary: Any) -> None:
+    assert_package_error_or_result(lambda: SequentialEvaluator(evaluators, primary=primary), ("evaluators", "primary"), None)
