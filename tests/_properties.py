@@ -25,12 +25,12 @@ from hf_contrast.errors import InputError
 
 __all__ = [
     "assert_package_error_or_result",
-    "finite_scalar",
-    "wrong_types",
-    "bad_numbers",
     "bad_names",
-    "tensors",
+    "bad_numbers",
+    "finite_scalar",
     "near_tensors",
+    "tensors",
+    "wrong_types",
 ]
 
 
@@ -62,7 +62,7 @@ def assert_package_error_or_result(
             f"{type(error).__name__} does not name the argument (one of {names}): {message}"
         )
         return None
-    except Exception as error:  # noqa: BLE001 - the property: nothing else may escape
+    except Exception as error:
         raise AssertionError(
             f"{type(error).__module__}.{type(error).__name__} escaped (not hf_contrast.errors.InputError) "
             f"for a bad `{names[0]}`: {_first_line(error)}"

@@ -13,7 +13,15 @@ from typing import Any
 
 import pytest
 import torch
-from _properties import any_bad, assert_package_error_or_result, bad_names, bad_numbers, finite_scalar, near_tensors, wrong_types
+from _properties import (
+    any_bad,
+    assert_package_error_or_result,
+    bad_names,
+    bad_numbers,
+    finite_scalar,
+    near_tensors,
+    wrong_types,
+)
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -182,8 +190,27 @@ CASES = [
     Case("BinaryNCELoss.forward", _forward(BinaryNCELoss), lambda: {"z1": _z(B, D), "z2": _z(B, D)}, pair()),
 ]
 
+#: Findings not fixed yet (strict: the case turns red once fixed; then remove the entry).
+FINDINGS = {
+    ('moco_info_nce_loss', 'temperature'): "finding: moco_info_nce_loss(temperature=10**30) raises OverflowError 'int too big to convert'",
+    ('simo_loss', 'e'): 'finding: simo_loss(e, y) returns a non-finite loss for finite e of extreme scale instead of an InputError',
+    ('alignment_loss', 'alpha'): 'finding: alignment_loss(x, y, alpha=<huge>) returns inf instead of an InputError on `alpha`',
+    ('vicreg_loss', 'invariance_weight'): 'finding: vicreg_loss(invariance_weight=10**30) raises OverflowError / blames `z1`, `z2` scale instead of the weight',
+    ('vicreg_loss', 'variance_weight'): 'finding: vicreg_loss(variance_weight=<huge>) overflows and the InputError blames the scale of `z1`, `z2`, not the weight',
+    ('vicreg_loss', 'covariance_weight'): 'finding: vicreg_loss(covariance_weight=<huge>) overflows and the InputError blames the scale of `z1`, `z2`, not the weight',
+    ('binary_nce_loss', 'temperature'): "finding: binary_nce_loss(temperature=10**30) raises OverflowError 'int too big to convert'",
+    ('binary_nce_loss', 'bias'): 'finding: binary_nce_loss(bias=<huge or tensor inf>) returns a non-finite loss instead of an InputError on `bias`',
+    ('CARELoss.forward', 'z1_inv'): "finding: CARELoss.forward(z1_inv=bad) names `z1` (info_nce_loss's argument), not `z1_inv`",
+    ('CARELoss.forward', 'z2_inv'): "finding: CARELoss.forward(z2_inv=bad) names `z2` (info_nce_loss's argument), not `z2_inv`",
+    ('AlignUniformLoss.forward', 'z1'): "finding: AlignUniformLoss.forward(z1=bad) names `x` / `y` (alignment_loss's arguments), not `z1`",
+    ('AlignUniformLoss.forward', 'z2'): "finding: AlignUniformLoss.forward(z2=bad) names `x` / `y` (alignment_loss's arguments), not `z2`",
+}
+
 PARAMS = [
-    pytest.param(case, argument, id=f"{case.name}-{argument}", marks=case.marks.get(argument, ()))
+    pytest.param(
+        case, argument, id=f"{case.name}-{argument}",
+        marks=[pytest.mark.xfail(strict=True, reason=FINDINGS[case.name, argument])] if (case.name, argument) in FINDINGS else [],
+    )
     for case in CASES
     for argument in case.bad
 ]

@@ -8,12 +8,25 @@ from typing import Any
 
 import pytest
 import torch
-from _properties import any_bad, assert_package_error_or_result, bad_names, bad_numbers, finite_float, near_tensors, wrong_types
+from _properties import (
+    any_bad,
+    assert_package_error_or_result,
+    bad_names,
+    bad_numbers,
+    finite_float,
+    near_tensors,
+    wrong_types,
+)
 from hypothesis import given
 from hypothesis import strategies as st
 
 from hf_contrast import metrics
-from hf_contrast.evaluation import EmbeddingMetrics, EquivarianceEvaluator, SequentialEvaluator, STSEvaluator
+from hf_contrast.evaluation import (
+    EmbeddingMetrics,
+    EquivarianceEvaluator,
+    SequentialEvaluator,
+    STSEvaluator,
+)
 from hf_contrast.objectives import available_objectives, get_objective
 
 N, D = 8, 3
@@ -23,7 +36,7 @@ Y = torch.tensor([0, 1] * (N // 2))
 HYPER = st.one_of(bad_numbers, wrong_types, near_tensors(()))
 
 
-def in_range(low: float, high: float):  # noqa: ANN201
+def in_range(low: float, high: float):
     def check(result: Any) -> None:
         finite_float(result)
         assert low - 1e-6 <= result <= high + 1e-6, f"{result} outside [{low}, {high}]"
@@ -51,8 +64,18 @@ METRICS = [
     ("sts_spearman", {"a": Z, "b": Z.flip(0), "scores": Z[:, 0]},
      {"a": any_bad((N, D)), "b": any_bad((N, D)), "scores": any_bad((N,))}, ("a", "b", "scores"), in_range(-1, 1)),
 ]
+#: Findings not fixed yet (strict: the case turns red once fixed; then remove the entry).
+FINDINGS = {
+    "alignment-alpha": "finding: metrics.alignment(x, y, alpha=10**30) returns inf instead of an InputError on `alpha`",
+    "uniformity-t": "finding: metrics.uniformity(x, t=torch.tensor(inf)) returns a non-finite value (t as a 0-d tensor is not checked)",
+    "macro_f1-labels": "finding: metrics.macro_f1(predicted, labels=torch.tensor(1.5)) raises TypeError 'len() of a 0-d tensor'",
+    "sts_spearman-b": "finding: metrics.sts_spearman(a, b=zeros) returns NaN (a zero embedding has no cosine) instead of an error",
+}
 METRIC_PARAMS = [
-    pytest.param(name, valid, strategies[arg], (arg, *coupled), check, id=f"{name}-{arg}")
+    pytest.param(
+        name, valid, strategies[arg], (arg, *coupled), check, id=f"{name}-{arg}",
+        marks=[pytest.mark.xfail(strict=True, reason=FINDINGS[f"{name}-{arg}"])] if f"{name}-{arg}" in FINDINGS else [],
+    )
     for name, valid, strategies, coupled, check in METRICS
     for arg in strategies
 ]
@@ -60,7 +83,7 @@ METRIC_PARAMS = [
 
 @pytest.mark.parametrize(("name", "valid", "strategy", "names", "check"), METRIC_PARAMS)
 @given(data=st.data())
-def test_metric_gives_a_finite_value_or_names_the_argument(name, valid, strategy, names, check, data) -> None:  # noqa: ANN001
+def test_metric_gives_a_finite_value_or_names_the_argument(name, valid, strategy, names, check, data) -> None:
     kwargs = dict(valid)
     kwargs[names[0]] = data.draw(strategy, label=names[0])
     assert_package_error_or_result(lambda: getattr(metrics, name)(**kwargs), names, check)
@@ -101,9 +124,10 @@ def test_embedding_metrics_call(z: Any, labels: Any) -> None:
             assert not (isinstance(value, float) and math.isnan(value)), f"{key} is NaN instead of an error"
 
     em = EmbeddingMetrics(knn_k=3, probe=False, progress=False, warn_collapse=False)
-    assert_package_error_or_result(lambda: em(z, labels), ("embeddings", "labels", "z"), check)
+    assert_package_error_or_result(lambda: em.compute(z, labels), ("embeddings", "labels", "z"), check)
 
 
+@pytest.mark.xfail(strict=True, reason="finding: STSEvaluator(sentences1=None, ...) / scores=None raises TypeError 'NoneType' object is not iterable")
 @given(data=st.data())
 def test_sts_evaluator_constructor(data: st.DataObject) -> None:
     kwargs: dict[str, Any] = {"sentences1": ["a cat", "a dog"], "sentences2": ["a mat", "a car"], "scores": [1.0, 2.0]}
@@ -122,6 +146,7 @@ def test_equivariance_evaluator_constructor(data: st.DataObject) -> None:
     assert_package_error_or_result(lambda: EquivarianceEvaluator(**kwargs), (argument,), None)
 
 
+@pytest.mark.xfail(strict=True, reason="finding: SequentialEvaluator(None) raises TypeError 'NoneType' object is not iterable")
 @given(evaluators=st.one_of(wrong_types, st.lists(wrong_types, max_size=3)), primary=HYPER)
 def test_sequential_evaluator_constructor(evaluators: Any, primary: Any) -> None:
     assert_package_error_or_result(lambda: SequentialEvaluator(evaluators, primary=primary), ("evaluators", "primary"), None)

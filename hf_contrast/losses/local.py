@@ -15,8 +15,6 @@ Paper: "LOCAL: Latent Orthonormal Contrastive Learning for Paired Images". A sha
 
 from __future__ import annotations
 
-from hf_contrast.errors import InputError
-
 import warnings
 from collections.abc import Sequence
 from dataclasses import MISSING, dataclass
@@ -27,18 +25,20 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from hf_contrast.errors import InputError
+
 from ..tensor_checks import (
-    compute_dtype,
     check_choice,
     check_embeddings,
-    check_int,
     check_index_range,
+    check_int,
     check_labels,
     check_non_negative,
     check_positive,
     check_same_shape,
     check_size,
     check_unit_interval,
+    compute_dtype,
     l2_normalize,
     value_checks_enabled,
 )
@@ -47,12 +47,12 @@ from .ocl import OCLoss, ocl_loss
 from .supcon import supcon_loss
 
 __all__ = [
-    "latent_correlation_embedding",
-    "pair_difference",
+    "LOCALLoss",
     "inverse_frequency_weights",
+    "latent_correlation_embedding",
     "local_alpha",
     "local_loss",
-    "LOCALLoss",
+    "pair_difference",
 ]
 
 _CONTRASTIVE = {"ocl": ocl_loss, "supcon": supcon_loss}
@@ -124,6 +124,9 @@ def pair_difference(projections_pre: Tensor, projections_post: Tensor) -> Tensor
     Shape: ``(B, P)`` and ``(B, P)`` -> ``(B, P)``, float32 (or float64), unit rows (an all-zero
     difference stays zero).
     """
+    check_embeddings("projections_pre", projections_pre)
+    check_embeddings("projections_post", projections_post)
+    check_same_shape("projections_pre", projections_pre, "projections_post", projections_post)
     dtype = compute_dtype(projections_pre, projections_post)
     return l2_normalize(l2_normalize(projections_pre.to(dtype)) - l2_normalize(projections_post.to(dtype)))
 
@@ -364,6 +367,15 @@ class LOCALLoss(HyperparameterModule):
 
     def classify(self, embeddings_pre: Tensor, embeddings_post: Tensor) -> Tensor:
         """Logits of the pair classifier on ``concat(n(r_pre), n(r_post))``. Shape: ``(B, K)``."""
+        for name, embeddings in (("embeddings_pre", embeddings_pre), ("embeddings_post", embeddings_post)):
+            check_embeddings(name, embeddings, shape_doc=f"(B, {self.embedding_dim})")
+            if embeddings.shape[1] != self.embedding_dim:
+                raise InputError(
+                    f"`{name}` must have {self.embedding_dim} features (`embedding_dim`), got shape {tuple(embeddings.shape)}."
+                )
+        check_same_shape("embeddings_pre", embeddings_pre, "embeddings_post", embeddings_post)
+        weight = self.classifier[0].weight
+        embeddings_pre, embeddings_post = embeddings_pre.to(weight.dtype), embeddings_post.to(weight.dtype)
         return self.classifier(torch.cat([l2_normalize(embeddings_pre), l2_normalize(embeddings_post)], dim=1))
 
     def forward(
