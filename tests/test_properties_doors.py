@@ -76,6 +76,7 @@ def test_text_encode(text_encoder: ContrastiveEncoder, inputs: Any) -> None:
     assert_package_error_or_result(lambda: text_encoder.encode(inputs, show_progress_bar=False), ("inputs", "sentences"), rows_of(n, 32))
 
 
+@pytest.mark.xfail(strict=True, reason="finding (models/): image encode of a list of strings raises BadImageError (not an InputError); a (2, C, 8, 8) / 0-d / 1-D tensor lets RuntimeError 'size of tensor a (4) must match ... b (3)', ValueError 'not enough values to unpack' or ZeroDivisionError escape")
 @FEW
 @given(inputs=IMAGE_INPUTS)
 def test_image_encode(image_encoder: ContrastiveEncoder, inputs: Any) -> None:
@@ -92,6 +93,7 @@ def test_encode_options(image_encoder: ContrastiveEncoder, data: st.DataObject) 
     assert_package_error_or_result(lambda: image_encoder.encode(images, show_progress_bar=False, **{argument: value}), (argument,), None)
 
 
+@pytest.mark.xfail(strict=True, reason="finding (models/): from_backbone(' ', pretrained=False) lets huggingface_hub's OSError 'Repo id must use alphanumeric chars' escape; from_backbone('Label', pretrained=False) raises HubUnavailableError (not an InputError) instead of 'unknown backbone'")
 @FEWER
 @given(backbone=bad_names, data=st.data())
 def test_from_backbone_bad_name_or_kwargs(backbone: Any, data: st.DataObject) -> None:
@@ -124,6 +126,7 @@ def _folder(tmp_path: Path, kind: str) -> Path:
     return folder
 
 
+@pytest.mark.xfail(strict=True, reason="finding (models/): from_pretrained(missing folder / a file) raises a plain FileNotFoundError, not MissingPathError; an empty folder, a folder with only config.json, a bad config.json or only weights let transformers' OSError escape")
 @FEW
 @given(kind=FOLDERS)
 def test_from_pretrained_bad_folder(tmp_path: Path, kind: str) -> None:
@@ -131,6 +134,7 @@ def test_from_pretrained_bad_folder(tmp_path: Path, kind: str) -> None:
     assert_package_error_or_result(lambda: ContrastiveEncoder.from_pretrained(folder), (str(folder), folder.name), None)
 
 
+@pytest.mark.xfail(strict=True, reason='finding (data/): load_image_dataset / load_text_dataset / load_sts_pairs of a missing path let datasets\' FileNotFoundError "Couldn\'t find any data file" escape (not MissingPathError)')
 @FEW
 @given(kind=FOLDERS, loader=st.sampled_from(["image", "text", "sts"]))
 def test_loaders_bad_folder(tmp_path: Path, kind: str, loader: str) -> None:
@@ -143,6 +147,7 @@ def test_loaders_bad_folder(tmp_path: Path, kind: str, loader: str) -> None:
     assert_package_error_or_result(call, (str(folder), folder.name, "path_or_id", "path"), None)
 
 
+@pytest.mark.xfail(strict=True, reason="finding (data/): load_sts_pairs(sentence1_column=['text']) lets datasets' ValueError 'Column name ... not in the dataset' escape; delimiter='' lets DatasetGenerationError escape; score_column=None gives an error that does not name it")
 @FEW
 @given(data=st.data())
 def test_loaders_bad_arguments(tmp_path: Path, data: st.DataObject) -> None:
@@ -169,6 +174,7 @@ def test_training_arguments(tmp_path: Path, data: st.DataObject) -> None:
     )
 
 
+@pytest.mark.xfail(strict=True, reason="finding (training/): SimCLRTrainer(model=None) lets transformers' RuntimeError '`Trainer` requires either a `model` or `model_init` argument' escape")
 @FEWER
 @given(model=st.one_of(wrong_types, st.just(torch.nn.Linear(2, 2))), dataset=st.one_of(wrong_types, st.lists(st.dictionaries(bad_names.filter(lambda n: isinstance(n, str)), wrong_types, max_size=2), max_size=2)))
 def test_trainer_constructor(tmp_path: Path, image_encoder: ContrastiveEncoder, model: Any, dataset: Any) -> None:

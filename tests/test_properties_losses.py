@@ -7,6 +7,7 @@ empty, NaN / inf / huge / tiny values, a bad hyperparameter) while the others st
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -84,7 +85,7 @@ def finite_tensor(result: Any) -> None:
 
 
 def finite_number(result: Any) -> None:
-    assert isinstance(result, float) and result == result and abs(result) != float("inf"), f"got {result!r}"
+    assert isinstance(result, float) and math.isfinite(result), f"got {result!r}"
 
 
 @dataclass
