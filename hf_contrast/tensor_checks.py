@@ -160,7 +160,12 @@ def _check_number(name: str, value: object) -> float:
     if isinstance(value, Tensor):
         if value.numel() != 1:
             raise InputError(f"`{name}` must be a scalar, got a tensor of shape {tuple(value.shape)}.")
-        return float(value.detach())
+        if value.dtype == torch.bool or value.is_complex():
+            raise InputError(f"`{name}` must be a real number, got a tensor of dtype {value.dtype}.")
+        number = float(value.detach())
+        if not math.isfinite(number):
+            raise InputError(f"`{name}` must be finite, got {number}.")
+        return number
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise InputError(f"`{name}` must be a number, got {value!r} of type {type(value).__name__}.")
     value = float(value)

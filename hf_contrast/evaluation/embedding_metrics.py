@@ -154,7 +154,7 @@ class EmbeddingMetrics:
             )
         embeddings, view1, view2 = _split_predictions(predictions)
         views = None if view1 is None and view2 is None else (view1, view2)
-        return self.compute(embeddings, label_ids, views)
+        return self._compute(embeddings, label_ids, views, ("predictions", "label_ids"))
 
     def compute(
         self, embeddings: object, labels: object | None = None, views: Sequence[object] | None = None
@@ -171,12 +171,18 @@ class EmbeddingMetrics:
         Returns:
             ``{name: value}`` (plain names, see the class docstring).
         """
-        z = as_embeddings("predictions", embeddings, min_rows=2)
-        y = None if labels is None else as_labels("label_ids", labels, z.shape[0], z.device)
+        return self._compute(embeddings, labels, views, ("embeddings", "labels"))
+
+    def _compute(
+        self, embeddings: object, labels: object | None, views: Sequence[object] | None, names: tuple[str, str]
+    ) -> dict[str, float]:
+        """:meth:`compute`, with errors naming the caller's arguments (``predictions`` / ``label_ids`` from ``__call__``)."""
+        z = as_embeddings(names[0], embeddings, min_rows=2)
+        y = None if labels is None else as_labels(names[1], labels, z.shape[0], z.device)
         if y is not None and bool((y < 0).any()):
             if not bool((y < 0).all()):
                 raise InputError(
-                    f"`label_ids` mixes negative ({int((y < 0).sum())} rows) and class labels: negative labels "
+                    f"`{names[1]}` mixes negative ({int((y < 0).sum())} rows) and class labels: negative labels "
                     "(-1, -100) mean 'unlabelled' and must cover every row, or none."
                 )
             y = None  # every row unlabelled (the trainer's -1 placeholder)

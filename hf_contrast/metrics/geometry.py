@@ -161,7 +161,13 @@ def alignment(x: object, y: object, alpha: float = 2.0, normalize: bool = True) 
         ValueError: on shape mismatch, non-finite values or ``alpha <= 0``.
     """
     a, b = as_pair("x", x, "y", y)
-    return float(alignment_loss(a, b, alpha=alpha, normalize=normalize))
+    value = float(alignment_loss(a, b, alpha=alpha, normalize=normalize))
+    if not math.isfinite(value):
+        raise InputError(
+            f"the alignment of `x`, `y` with `alpha`={alpha} is beyond the float range (distances ** alpha "
+            "overflow): use the paper's alpha = 2 (any alpha of order 1 works)."
+        )
+    return value
 
 
 @torch.no_grad()
