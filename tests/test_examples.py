@@ -435,12 +435,17 @@ def test_bad_images_are_skipped_and_counted(tmp_path: Path) -> None:
 
 
 def test_a_bad_image_raises_naming_the_file(tmp_path: Path) -> None:
-    """`--on_bad_image raise` (the default) stops at the first bad file and names it."""
+    """`--on_bad_image raise` (the default) stops before the first step (the trainer's start-up scan), naming
+    both bad files and the fix."""
     from hf_contrast.views.decode import BadImageError
 
     root = bad_image_folder(tmp_path / "images")
-    with pytest.raises(BadImageError, match=r"Bad image in row \d+ of the batch .*(empty\.png|truncated\.jpg)"):
+    with pytest.raises(BadImageError) as caught:
         run_example("run_ocl.py", "--dataset", str(root), *BAD_RUN, output_dir=tmp_path / "ocl")
+    message = str(caught.value)
+    assert "2 unreadable image(s) found before training" in message and "on_bad_image='skip'" in message
+    assert "empty.png" in message and "truncated.jpg" in message
+    assert not (tmp_path / "ocl" / "checkpoint-1").exists()
 
 
 def test_the_equivariance_evaluator_names_a_bad_file_before_training(tmp_path: Path) -> None:

@@ -10,7 +10,9 @@ views (two forward passes fewer, weaker invariance views).
 
 Ragged batches: chunks must be whole, so training batches must be a multiple of ``n_splits`` — the trainer
 checks ``per_device_train_batch_size`` before training and drops a ragged last batch of an epoch (see
-:attr:`Objective.batch_multiple`). Evaluation batches are cut into chunks of their own
+:attr:`Objective.batch_multiple`). A batch that lost unreadable images (``on_bad_image="skip"``) keeps the
+largest whole ``n_splits`` chunks of its readable rows; the rest are counted as ``dropped_rows``
+(:class:`~hf_contrast.views.WholeChunks`; ``n_splits`` never changes). Evaluation batches are cut into chunks of their own
 (:meth:`_ChunkedObjective.eval_chunks`), so ``eval_loss`` exists at any evaluation batch size of 2 or more,
 the Trainer's default 8 included.
 """
@@ -28,7 +30,7 @@ from torch import Tensor, nn
 
 from .. import distributed
 from ..losses import CARELoss, CAREMoCoLoss
-from ..views import ViewBuilder
+from ..views import ViewBuilder, WholeChunks
 from ..tensor_checks import check_bool, check_int, check_unit_interval
 from .base import Objective, ObjectiveConfig
 from .moco import MoCoState, MomentumUpdateCallback
@@ -98,10 +100,16 @@ class _ChunkedObjective(Objective):
         self._eval_parts = {n: (self.equivariance_augmentation, self.loss)}
 
     def train_collator(self, views: ViewBuilder) -> Callable[[list[dict[str, Any]]], dict[str, Any]]:
-        return views.collator(n_views=0 if self.config.share_views else 2, raw=True)
+        """Per-sample views and the raw batch; a batch that lost unreadable rows (``on_bad_image="skip"``) keeps
+        ``n_splits`` whole chunks (:class:`~hf_contrast.views.WholeChunks`, the rest counted in ``dropped_rows``)."""
+        n_views = 0 if self.config.share_views else 2
+        return views.collator(n_views=n_views, raw=True, whole_rows=WholeChunks(self.config.n_splits))
 
     def eval_collator(self, views: ViewBuilder) -> Callable[[list[dict[str, Any]]], dict[str, Any]]:
-        return views.collator(n_views=2, deterministic=True, raw=True)
+        """As training plus the deterministic view; only a custom augmentation (which cuts every batch into
+        ``n_splits`` chunks) needs whole chunks — the default cuts each evaluation batch by :meth:`eval_chunks`."""
+        whole = WholeChunks(self.config.n_splits) if self.custom_augmentation else None
+        return views.collator(n_views=2, deterministic=True, raw=True, whole_rows=whole)
 
     def equivariance_views(
         self, inputs: Mapping[str, Any], views: ViewBuilder, augmentation: Callable[..., tuple[Any, Any]] | None = None

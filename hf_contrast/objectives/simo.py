@@ -2,7 +2,9 @@
 
 Training batches come from :class:`~hf_contrast.training.AFCLBatchSampler`: ``C = classes_per_batch``
 classes × ``k = samples_per_class`` samples, class-major, ``2C <`` the number of classes;
-``per_device_train_batch_size`` must equal ``C·k``. The raw projections (SimO does not normalise) of
+``per_device_train_batch_size`` must equal ``C·k``; a batch that lost unreadable images
+(``on_bad_image="skip"``) keeps ``C`` groups of its smallest group's size (``dropped_rows`` counts the rest).
+The raw projections (SimO does not normalise) of
 ``n_views`` views (default 1; with 2 the views of a class form a group of ``2k``) go to
 :class:`~hf_contrast.losses.AFCLLoss`, which logs ``same``, ``mean`` and ``diff``. ``gather_distributed``
 does not apply: each process's AFCL batch is its own set of groups. Training logs carry
@@ -23,7 +25,7 @@ import torch
 from torch import Tensor, nn
 
 from ..losses import AFCLLoss
-from ..views import AFCLBatchSampler, ViewBuilder
+from ..views import AFCLBatchSampler, ViewBuilder, WholeClassGroups
 from ..tensor_checks import check_choice, check_int
 from .base import Objective, ObjectiveConfig
 from .geometry import GeometryMonitor, class_mean_abs_cosine
@@ -87,7 +89,9 @@ class SimOObjective(Objective):
         self.loss = AFCLLoss(n_classes=self.config.classes_per_batch, olean=self.config.olean)
 
     def train_collator(self, views: ViewBuilder) -> Any:
-        return views.collator(n_views=self.config.n_views)
+        """``n_views`` views per sample; a batch that lost unreadable rows (``on_bad_image="skip"``) keeps ``C``
+        equal class groups (:class:`~hf_contrast.views.WholeClassGroups`, the rest counted in ``dropped_rows``)."""
+        return views.collator(n_views=self.config.n_views, whole_rows=WholeClassGroups(self.config.classes_per_batch))
 
     def train_batch_sampler(self, dataset: Any, views: ViewBuilder) -> AFCLBatchSampler:
         """Class-major ``C × k`` batches, epoch-aware; Accelerate shards them over processes.

@@ -51,7 +51,7 @@ from ..model_card import ModelCardCallback
 from ..models.instances import as_encoder
 from ..models.modeling import ContrastiveEncoder
 from ..objectives import Objective, build_objective
-from ..views import pop_skipped_images, pop_view_batch_index, views_for
+from ..views import BadImageError, pop_dropped_rows, pop_skipped_images, pop_view_batch_index, scan_images, views_for
 from .arguments import ContrastiveTrainingArguments
 from .checkpointing import CheckpointingMixin, first_nonfinite_tensor
 from .gradient_cache import GradientCache
@@ -218,6 +218,8 @@ class ContrastiveTrainer(CheckpointingMixin, HubPublishingMixin, Trainer):
         self._eval_view_batches = 0
         # Rows the collators left out (`on_bad_image="skip"`) in this `train()` call / this evaluation: device tensors.
         self._skipped_images: dict[str, Tensor | None] = {"train": None, "eval": None}
+        # Readable rows a batch that lost rows also left out to keep its chunks / class groups whole (`whole_rows`).
+        self._dropped_rows: dict[str, Tensor | None] = {"train": None, "eval": None}
         self.add_callback(ModelCardCallback(self))  # fills model.model_card_data while training
 
     # ---- set-up checks -------------------------------------------------------------------------
@@ -294,20 +296,26 @@ class ContrastiveTrainer(CheckpointingMixin, HubPublishingMixin, Trainer):
         """``Trainer.train`` after :meth:`check_datasets`; with ``disable_tqdm=True`` no progress bar at all
         (the package's, transformers' "Writing model shards", the Hub's uploads). Rows the training collator
         left out in this call (``on_bad_image="skip"``) are reported as ``train_skipped_images`` in the
-        returned metrics when there are any."""
+        returned metrics when there are any, and the readable rows left out with them to keep chunks or class
+        groups whole (:mod:`hf_contrast.views.whole_rows`) as ``train_dropped_rows``. Before the first step the
+        image files are scanned (:meth:`check_image_files`)."""
         self.check_datasets()
-        self._skipped_images["train"] = None
+        self.check_image_files()
+        self._skipped_images["train"] = self._dropped_rows["train"] = None
         with progress_bars_disabled(self.args.disable_tqdm):
             output = super().train(*args, **kwargs)
         skipped = self._reported_skipped_images("train", "training")
         if skipped:
             output.metrics["train_skipped_images"] = skipped
+        dropped = self._reported_dropped_rows("train", "training")
+        if dropped:
+            output.metrics["train_dropped_rows"] = dropped
         return output
 
     def evaluate(self, *args: Any, **kwargs: Any) -> dict[str, float]:
         """``Trainer.evaluate``; with ``disable_tqdm=True`` no progress bar (an evaluator's encoding included).
         Rows the evaluation collator left out (``on_bad_image="skip"``) are reported as
-        ``<prefix>_skipped_images`` when there are any."""
+        ``<prefix>_skipped_images`` (and ``<prefix>_dropped_rows``) when there are any."""
         with progress_bars_disabled(self.args.disable_tqdm):
             return super().evaluate(*args, **kwargs)
 
@@ -623,33 +631,78 @@ class ContrastiveTrainer(CheckpointingMixin, HubPublishingMixin, Trainer):
         """``Trainer.evaluation_loop`` (device views restarted at evaluation batch 0: every evaluation draws the
         same views), then the ``evaluator``'s metrics added as ``<prefix>_<metric>``."""
         self._eval_view_batches = 0
-        self._skipped_images["eval"] = None
+        self._skipped_images["eval"] = self._dropped_rows["eval"] = None
         output = super().evaluation_loop(dataloader, description, *args, **kwargs)
         prefix = kwargs.get("metric_key_prefix", args[2] if len(args) > 2 else "eval")
         skipped = self._reported_skipped_images("eval", f"{description.lower()} ({prefix})")
         if skipped:
             output.metrics[f"{prefix}_skipped_images"] = skipped
+        dropped = self._reported_dropped_rows("eval", f"{description.lower()} ({prefix})")
+        if dropped:
+            output.metrics[f"{prefix}_dropped_rows"] = dropped
         if self.evaluator is not None and description == "Evaluation":
             for key, value in self.evaluator(self.model).items():
                 output.metrics[f"{prefix}_{key}"] = value
         return output
 
+    def check_image_files(self) -> None:
+        """Scan the training and evaluation sets' image files before training (:func:`hf_contrast.views.image_scan.
+        scan_images`: full decode up to 10,000 rows, headers up to 200,000, file sizes above).
+
+        Raises:
+            BadImageError: with ``on_bad_image="raise"``, naming the bad files and the fix; with ``"skip"`` they
+                are logged (the collators leave them out when their batch is drawn, and count them).
+        """
+        sets = {"train_dataset": self.train_dataset}
+        evals = self.eval_dataset if isinstance(self.eval_dataset, dict) else {"": self.eval_dataset}
+        if self.eval_dataset is not None and (self.args.eval_strategy != "no" or self.args.do_eval):
+            sets.update({f"eval_dataset[{k!r}]" if k else "eval_dataset": d for k, d in evals.items()})
+        found = [(name, bad) for name, dataset in sets.items() if dataset is not None for bad in scan_images(dataset)]
+        if not found:
+            return
+        listed = "\n".join(f"  {name}: {bad}" for name, bad in found[:10])
+        more = f"\n  … and {len(found) - 10} more" if len(found) > 10 else ""
+        if self.args.on_bad_image == "raise":
+            raise BadImageError(
+                f"{len(found)} unreadable image(s) found before training:\n{listed}{more}\nFix or remove them, or pass "
+                "`on_bad_image='skip'` (`--on_bad_image skip`) to leave them out of their batches (counted as "
+                "`train_skipped_images` / `eval_skipped_images`)."
+            )
+        logger.warning(
+            "%d unreadable image(s) found before training; on_bad_image='skip' leaves them out of their batches "
+            "(counted as `*_skipped_images`):\n%s%s", len(found), listed, more,
+        )  # fmt: skip
+
     def _count_skipped_images(self, inputs: dict[str, Any], stage: str) -> None:
         """Add the rows this batch's collator left out (``skipped_images``, popped from ``inputs``) to the
         ``stage`` count, on the device (no host sync per step)."""
-        skipped = pop_skipped_images(inputs)
-        if skipped is not None:
-            count = self._skipped_images.get(stage)
-            self._skipped_images[stage] = skipped if count is None else count + skipped.to(count.device)
+        for counts, value in ((self._skipped_images, pop_skipped_images(inputs)), (self._dropped_rows, pop_dropped_rows(inputs))):
+            if value is not None:
+                count = counts.get(stage)
+                counts[stage] = value if count is None else count + value.to(count.device)
+
+    def _reported_dropped_rows(self, stage: str, what: str) -> int:
+        """The ``stage`` count of ``dropped_rows`` summed over the processes, with a warning when it is not zero."""
+        total = self._summed_count(self._dropped_rows, stage)
+        if total:
+            logger.warning(
+                "%d readable row(s) were left out of the %s batches that lost bad images, to keep the objective's "
+                "chunks or class groups whole (on_bad_image='skip'; reported as `dropped_rows`).", total, what,
+            )  # fmt: skip
+        return total
+
+    def _summed_count(self, counts: dict[str, Tensor | None], stage: str) -> int:
+        """``counts[stage]`` summed over the processes (every process calls this: one all-reduce)."""
+        count = counts.get(stage)
+        local = torch.zeros((), dtype=torch.long, device=self.args.device)
+        if count is not None:
+            local = local + count.to(local.device)
+        return int(self.accelerator.reduce(local, reduction="sum")) if self.args.world_size > 1 else int(local)
 
     def _reported_skipped_images(self, stage: str, what: str) -> int:
         """The ``stage`` count summed over the processes (every process calls this: one all-reduce), with a
         warning when it is not zero."""
-        count = self._skipped_images.get(stage)
-        local = torch.zeros((), dtype=torch.long, device=self.args.device)
-        if count is not None:
-            local = local + count.to(local.device)
-        total = int(self.accelerator.reduce(local, reduction="sum")) if self.args.world_size > 1 else int(local)
+        total = self._summed_count(self._skipped_images, stage)
         if total:
             logger.warning(
                 "%d unreadable image row(s) were left out of the %s batches (on_bad_image='skip'); the warnings "

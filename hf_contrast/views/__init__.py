@@ -11,7 +11,8 @@
   :func:`simcse_views` (text).
 * Paired views: :class:`PairedTransform` for LOCAL's (pre, post) pairs.
 * Collators: :class:`ImageViewCollator`, :class:`PairedImageCollator`, :class:`TextViewCollator`,
-  :func:`pop_view_batch_index`, :func:`pop_skipped_images`.
+  :func:`pop_view_batch_index`, :func:`pop_skipped_images`, :func:`pop_dropped_rows`; :func:`scan_images` (the start-up scan of image files); the rules that keep a
+  batch that lost bad rows whole: :class:`WholeChunks`, :class:`WholeClassGroups`.
 * Batches: :class:`AFCLBatchSampler`, SimO's class-grouped ``C x k`` batches.
 * Views made on the device: :class:`BatchedSimCLRViews` — the SimCLR/BYOL recipe with per-sample
   parameters (:class:`ViewParams`, drawn like torchvision's) applied to a whole ``uint8`` batch in a few
@@ -30,7 +31,8 @@ from .chunked_text import ChunkedTextAugmentation, simcse_views
 from .decode import BadImageError
 from .device_views import ChunkSharedDeviceViews, DeviceViews
 from .for_model import views_for
-from .image_collators import ImageViewCollator, PairedImageCollator, pop_skipped_images, pop_view_batch_index
+from .image_scan import BadImageFile, scan_images
+from .image_collators import ImageViewCollator, PairedImageCollator, pop_dropped_rows, pop_skipped_images, pop_view_batch_index
 from .image_transforms import (
     TwoViewTransform,
     eval_transform,
@@ -44,10 +46,12 @@ from .paired_transform import PairedTransform, paired_transform
 from .simclr_recipe import SimCLRRecipe, default_blur_kernel
 from .text_collator import TextViewCollator
 from .text_views import TextViews, pad_and_concat
+from .whole_rows import WholeChunks, WholeClassGroups, WholeRows
 
 __all__ = [
     "AFCLBatchSampler",
     "BadImageError",
+    "BadImageFile",
     "BatchedSimCLRViews",
     "ChunkSharedDeviceViews",
     "ChunkedAugmentation",
@@ -63,14 +67,19 @@ __all__ = [
     "TwoViewTransform",
     "ViewBuilder",
     "ViewParams",
+    "WholeChunks",
+    "WholeClassGroups",
+    "WholeRows",
     "default_blur_kernel",
     "eval_transform",
     "eval_transform_from_data_config",
     "paired_transform",
     "pad_and_concat",
+    "pop_dropped_rows",
     "pop_skipped_images",
     "pop_view_batch_index",
     "raw_image_transform",
+    "scan_images",
     "simclr_transform",
     "simclr_transform_from_data_config",
     "simcse_views",

@@ -18,6 +18,8 @@ from typing import Any, ClassVar
 import torch
 from torch import Tensor, nn
 
+from .whole_rows import WholeRows
+
 __all__ = ["ViewBuilder", "split_output"]
 
 Collator = Callable[[list[dict[str, Any]]], dict[str, Any]]
@@ -108,9 +110,14 @@ class ViewBuilder(ABC):
     # ---- collators (per modality) -----------------------------------------------------------------
 
     @abstractmethod
-    def collator(self, n_views: int = 2, deterministic: bool = False, raw: bool = False) -> Collator:
+    def collator(
+        self, n_views: int = 2, deterministic: bool = False, raw: bool = False, whole_rows: WholeRows | None = None
+    ) -> Collator:
         """Rows to a batch holding ``n_views`` random views (``deterministic``: + the evaluation view;
-        ``raw``: + the input of :meth:`chunked_augmentation`). Views without randomness ignore the counts."""
+        ``raw``: + the input of :meth:`chunked_augmentation`). Views without randomness ignore the counts.
+        ``whole_rows``: the rule that keeps a batch that lost unreadable rows (``on_bad_image="skip"``) whole
+        (chunks, class groups; :mod:`hf_contrast.views.whole_rows`); views whose rows are never left out
+        (text) ignore it."""
 
     @abstractmethod
     def check_pairs(self, pre_column: str, post_column: str) -> None:

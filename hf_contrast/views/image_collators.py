@@ -13,7 +13,11 @@ Batch keys (what :class:`~hf_contrast.views.ImageViews` reads):
 - ``skipped_images``: ``int64`` ``(B,)`` (``on_bad_image="skip"`` only), the rows this batch left
   out, on its first row (zeros elsewhere: the sum stays right when accelerate concatenates or
   slices batches, and the count travels from ``DataLoader`` workers); read it with
-  :func:`pop_skipped_images` (the trainers report ``train_skipped_images`` / ``eval_skipped_images``).
+  :func:`pop_skipped_images` (the trainers report ``train_skipped_images`` / ``eval_skipped_images``);
+- ``dropped_rows``: ``int64`` ``(B,)`` (collators with a ``whole_rows`` rule, ``on_bad_image="skip"``), laid
+  out the same way: the readable rows a batch that lost rows also left out to keep its chunks or class
+  groups whole (:mod:`hf_contrast.views.whole_rows`); read it with :func:`pop_dropped_rows` (reported as
+  ``train_dropped_rows`` / ``eval_dropped_rows``).
 
 Text rows are collated by :class:`~hf_contrast.views.TextViewCollator`.
 
@@ -50,8 +54,9 @@ from ..seeding import seeded_cpu_rng
 from ..tensor_checks import check_choice, check_int
 from .decode import BadImageError, ConvertImageMode, image_source
 from .labels import collate_labels
+from .whole_rows import WholeRows
 
-__all__ = ["ImageViewCollator", "PairedImageCollator", "pop_skipped_images", "pop_view_batch_index"]
+__all__ = ["ImageViewCollator", "PairedImageCollator", "pop_dropped_rows", "pop_skipped_images", "pop_view_batch_index"]
 
 ON_BAD_IMAGE = ("raise", "skip")
 
@@ -95,6 +100,15 @@ def pop_skipped_images(inputs: MutableMapping[str, Any]) -> Tensor | None:
     return torch.as_tensor(skipped).sum()
 
 
+def pop_dropped_rows(inputs: MutableMapping[str, Any]) -> Tensor | None:
+    """Remove ``dropped_rows`` from a batch and return how many readable rows it left out to keep its chunks or
+    class groups whole, as :func:`pop_skipped_images` does; ``None`` if the batch has no such key."""
+    dropped = inputs.pop("dropped_rows", None)
+    if dropped is None:
+        return None
+    return torch.as_tensor(dropped).sum()
+
+
 class _SeededViews:
     """Per-batch seeded randomness and bad-image handling shared by the image collators.
 
@@ -108,6 +122,10 @@ class _SeededViews:
     n_channels: int | None
     skipped_images: int
     _skipped_in_batch: int = 0  # rows the batch being collated left out (a class attribute, not a field)
+    _dropped_in_batch: int = 0  # readable rows left out to keep the batch's structure whole
+    whole_rows: WholeRows | None = None
+    dropped_rows: int = 0
+    _warned_dropped: bool = False
 
     def _batch_rng(self) -> tuple[AbstractContextManager[Any], int | None]:
         """The context the batch's random views are drawn under, and the batch index (or ``None``)."""
@@ -130,7 +148,12 @@ class _SeededViews:
             skipped = torch.zeros(len(features), dtype=torch.long)
             skipped[0] = self._skipped_in_batch
             batch["skipped_images"] = skipped
+            if self.whole_rows is not None:
+                dropped = torch.zeros(len(features), dtype=torch.long)
+                dropped[0] = self._dropped_in_batch
+                batch["dropped_rows"] = dropped
         self._skipped_in_batch = 0
+        self._dropped_in_batch = 0
         return batch
 
     def _decode_rows(
@@ -173,7 +196,29 @@ class _SeededViews:
                 f"Every image of this batch of {len(features)} rows is bad ({self.skipped_images} skipped so far); "
                 "check the image column of the dataset."
             )
+        if self._skipped_in_batch and self.whole_rows is not None:
+            kept, images = self._keep_whole(kept, images)
         return kept, images
+
+    def _keep_whole(
+        self, kept: list[Mapping[str, Any]], images: list[dict[str, Any]]
+    ) -> tuple[list[Mapping[str, Any]], list[dict[str, Any]]]:
+        """The rows ``whole_rows`` keeps of a batch that lost rows; the others are counted in ``dropped_rows``."""
+        labels = collate_labels(kept, self.label_column)  # type: ignore[attr-defined]
+        rows = self.whole_rows.keep(len(kept), None if labels is None else labels.tolist())  # type: ignore[union-attr]
+        self._dropped_in_batch = len(kept) - len(rows)
+        if self._dropped_in_batch:
+            self.dropped_rows += self._dropped_in_batch
+            if not self._warned_dropped:
+                self._warned_dropped = True
+                warnings.warn(
+                    f"A batch that lost {self._skipped_in_batch} bad image(s) also left out {self._dropped_in_batch} "
+                    f"readable row(s) to keep {self.whole_rows.what} ({self.whole_rows!r}; the number of chunks or "
+                    "classes is unchanged). Such rows are counted in `dropped_rows` (reported as "
+                    "`train_dropped_rows` / `eval_dropped_rows`); this warning is shown once.",
+                    stacklevel=4,
+                )
+        return [kept[i] for i in rows], [images[i] for i in rows]
 
 
 @dataclass
@@ -210,6 +255,11 @@ class ImageViewCollator(_SeededViews):
         n_channels: Convert PIL images to ``RGB`` (3) / ``L`` (1) before the transforms;
             ``None``: decode only (the transforms of :mod:`hf_contrast.views` convert anyway).
         skipped_images: Count of rows skipped so far.
+        whole_rows: With ``on_bad_image="skip"``, the rule that keeps a batch that lost rows whole
+            (:class:`~hf_contrast.views.WholeChunks` for CARE's chunks,
+            :class:`~hf_contrast.views.WholeClassGroups` for SimO's class groups); ``None``: keep every
+            readable row.
+        dropped_rows: Count of readable rows left out by ``whole_rows`` so far.
 
     Raises:
         ValueError: if ``n_views`` is negative, ``on_bad_image`` is unknown, a row lacks the image
@@ -227,6 +277,8 @@ class ImageViewCollator(_SeededViews):
     on_bad_image: str = "raise"
     n_channels: int | None = None
     skipped_images: int = 0
+    whole_rows: WholeRows | None = None
+    dropped_rows: int = 0
 
     def __post_init__(self) -> None:
         check_int("n_views", self.n_views, 0)

@@ -27,6 +27,7 @@ from .device_views import ChunkSharedDeviceViews, DeviceViews
 from .image_collators import ImageViewCollator, PairedImageCollator
 from .image_transforms import eval_transform_from_data_config, raw_image_transform, simclr_transform_from_data_config
 from .paired_transform import paired_transform
+from .whole_rows import WholeRows
 
 __all__ = ["ImageViews"]
 
@@ -98,11 +99,14 @@ class ImageViews(ViewBuilder):
         if self.views_on_device:
             self.device_views().start_batch(batch_index, training)
 
-    def collator(self, n_views: int = 2, deterministic: bool = False, raw: bool = False) -> ImageViewCollator:
+    def collator(
+        self, n_views: int = 2, deterministic: bool = False, raw: bool = False, whole_rows: WholeRows | None = None
+    ) -> ImageViewCollator:
         """``n_views`` random views (+ the deterministic view, + the raw batch ``pixel_values_eq``).
 
         With ``args.views_on_device`` the random views are left to the device: the batch holds
         ``pixel_values_eq`` (``uint8``) whenever ``n_views > 0`` or ``raw``, and no ``pixel_values_1..V``.
+        ``whole_rows``: with ``on_bad_image="skip"``, what a batch that lost rows keeps (see the collator).
         """
         on_device = self.views_on_device
         return ImageViewCollator(
@@ -115,6 +119,7 @@ class ImageViews(ViewBuilder):
             seed=None if on_device else self.seed,  # nothing random left in the collator
             on_bad_image=self.args.on_bad_image,
             n_channels=self.data_config()["input_size"][0],
+            whole_rows=whole_rows,
         )
 
     def check_pairs(self, pre_column: str, post_column: str) -> None:

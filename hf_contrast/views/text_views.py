@@ -19,6 +19,7 @@ from torch import Tensor
 from .builder import Collator, ViewBuilder
 from .chunked_text import ChunkedTextAugmentation
 from .text_collator import TextViewCollator
+from .whole_rows import WholeRows
 
 __all__ = ["TextViews", "pad_and_concat"]
 
@@ -50,9 +51,12 @@ class TextViews(ViewBuilder):
         limit = getattr(self.processing_class, "model_max_length", None)
         return int(limit) if isinstance(limit, int) and 2 <= limit <= 100_000 else 128
 
-    def collator(self, n_views: int = 2, deterministic: bool = False, raw: bool = False) -> TextViewCollator:
+    def collator(
+        self, n_views: int = 2, deterministic: bool = False, raw: bool = False, whole_rows: WholeRows | None = None
+    ) -> TextViewCollator:
         """Tokenise the text (and pair) column with the processing class; the view counts do not apply
-        (random views are made by dropout, chunk-shared ones from the tokens).
+        (random views are made by dropout, chunk-shared ones from the tokens), nor ``whole_rows`` (text rows are
+        never left out).
 
         Raises:
             ValueError: without a tokenizer.
