@@ -125,7 +125,8 @@ def _sample_rows(dataset: Any, image_column: str, max_rows: int) -> list[Any]:
         if image_column not in dataset.column_names or len(dataset) == 0:
             return []
         n = len(dataset)
-        rows = sorted({round(i * (n - 1) / max(1, max_rows - 1)) for i in range(min(n, max_rows))})
+        k = min(n, max_rows)
+        rows = sorted({round(i * (n - 1) / max(1, k - 1)) for i in range(k)})
         part = dataset.select(rows)
         feature = part.features.get(image_column)
         if isinstance(feature, datasets.Image) and feature.decode:
@@ -217,7 +218,7 @@ def choose_image_size(
     if warn and factor is not None and factor > MAX_RESIZE_FACTOR:
         warnings.warn(
             f"The views resize the training images by {factor:.1f}x (images {', '.join(_hw(hw) for hw in sizes[:4])} px, "
-            f"views {choice.describe()}): more than {MAX_RESIZE_FACTOR:g}x costs compute (or detail) for nothing. "
+            f"views {_hw(size)} px, {choice.reason}): more than {MAX_RESIZE_FACTOR:g}x costs compute (or detail) for nothing. "
             f"Pass `image_size=` (`--image_size`) near the images' size, e.g. image_size={sizes[0][0]}, or resize the data.",
             stacklevel=3,
         )

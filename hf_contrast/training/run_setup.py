@@ -88,7 +88,8 @@ def describe_run(trainer: Any) -> dict[str, str]:
         f"{args.world_size} process(es) × {torch.get_num_threads()} CPU thread(s) per process ({cpu_threads_source()})"
     )
     distributed = getattr(getattr(trainer, "accelerator", None), "distributed_type", None)
-    setup["devices"] = f"{device.type}" + (f" ({getattr(distributed, 'value', distributed)})" if distributed is not None else "")
+    kind = str(getattr(distributed, "value", distributed or "NO"))
+    setup["devices"] = device.type + ("" if kind == "NO" else f" ({kind}, accelerate's distributed type)")
     per_device, accumulation = args.per_device_train_batch_size, args.gradient_accumulation_steps
     setup["global batch"] = (
         f"{per_device * accumulation * args.world_size} = {per_device} per device × {accumulation} accumulation "
