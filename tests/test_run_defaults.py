@@ -11,13 +11,17 @@ import datasets
 import numpy as np
 import pytest
 import torch
+from _tiny import tiny_timm_encoder
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from PIL import Image
 
-from _tiny import tiny_timm_encoder
 from hf_contrast.errors import InputError
-from hf_contrast.training import ContrastiveTrainer, ContrastiveTrainingArguments, choose_image_size
+from hf_contrast.training import (
+    ContrastiveTrainer,
+    ContrastiveTrainingArguments,
+    choose_image_size,
+)
 from hf_contrast.training import scripts as scripts_module
 from hf_contrast.training.image_size import MAX_RESIZE_FACTOR, data_image_sizes
 

@@ -86,7 +86,12 @@ class ContrastiveTrainingArguments(TrainingArguments):
         },
     )
     image_size: int | None = field(
-        default=None, metadata={"help": "Image: side of the views. None: the encoder's data config (input_size)."}
+        default=None,
+        metadata={
+            "help": "Image: side of the views. None: a size set on the encoder (set_image_size / a saved encoder), else a "
+            "pretrained backbone's size, else the training images' own size when they share one, else the backbone's "
+            "default with a warning (hf_contrast.training.image_size); logged at the start of training."
+        },
     )
     views_on_device: bool = field(
         default=False,
