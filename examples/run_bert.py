@@ -78,7 +78,7 @@ DEFAULTS = {
     "report_to": "none",  # no tracker unless asked (`--report_to tensorboard`)
     "dataloader_num_workers": 0,
     "dataloader_pin_memory": torch.accelerator.is_available(),  # pinned memory only helps copies to a GPU
-    # Without a GPU: CPU training, and `accelerate launch --num_processes N` runs N CPU processes (gloo DDP).
+    # Without a GPU: CPU training; `accelerate launch --multi_gpu --num_processes N` runs N CPU processes (gloo DDP).
     "use_cpu": not torch.accelerator.is_available(),
     "seed": 0,
 }

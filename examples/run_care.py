@@ -11,9 +11,16 @@
 # the Wahba error and γ_f of test embeddings under sampled augmentations (lower = closer to a rotation).
 #
 # Launch (the same script everywhere, Accelerate picks the devices):
-#   one CPU or GPU      python examples/run_care.py          (one CPU process uses every core)
+#   one CPU or GPU      python examples/run_care.py          (one CPU process uses every core unless OMP_NUM_THREADS is set)
 #   several GPUs        accelerate launch --multi_gpu --num_processes 8 examples/run_care.py --gather_distributed
 #   2 CPU processes     accelerate launch --multi_gpu --num_processes 2 examples/run_care.py   (gloo; for testing)
+#                       Only `--multi_gpu` starts N processes: `accelerate launch --num_processes 2` (with or without
+#                       `--cpu`) runs ONE. Under `accelerate launch` each process uses OMP_NUM_THREADS threads:
+#                       accelerate's `--num_cpu_threads_per_process`, by default your OMP_NUM_THREADS, else 1.
+# Image size: --image_size N if given; else a --pretrained backbone's size; else the images' own size when they
+# share one (the digits: 32 px; Fashion-MNIST: 28 px); else the backbone's default, with a warning. The trainer
+# logs it at start-up with the other defaults that shape the result (precision, processes × threads, chunk size,
+# evaluation caps) and the model card's training section repeats them.
 # Variants: --method simclr | care_moco | spectral | vicreg | binary_nce | … (any registered objective;
 #           `--method X --help` lists X's hyperparameter flags); --model <timm name> [--pretrained];
 #           --dataset <image folder or Hub id>; every TrainingArguments flag (--max_steps, --push_to_hub…).
@@ -37,7 +44,8 @@ from hf_contrast.models import ContrastiveEncoder, HubUnavailableError
 from hf_contrast.objectives import get_objective
 from hf_contrast.plots import save_training_plots
 from hf_contrast.training import (
-    ContrastiveTrainer, ContrastiveTrainingArguments, detect_last_checkpoint, parse_args_with_objective, setup_logging,
+    ContrastiveTrainer, ContrastiveTrainingArguments, choose_image_size, detect_last_checkpoint, parse_args_with_objective,
+    set_cpu_threads, setup_logging,
 )
 
 logger = transformers.utils.logging.get_logger(__name__)
@@ -52,7 +60,6 @@ DEFAULTS = {
     "weight_decay": 1e-4,
     "lr_scheduler_type": "cosine",
     "warmup_steps": 0.05,  # a float < 1 is a fraction of the total steps
-    "image_size": 32,
     "n_splits": 8,  # CARE: chunks of m = 16 images share one augmentation pair
     "moco_queue_size": 1024,  # CARE-MoCo: the digits have 1,437 training images
     "eval_strategy": "steps",
@@ -64,7 +71,7 @@ DEFAULTS = {
     "report_to": "none",  # no tracker unless asked (`--report_to tensorboard`)
     "dataloader_num_workers": 0,
     "dataloader_pin_memory": torch.accelerator.is_available(),  # pinned memory only helps copies to a GPU
-    # Without a GPU: CPU training, and `accelerate launch --num_processes N` runs N CPU processes (gloo DDP).
+    # Without a GPU: CPU training; `accelerate launch --multi_gpu --num_processes N` runs N CPU processes (gloo DDP).
     "use_cpu": not torch.accelerator.is_available(),
     "seed": 0,
 }
@@ -99,12 +106,7 @@ def main() -> None:
         training_args.output_dir = DEFAULTS["output_dir"].format(method=script.method)
     setup_logging(training_args, __name__)
     last_checkpoint = detect_last_checkpoint(training_args, script.overwrite_output_dir)
-    # One CPU process: use every core (torch's default is the physical cores; `accelerate launch` sets 1).
-    if training_args.world_size == 1 and training_args.device.type == "cpu" and (
-        "OMP_NUM_THREADS" not in os.environ or "ACCELERATE_MIXED_PRECISION" in os.environ
-    ):
-        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-        torch.set_num_threads(cores or 1)
+    set_cpu_threads(training_args)  # one plain CPU process: every core, unless OMP_NUM_THREADS is set
     set_seed(training_args.seed)
 
     # ---- data: images stay undecoded until the collators and evaluators, which name (or skip) a bad file ----
@@ -131,8 +133,6 @@ def main() -> None:
         encoder = ContrastiveEncoder.from_backbone(script.model, pretrained=script.pretrained, projection_dim=script.projection_dim)
     except HubUnavailableError as error:
         raise SystemExit(f"{error}\nOr drop `--pretrained` to train `{script.model}` from scratch.") from error
-    if training_args.image_size is not None:
-        encoder.set_image_size(training_args.image_size)  # the evaluators' views take the training size
     encode = dict(
         input_column=training_args.image_column, label_column=training_args.label_column,
         batch_size=training_args.per_device_eval_batch_size, on_bad_image=training_args.on_bad_image,
@@ -141,10 +141,14 @@ def main() -> None:
         train_dataset, eval_dataset, knn_k=training_args.knn_k, knn_temperature=training_args.knn_temperature,
         seed=training_args.seed, progress=False, **encode,
     )  # fmt: skip
+    # The image size: `--image_size`, else the pretrained size, else the images' own (the trainer chooses it and
+    # logs why, hf_contrast.training.choose_image_size): the Wahba/γ_f views are built at the size it chose.
+    image_size = choose_image_size(encoder, training_args.image_size, train_dataset, warn=False)
     equivariance = EquivarianceEvaluator.from_image_dataset(
-        eval_dataset, encoder.data_config, num_samples=min(script.num_probe_images, len(eval_dataset)),
-        image_column=training_args.image_column, label_column=training_args.label_column, seed=training_args.seed,
-        num_augmentations=script.num_augmentations, on_bad_image=training_args.on_bad_image,
+        eval_dataset, {**encoder.data_config, "input_size": (encoder.data_config["input_size"][0], *image_size.size)},
+        num_samples=min(script.num_probe_images, len(eval_dataset)), image_column=training_args.image_column,
+        label_column=training_args.label_column, seed=training_args.seed, num_augmentations=script.num_augmentations,
+        on_bad_image=training_args.on_bad_image,
     )  # fmt: skip
     trainer = ContrastiveTrainer(
         model=encoder,
@@ -156,10 +160,8 @@ def main() -> None:
     )
     logger.info(
         f"Training {script.method} on {script.dataset or 'the embedded digits'} ({len(train_dataset)} train / "
-        f"{len(eval_dataset)} test images, {encoder.data_config['input_size'][-1]}px) with {script.model} "
-        f"({'pretrained' if script.pretrained else 'from scratch'}): {training_args.max_steps} steps × "
-        f"{training_args.per_device_train_batch_size} images × {training_args.world_size} process(es), "
-        f"{torch.get_num_threads()} thread(s) per process."
+        f"{len(eval_dataset)} test images) with {script.model} ({'pretrained' if script.pretrained else 'from scratch'}) "
+        f"for {training_args.max_steps} steps (image size, precision, processes × threads: the trainer's start-up log)."
     )
 
     # ---- training ----

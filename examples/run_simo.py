@@ -51,7 +51,6 @@ DEFAULTS = {
     "weight_decay": 1e-4,
     "lr_scheduler_type": "cosine",
     "warmup_steps": 0.05,  # a float < 1 is a fraction of the total steps
-    "image_size": 32,
     "eval_strategy": "steps",
     "eval_steps": 100,
     "save_strategy": "steps",
@@ -61,7 +60,7 @@ DEFAULTS = {
     "report_to": "none",  # no tracker unless asked (`--report_to tensorboard`)
     "dataloader_num_workers": 0,
     "dataloader_pin_memory": torch.accelerator.is_available(),  # pinned memory only helps copies to a GPU
-    # Without a GPU: CPU training, and `accelerate launch --num_processes N` runs N CPU processes (gloo DDP).
+    # Without a GPU: CPU training; `accelerate launch --multi_gpu --num_processes N` runs N CPU processes (gloo DDP).
     "use_cpu": not torch.accelerator.is_available(),
     "seed": 0,
 }

@@ -183,6 +183,8 @@ class ContrastiveModelCardData:
         objective_name: The method's name (``"CARE"``); objective_class, objective_config and
             citations (BibTeX) come from ``set_objective``.
         hyperparameters: Non-default training arguments (:func:`non_default_training_args`).
+        training_setup: The defaults that shaped the run, as the trainer logged them at the start of training
+            (``{"image size": "28x28 px (the training images' own size)", "precision": "fp32", ...}``).
         training_logs: One row per logged step: ``{"epoch", "step", "loss", "eval_loss", ...}``.
         metrics: This model's evaluation metrics (last evaluation after step 0, or the best
             checkpoint's with ``load_best_model_at_end``), without the ``eval_`` prefix.
@@ -207,6 +209,7 @@ class ContrastiveModelCardData:
     citations: list[str] = field(default_factory=list)
     hyperparameters: dict[str, Any] = field(default_factory=dict)
     training_args_class: str = "TrainingArguments"
+    training_setup: dict[str, str] = field(default_factory=dict)
     training_logs: list[dict[str, Any]] = field(default_factory=list)
     metrics: dict[str, float] = field(default_factory=dict)
     baseline_metrics: dict[str, float] = field(default_factory=dict)
@@ -379,7 +382,7 @@ CARD_DATA_VERSION = 1
 # What one training run writes; a new run on a loaded model replaces them (see `start_run`).
 _RUN_FIELDS = (
     "objective_name", "objective_class", "objective_config", "citations", "hyperparameters", "training_args_class",
-    "train_datasets", "eval_datasets", "training_logs", "metrics", "baseline_metrics", "best_model_step", "evaluators",
+    "training_setup", "train_datasets", "eval_datasets", "training_logs", "metrics", "baseline_metrics", "best_model_step", "evaluators",
 )  # fmt: skip
 _ALWAYS_NEW = frozenset({"training_logs", "metrics", "baseline_metrics", "best_model_step"})
 
@@ -535,6 +538,9 @@ class ModelCardCallback(TrainerCallback):
 
     def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         self._describe_run()
+        setup = getattr(self.trainer, "run_setup", None)  # what the trainer logged at the start of `train()`
+        if setup:
+            self._data().training_setup = {str(key): str(value) for key, value in setup.items()}
 
     def on_log(self, args: Any, state: Any, control: Any, logs: dict[str, float] | None = None, **kwargs: Any) -> None:
         if logs:
@@ -805,6 +811,7 @@ def _context(model: Any, data: ContrastiveModelCardData) -> dict[str, Any]:
         "eval_datasets": data.eval_datasets,
         "hyperparameters": [(key, _format(value)) for key, value in sorted(data.hyperparameters.items())],
         "training_args_class": data.training_args_class,
+        "training_setup": list(data.training_setup.items()),
         "log_columns": shown,
         "log_rows": _log_rows(data, shown),
         "all_log_columns": every if len(every) > len(shown) else None,

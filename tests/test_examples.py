@@ -152,7 +152,11 @@ def test_run_care_writes_encoder_card_metrics_state_and_plots(care_run: tuple[Pa
     # The Trainer's tables (log_metrics) and the script's own message, through the logger.
     assert "***** train metrics *****" in stdout and "***** eval metrics *****" in stdout
     assert " eval_equivariance_wahba_error " in stdout and " eval_linear_probe_accuracy " in stdout
-    assert "Training care on the embedded digits (64 train / 32 test images, 32px)" in stdout
+    assert "Training care on the embedded digits (64 train / 32 test images)" in stdout
+    # The start-up set-up, once, with the size and why (TINY_IMAGES passes --image_size 32); the card says it.
+    assert stdout.count("Run set-up (defaults that shape the result)") == 1
+    assert "32x32 px (`image_size` was given)" in stdout and "chunks of m = 4" in stdout
+    assert "- **Image size:** 32x32 px (`image_size` was given)" in (output_dir / "README.md").read_text()
     assert ContrastiveEncoder.from_pretrained(output_dir).data_config["input_size"] == (3, 32, 32)  # the training size
 
 

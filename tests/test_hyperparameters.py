@@ -53,6 +53,7 @@ VOCABULARY_NAMES = {
 DOMAIN_CHECKS = {
     ("training/trainer.py", "_check_objective_fits"): "the objective against the model and the arguments",
     ("training/trainer.py", "_check_evaluation_fits"): "the objective against the evaluation batch size and sets",
+    ("training/arguments.py", "_check_bf16_device"): "bf16 against the machine's devices (before transformers refuses it)",
     ("views/afcl_sampler.py", "_check_labels_1d"): "a label sequence converted to a tensor",
     ("views/batched_params.py", "_check_generator"): "a torch.Generator's device",
     ("losses/binary_nce.py", "_check_scalar_tensor"): "a one-element float tensor (learnable values)",

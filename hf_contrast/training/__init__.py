@@ -4,7 +4,11 @@ Swap ``Trainer`` for a named trainer (or :class:`ContrastiveTrainer` with ``obje
 ``TrainingArguments`` for :class:`ContrastiveTrainingArguments`, pass a dataset and a ``ContrastiveEncoder``.
 Collators and the AFCL batch sampler are in :mod:`hf_contrast.views`. :func:`parse_args_with_objective`
 parses a script's flags together with the chosen ``--method``'s hyperparameters; :func:`setup_logging` and
-:func:`detect_last_checkpoint` are a script's other set-up steps (:mod:`~hf_contrast.training.scripts`).
+:func:`detect_last_checkpoint` and :func:`set_cpu_threads` are a script's other set-up steps (:mod:`~hf_contrast.training.scripts`).
+
+The image size a run trains at follows one rule (:mod:`~hf_contrast.training.image_size`, :func:`choose_image_size`);
+the trainer logs the defaults that shape a result once at the start of ``train()``
+(:mod:`~hf_contrast.training.run_setup`) and the model card's training section repeats them.
 """
 
 from __future__ import annotations
@@ -12,7 +16,8 @@ from __future__ import annotations
 from .argument_parser import parse_args_with_objective
 from .arguments import NONFINITE_POLICIES, ContrastiveTrainingArguments
 from .loss_terms import NonFiniteLossError
-from .scripts import detect_last_checkpoint, setup_logging
+from .image_size import ImageSizeChoice, choose_image_size
+from .scripts import detect_last_checkpoint, set_cpu_threads, setup_logging
 from .trainer import ContrastiveTrainer
 from .trainers import (
     AlignUniformTrainer,
@@ -36,7 +41,10 @@ __all__ = [
     "SimCLRTrainer",
     "SimOTrainer",
     "SupConTrainer",
+    "ImageSizeChoice",
+    "choose_image_size",
     "detect_last_checkpoint",
     "parse_args_with_objective",
+    "set_cpu_threads",
     "setup_logging",
 ]

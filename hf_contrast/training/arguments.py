@@ -10,8 +10,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import torch
 from transformers import TrainingArguments
 
+from ..errors import InputError
 from ..tensor_checks import check_bool, check_choice, check_int, check_name, check_positive
 
 __all__ = ["ContrastiveTrainingArguments", "NONFINITE_POLICIES"]
@@ -84,7 +86,12 @@ class ContrastiveTrainingArguments(TrainingArguments):
         },
     )
     image_size: int | None = field(
-        default=None, metadata={"help": "Image: side of the views. None: the encoder's data config (input_size)."}
+        default=None,
+        metadata={
+            "help": "Image: side of the views. None: a size set on the encoder (set_image_size / a saved encoder), else a "
+            "pretrained backbone's size, else the training images' own size when they share one, else the backbone's "
+            "default with a warning (hf_contrast.training.image_size); logged at the start of training."
+        },
     )
     views_on_device: bool = field(
         default=False,
@@ -130,4 +137,18 @@ class ContrastiveTrainingArguments(TrainingArguments):
         check_choice("eval_representation", self.eval_representation, _REPRESENTATIONS)
         check_int("knn_k", self.knn_k, 1)
         check_positive("knn_temperature", self.knn_temperature)
+        _check_bf16_device(self)
         super().__post_init__()
+
+
+def _check_bf16_device(args: ContrastiveTrainingArguments) -> None:
+    """``bf16=True`` on a machine without an accelerator: transformers refuses it in ``__post_init__`` ("Your setup
+    doesn't support bf16/gpu"); say here which argument and what to set instead."""
+    available = getattr(torch, "accelerator", None)
+    has_accelerator = available.is_available() if available is not None else torch.cuda.is_available()
+    if args.bf16 and not args.use_cpu and not has_accelerator:
+        raise InputError(
+            "`bf16=True` needs an accelerator (GPU) and this machine has none. For bf16 autocast on the CPU set "
+            "`use_cpu=True` as well (`--use_cpu`; slower than fp32 on most CPUs, and its results differ from fp32); "
+            "otherwise drop `bf16` (the run is fp32)."
+        )

@@ -1,12 +1,14 @@
 """What a training script sets up around the Trainer: its logging, and where it resumes.
 
-The examples (``examples/run_*.py``) call these two, as transformers' example scripts do the same steps:
+The examples (``examples/run_*.py``) call these, as transformers' example scripts do the same steps:
 
 - :func:`setup_logging`: the script's, transformers' and hf_contrast's messages at ``--log_level`` on the
   main process and ``--log_level_replica`` on the others, on standard output;
 - :func:`detect_last_checkpoint`: the newest checkpoint of ``output_dir`` to resume from, or an error
   when ``output_dir`` holds an earlier run's files and no checkpoint (``--overwrite_output_dir`` is the
-  way to train from scratch into it; transformers 5 no longer has that argument).
+  way to train from scratch into it; transformers 5 no longer has that argument);
+- :func:`set_cpu_threads`: the CPU threads per process — every core for one plain ``python`` process
+  without ``OMP_NUM_THREADS``; otherwise what the user (or the launcher) set, never overridden.
 """
 
 from __future__ import annotations
@@ -17,11 +19,12 @@ import logging
 import os
 import sys
 
+import torch
 import transformers
 from transformers import TrainingArguments
 from transformers.trainer_utils import get_last_checkpoint
 
-__all__ = ["detect_last_checkpoint", "setup_logging"]
+__all__ = ["cpu_threads_source", "detect_last_checkpoint", "launched_by_accelerate", "set_cpu_threads", "setup_logging"]
 
 logger = logging.getLogger(__name__)
 
@@ -70,3 +73,44 @@ def detect_last_checkpoint(training_args: TrainingArguments, overwrite_output_di
             "`--output_dir` or add `--overwrite_output_dir` to train from scratch."
         )
     return last_checkpoint
+
+
+def launched_by_accelerate() -> bool:
+    """Whether this process was started by ``accelerate launch`` (which sets ``ACCELERATE_MIXED_PRECISION``, and
+    ``OMP_NUM_THREADS`` to its ``--num_cpu_threads_per_process``: the user's ``OMP_NUM_THREADS``, else 1)."""
+    return "ACCELERATE_MIXED_PRECISION" in os.environ
+
+
+def cpu_threads_source() -> str:
+    """Where this process's CPU thread count comes from, in words (for the start-up log and the model card)."""
+    omp = os.environ.get("OMP_NUM_THREADS")
+    if omp is not None and launched_by_accelerate():
+        return (
+            f"OMP_NUM_THREADS={omp}, as `accelerate launch` passes it: `--num_cpu_threads_per_process`, by default your "
+            "OMP_NUM_THREADS, else 1"
+        )
+    if omp is not None:
+        return f"OMP_NUM_THREADS={omp}"
+    if int(os.environ.get("WORLD_SIZE", "1")) == 1 and torch.get_num_threads() == _usable_cores():
+        return "every usable core (OMP_NUM_THREADS unset)"
+    return "torch's default (OMP_NUM_THREADS unset)"
+
+
+def _usable_cores() -> int:
+    return (len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()) or 1
+
+
+def set_cpu_threads(training_args: TrainingArguments) -> int:
+    """Set torch's CPU threads for a CPU run, and return the count.
+
+    One process (``world_size == 1``) on a CPU, with no ``OMP_NUM_THREADS``: every core this process may use
+    (torch's default is the physical cores). Anything else is left as it is: ``OMP_NUM_THREADS`` is the user's
+    choice, and under ``accelerate launch`` it is ``--num_cpu_threads_per_process`` (by default the user's
+    ``OMP_NUM_THREADS``, else 1), so ``OMP_NUM_THREADS=4 accelerate launch run.py`` trains with 4 threads.
+    The count and where it comes from are in the trainer's start-up log (:func:`cpu_threads_source`).
+    """
+    if training_args.world_size == 1 and training_args.device.type == "cpu" and "OMP_NUM_THREADS" not in os.environ:
+        torch.set_num_threads(_usable_cores())
+    threads = torch.get_num_threads()
+    logger.info(f"CPU threads per process: {threads} ({cpu_threads_source()}).")
+    return threads

@@ -55,8 +55,10 @@ from ..views import BadImageError, pop_dropped_rows, pop_skipped_images, pop_vie
 from .arguments import ContrastiveTrainingArguments
 from .checkpointing import CheckpointingMixin, first_nonfinite_tensor
 from .gradient_cache import GradientCache
+from .image_size import apply_image_size, choose_image_size
 from .loss_terms import LossTermTracker, NonFiniteLossError
 from .publishing import HubPublishingMixin
+from .run_setup import check_precision, log_run_setup
 
 __all__ = ["ContrastiveTrainer", "NonFiniteLossError"]
 
@@ -194,6 +196,10 @@ class ContrastiveTrainer(CheckpointingMixin, HubPublishingMixin, Trainer):
         # accumulation steps. Set after `Trainer.__init__`, which sets it from the model's signature.
         self.model_accepts_loss_kwargs = False
         self.evaluator = evaluator
+        check_precision(self.args)  # fp16 on a CPU: said before training
+        #: The image size this run trains at and why (:mod:`hf_contrast.training.image_size`); None for text.
+        self.image_size_choice = choose_image_size(self.model, self.args.image_size, train_dataset, self.args.image_column)
+        apply_image_size(self.model, self.image_size_choice)  # the evaluators' views and the saved model take it
         self.views = views_for(self.model, self.args, self.processing_class, epoch=lambda: self.state.epoch)
         self.views.prepare_model()  # image views: the saved data config says `args.image_size`
         self._check_objective_fits()
@@ -301,6 +307,7 @@ class ContrastiveTrainer(CheckpointingMixin, HubPublishingMixin, Trainer):
         image files are scanned (:meth:`check_image_files`)."""
         self.check_datasets()
         self.check_image_files()
+        self.run_setup = log_run_setup(self)  # the defaults that shape the result, said once (and in the card)
         self._skipped_images["train"] = self._dropped_rows["train"] = None
         with progress_bars_disabled(self.args.disable_tqdm):
             output = super().train(*args, **kwargs)

@@ -1,0 +1,244 @@
+"""The defaults that shape a run are said: the image-size rule, the start-up summary, the card's training set-up,
+fp16/bf16 on a CPU, CPU threads (hf_contrast.training.image_size / run_setup / scripts)."""
+
+from __future__ import annotations
+
+import io
+import logging
+import warnings
+
+import datasets
+import numpy as np
+import pytest
+import torch
+from _tiny import tiny_timm_encoder
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from PIL import Image
+
+from hf_contrast.errors import InputError
+from hf_contrast.training import (
+    ContrastiveTrainer,
+    ContrastiveTrainingArguments,
+    choose_image_size,
+)
+from hf_contrast.training import scripts as scripts_module
+from hf_contrast.training.image_size import MAX_RESIZE_FACTOR, data_image_sizes
+
+
+def _png(height: int, width: int, seed: int = 0) -> bytes:
+    pixels = np.random.default_rng(seed).integers(0, 255, (height, width, 3), dtype=np.uint8)
+    buffer = io.BytesIO()
+    Image.fromarray(pixels).save(buffer, format="PNG")
+    return buffer.getvalue()
+
+
+def _images(sizes: list[tuple[int, int]], decode: bool = False) -> datasets.Dataset:
+    """Rows of PNG bytes of the given (height, width), labels 0/1 alternating."""
+    rows = {"image": [{"bytes": _png(h, w, i), "path": None} for i, (h, w) in enumerate(sizes)], "label": [i % 2 for i in range(len(sizes))]}
+    features = datasets.Features({"image": datasets.Image(decode=decode), "label": datasets.Value("int64")})
+    return datasets.Dataset.from_dict(rows, features=features)
+
+
+def _default_size(encoder) -> tuple[int, int]:
+    return tuple(int(v) for v in encoder.data_config["input_size"][1:])
+
+
+_ENCODER = None
+
+
+def _shared_encoder():
+    """One from-scratch tiny encoder for the rule's tests (``choose_image_size`` changes nothing in it)."""
+    global _ENCODER
+    if _ENCODER is None:
+        _ENCODER = tiny_timm_encoder()
+    _ENCODER.config.backbone_pretrained = False
+    return _ENCODER
+
+
+@pytest.fixture(scope="module")
+def encoder_default() -> tuple[int, int]:
+    return _default_size(_shared_encoder())
+
+
+# ---- the image-size rule ----------------------------------------------------------------------
+
+
+@settings(max_examples=12, deadline=None)
+@given(side=st.integers(8, 400), decode=st.booleans())
+def test_a_from_scratch_encoder_trains_at_the_images_own_size(side: int, decode: bool) -> None:
+    encoder = _shared_encoder()
+    default = _default_size(encoder)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        choice = choose_image_size(encoder, None, _images([(side, side)] * 5, decode=decode))
+    assert choice.size == (side, side) and choice.rule == "data"
+    assert "own size" in choice.describe() and f"{side}x{side} px" in choice.describe()
+    assert choice.resize_factor == 1.0
+    assert not [w for w in caught if "resize" in str(w.message)]  # the views do not resize the data
+    assert _default_size(encoder) == default  # choosing changes nothing
+
+
+@settings(max_examples=15, deadline=None)
+@given(
+    data_side=st.integers(8, 300),
+    explicit=st.one_of(st.none(), st.integers(8, 300)),
+    pretrained=st.booleans(),
+)
+def test_the_rule_order_and_the_resize_warning(data_side: int, explicit: int | None, pretrained: bool) -> None:
+    encoder = _shared_encoder()
+    default = _default_size(encoder)
+    encoder.config.backbone_pretrained = pretrained
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        choice = choose_image_size(encoder, explicit, _images([(data_side, data_side)] * 3))
+    if explicit is not None:
+        expected, rule = (explicit, explicit), "argument"
+    elif pretrained:
+        expected, rule = default, "pretrained"
+    else:
+        expected, rule = (data_side, data_side), "data"
+    encoder.config.backbone_pretrained = False
+    assert (choice.size, choice.rule) == (expected, rule)
+    factor = max(expected[0] / data_side, data_side / expected[0])
+    assert choice.resize_factor == pytest.approx(factor)
+    resize_warnings = [str(w.message) for w in caught if "resize" in str(w.message)]
+    if factor > MAX_RESIZE_FACTOR:
+        assert len(resize_warnings) == 1 and f"{factor:.1f}x" in resize_warnings[0] and "image_size" in resize_warnings[0]
+    else:
+        assert not resize_warnings
+
+
+def test_images_of_different_sizes_train_at_the_backbone_default_with_a_warning(encoder_default) -> None:
+    encoder = _shared_encoder()
+    with pytest.warns(UserWarning, match=r"backbone's default input size.*differ in size.*image_size"):
+        choice = choose_image_size(encoder, None, _images([(40, 40), (48, 40), (40, 40)]))
+    assert choice.size == encoder_default and choice.rule == "default"
+    assert set(choice.data_sizes) == {(40, 40), (48, 40)} and choice.rows_read == 3
+
+
+def test_a_size_set_on_the_encoder_wins_over_the_data() -> None:
+    encoder = tiny_timm_encoder()
+    encoder.set_image_size(48)
+    choice = choose_image_size(encoder, None, _images([(40, 40)] * 2))
+    assert (choice.size, choice.rule) == ((48, 48), "encoder")
+
+
+def test_non_square_images_and_the_headers_read() -> None:
+    data = _images([(36, 52)] * 50)
+    sizes, rows = data_image_sizes(data, max_rows=7)
+    assert sizes == [(36, 52)] and rows == 7  # (height, width), at most max_rows rows read
+    assert choose_image_size(_shared_encoder(), None, data).size == (36, 52)
+
+
+def test_a_text_encoder_has_no_image_size() -> None:
+    class Text:
+        data_config = None
+
+    assert choose_image_size(Text(), None, _images([(32, 32)])) is None
+
+
+# ---- the trainer: the size it trains at, the start-up summary, the card ------------------------
+
+
+def _args(tmp_path, **overrides) -> ContrastiveTrainingArguments:
+    options = dict(
+        output_dir=str(tmp_path / "out"), max_steps=1, per_device_train_batch_size=4, use_cpu=True, report_to="none",
+        disable_tqdm=True, save_strategy="no", logging_steps=1, seed=0,
+    )  # fmt: skip
+    options.update(overrides)
+    return ContrastiveTrainingArguments(**options)
+
+
+def test_the_trainer_trains_at_the_data_size_logs_the_setup_and_writes_it_in_the_card(tmp_path, caplog) -> None:
+    from hf_contrast.objectives import get_objective
+
+    encoder = tiny_timm_encoder()
+
+    objective = get_objective("care")(get_objective("care").config_class(n_splits=2))
+    trainer = ContrastiveTrainer(model=encoder, args=_args(tmp_path), objective=objective, train_dataset=_images([(40, 40)] * 8))
+    assert encoder.data_config["input_size"][1:] == (40, 40)  # evaluators and the saved model take the size
+    assert trainer.image_size_choice.rule == "data"
+    with caplog.at_level(logging.INFO, logger="hf_contrast"):
+        trainer.train()
+    setup_logs = [r.getMessage() for r in caplog.records if "Run set-up" in r.getMessage()]
+    assert len(setup_logs) == 1  # once
+    text = setup_logs[0]
+    assert "image size" in text and "40x40 px (the training images' own size)" in text
+    assert "precision" in text and ": fp32" in text
+    assert f"1 process(es) × {torch.get_num_threads()} CPU thread(s)" in text
+    assert "4 = 4 per device × 1 accumulation step(s) × 1 process(es)" in text
+    assert "chunks of m = 2" in text
+    trainer.save_model(str(tmp_path / "model"))
+    card = (tmp_path / "model" / "README.md").read_text()
+    assert "- **Image size:** 40x40 px (the training images' own size)" in card
+    assert "- **Precision:** fp32" in card and "- **Chunks:**" in card and "- **Processes:** 1 process(es)" in card
+
+
+def test_a_reloaded_encoder_keeps_its_trained_size(tmp_path) -> None:
+    from hf_contrast.models import ContrastiveEncoder
+
+    encoder = tiny_timm_encoder()
+    encoder.set_image_size(40)
+    encoder.save_pretrained(tmp_path / "m")
+    loaded = ContrastiveEncoder.from_pretrained(tmp_path / "m")
+    choice = choose_image_size(loaded, None, _images([(64, 64)] * 2), warn=False)
+    assert (choice.size, choice.rule) == ((40, 40), "encoder")
+
+
+# ---- precision on a CPU ----------------------------------------------------------------------
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="a CPU-only machine")
+def test_bf16_without_an_accelerator_is_refused_naming_the_fix(tmp_path) -> None:
+    with pytest.raises(InputError, match=r"`bf16=True`.*use_cpu=True"):
+        ContrastiveTrainingArguments(output_dir=str(tmp_path), bf16=True)
+    assert ContrastiveTrainingArguments(output_dir=str(tmp_path), bf16=True, use_cpu=True).bf16  # CPU autocast: allowed
+
+
+def test_fp16_on_a_cpu_warns_at_init_and_the_summary_says_fp32(tmp_path) -> None:
+    with pytest.warns(UserWarning, match=r"`fp16=True` has no effect on a CPU"):
+        trainer = ContrastiveTrainer(
+            model=tiny_timm_encoder(), args=_args(tmp_path, fp16=True), objective="simclr", train_dataset=_images([(32, 32)] * 4)
+        )
+    from hf_contrast.training.run_setup import describe_run
+
+    assert describe_run(trainer)["precision"].startswith("fp32 (`fp16=True` has no effect on a CPU)")
+
+
+# ---- CPU threads ----------------------------------------------------------------------------
+
+
+class _Args:
+    world_size = 1
+    device = torch.device("cpu")
+
+
+def test_threads_one_plain_process_uses_every_core(monkeypatch) -> None:
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.delenv("ACCELERATE_MIXED_PRECISION", raising=False)
+    before = torch.get_num_threads()
+    try:
+        threads = scripts_module.set_cpu_threads(_Args())
+        assert threads == scripts_module._usable_cores() == torch.get_num_threads()
+        assert scripts_module.cpu_threads_source() == "every usable core (OMP_NUM_THREADS unset)"
+    finally:
+        torch.set_num_threads(before)
+
+
+@pytest.mark.parametrize("under_accelerate", [False, True])
+def test_threads_the_users_omp_num_threads_is_never_overridden(monkeypatch, under_accelerate: bool) -> None:
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    if under_accelerate:
+        monkeypatch.setenv("ACCELERATE_MIXED_PRECISION", "no")
+    else:
+        monkeypatch.delenv("ACCELERATE_MIXED_PRECISION", raising=False)
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        assert scripts_module.set_cpu_threads(_Args()) == 1
+        source = scripts_module.cpu_threads_source()
+        assert source.startswith("OMP_NUM_THREADS=1")
+        assert ("--num_cpu_threads_per_process" in source) == under_accelerate
+    finally:
+        torch.set_num_threads(before)
