@@ -54,6 +54,7 @@ from ..objectives import Objective, build_objective
 from ..views import pop_skipped_images, pop_view_batch_index, views_for
 from .arguments import ContrastiveTrainingArguments
 from .checkpointing import CheckpointingMixin, first_nonfinite_tensor
+from .doors import check_trainer_arguments, check_trainer_columns
 from .gradient_cache import GradientCache
 from .loss_terms import LossTermTracker, NonFiniteLossError
 from .publishing import HubPublishingMixin
@@ -163,6 +164,7 @@ class ContrastiveTrainer(CheckpointingMixin, HubPublishingMixin, Trainer):
                 "drop columns, call `dataset.select_columns([...])` with those the objective reads (its "
                 "`required_columns`: the image or text column, and the label column for supervised methods)."
             )
+        check_trainer_arguments(model, train_dataset, eval_dataset)  # types, before any work
         objective = objective if objective is not None else self.default_objective
         if objective is None:
             raise InputError(
@@ -197,6 +199,7 @@ class ContrastiveTrainer(CheckpointingMixin, HubPublishingMixin, Trainer):
         self.views = views_for(self.model, self.args, self.processing_class, epoch=lambda: self.state.epoch)
         self.views.prepare_model()  # image views: the saved data config says `args.image_size`
         self._check_objective_fits()
+        check_trainer_columns(self)  # columns present and of the right kind, before the objective reads them
         self.objective.setup(self.views, train_dataset)
         self._check_evaluation_fits()
         self.objective.to(self.args.device)
