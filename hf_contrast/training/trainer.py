@@ -39,7 +39,7 @@ from accelerate.utils import send_to_device
 from torch import Tensor, nn
 from torch.utils.data import DataLoader, IterableDataset
 from transformers import Trainer, TrainerCallback
-from transformers.trainer_utils import seed_worker
+from transformers.trainer_utils import TrainOutput, seed_worker
 from transformers.utils import logging
 
 from .. import distributed
@@ -75,6 +75,7 @@ class _ObjectiveCallback(TrainerCallback):
         self.trainer.objective.zero_grad(set_to_none=True)
         self.trainer._loss_log_start = (state.global_step, self.trainer.skipped_steps)
         self.trainer._train_call_start = (state.global_step, self.trainer.skipped_steps)
+        self.trainer.loss_terms.start_run()
 
     def on_pre_optimizer_step(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         if args.nonfinite_policy == "skip":
@@ -305,6 +306,9 @@ class ContrastiveTrainer(CheckpointingMixin, HubPublishingMixin, Trainer):
         skipped = self._reported_skipped_images("train", "training")
         if skipped:
             output.metrics["train_skipped_images"] = skipped
+        if self.skipped_steps > self._train_call_start[1] and "train_loss" in output.metrics:
+            # `nonfinite_policy="skip"` dropped steps: the mean over the kept ones, as logged (`log`)
+            output = TrainOutput(output.global_step, output.metrics["train_loss"], output.metrics)
         return output
 
     def evaluate(self, *args: Any, **kwargs: Any) -> dict[str, float]:
@@ -380,6 +384,7 @@ class ContrastiveTrainer(CheckpointingMixin, HubPublishingMixin, Trainer):
         if self.accelerator.sync_gradients:
             self._sync_objective_gradients()
         if self.args.nonfinite_policy == "skip":
+            self.loss_terms.add_step_loss(loss)  # counted in the logged losses only if the step is kept
             loss = torch.where(torch.isfinite(loss), loss, torch.zeros_like(loss))
         return loss
 
@@ -416,8 +421,9 @@ class ContrastiveTrainer(CheckpointingMixin, HubPublishingMixin, Trainer):
         gradient is not finite."""
         params = [*self.model.parameters(), *self.objective.parameters()]
         finite = self._gradients_finite()
-        if self.loss_terms.last_loss_finite is not None:
-            finite = finite & self.loss_terms.last_loss_finite.to(finite.device)
+        for flag in (self.loss_terms.last_loss_finite, self.loss_terms.step_loss_finite()):
+            if flag is not None:
+                finite = finite & flag.to(finite.device)
         if bool(finite):  # the one host sync per step of the "skip" policy
             self.loss_terms.commit()
             return
@@ -453,22 +459,32 @@ class ContrastiveTrainer(CheckpointingMixin, HubPublishingMixin, Trainer):
         """
         if "loss" in logs or "train_loss" in logs:  # the end of training checks too
             self.check_finite()
-        if "train_loss" in logs and self.skipped_steps:  # in place: `train()`'s returned metrics are this dict
-            start_step, start_skipped = self._train_call_start
-            steps, skipped = self.state.global_step - start_step, self.skipped_steps - start_skipped
-            if skipped:
-                logs["train_loss"] = logs["train_loss"] * steps / (steps - skipped) if steps > skipped else float("nan")
-            logs["skipped_steps"] = self.skipped_steps
+        if self.args.nonfinite_policy == "skip":  # means over the kept steps, whatever dropped the others
+            self._loss_over_kept_steps(logs)
         if "loss" in logs:
-            start_step, start_skipped = self._loss_log_start
-            steps, skipped = self.state.global_step - start_step, self.skipped_steps - start_skipped
-            if skipped:  # `training_step` returned 0 for the dropped steps
-                logs = {**logs, "loss": logs["loss"] * steps / (steps - skipped) if steps > skipped else float("nan")}
             self._loss_log_start = (self.state.global_step, self.skipped_steps)
             logs = {**logs, **self.loss_terms.drain(), **self.objective.log_statistics()}
             if self.skipped_steps:
                 logs["skipped_steps"] = self.skipped_steps
         super().log(logs, start_time)
+
+    def _loss_over_kept_steps(self, logs: dict[str, float]) -> None:
+        """Under ``nonfinite_policy="skip"``: ``train_loss`` (this ``train()`` call) and ``loss`` (since the last
+        logged loss) become the means of the kept steps' losses, in place (``train()``'s returned metrics are
+        this dict), plus ``skipped_steps``. The Trainer's own means count a dropped step as its loss, or as 0
+        when the loss was not finite; these sums hold only the kept steps (:class:`LossTermTracker`)."""
+        for key, scope, start in (("train_loss", "run", self._train_call_start), ("loss", "log", self._loss_log_start)):
+            if key not in logs:
+                continue
+            kept_sum = self.loss_terms.kept_loss_sum(scope)
+            steps, skipped = self.state.global_step - start[0], self.skipped_steps - start[1]
+            if skipped:  # every process skips the same steps (their gradients are all-reduced)
+                total = torch.zeros((), device=self.args.device) if kept_sum is None else kept_sum.to(self.args.device)
+                if self.args.world_size > 1:
+                    total = self.accelerator.reduce(total, reduction="mean")
+                logs[key] = float(total) / (steps - skipped) if steps > skipped else float("nan")
+            if self.skipped_steps:
+                logs["skipped_steps"] = self.skipped_steps
 
     # ---- objective parameters ------------------------------------------------------------------------
 
