@@ -14,7 +14,12 @@ from hypothesis import strategies as st
 
 from hf_contrast.errors import InputError, InputTypeError
 from hf_contrast.objectives import SimOConfig, SimOObjective
-from hf_contrast.training import ContrastiveTrainer, SimCLRTrainer, SimOTrainer, SupConTrainer
+from hf_contrast.training import (
+    ContrastiveTrainer,
+    SimCLRTrainer,
+    SimOTrainer,
+    SupConTrainer,
+)
 
 
 @pytest.fixture(scope="module")
