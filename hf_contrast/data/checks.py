@@ -228,7 +228,7 @@ def check_dataset_type(dataset: Any, *, name: str = "train_dataset", allow_dict:
         raise InputTypeError(f"`{name}` is a {kind.__module__}.{kind.__qualname__} ({_short(dataset)}), not a dataset; {_DATASET_FIX}.")
     try:
         first = dataset[0] if len(dataset) > 0 else None
-    except Exception as error:  # noqa: BLE001 - any failure to read row 0 is the user's dataset's
+    except Exception as error:  # any failure to read row 0 is the user's dataset's
         raise InputTypeError(
             f"`{name}` ({kind.__name__}) could not be read at row 0 ({type(error).__name__}: {error}); {_DATASET_FIX}."
         ) from error
@@ -325,7 +325,7 @@ def check_column_kinds(dataset: Any, kinds: Sequence[tuple[str, str, str]], *, n
         elif hasattr(dataset, "__getitem__") and hasattr(dataset, "__len__") and not hasattr(dataset, "column_names"):
             try:
                 first = dataset[0] if len(dataset) > 0 else None
-            except Exception:  # noqa: BLE001 - check_dataset_type reports unreadable rows
+            except Exception:  # check_dataset_type reports unreadable rows
                 first = None
             row = first if isinstance(first, Mapping) else None
     for column, kind, argument in kinds:
