@@ -325,7 +325,7 @@ def check_column_kinds(dataset: Any, kinds: Sequence[tuple[str, str, str]], *, n
         elif hasattr(dataset, "__getitem__") and hasattr(dataset, "__len__") and not hasattr(dataset, "column_names"):
             try:
                 first = dataset[0] if len(dataset) > 0 else None
-            except Exception:  # check_dataset_type reports unreadable rows
+            except Exception:  # noqa: BLE001 - check_dataset_type reports unreadable rows
                 first = None
             row = first if isinstance(first, Mapping) else None
     for column, kind, argument in kinds:
