@@ -13,14 +13,18 @@
 #   one CPU or GPU   python examples/run_simo.py [--dataset <image folder>]
 #   several GPUs     accelerate launch --multi_gpu --num_processes 4 examples/run_simo.py
 #                    (each process draws its own C × k batch; the sampler's batches are sharded)
-# Options: --classes_per_batch, --samples_per_class (their product must be --per_device_train_batch_size),
-#          --olean, --n_views 2, --model, --dataset, --image_column, --label_column, every TrainingArguments flag.
+# Options: --classes_per_batch, --samples_per_class (the batch size is their product; a
+#          --per_device_train_batch_size that differs is an error naming both), --replacement (draw a class's
+#          samples with replacement: for classes with fewer than --samples_per_class images), --olean,
+#          --n_views 2, --model, --dataset, --image_column, --label_column, every TrainingArguments flag.
 # Resuming: a checkpoint in --output_dir is picked up; --overwrite_output_dir starts from scratch instead.
 # Writes to --output_dir (default outputs/simo): the encoder and its model card, train_results.json,
 # eval_results.json, all_results.json, trainer_state.json, embeddings.png, loss_curves.png, eval_curves.png.
 from __future__ import annotations
 
+import json
 import os
+import sys
 from dataclasses import dataclass, field
 
 import torch
@@ -45,7 +49,6 @@ DEFAULTS = {
     "max_steps": 200,
     "classes_per_batch": 4,  # C < 10 / 2 classes per batch (the paper's stability fix)
     "samples_per_class": 32,
-    "per_device_train_batch_size": 128,  # = C × k
     "per_device_eval_batch_size": 256,
     "learning_rate": 1e-3,
     "weight_decay": 1e-4,
@@ -89,6 +92,8 @@ def main() -> None:
     script, training_args, config = parse_args_with_objective(
         (ScriptArguments, ContrastiveTrainingArguments), method="simo", defaults=DEFAULTS
     )
+    if not _given("per_device_train_batch_size"):  # class-major batches: C × k (given, it must equal that)
+        training_args.per_device_train_batch_size = config.classes_per_batch * config.samples_per_class
     if training_args.output_dir == DEFAULTS["output_dir"]:
         training_args.output_dir = DEFAULTS["output_dir"].format(method=script.method)
     setup_logging(training_args, __name__)
@@ -183,6 +188,15 @@ def main() -> None:
     # writes the pictures or the card is aborted at exit by torch.distributed (SIGABRT, the run fails).
     trainer.accelerator.wait_for_everyone()
     trainer.accelerator.end_training()
+
+
+def _given(name: str) -> bool:
+    """Whether the command line (or its .json config file) sets the field ``name``."""
+    argv = sys.argv[1:]
+    if len(argv) == 1 and argv[0].endswith(".json"):
+        with open(argv[0], encoding="utf-8") as handle:
+            return name in json.load(handle)
+    return any(arg == f"--{name}" or arg.startswith(f"--{name}=") for arg in argv)
 
 
 def _data_name(dataset: str | None) -> str:

@@ -356,10 +356,12 @@ def test_run_ocl_supcon_long_tailed(tmp_path: Path) -> None:
 def test_run_simo(tmp_path: Path) -> None:
     output_dir = tmp_path / "simo"
     run_example(
-        "run_simo.py", *TINY_IMAGES,
-        "--classes_per_batch", "4", "--samples_per_class", "2", "--per_device_train_batch_size", "8",
+        "run_simo.py", *TINY_IMAGES,  # 64 balanced digits: 6 or 7 per class, fewer than k = 8 without --replacement
+        "--classes_per_batch", "4", "--samples_per_class", "8", "--replacement",
         output_dir=output_dir,
     )  # fmt: skip
+    args = __import__("torch").load(output_dir / "training_args.bin", weights_only=False)
+    assert args.per_device_train_batch_size == 32  # derived: classes_per_batch × samples_per_class
     results = check_output(
         output_dir, ("eval_projection_class_orthogonality", "eval_knn_accuracy", "eval_linear_probe_accuracy", "eval_alignment"),
         ("embeddings.png",),

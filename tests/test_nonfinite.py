@@ -252,3 +252,51 @@ def test_raise_names_the_step_whose_gradients_were_not_finite(tmp_path, images) 
     with pytest.raises(NonFiniteLossError, match="allow_nonfinite=True"):
         trainer.save_model(str(tmp_path / "model"))  # the weights are NaN now: nothing is written silently
     assert not (tmp_path / "model").exists()
+
+
+class _Recording(nn.Module):
+    """``_NaNTermAt`` or ``_NaNGradientAt`` that also records the total loss of every call (a float, read here:
+    the independent reference for the trainer's means)."""
+
+    def __init__(self, inner: nn.Module) -> None:
+        super().__init__()
+        self.inner, self.values = inner, []
+
+    def forward(self, z1: torch.Tensor, z2: torch.Tensor) -> dict[str, torch.Tensor]:
+        terms = self.inner(z1, z2)
+        self.values.append(float(terms["loss"].detach()))
+        return terms
+
+
+@pytest.mark.parametrize("fault", ["nan_loss", "nan_gradient"])
+@pytest.mark.parametrize("accumulation", [1, 2])
+def test_skip_reports_the_mean_of_the_kept_steps_everywhere(tmp_path, images, fault: str, accumulation: int) -> None:
+    """``TrainOutput.training_loss``, the returned and logged ``train_loss`` and each logged ``loss`` are means over
+    the kept optimizer steps, computed here from the losses the objective returned: a skipped step counts
+    neither as 0 (a NaN loss) nor as its finite loss (a NaN gradient)."""
+    bad_call = 2 * accumulation + 1  # the first micro-batch of step 3
+    inner = _NaNTermAt(bad_call) if fault == "nan_loss" else _NaNGradientAt(bad_call)
+    loss = _Recording(inner)
+    args = training_args(
+        tmp_path, max_steps=5, per_device_train_batch_size=4, gradient_accumulation_steps=accumulation,
+        nonfinite_policy="skip", logging_steps=2,
+    )  # fmt: skip
+    trainer = ContrastiveTrainer(
+        model=vit_encoder(), args=args, train_dataset=images, data_collator=fixed_views_collator,
+        objective=CustomPairObjective(loss=loss),
+    )  # fmt: skip
+    with pytest.warns(RuntimeWarning, match="Step 3: non-finite"):
+        output = trainer.train()
+    assert trainer.skipped_steps == 1 and len(loss.values) == 5 * accumulation
+    # a step's loss as the Trainer sums it: the mean of its micro-batches' losses
+    steps = [sum(loss.values[i : i + accumulation]) / accumulation for i in range(0, 5 * accumulation, accumulation)]
+    assert math.isfinite(steps[2]) == (fault == "nan_gradient")
+    kept = [value for step, value in enumerate(steps, 1) if step != 3]
+    expected = sum(kept) / 4
+    assert output.training_loss == pytest.approx(expected, rel=1e-5)
+    assert output.metrics["train_loss"] == pytest.approx(expected, rel=1e-5)
+    final = trainer.state.log_history[-1]
+    assert final["train_loss"] == pytest.approx(expected, rel=1e-5) and final["skipped_steps"] == 1
+    logged = {h["step"]: h["loss"] for h in trainer.state.log_history if "loss" in h}
+    assert logged[2] == pytest.approx((steps[0] + steps[1]) / 2, rel=1e-5)
+    assert logged[4] == pytest.approx(steps[3], rel=1e-5)  # steps 3 (skipped) and 4: step 4 alone

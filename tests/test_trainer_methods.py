@@ -183,9 +183,8 @@ def test_simo_validates_its_batch_geometry(tmp_path, images) -> None:
 
 
 def test_supervised_trainers_need_labels(tmp_path, images) -> None:
-    trainer = SupConTrainer(model=vit_encoder(), args=training_args(tmp_path), train_dataset=images.remove_columns("label"))
-    with pytest.raises(ValueError, match=r"no column .*'label'.*`label_column`"):
-        trainer.train()
+    with pytest.raises(ValueError, match=r"no column .*'label'.*`label_column`"):  # at construction, before any work
+        SupConTrainer(model=vit_encoder(), args=training_args(tmp_path), train_dataset=images.remove_columns("label"))
 
 
 def test_supcon_and_ocl_differ_only_in_the_negatives(tmp_path, images) -> None:

@@ -2,14 +2,22 @@
 
 from __future__ import annotations
 
-from hf_contrast.errors import InputError
+from hf_contrast.errors import InputError, InputTypeError
 
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..tensor_checks import check_int
 
-__all__ = ["check_dataset", "dataset_columns", "dataset_classes"]
+__all__ = [
+    "COLUMN_KINDS",
+    "check_column_kinds",
+    "check_columns",
+    "check_dataset",
+    "check_dataset_type",
+    "dataset_classes",
+    "dataset_columns",
+]
 
 
 def dataset_columns(dataset: Any) -> list[str] | None:
@@ -53,6 +61,23 @@ def dataset_classes(dataset: Any, column: str) -> list[Any] | None:
             return None
         return sorted({row[column] for row in dataset}, key=repr)
     return None
+
+
+def check_columns(dataset: Any, columns: Sequence[str | Sequence[str]], *, name: str = "train_dataset") -> None:
+    """Raise :class:`~hf_contrast.errors.InputError` when ``dataset`` lacks one of ``columns`` (a tuple entry:
+    any one of its names), if its columns are known without reading it (:func:`dataset_columns`)."""
+    known = dataset_columns(dataset)
+    if known is None:
+        return
+    for entry in columns:
+        options = (entry,) if isinstance(entry, str) else tuple(entry)
+        if not any(option in known for option in options):
+            wanted = repr(options[0]) if len(options) == 1 else "one of " + ", ".join(map(repr, options))
+            raise InputError(
+                f"`{name}` has no column {wanted} (its columns: {known}); rename the column "
+                "(`dataset.rename_column(old, new)`) or set the matching column argument (e.g. "
+                "`image_column`, `text_column`, `label_column`)."
+            )
 
 
 def _num_rows(dataset: Any) -> int | None:
@@ -111,15 +136,212 @@ def check_dataset(
                 f"`{name}` has {rows} rows, fewer than the {min_rows} needed{reason}; add data or lower the batch "
                 "size (`per_device_train_batch_size` / `per_device_eval_batch_size`)."
             )
-    known = dataset_columns(dataset)
-    if known is not None:
-        for entry in columns:
-            options = (entry,) if isinstance(entry, str) else tuple(entry)
-            if not any(option in known for option in options):
-                wanted = repr(options[0]) if len(options) == 1 else "one of " + ", ".join(map(repr, options))
-                raise InputError(
-                    f"`{name}` has no column {wanted} (its columns: {known}); rename the column "
-                    "(`dataset.rename_column(old, new)`) or set the matching column argument (e.g. "
-                    "`image_column`, `text_column`, `label_column`)."
-                )
+    check_columns(dataset, columns, name=name)
     return rows
+
+
+# ---- the type of a dataset argument, and the kind of data in its columns ---------------------------------------
+
+_DATASET_FIX = (
+    "pass a `datasets.Dataset` (an image folder: `hf_contrast.data.load_image_splits(path)['train']`; a text file: "
+    "`hf_contrast.data.load_text_dataset(path)`; in-memory rows: `datasets.Dataset.from_dict({'image': [...], "
+    "'label': [...]})` or `{'text': [...]}`), a `datasets.IterableDataset`, or a torch dataset whose rows are dicts "
+    "of columns"
+)
+
+
+def _short(value: Any, limit: int = 60) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _is_hf_dataset(dataset: Any) -> bool:
+    """A ``datasets.Dataset`` / ``IterableDataset`` (duck-typed: the package imports without ``datasets``)."""
+    return hasattr(dataset, "column_names") and hasattr(dataset, "features") and not isinstance(dataset, Mapping)
+
+
+def check_dataset_type(dataset: Any, *, name: str = "train_dataset", allow_dict: bool = False) -> None:
+    """Raise :class:`~hf_contrast.errors.InputTypeError` when ``dataset`` is not something a trainer can batch.
+
+    Accepted: ``None``, a ``datasets.Dataset`` / ``IterableDataset``, a list or tuple of dicts, a torch
+    ``IterableDataset`` and a map-style torch dataset whose first row is a dict (one row is read). With
+    ``allow_dict`` (``eval_dataset``), a dict (or ``DatasetDict``) of such datasets, each checked.
+    Refused, with the fix: a path (``str`` / ``os.PathLike``), a list of strings or numbers, a dict of
+    columns, a ``DatasetDict`` as ``train_dataset``, a pandas ``DataFrame``, a torch dataset of tuples.
+
+    >>> check_dataset_type([{"text": "a"}])
+    >>> check_dataset_type("data/train")
+    Traceback (most recent call last):
+    ...
+    hf_contrast.errors.InputTypeError: `train_dataset` is the path 'data/train', not a dataset; load it first: ...
+    """
+    import os
+
+    if dataset is None or _is_hf_dataset(dataset):
+        return
+    if isinstance(dataset, (str, os.PathLike)):
+        path = os.fspath(dataset)
+        raise InputTypeError(
+            f"`{name}` is the path {_short(path)}, not a dataset; load it first: an image folder with "
+            f"`hf_contrast.data.load_image_splits({path!r})['train']`, a text file with "
+            f"`hf_contrast.data.load_text_dataset({path!r})`, a Hub dataset with `datasets.load_dataset(...)['train']`."
+        )
+    kind = type(dataset)
+    if kind.__module__.split(".")[0] == "pandas":
+        raise InputTypeError(
+            f"`{name}` is a pandas {kind.__name__}; pass `datasets.Dataset.from_pandas(frame)` (its columns become the "
+            "dataset's columns)."
+        )
+    if isinstance(dataset, Mapping):
+        values = list(dataset.values())
+        columns = bool(values) and all(
+            isinstance(v, (list, tuple)) and not any(isinstance(x, Mapping) for x in v) for v in values
+        )
+        if allow_dict and values and not columns:  # a dict (DatasetDict) of evaluation sets
+            for key, value in dataset.items():
+                check_dataset_type(value, name=f"{name}[{key!r}]")
+            return
+        if values and all(_is_hf_dataset(v) for v in values):  # a DatasetDict as train_dataset
+            raise InputTypeError(
+                f"`{name}` is a {kind.__name__} of the splits {list(dataset)}; pass one split, e.g. "
+                f"`{name}=data[{next(iter(dataset))!r}]`."
+            )
+        raise InputTypeError(
+            f"`{name}` is a {kind.__name__} with the keys {_short(list(dataset))}, not a dataset; a dict of columns "
+            f"becomes one with `datasets.Dataset.from_dict({_columns_hint(dataset)})`; or {_DATASET_FIX}."
+        )
+    if isinstance(dataset, (list, tuple)):
+        bad = next((row for row in dataset if not isinstance(row, Mapping)), None)
+        if dataset and bad is not None:
+            raise InputTypeError(
+                f"`{name}` is a {kind.__name__} of {type(bad).__name__} (e.g. {_short(bad)}), not of rows with named "
+                f"columns; {_DATASET_FIX}."
+            )
+        return
+    try:
+        from torch.utils.data import IterableDataset as TorchIterable
+    except ImportError:  # pragma: no cover - torch is a dependency
+        TorchIterable = ()  # type: ignore[assignment]
+    if isinstance(dataset, TorchIterable):
+        return
+    if not (hasattr(dataset, "__getitem__") and hasattr(dataset, "__len__")) or isinstance(dataset, (bytes, bytearray)):
+        raise InputTypeError(f"`{name}` is a {kind.__module__}.{kind.__qualname__} ({_short(dataset)}), not a dataset; {_DATASET_FIX}.")
+    try:
+        first = dataset[0] if len(dataset) > 0 else None
+    except Exception as error:  # any failure to read row 0 is the user's dataset's
+        raise InputTypeError(
+            f"`{name}` ({kind.__name__}) could not be read at row 0 ({type(error).__name__}: {error}); {_DATASET_FIX}."
+        ) from error
+    if first is not None and not isinstance(first, Mapping):
+        raise InputTypeError(
+            f"`{name}` ({kind.__name__}) yields rows of type {type(first).__name__}, not dicts of named columns; make "
+            "its `__getitem__` return a dict (e.g. `{'pixel_values': x, 'labels': y}` or `{'image': ..., 'label': ...}`), "
+            f"or {_DATASET_FIX}."
+        )
+
+
+def _columns_hint(columns: Mapping[str, Any]) -> str:
+    """``{'text': [...]}`` for the keys of a dict of columns (for the messages)."""
+    return "{" + ", ".join(f"{key!r}: [...]" for key in list(columns)[:3]) + "}"
+
+
+#: The kinds of column :func:`check_column_kinds` knows, and what each may hold (for the messages).
+COLUMN_KINDS = {
+    "image": "images (an `Image` feature), file paths (strings), {'path', 'bytes'} dicts or pixel arrays",
+    "text": "strings",
+    "label": "integer class ids (ints or a `ClassLabel`; encode strings with `dataset.class_encode_column(column)`)",
+}
+
+
+def _feature_kind(feature: Any) -> tuple[set[str], str]:
+    """``(kinds the feature can serve, a description)`` of a ``datasets`` feature (no data is read)."""
+    kind = type(feature).__name__
+    if isinstance(feature, Mapping):  # a struct: {"path", "bytes"} is an undecoded image
+        keys = set(feature)
+        return ({"image"} if keys & {"path", "bytes"} else set()), f"a struct with the fields {sorted(keys)}"
+    if kind == "Image":
+        return {"image"}, "images (an Image feature)"
+    if kind == "ClassLabel":
+        return {"label"}, "class labels (a ClassLabel)"
+    if kind == "Value":
+        dtype = str(feature.dtype)
+        if dtype in ("string", "large_string"):
+            return {"image", "text"}, "strings"
+        if dtype.startswith(("int", "uint")):
+            return {"label"}, f"numbers ({dtype})"
+        return set(), f"values of type {dtype}"
+    if kind.startswith("Array") or kind in ("Sequence", "List", "LargeList"):
+        return {"image"}, f"arrays ({kind})"
+    return set(), f"a {kind} feature"
+
+
+def _value_kind(value: Any) -> tuple[set[str], str]:
+    """``(kinds the value can serve, a description)`` of one row's value."""
+    import os
+
+    if isinstance(value, bool):
+        return set(), "booleans"
+    if isinstance(value, str):
+        return {"image", "text"}, "strings"
+    if isinstance(value, os.PathLike):
+        return {"image"}, "paths"
+    if isinstance(value, Mapping):
+        return ({"image"} if set(value) & {"path", "bytes"} else set()), f"dicts with the keys {sorted(value)}"
+    if isinstance(value, int) or type(value).__name__.startswith(("int", "uint")):
+        return {"label"}, f"numbers ({type(value).__name__})"
+    if isinstance(value, float):
+        return set(), "floats"
+    module = type(value).__module__.split(".")[0]
+    if module in ("PIL", "numpy", "torch") or hasattr(value, "__array__"):
+        return {"image"}, f"{type(value).__module__}.{type(value).__name__} values"
+    return set(), f"{type(value).__name__} values"
+
+
+def check_column_kinds(dataset: Any, kinds: Sequence[tuple[str, str, str]], *, name: str = "train_dataset") -> None:
+    """Raise :class:`~hf_contrast.errors.InputTypeError` when a column holds the wrong kind of data.
+
+    Read from the dataset's ``features`` when it has them (nothing decoded); a list of dicts or a torch dataset
+    of dicts: its first row. Columns the dataset lacks are not checked here (:func:`check_dataset` does that).
+
+    Args:
+        dataset: The dataset (``None``: nothing to check).
+        kinds: ``(column, kind, argument)`` triples: ``kind`` one of :data:`COLUMN_KINDS`, ``argument`` the
+            training argument that chose the column (named in the error), e.g. ``("image", "image", "image_column")``.
+        name: The argument the dataset was passed as.
+
+    >>> check_column_kinds([{"image": 3}], [("image", "image", "image_column")])
+    Traceback (most recent call last):
+    ...
+    hf_contrast.errors.InputTypeError: `image_column`='image' names a column of numbers (int) in `train_dataset`, but ...
+    """
+    if dataset is None or not kinds:
+        return
+    features = getattr(dataset, "features", None)
+    row: Mapping[str, Any] | None = None
+    if not isinstance(features, Mapping):
+        features = None
+        if isinstance(dataset, (list, tuple)):
+            row = dataset[0] if dataset and isinstance(dataset[0], Mapping) else None
+        elif hasattr(dataset, "__getitem__") and hasattr(dataset, "__len__") and not hasattr(dataset, "column_names"):
+            try:
+                first = dataset[0] if len(dataset) > 0 else None
+            except Exception:  # noqa: BLE001 - check_dataset_type reports unreadable rows
+                first = None
+            row = first if isinstance(first, Mapping) else None
+    for column, kind, argument in kinds:
+        if features is not None:
+            if column not in features:
+                continue
+            allowed, described = _feature_kind(features[column])
+        elif row is not None:
+            if column not in row:
+                continue
+            allowed, described = _value_kind(row[column])
+        else:
+            return
+        if kind not in allowed:
+            raise InputTypeError(
+                f"`{argument}`={column!r} names a column of {described} in `{name}`, but the {kind} column must hold "
+                f"{COLUMN_KINDS[kind]}; set `{argument}` to the column that holds them (columns: "
+                f"{dataset_columns(dataset)})."
+            )

@@ -251,6 +251,7 @@ def as_encoder(model: Any, encoder_class: type) -> Any:
         hint = " Build the encoder first: `ContrastiveEncoder.from_backbone(name)`." if isinstance(model, str) else ""
         raise InputError(
             f"`model` is a {type(model).__module__}.{type(model).__qualname__}; a trainer takes a ContrastiveEncoder, "
-            f"or one of: {ACCEPTED_BACKBONES.split(', ', 1)[1]}.{hint}"
+            "or a sentence_transformers.SentenceTransformer, a timm model (timm.create_model(...)) or a transformers "
+            f"PreTrainedModel with token inputs (AutoModel.from_pretrained(...)).{hint}"
         )
     return model

@@ -26,7 +26,7 @@ from torch import Tensor, nn
 
 from ..losses import AFCLLoss
 from ..views import AFCLBatchSampler, ViewBuilder, WholeClassGroups
-from ..tensor_checks import check_choice, check_int
+from ..tensor_checks import check_bool, check_choice, check_int
 from .base import Objective, ObjectiveConfig
 from .geometry import GeometryMonitor, class_mean_abs_cosine
 from .registry import register_objective
@@ -42,12 +42,17 @@ class SimOConfig(ObjectiveConfig):
     samples_per_class: int = field(default=8, metadata={"help": "SimO/AFCL: samples k per class in a batch (>= 2)."})
     olean: float = field(default=0.01, metadata={"help": "SimO/AFCL: orthogonality leaning in [0, 1]."})
     n_views: int = field(default=1, metadata={"help": "SimO: augmented views per sample (1 or 2)."})
+    replacement: bool = field(
+        default=False,
+        metadata={"help": "SimO/AFCL: draw a class's k samples with replacement (allows classes with fewer than k samples)."},
+    )
 
     def validate(self) -> None:
         check_int("classes_per_batch", self.classes_per_batch, 2)
         check_int("samples_per_class", self.samples_per_class, 2)
         AFCLLoss.hyperparameters_class.check_fields_of(self)  # olean
         check_choice("n_views", self.n_views, (1, 2))
+        check_bool("replacement", self.replacement)
 
 
 @register_objective("simo")
@@ -84,8 +89,11 @@ class SimOObjective(Objective):
             c, k = self.config.classes_per_batch, self.config.samples_per_class
             raise InputError(
                 f"`per_device_train_batch_size`={per_device} must equal `classes_per_batch` × `samples_per_class` = "
-                f"{c} × {k} = {self.batch_size} (AFCL batches are class-major)."
+                f"{c} × {k} = {self.batch_size} (AFCL batches are class-major); set `per_device_train_batch_size`="
+                f"{self.batch_size}, or `classes_per_batch` / `samples_per_class` whose product is {per_device}."
             )
+        if train_dataset is not None and hasattr(train_dataset, "column_names"):
+            self.train_batch_sampler(train_dataset, views)  # its checks (classes, class sizes) before any work
         self.loss = AFCLLoss(n_classes=self.config.classes_per_batch, olean=self.config.olean)
 
     def train_collator(self, views: ViewBuilder) -> Any:
@@ -108,16 +116,25 @@ class SimOObjective(Objective):
             )
         if column not in dataset.column_names:
             raise InputError(f"SimO needs class labels: the training dataset has no `label_column`={column!r}.")
-        return AFCLBatchSampler(
-            list(dataset[column]),
-            classes_per_batch=self.config.classes_per_batch,
-            samples_per_class=self.config.samples_per_class,
-            shuffle=True,
-            seed=views.seed,
-            drop_last=True,
-            num_replicas=1,
-            rank=0,
-        )
+        try:
+            return AFCLBatchSampler(
+                list(dataset[column]),
+                classes_per_batch=self.config.classes_per_batch,
+                samples_per_class=self.config.samples_per_class,
+                shuffle=True,
+                seed=views.seed,
+                drop_last=True,
+                replacement=self.config.replacement,
+                num_replicas=1,
+                rank=0,
+            )
+        except InputError as error:  # name SimO's own options (the sampler's are not passed by the user)
+            raise InputError(
+                f"SimO's class-major batches of the training set (`label_column`={column!r}): {error} These are "
+                "SimOObjective's options: `SimOObjective(classes_per_batch=..., samples_per_class=..., "
+                "replacement=True)`, or the flags `--classes_per_batch`, `--samples_per_class`, `--replacement` of "
+                "examples/run_simo.py."
+            ) from error
 
     def forward(self, model: nn.Module, inputs: Mapping[str, Any], views: ViewBuilder) -> dict[str, Tensor]:
         z_views = views.projections(model, views.augmented(inputs, self.config.n_views))

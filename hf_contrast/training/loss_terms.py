@@ -7,7 +7,10 @@ The trainer records every step's named terms (tensors, kept on the device); the 
   :meth:`check` — called where the Trainer syncs anyway (each log, each checkpoint, the end of training) —
   can raise :class:`NonFiniteLossError` naming the step and the terms;
 - under ``nonfinite_policy="skip"`` holds a step's terms as *pending* until the step's verdict
-  (:meth:`commit` or :meth:`discard`), so a dropped step never reaches the logs.
+  (:meth:`commit` or :meth:`discard`), so a dropped step never reaches the logs; the total loss the
+  ``Trainer`` sums for a step (:meth:`add_step_loss`) is held the same way, so the logged ``loss`` /
+  ``train_loss`` and ``TrainOutput.training_loss`` are means over the kept steps (:meth:`kept_loss_sum`),
+  whether a step was dropped for its loss or for a gradient.
 """
 
 from __future__ import annotations
@@ -48,6 +51,8 @@ class LossTermTracker:
         #: Whether the last recorded total loss was finite (a device bool), for the step's verdict.
         self.last_loss_finite: Tensor | None = None
         self.skipped_batches = 0
+        self._step_loss: Tensor | None = None  # this optimizer step's summed micro-batch losses (pending)
+        self._kept_loss: dict[str, Tensor] = {}  # "log": since the last logged loss, "run": this `train()` call
 
     def record(self, terms: Mapping[str, Tensor], step: int) -> None:
         """Add one micro-batch's terms (``"loss"`` is the total; it is watched, not logged as a term)."""
@@ -76,8 +81,33 @@ class LossTermTracker:
             first = torch.full((), -1, dtype=torch.long, device=finite.device)
         self._first_bad_gradient_step = torch.where((first < 0) & ~finite, here, first)
 
+    def add_step_loss(self, loss: Tensor) -> None:
+        """Add a micro-batch's loss as the ``Trainer`` sums it (already divided by the accumulation steps) to the
+        pending optimizer step (``defer``: counted by :meth:`commit`, forgotten by :meth:`discard`)."""
+        loss = loss.detach().float()
+        self._step_loss = loss if self._step_loss is None else self._step_loss + loss
+
+    def step_loss_finite(self) -> Tensor | None:
+        """Whether the pending step's summed loss is finite (a device bool), ``None`` before any."""
+        return None if self._step_loss is None else torch.isfinite(self._step_loss)
+
+    def kept_loss_sum(self, scope: str) -> Tensor | None:
+        """The summed loss of the kept steps (this process) since the last call for ``scope`` ("log": since the
+        last logged loss; "run": since :meth:`start_run`), ``None`` if none was kept; resets that scope."""
+        return self._kept_loss.pop(scope, None)
+
+    def start_run(self) -> None:
+        """A ``train()`` call begins: its kept-loss sums start at zero."""
+        self._kept_loss.clear()
+        self._step_loss = None
+
     def commit(self) -> None:
         """The step was kept: its pending terms count in the logs."""
+        if self._step_loss is not None:
+            for scope in ("log", "run"):
+                kept = self._kept_loss.get(scope)
+                self._kept_loss[scope] = self._step_loss if kept is None else kept + self._step_loss
+            self._step_loss = None
         for name, total in self._pending.items():
             self._sums[name] = self._sums[name] + total if name in self._sums else total
             self._counts[name] = self._counts.get(name, 0) + self._pending_counts[name]
@@ -86,6 +116,7 @@ class LossTermTracker:
     def discard(self) -> None:
         """The step was dropped: forget its terms and its non-finite flags."""
         self._pending, self._pending_counts = {}, {}
+        self._step_loss = None
         self._nonfinite.clear()
         self._first_bad_step = None
         self.last_loss_finite = None

@@ -39,7 +39,7 @@ from accelerate.utils import send_to_device
 from torch import Tensor, nn
 from torch.utils.data import DataLoader, IterableDataset
 from transformers import Trainer, TrainerCallback
-from transformers.trainer_utils import seed_worker
+from transformers.trainer_utils import TrainOutput, seed_worker
 from transformers.utils import logging
 
 from .. import distributed
@@ -54,6 +54,7 @@ from ..objectives import Objective, build_objective
 from ..views import BadImageError, pop_dropped_rows, pop_skipped_images, pop_view_batch_index, scan_images, views_for
 from .arguments import ContrastiveTrainingArguments
 from .checkpointing import CheckpointingMixin, first_nonfinite_tensor
+from .doors import check_trainer_arguments, check_trainer_columns
 from .gradient_cache import GradientCache
 from .image_size import apply_image_size, choose_image_size
 from .loss_terms import LossTermTracker, NonFiniteLossError
@@ -76,6 +77,7 @@ class _ObjectiveCallback(TrainerCallback):
         self.trainer.objective.zero_grad(set_to_none=True)
         self.trainer._loss_log_start = (state.global_step, self.trainer.skipped_steps)
         self.trainer._train_call_start = (state.global_step, self.trainer.skipped_steps)
+        self.trainer.loss_terms.start_run()
 
     def on_pre_optimizer_step(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         if args.nonfinite_policy == "skip":
@@ -165,6 +167,7 @@ class ContrastiveTrainer(CheckpointingMixin, HubPublishingMixin, Trainer):
                 "drop columns, call `dataset.select_columns([...])` with those the objective reads (its "
                 "`required_columns`: the image or text column, and the label column for supervised methods)."
             )
+        check_trainer_arguments(model, train_dataset, eval_dataset)  # types, before any work
         objective = objective if objective is not None else self.default_objective
         if objective is None:
             raise InputError(
@@ -203,6 +206,7 @@ class ContrastiveTrainer(CheckpointingMixin, HubPublishingMixin, Trainer):
         self.views = views_for(self.model, self.args, self.processing_class, epoch=lambda: self.state.epoch)
         self.views.prepare_model()  # image views: the saved data config says `args.image_size`
         self._check_objective_fits()
+        check_trainer_columns(self)  # columns present and of the right kind, before the objective reads them
         self.objective.setup(self.views, train_dataset)
         self._check_evaluation_fits()
         self.objective.to(self.args.device)
@@ -317,6 +321,9 @@ class ContrastiveTrainer(CheckpointingMixin, HubPublishingMixin, Trainer):
         dropped = self._reported_dropped_rows("train", "training")
         if dropped:
             output.metrics["train_dropped_rows"] = dropped
+        if self.skipped_steps > self._train_call_start[1] and "train_loss" in output.metrics:
+            # `nonfinite_policy="skip"` dropped steps: the mean over the kept ones, as logged (`log`)
+            output = TrainOutput(output.global_step, output.metrics["train_loss"], output.metrics)
         return output
 
     def evaluate(self, *args: Any, **kwargs: Any) -> dict[str, float]:
@@ -392,6 +399,7 @@ class ContrastiveTrainer(CheckpointingMixin, HubPublishingMixin, Trainer):
         if self.accelerator.sync_gradients:
             self._sync_objective_gradients()
         if self.args.nonfinite_policy == "skip":
+            self.loss_terms.add_step_loss(loss)  # counted in the logged losses only if the step is kept
             loss = torch.where(torch.isfinite(loss), loss, torch.zeros_like(loss))
         return loss
 
@@ -428,8 +436,9 @@ class ContrastiveTrainer(CheckpointingMixin, HubPublishingMixin, Trainer):
         gradient is not finite."""
         params = [*self.model.parameters(), *self.objective.parameters()]
         finite = self._gradients_finite()
-        if self.loss_terms.last_loss_finite is not None:
-            finite = finite & self.loss_terms.last_loss_finite.to(finite.device)
+        for flag in (self.loss_terms.last_loss_finite, self.loss_terms.step_loss_finite()):
+            if flag is not None:
+                finite = finite & flag.to(finite.device)
         if bool(finite):  # the one host sync per step of the "skip" policy
             self.loss_terms.commit()
             return
@@ -465,22 +474,32 @@ class ContrastiveTrainer(CheckpointingMixin, HubPublishingMixin, Trainer):
         """
         if "loss" in logs or "train_loss" in logs:  # the end of training checks too
             self.check_finite()
-        if "train_loss" in logs and self.skipped_steps:  # in place: `train()`'s returned metrics are this dict
-            start_step, start_skipped = self._train_call_start
-            steps, skipped = self.state.global_step - start_step, self.skipped_steps - start_skipped
-            if skipped:
-                logs["train_loss"] = logs["train_loss"] * steps / (steps - skipped) if steps > skipped else float("nan")
-            logs["skipped_steps"] = self.skipped_steps
+        if self.args.nonfinite_policy == "skip":  # means over the kept steps, whatever dropped the others
+            self._loss_over_kept_steps(logs)
         if "loss" in logs:
-            start_step, start_skipped = self._loss_log_start
-            steps, skipped = self.state.global_step - start_step, self.skipped_steps - start_skipped
-            if skipped:  # `training_step` returned 0 for the dropped steps
-                logs = {**logs, "loss": logs["loss"] * steps / (steps - skipped) if steps > skipped else float("nan")}
             self._loss_log_start = (self.state.global_step, self.skipped_steps)
             logs = {**logs, **self.loss_terms.drain(), **self.objective.log_statistics()}
             if self.skipped_steps:
                 logs["skipped_steps"] = self.skipped_steps
         super().log(logs, start_time)
+
+    def _loss_over_kept_steps(self, logs: dict[str, float]) -> None:
+        """Under ``nonfinite_policy="skip"``: ``train_loss`` (this ``train()`` call) and ``loss`` (since the last
+        logged loss) become the means of the kept steps' losses, in place (``train()``'s returned metrics are
+        this dict), plus ``skipped_steps``. The Trainer's own means count a dropped step as its loss, or as 0
+        when the loss was not finite; these sums hold only the kept steps (:class:`LossTermTracker`)."""
+        for key, scope, start in (("train_loss", "run", self._train_call_start), ("loss", "log", self._loss_log_start)):
+            if key not in logs:
+                continue
+            kept_sum = self.loss_terms.kept_loss_sum(scope)
+            steps, skipped = self.state.global_step - start[0], self.skipped_steps - start[1]
+            if skipped:  # every process skips the same steps (their gradients are all-reduced)
+                total = torch.zeros((), device=self.args.device) if kept_sum is None else kept_sum.to(self.args.device)
+                if self.args.world_size > 1:
+                    total = self.accelerator.reduce(total, reduction="mean")
+                logs[key] = float(total) / (steps - skipped) if steps > skipped else float("nan")
+            if self.skipped_steps:
+                logs["skipped_steps"] = self.skipped_steps
 
     # ---- objective parameters ------------------------------------------------------------------------
 
