@@ -54,6 +54,7 @@ from ..objectives import Objective, build_objective
 from ..views import pop_skipped_images, pop_view_batch_index, views_for
 from .arguments import ContrastiveTrainingArguments
 from .checkpointing import CheckpointingMixin, first_nonfinite_tensor
+from .engine_checks import check_distributed_engine
 from .gradient_cache import GradientCache
 from .loss_terms import LossTermTracker, NonFiniteLossError
 from .publishing import HubPublishingMixin
@@ -187,6 +188,7 @@ class ContrastiveTrainer(CheckpointingMixin, HubPublishingMixin, Trainer):
         )
         self.args: ContrastiveTrainingArguments
         follow_log_level(self.args.get_process_log_level())  # the package's loggers, as Trainer sets transformers'
+        check_distributed_engine(self.args, self.accelerator, self.is_fsdp_enabled, self.is_deepspeed_enabled)
         if self.args.dataloader_pin_memory and self.args.device.type == "cpu":
             # pinned memory only speeds up copies to an accelerator; on a CPU run torch warns at every loader
             self.args.dataloader_pin_memory = False
