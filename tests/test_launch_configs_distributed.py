@@ -98,3 +98,35 @@ def test_two_machines_on_localhost_train_save_once_and_equal_one_process(tmp_pat
     assert not (tmp_path / "machine1" / "run" / "model").exists()
     assert not (tmp_path / "machine1" / "run" / "trainer.pt").exists()
     _assert_equal_parameters(result["parameters"], _single(tmp_path)["parameters"])
+
+
+@pytest.mark.parametrize("name", ["ddp", "fsdp", "fsdp1", "multi_node", "deepspeed_zero2", "deepspeed_zero3"])
+def test_config_files_load_in_accelerate(name: str) -> None:
+    from accelerate.commands.config.config_args import load_config_from_file
+
+    config = load_config_from_file(str(CONFIGS / f"{name}.yaml"))
+    assert config.num_processes == 2 and config.num_machines == (2 if name == "multi_node" else 1)
+    expected = {"ddp": "MULTI_GPU", "multi_node": "MULTI_GPU", "fsdp": "FSDP", "fsdp1": "FSDP"}.get(name, "DEEPSPEED")
+    assert str(config.distributed_type).endswith(expected)
+    if name.startswith("fsdp"):  # the save gathers the whole state dict: the one save layout
+        assert config.fsdp_config["fsdp_state_dict_type"] == "FULL_STATE_DICT"
+    if name == "deepspeed_zero3":  # without it ZeRO-3's save_model writes no usable weights
+        assert config.deepspeed_config["zero_stage"] == 3 and config.deepspeed_config["zero3_save_16bit_model"] is True
+
+
+@pytest.mark.parametrize("stage", [2, 3])
+def test_deepspeed_zero_trains_and_saves_the_one_layout(tmp_path, stage: int) -> None:
+    # Accelerate runs DeepSpeed only on GPU-like devices (AcceleratorState: `ACCELERATE_USE_DEEPSPEED ... and not cpu`):
+    # on CPU processes there is nothing to test. On a machine with 2 GPUs and deepspeed installed this runs.
+    if torch.cuda.device_count() < 2:
+        pytest.skip("Accelerate runs DeepSpeed on GPU-like devices only, never on CPU processes; needs 2 GPUs")
+    pytest.importorskip("deepspeed")
+    from hf_contrast.models import ContrastiveEncoder
+
+    command = _launch(CONFIGS / f"deepspeed_zero{stage}.yaml", tmp_path, "--main_process_port", str(free_port()))
+    done = subprocess.run(command, capture_output=True, text=True, timeout=600, env=ENV)
+    if done.returncode != 0:
+        pytest.fail(f"accelerate launch failed ({done.returncode}):\n{done.stdout[-3000:]}\n{done.stderr[-5000:]}")
+    result = torch.load(tmp_path / "run" / "trainer.pt", weights_only=False)
+    saved = ContrastiveEncoder.from_pretrained(tmp_path / "run" / "model")  # the gathered (16-bit under ZeRO-3) save
+    assert sum(p.numel() for p in saved.parameters()) == sum(v.numel() for v in result["parameters"].values()) > 0
