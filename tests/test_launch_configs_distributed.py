@@ -21,7 +21,6 @@ from typing import Any
 
 import pytest
 import torch
-
 from _launch import free_port, load_script
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -75,10 +74,13 @@ def test_fsdp_config_on_cpu_processes_runs_ddp_says_so_and_equals_one_process(tm
 def test_two_machines_on_localhost_train_save_once_and_equal_one_process(tmp_path) -> None:
     port = str(free_port())
     machines = [
-        subprocess.Popen(  # noqa: S603
+        subprocess.Popen(
             _launch(CONFIGS / "multi_node.yaml", tmp_path / f"machine{rank}", "--machine_rank", str(rank), "--main_process_port", port),
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=ENV,
-        )  # fmt: skip
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env=ENV,
+        )
         for rank in (0, 1)
     ]
     outputs = []
