@@ -55,6 +55,7 @@ from ..views import BadImageError, pop_dropped_rows, pop_skipped_images, pop_vie
 from .arguments import ContrastiveTrainingArguments
 from .checkpointing import CheckpointingMixin, first_nonfinite_tensor
 from .doors import check_trainer_arguments, check_trainer_columns
+from .engine_checks import check_distributed_engine
 from .gradient_cache import GradientCache
 from .image_size import apply_image_size, choose_image_size
 from .loss_terms import LossTermTracker, NonFiniteLossError
@@ -192,6 +193,7 @@ class ContrastiveTrainer(CheckpointingMixin, HubPublishingMixin, Trainer):
         )
         self.args: ContrastiveTrainingArguments
         follow_log_level(self.args.get_process_log_level())  # the package's loggers, as Trainer sets transformers'
+        check_distributed_engine(self.args, self.accelerator, self.is_fsdp_enabled, self.is_deepspeed_enabled)
         if self.args.dataloader_pin_memory and self.args.device.type == "cpu":
             # pinned memory only speeds up copies to an accelerator; on a CPU run torch warns at every loader
             self.args.dataloader_pin_memory = False

@@ -1,0 +1,195 @@
+"""SimCLR, CARE, SupCon (image) and SimCSE (text) with ``gather_distributed=True``, under DDP and FSDP2 in the same
+processes, and SimCLR through ``Trainer.train`` under the engine a launcher configured.
+
+Launched by ``tests/test_fsdp_distributed.py`` and ``tests/test_launch_configs_distributed.py`` as::
+
+    torchrun --nproc_per_node 2 engine_train.py OUT_DIR TAG [METHOD ...]
+    accelerate launch --config_file examples/accelerate_configs/<config>.yaml engine_train.py OUT_DIR TAG --trainer
+
+Engine runs (:func:`run`): each method trains :data:`STEPS` SGD steps on fixed views through the trainer's own
+objective, collator and views, process ``r`` taking rows ``[r·b, (r+1)·b)`` of each global batch of ``2b``; the
+encoder wrapped in DDP, then a fresh one sharded with torch's FSDP2 ``fully_shard`` (Accelerate has no FSDP for
+CPU processes). Rank 0 writes ``OUT_DIR/TAG/<engine>_<method>.pt`` (the gathered parameters, the losses, every
+rank's count of parameter elements it holds) and the gathered state dict in the save layout to
+``OUT_DIR/TAG/<engine>/<method>``. The tests run :func:`run` in their own process for the single-process
+reference on the global batch (``2b`` rows, twice the CARE splits so chunks keep their size).
+
+Trainer runs (:func:`trainer_run`): rank 0 writes ``OUT_DIR/TAG/trainer.pt`` and the model to ``OUT_DIR/TAG/model``.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import datasets
+import torch
+
+sys.path.insert(0, str(Path(__file__).parent))
+sys.path.insert(1, str(Path(__file__).parent.parent))
+from _tiny import tiny_text_encoder, tiny_tokenizer
+from trainer_utils import (
+    close_process_group,
+    fixed_equivariance_views,
+    fixed_views_collator,
+    image_dataset,
+    training_args,
+    vit_encoder,
+)
+
+from hf_contrast import distributed
+from hf_contrast.objectives import CAREObjective, SimCLRObjective, SupConObjective
+from hf_contrast.training import (
+    CARETrainer,
+    ContrastiveTrainer,
+    SimCLRTrainer,
+    SupConTrainer,
+)
+
+METHODS = ("simclr", "care", "supcon", "text")
+STEPS = 2
+LOCAL_BATCH = 4
+LOCAL_SPLITS = 2
+N_SAMPLES = 16
+SENTENCES = [f"the {a} {b} sat on the mat {i}" for i, (a, b) in enumerate([("red", "cat"), ("a", "dog"), ("the", "man"), ("red", "car")] * 4)]
+
+
+def _text_encoder(out_dir: Path) -> Any:
+    torch.manual_seed(0)
+    model = tiny_text_encoder(tiny_tokenizer(out_dir / "tokenizer"), projection_norm=None)  # no batch statistics
+    for module in model.modules():  # no dropout: both views are the same sentence, the runs are comparable
+        if isinstance(module, torch.nn.Dropout):
+            module.p = 0.0
+    return model
+
+
+def build(method: str, out_dir: Path, batch_size: int, n_splits: int, **overrides: Any) -> ContrastiveTrainer:
+    """The trainer of ``method`` on a per-process batch of ``batch_size`` rows (not trained yet)."""
+    args = training_args(
+        out_dir / f"run_{method}", max_steps=STEPS, per_device_train_batch_size=batch_size, optim="sgd",
+        learning_rate=0.1, lr_scheduler_type="constant", max_grad_norm=0.0, train_sampling_strategy="sequential",
+        gather_distributed=True,
+        **overrides,
+    )  # fmt: skip
+    if method == "text":
+        model = _text_encoder(out_dir)
+        return ContrastiveTrainer(model=model, args=args, train_dataset=datasets.Dataset.from_dict({"text": SENTENCES}), objective="simclr")
+    data = image_dataset(n=N_SAMPLES, size=16, n_classes=4)
+    common = {"model": vit_encoder(), "args": args, "train_dataset": data, "data_collator": fixed_views_collator}
+    if method == "simclr":
+        return SimCLRTrainer(**common, objective=SimCLRObjective())
+    if method == "care":
+        objective = CAREObjective(care_weight=0.5, n_splits=n_splits, equivariance_augmentation=fixed_equivariance_views)
+        return CARETrainer(**common, objective=objective)
+    if method == "supcon":  # one view per sample: 4 classes in 4 local rows, positives only across processes
+        return SupConTrainer(**common, objective=SupConObjective(n_views=1))
+    raise ValueError(method)
+
+
+def local_numel(model: torch.nn.Module) -> int:
+    """Parameter elements held by this process (a DTensor, under FSDP2, counts its local shard)."""
+    return sum((p.to_local() if hasattr(p, "to_local") else p).numel() for p in model.parameters())
+
+
+def _shard(model: torch.nn.Module) -> torch.nn.Module:
+    """FSDP2 full shard: each transformer block (timm ``Block``, ``BertLayer``) its own unit, then the root."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+
+    mesh = init_device_mesh("cpu", (distributed.world_size(),))
+    for module in list(model.modules()):
+        if type(module).__name__ in ("Block", "BertLayer"):
+            fully_shard(module, mesh=mesh)
+    fully_shard(model, mesh=mesh)
+    return model
+
+
+def _full_state_dict(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """The whole state dict on every process (a collective under FSDP), as the Trainer's save gathers it."""
+    from torch.distributed.checkpoint.state_dict import (
+        StateDictOptions,
+        get_model_state_dict,
+    )
+
+    options = StateDictOptions(full_state_dict=True, cpu_offload=False)
+    return {k: v.detach().cpu().clone() for k, v in get_model_state_dict(model, options=options).items()}
+
+
+def rows(method: str, batch_size: int, rank: int, step: int) -> list[dict[str, Any]]:
+    """This process's rows of global batch ``step`` (sequential order, ``batch_size`` rows per process)."""
+    data = datasets.Dataset.from_dict({"text": SENTENCES}) if method == "text" else image_dataset(n=N_SAMPLES, size=16, n_classes=4)
+    start = (step * distributed.world_size() + rank) * batch_size if distributed.world_size() > 1 else step * batch_size
+    return [data[i % len(data)] for i in range(start, start + batch_size)]
+
+
+def run(method: str, out_dir: Path, batch_size: int, n_splits: int, engine: str = "none") -> dict[str, Any]:
+    """:data:`STEPS` SGD steps of ``method`` (``engine``: ``none``, ``ddp`` or ``fsdp``) through the trainer's own
+    objective, collator and views; the gathered parameters, losses and each process's parameter elements."""
+    trainer = build(method, out_dir / engine, batch_size, n_splits)
+    model = trainer.model
+    if engine == "ddp":
+        model = torch.nn.parallel.DistributedDataParallel(model, find_unused_parameters=True)  # as the Trainer wraps it
+    elif engine == "fsdp":
+        model = _shard(model)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    losses = []
+    for step in range(STEPS):
+        batch = trainer.data_collator(rows(method, batch_size, distributed.rank(), step))
+        loss = trainer.objective(model, batch, trainer.views)["loss"]
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+        total = loss.detach().clone()
+        if distributed.world_size() > 1:  # the logged loss: the mean over processes
+            torch.distributed.all_reduce(total)
+            total /= distributed.world_size()
+        losses.append(total.item())
+    state = _full_state_dict(model) if engine != "none" else {k: v.detach().clone() for k, v in model.state_dict().items()}
+    held = [local_numel(model)]
+    if distributed.world_size() > 1:
+        held = [0] * distributed.world_size()
+        torch.distributed.all_gather_object(held, local_numel(model))
+    if distributed.rank() == 0:  # the Trainer's FULL_STATE_DICT save: the wrapped model writes the gathered state
+        target = model.module if engine == "ddp" else model
+        target.save_pretrained(str(out_dir / engine / method), state_dict=dict(state))  # a copy: it is consumed
+    return {"parameters": state, "losses": losses, "held_numel": held, "total_numel": sum(v.numel() for v in state.values())}
+
+
+def trainer_run(out_dir: Path) -> None:
+    """SimCLR through ``Trainer.train`` and ``save_model`` under the engine the launcher configured; rank 0 writes
+    ``OUT_DIR/TAG/trainer.pt`` (parameters, losses, Accelerate's distributed type, FSDP on or not)."""
+    trainer = build("simclr", out_dir, LOCAL_BATCH, LOCAL_SPLITS)
+    trainer.train()
+    trainer.save_model(str(out_dir / "model"))
+    state = trainer.accelerator.get_state_dict(trainer.model)
+    if trainer.args.should_save:
+        torch.save(
+            {
+                "parameters": {k: v.detach().cpu().clone() for k, v in state.items()},
+                "losses": [h["loss"] for h in trainer.state.log_history if "loss" in h],
+                "distributed_type": str(trainer.accelerator.distributed_type),
+                "num_processes": trainer.accelerator.num_processes,
+                "fsdp": trainer.is_fsdp_enabled,
+            },
+            out_dir / "trainer.pt",
+        )
+    trainer.accelerator.wait_for_everyone()
+    trainer.accelerator.end_training()
+
+
+def main() -> None:
+    out_dir = Path(sys.argv[1]) / sys.argv[2]
+    if sys.argv[3:4] == ["--trainer"]:
+        return trainer_run(out_dir)
+    else:
+        for engine in ("ddp", "fsdp"):
+            for method in sys.argv[3:] or METHODS:
+                result = run(method, out_dir, LOCAL_BATCH, LOCAL_SPLITS, engine)
+                if distributed.rank() == 0:
+                    torch.save(result, out_dir / f"{engine}_{method}.pt")
+    close_process_group()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,139 @@
+"""FSDP2 (full shard) on 2 real CPU processes (gloo) trains like DDP and like one process on the global batch.
+
+Accelerate (1.3 to 1.15) has no FSDP for CPU processes (its FSDP is for GPU-like devices only; see
+docs/scaling-out.md), so the launched script (``tests/distributed_scripts/engine_train.py``, under ``torchrun``)
+shards the encoder with torch's own ``fully_shard`` (each transformer block a unit, then the root: what the
+FSDP2 config ``examples/accelerate_configs/fsdp.yaml`` does on GPUs) and trains it through the trainer's own
+objective, collator and views with ``gather_distributed=True``, next to a DDP-wrapped copy. Checked for SimCLR,
+CARE and SupCon on a tiny ViT and SimCSE on a tiny BERT: each process holds about half of the parameters, the
+logged losses and the updated parameters equal the DDP run and one process on the global batch (twice the CARE
+splits, so chunks keep their size), and the gathered full state dict written by ``save_pretrained`` (what the
+Trainer's ``FULL_STATE_DICT`` save does) loads in ``ContrastiveEncoder.from_pretrained``, timm,
+transformers' ``AutoModel`` and sentence-transformers, equal to the DDP save.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+import torch
+from _launch import free_port, load_script
+
+SCRIPT = Path(__file__).parent / "distributed_scripts" / "engine_train.py"
+WORLD_SIZE = 2
+
+pytestmark = pytest.mark.distributed
+
+
+def _fsdp2_on_cpu() -> str | None:
+    """Why this torch cannot run FSDP2 on CPU processes, or ``None``."""
+    try:
+        from torch.distributed.checkpoint.state_dict import (  # noqa: F401
+            StateDictOptions,
+            get_model_state_dict,
+        )
+        from torch.distributed.device_mesh import init_device_mesh  # noqa: F401
+        from torch.distributed.fsdp import fully_shard  # noqa: F401
+    except ImportError as error:
+        return f"this torch has no public FSDP2 (torch.distributed.fsdp.fully_shard): {error}"
+    return None
+
+
+def _script() -> ModuleType:
+    return load_script("engine_train", SCRIPT)
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, dict[str, Any]]]:
+    reason = _fsdp2_on_cpu()
+    if reason:
+        pytest.skip(reason)
+    out_dir = tmp_path_factory.mktemp("engines")
+    command = [
+        sys.executable, "-m", "torch.distributed.run",
+        "--nproc_per_node", str(WORLD_SIZE), "--master_addr", "127.0.0.1", "--master_port", str(free_port()),
+        str(SCRIPT), str(out_dir), "two",
+    ]  # fmt: skip
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
+    done = subprocess.run(command, capture_output=True, text=True, timeout=400, env=env)
+    if done.returncode != 0:
+        pytest.fail(f"torchrun failed ({done.returncode}):\n{done.stdout[-3000:]}\n{done.stderr[-5000:]}")
+    script = _script()
+    single = {m: script.run(m, out_dir / "one", WORLD_SIZE * script.LOCAL_BATCH, WORLD_SIZE * script.LOCAL_SPLITS) for m in script.METHODS}
+    return out_dir, single
+
+
+def _load(out_dir: Path, engine: str, method: str) -> dict[str, Any]:
+    return torch.load(out_dir / "two" / f"{engine}_{method}.pt", weights_only=False)
+
+
+@pytest.mark.parametrize("method", ["simclr", "care", "supcon", "text"])
+def test_fsdp_shards_the_model(runs, method: str) -> None:
+    out_dir, _ = runs
+    fsdp, ddp = _load(out_dir, "fsdp", method), _load(out_dir, "ddp", method)
+    total = fsdp["total_numel"]
+    assert total == ddp["total_numel"] > 0
+    assert ddp["held_numel"] == [total] * WORLD_SIZE  # DDP: every process holds the whole model
+    assert sum(fsdp["held_numel"]) == total  # FSDP: the shards add up to the model, none holds much more than half
+    assert all(held <= 0.6 * total for held in fsdp["held_numel"]), fsdp["held_numel"]
+
+
+@pytest.mark.parametrize("method", ["simclr", "care", "supcon", "text"])
+def test_fsdp_and_ddp_train_like_one_process_on_the_global_batch(runs, method: str) -> None:
+    out_dir, single = runs
+    one = single[method]
+    initial = _script().build(method, out_dir / "initial", 4, 2).model.state_dict()
+    assert any(not torch.equal(one["parameters"][k], initial[k]) for k in initial)  # it trained
+    for engine in ("ddp", "fsdp"):
+        two = _load(out_dir, engine, method)
+        # losses: the global negatives (and SupCon's positives across processes, CARE's chunks) were seen
+        assert two["losses"] == pytest.approx(one["losses"], rel=1e-5), engine
+        assert sorted(two["parameters"]) == sorted(one["parameters"])
+        for name, value in two["parameters"].items():
+            torch.testing.assert_close(value, one["parameters"][name], atol=1e-5, rtol=1e-5, msg=f"{engine}: {name}")
+
+
+def _same_modules(a: torch.nn.Module, b: torch.nn.Module) -> None:
+    sa, sb = a.state_dict(), b.state_dict()
+    assert sorted(sa) == sorted(sb)
+    for name in sa:
+        torch.testing.assert_close(sa[name], sb[name], atol=1e-5, rtol=1e-5, msg=name)
+
+
+def test_fsdp_save_of_an_image_encoder_loads_in_timm_and_from_pretrained(runs) -> None:
+    timm = pytest.importorskip("timm")
+    from hf_contrast.models import ContrastiveEncoder
+
+    out_dir, single = runs
+    fsdp_dir, ddp_dir = out_dir / "two" / "fsdp" / "simclr", out_dir / "two" / "ddp" / "simclr"
+    fsdp, ddp = ContrastiveEncoder.from_pretrained(fsdp_dir), ContrastiveEncoder.from_pretrained(ddp_dir)
+    _same_modules(fsdp, ddp)
+    for name, value in fsdp.state_dict().items():  # the gathered state, not the initial or a shard
+        torch.testing.assert_close(value, single["simclr"]["parameters"].get(name, value), atol=1e-5, rtol=1e-5)
+    backbone = timm.create_model(f"local-dir:{fsdp_dir}", pretrained=True, img_size=16)
+    _same_modules(backbone, fsdp.backbone)
+
+
+def test_fsdp_save_of_a_text_encoder_loads_in_transformers_and_sentence_transformers(runs) -> None:
+    sentence_transformers = pytest.importorskip("sentence_transformers")
+    from transformers import AutoModel
+
+    from hf_contrast.models import ContrastiveEncoder
+
+    out_dir, _ = runs
+    fsdp_dir, ddp_dir = out_dir / "two" / "fsdp" / "text", out_dir / "two" / "ddp" / "text"
+    fsdp, ddp = ContrastiveEncoder.from_pretrained(fsdp_dir), ContrastiveEncoder.from_pretrained(ddp_dir)
+    _same_modules(fsdp, ddp)
+    _same_modules(AutoModel.from_pretrained(fsdp_dir), fsdp.backbone)
+    sentences = ["the red cat sat on the mat", "a dog"]
+    embeddings = [
+        sentence_transformers.SentenceTransformer(str(folder), device="cpu").encode(sentences, convert_to_tensor=True)
+        for folder in (fsdp_dir, ddp_dir)
+    ]
+    torch.testing.assert_close(embeddings[0], embeddings[1], atol=1e-5, rtol=1e-5)
