@@ -12,7 +12,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from PIL import Image
 
-from hf_contrast.data import load_image_dataset, load_image_splits, load_sts_pairs, load_text_dataset, make_long_tailed
+from hf_contrast.data import (
+    load_image_dataset,
+    load_image_splits,
+    load_sts_pairs,
+    load_text_dataset,
+    make_long_tailed,
+)
 from hf_contrast.data.folder_layout import image_files_by_split
 from hf_contrast.data.sources import resolve_source
 from hf_contrast.errors import InputError, InputTypeError, MissingPathError
@@ -153,10 +159,9 @@ def test_generated_layouts_load_correctly_or_raise_naming_the_argument(tmp_path,
     all_classes = sorted({c for counts in expected.values() for c in counts})
     should_load = not nested and len(all_classes) >= 2 and len(expected) == len(splits)
     if not should_load:
-        with pytest.raises(InputError, match="`path_or_id`="):
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore", UserWarning)
-                load_image_dataset(root, split=None, cache_dir=str(tmp_path / "cache"))
+        with pytest.raises(InputError, match="`path_or_id`="), warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)
+            load_image_dataset(root, split=None, cache_dir=str(tmp_path / "cache"))
         return
     data = load_image_dataset(root, split=None, cache_dir=str(tmp_path / "cache"))
     assert sorted(data) == sorted(expected)
