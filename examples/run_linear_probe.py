@@ -30,6 +30,7 @@ from transformers import HfArgumentParser
 
 from hf_contrast.data import SENTENCE_PAIRS_PATH, load_image_splits, load_text_dataset
 from hf_contrast.evaluation import ProbeEvaluator, balanced_split, balanced_subset, encode_dataset
+from hf_contrast.errors import InputError
 from hf_contrast.models import ContrastiveEncoder
 from hf_contrast.plots import save_training_plots
 
@@ -84,8 +85,11 @@ def main() -> None:
     encoder.to("cuda" if torch.cuda.is_available() else "cpu")
     encode = dict(label_column="label", batch_size=args.batch_size, output=args.representation)  # the loaders' names
     if encoder.config.backbone_type == "text":
-        data = load_text_dataset(args.dataset or SENTENCE_PAIRS_PATH, split=None, text_column=args.text_column,
-                                 label_column=args.label_column)  # fmt: skip
+        try:
+            data = load_text_dataset(args.dataset or SENTENCE_PAIRS_PATH, split=None, text_column=args.text_column,
+                                     label_column=args.label_column)  # fmt: skip
+        except InputError as error:  # a missing file, a wrong column: the message names the fix
+            raise SystemExit(f"--dataset: {error}") from error
         args.text_column, args.label_column = "text", "label"  # the loader renames the chosen columns
         if "test" not in data:
             train_rows, test_rows = balanced_split(list(data["train"][args.label_column]), 0.25, args.seed)
@@ -101,6 +105,8 @@ def main() -> None:
                 image_size=int(encoder.data_config["input_size"][-1]), max_train_samples=args.max_train_samples,
                 max_eval_samples=args.max_eval_samples, seed=args.seed,
             )  # fmt: skip
+        except InputError as error:  # a missing path, a refused folder layout: the message names the fix
+            raise SystemExit(f"--dataset: {error}") from error
         except (ConnectionError, OSError) as error:
             raise SystemExit(
                 f"Could not load the dataset `{args.dataset}` ({type(error).__name__}: {error}).\nOffline, pass a local "

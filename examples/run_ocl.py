@@ -31,6 +31,7 @@ from transformers.trainer_utils import set_seed
 
 from hf_contrast.data import load_image_splits, make_long_tailed
 from hf_contrast.evaluation import ProbeEvaluator, balanced_subset, encode_dataset
+from hf_contrast.errors import InputError
 from hf_contrast.metrics import class_orthogonality
 from hf_contrast.models import ContrastiveEncoder, HubUnavailableError
 from hf_contrast.objectives import get_objective
@@ -106,6 +107,8 @@ def main() -> None:
             max_eval_samples=script.max_eval_samples, seed=training_args.seed,
             dataset_name=script.dataset_name,
         )  # fmt: skip
+    except InputError as error:  # a missing path, a refused folder layout: the message names the fix
+        raise SystemExit(f"--dataset: {error}") from error
     except (ConnectionError, OSError) as error:  # offline / unknown Hub id: say what to pass instead
         raise SystemExit(
             f"Could not load the dataset `{script.dataset}` ({type(error).__name__}: {error}).\nOffline, pass a local "

@@ -145,7 +145,7 @@ def test_load_image_folder_keeps_class_names(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match=r"`split`='test' is not a split .*\['train'\]"):
         load_image_dataset(folder, split="test", cache_dir=str(tmp_path / "cache"))
     (tmp_path / "empty").mkdir()
-    with pytest.raises(ValueError, match="No images found in the folder"):
+    with pytest.raises(ValueError, match="`path_or_id`=.*holds no image file"):
         load_image_dataset(tmp_path / "empty", cache_dir=str(tmp_path / "cache"))
 
 

@@ -64,6 +64,7 @@ DOMAIN_CHECKS = {
     ("data/images.py", "_check_columns"): "dataset columns",
     ("data/text.py", "_check_text"): "dataset text columns",
     ("evaluation/probe_evaluator.py", "_check_labelled"): "a split's label column, before training",
+    ("evaluation/probe_evaluator.py", "_check_classes"): "the fit split's classes and the score split's coverage",
 }
 
 

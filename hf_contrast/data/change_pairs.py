@@ -17,15 +17,15 @@ copy; the label is the kind of change:
 
 from __future__ import annotations
 
-from hf_contrast.errors import InputError
-
 import warnings
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ..tensor_checks import check_choice
+from hf_contrast.errors import InputError, InputTypeError
+
+from ..tensor_checks import check_choice, check_int
 
 if TYPE_CHECKING:
     import datasets
@@ -114,6 +114,11 @@ def make_change_pairs(
     import datasets
     from PIL import Image
 
+    if not isinstance(getattr(dataset, "column_names", None), list):
+        raise InputTypeError(
+            f"`dataset` must be a datasets.Dataset of images (one split, e.g. data['train']), got "
+            f"{type(dataset).__name__}."
+        )
     for name, column in (("image_column", image_column), ("label_column", label_column)):
         if column not in dataset.column_names:
             raise InputError(f"`{name}` {column!r} is not a column of the dataset ({dataset.column_names}).")
@@ -123,9 +128,9 @@ def make_change_pairs(
             f"`frequencies` must be {len(CHANGE_NAMES)} non-negative numbers summing to 1 "
             f"(one per kind {CHANGE_NAMES}), got {list(frequencies)}."
         )
-    n = len(dataset) if num_pairs is None else num_pairs
+    n = len(dataset) if num_pairs is None else check_int("num_pairs", num_pairs, 1)
     if n < 1:
-        raise InputError(f"`num_pairs` must be >= 1, got {num_pairs}.")
+        raise InputError("`dataset` is empty; make_change_pairs needs at least one image (or pass `num_pairs`).")
 
     check_choice("on_bad_image", on_bad_image, ("raise", "skip"))
     images, rows = _rgb_images(dataset, image_column, on_bad_image)

@@ -7,13 +7,11 @@ that ship inside an installed dependency: the 1,797 8×8 grey-scale digits of sc
 
 from __future__ import annotations
 
-from hf_contrast.errors import InputError
-
 from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ..tensor_checks import check_int
+from ..tensor_checks import check_int, check_positive, check_unit_interval
 
 if TYPE_CHECKING:
     import datasets
@@ -56,8 +54,7 @@ def load_digits_dataset(image_size: int = 32, test_size: float = 0.2, seed: int 
     from PIL import Image
 
     check_int("image_size", image_size, 8, fix="the digits are 8×8.")
-    if not 0.0 < test_size < 1.0:
-        raise InputError(f"`test_size` must be in (0, 1), got {test_size!r}.")
+    check_unit_interval("test_size", check_positive("test_size", test_size), include_one=False)
     digits = _require_sklearn()()
     pixels = (digits.images / 16.0 * 255.0).round().astype(np.uint8)  # (N, 8, 8) in [0, 255]
     labels = digits.target.astype(np.int64)

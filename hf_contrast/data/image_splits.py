@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import os
 from typing import Any
+
+from hf_contrast.errors import InputError
+
+from ..tensor_checks import check_int, check_positive, check_unit_interval
 
 __all__ = ["load_image_splits"]
 
@@ -53,25 +58,41 @@ def load_image_splits(
         ``image`` and ``label`` (:mod:`hf_contrast.data.columns`), the trainers' defaults.
 
     Raises:
-        ValueError: as :func:`~hf_contrast.data.load_image_dataset` (no images, a missing column, …).
-        ConnectionError / OSError: from ``datasets`` when a Hub id cannot be reached.
+        MissingPathError: if ``dataset`` looks like a local path that does not exist (an ``InputError``).
+        InputError: (a ``ValueError``) as :func:`~hf_contrast.data.load_image_dataset` (a refused folder
+            layout, no images, a missing column, …), a dataset without a ``train`` split (the error names
+            the splits found and what to rename), or a bad setting.
+        ConnectionError: when a Hub id cannot be reached (the message suggests a local folder).
     """
     import datasets
 
     from ..evaluation import balanced_split, balanced_subset
     from .columns import CANONICAL_COLUMNS
     from .digits import load_digits_dataset
-    from .images import defer_image_decoding, load_image_dataset
+    from .images import defer_image_decoding, prepare_image_splits, read_image_source
     from .naming import name_dataset
 
-    if dataset in (None, "", "digits"):
+    check_unit_interval("test_fraction", check_positive("test_fraction", test_fraction), include_one=False)
+    check_int("max_train_samples", max_train_samples, 1, allow_none=True)
+    check_int("max_eval_samples", max_eval_samples, 1, allow_none=True)
+    check_int("seed", seed, 0)
+    if isinstance(dataset, str) and dataset in ("", "digits") or dataset is None:
         data = load_digits_dataset(image_size=max(8, image_size), seed=seed)
         if dataset_name is not None:
             name_dataset(data, "digits", dataset_name)
     else:
-        data = load_image_dataset(
-            dataset, split=None, image_column=image_column, label_column=label_column, dataset_name=dataset_name
-        )
+        loaded, is_local = read_image_source("dataset", dataset, True, {})
+        if "train" not in loaded:
+            found = list(loaded)
+            fix = (
+                "rename the folder of the training images to train/ (root/train/<class>/<image>; test/ and val/ "
+                "are the held-out splits)"
+                if is_local
+                else "pick a dataset with a train split, or load it with load_image_dataset(..., split=None)"
+            )
+            raise InputError(f"`dataset`={os.fspath(dataset)!r} has no 'train' split (its splits: {found}); {fix}.")
+        name_dataset(loaded, os.fspath(dataset), dataset_name)
+        data = prepare_image_splits(loaded, os.fspath(dataset), image_column, label_column, decode=True)
     image_column, label_column = CANONICAL_COLUMNS["image_column"], CANONICAL_COLUMNS["label_column"]  # renamed by the loader
     if "test" not in data and "validation" in data:
         data["test"] = data.pop("validation")

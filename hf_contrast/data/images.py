@@ -2,21 +2,22 @@
 
 from __future__ import annotations
 
-from hf_contrast.errors import InputError
-
 import os
 import warnings
 from pathlib import Path
 from typing import Any
 
+from hf_contrast.errors import InputError
+
 from .columns import rename_to_canonical
+from .folder_layout import IMAGE_SUFFIXES, SPLIT_FOLDERS, image_files_by_split
 from .naming import name_dataset
+from .sources import load_from_hub, resolve_source
 
 __all__ = ["defer_image_decoding", "empty_class_folders", "load_image_dataset"]
 
-#: File endings datasets' ``imagefolder`` builder reads (the common ones; any file with them counts).
-_IMAGE_SUFFIXES = (".bmp", ".gif", ".jpeg", ".jpg", ".png", ".ppm", ".tif", ".tiff", ".webp")
-_SPLIT_NAMES = ("train", "training", "test", "testing", "validation", "valid", "val", "dev", "eval")
+_IMAGE_SUFFIXES = IMAGE_SUFFIXES
+_SPLIT_NAMES = tuple(SPLIT_FOLDERS)
 
 
 def empty_class_folders(root: str | os.PathLike[str]) -> list[str]:
@@ -85,8 +86,12 @@ def load_image_dataset(
 
     A local folder is read with datasets' ``imagefolder`` builder: one sub-folder per class
     (``root/cat/1.png``; optionally ``root/train/cat/...``, ``root/test/cat/...`` for splits),
-    giving an ``image`` column and a ``label`` ``ClassLabel`` named after the folders. Anything
-    else is passed to ``datasets.load_dataset`` as a Hub id. String labels are encoded to a
+    giving an ``image`` column and a ``label`` ``ClassLabel`` named after the folders. The layout is
+    checked first (:mod:`hf_contrast.data.folder_layout`: nested class folders, split folders beside
+    class folders, images without class folders are errors, never guessed). A string that looks like
+    a local path but does not exist is an error naming the working directory; only a valid Hub id
+    (``name`` or ``user/name``) is passed to ``datasets.load_dataset``
+    (:mod:`hf_contrast.data.sources`). String labels are encoded to a
     ``ClassLabel`` (names kept), so plots and model cards can name classes.
 
     Args:
@@ -109,14 +114,56 @@ def load_image_dataset(
     (:func:`empty_class_folders`).
 
     Raises:
-        ValueError: if the folder has no images, the split does not exist, or a column is
+        MissingPathError: (an ``InputError`` and ``FileNotFoundError``) if a local path does not exist.
+        InputError: (a ``ValueError``) if ``path_or_id`` is a file or neither a path nor a Hub id, the
+            folder's layout is refused or it has no images, the split does not exist, or a column is
             missing or not an image column (the error lists the columns).
+        ConnectionError: if a Hub id cannot be reached (the message suggests a local folder).
+    """
+    loaded, is_local = read_image_source("path_or_id", path_or_id, label_column is not None, load_kwargs)
+    source = os.fspath(path_or_id)
+    name_dataset(loaded, source, dataset_name)
+    if split is not None:
+        if split not in loaded:
+            fix = " (a local folder's splits are its train/, test/, val/… folders)" if is_local else ""
+            raise InputError(f"`split`={split!r} is not a split of {source!r} (its splits: {list(loaded)}){fix}.")
+        return _prepare(loaded[split], source, image_column, label_column, decode)
+    return prepare_image_splits(loaded, source, image_column, label_column, decode)
+
+
+def prepare_image_splits(loaded: Any, source: str, image_column: str, label_column: str | None, decode: bool) -> Any:
+    """Every split of what :func:`read_image_source` read from ``source``, checked and renamed as
+    :func:`load_image_dataset` returns them."""
+    import datasets
+
+    return datasets.DatasetDict(
+        {name: _prepare(part, source, image_column, label_column, decode) for name, part in loaded.items()}
+    )
+
+
+def read_image_source(argument: str, path_or_id: object, labelled: bool, load_kwargs: dict[str, Any]) -> tuple[Any, bool]:
+    """Check and read ``path_or_id`` (a local image folder or a Hub id) as ``datasets`` gives it.
+
+    The shared door of :func:`load_image_dataset` and :func:`~hf_contrast.data.load_image_splits`
+    (``argument`` names the caller's argument in the messages).
+
+    Returns:
+        ``(DatasetDict, is_local)``.
     """
     import datasets
 
+    is_local, where = resolve_source(argument, path_or_id, "image folder (root/<class>/<image>)")
     source = os.fspath(path_or_id)
-    local = Path(source).expanduser()
-    if local.is_dir():
+    local = Path(where)
+    if is_local and not local.is_dir():
+        raise InputError(
+            f"`{argument}`={source!r} is a file; pass the image folder that holds the class folders "
+            f"(root/<class>/<image>), e.g. {str(local.parent)!r} if that is it."
+        )
+    if is_local:
+        files = None if {"data_files", "data_dir"} & set(load_kwargs) else image_files_by_split(
+            local, argument, labelled=labelled
+        )
         empty = empty_class_folders(local)
         if empty:
             warnings.warn(
@@ -124,27 +171,19 @@ def load_image_dataset(
                 "classes (datasets' imagefolder names classes after the files it finds); add images or remove "
                 "the folder(s).",
                 UserWarning,
-                stacklevel=2,
+                stacklevel=3,
             )
+        location = {"data_dir": str(local)} if files is None else {"data_files": files}
         try:
-            loaded = datasets.load_dataset("imagefolder", data_dir=str(local), **load_kwargs)
+            loaded = datasets.load_dataset("imagefolder", **location, **load_kwargs)
         except (FileNotFoundError, datasets.exceptions.DataFilesNotFoundError, ValueError) as error:
             raise InputError(
                 f"No images found in the folder {source!r} ({error}); put them in one sub-folder per class "
                 "(root/<class>/<image>)."
             ) from error
-    elif local.exists():
-        raise InputError(f"`path_or_id`={source!r} is a file; pass the image folder (root/<class>/<image>).")
     else:
-        loaded = datasets.load_dataset(source, **load_kwargs)
-    name_dataset(loaded, source, dataset_name)
-    if split is not None:
-        if split not in loaded:
-            raise InputError(f"`split`={split!r} is not a split of {source!r} (its splits: {list(loaded)}).")
-        return _prepare(loaded[split], source, image_column, label_column, decode)
-    return datasets.DatasetDict(
-        {name: _prepare(part, source, image_column, label_column, decode) for name, part in loaded.items()}
-    )
+        loaded = load_from_hub(argument, where, "image folder (root/<class>/<image>)", **load_kwargs)
+    return loaded, is_local
 
 
 def defer_image_decoding(dataset: Any, image_column: str = "image") -> Any:

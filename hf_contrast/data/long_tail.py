@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
-from hf_contrast.errors import InputError
-
 from typing import TYPE_CHECKING
 
 import numpy as np
+
+from hf_contrast.errors import InputError, InputTypeError
+
+from ..tensor_checks import check_positive
 
 if TYPE_CHECKING:
     import datasets
@@ -53,17 +55,40 @@ def make_long_tailed(
         ``dataset`` (``imbalance_ratio=None``) or the subset, in the original row order.
 
     Raises:
-        ValueError: if ``label_column`` is missing or ``imbalance_ratio < 1``.
+        InputTypeError: if ``dataset`` is not a ``datasets.Dataset``.
+        InputError: (a ``ValueError``) if ``label_column`` is missing or not integer, ``imbalance_ratio < 1``,
+            the dataset holds fewer than two classes or a class with a single row.
     """
     if imbalance_ratio is None:
         return dataset
-    if not imbalance_ratio >= 1.0:
+    ratio = check_positive("imbalance_ratio", imbalance_ratio)
+    if not ratio >= 1.0:
         raise InputError(f"`imbalance_ratio` must be >= 1 (max count / min count) or None, got {imbalance_ratio}.")
-    if label_column not in dataset.column_names:
-        raise InputError(f"`label_column` {label_column!r} is not a column of the dataset ({dataset.column_names}).")
+    columns = getattr(dataset, "column_names", None)
+    if not isinstance(columns, list) or not hasattr(dataset, "select"):
+        raise InputTypeError(
+            f"`dataset` must be a datasets.Dataset (one split, e.g. data['train']), got {type(dataset).__name__}."
+        )
+    if label_column not in columns:
+        raise InputError(f"`label_column` {label_column!r} is not a column of the dataset ({columns}).")
     labels = np.asarray(dataset[label_column])
+    if labels.ndim != 1 or labels.dtype.kind not in "iu":
+        raise InputError(
+            f"`label_column`={label_column!r} must hold integer classes, got {labels.dtype} values; encode them "
+            "(`dataset.class_encode_column(label_column)`)."
+        )
     classes = np.unique(labels)
+    if len(classes) < 2:
+        raise InputError(
+            f"`dataset` holds {len(classes)} class(es) in `label_column`={label_column!r}; a long tail needs at least 2."
+        )
     available = [int((labels == c).sum()) for c in classes]
+    if min(available) < 2:
+        rare = [int(c) for c, n in zip(classes, available) if n < 2]
+        raise InputError(
+            f"`dataset` has classes {rare} with a single row in `label_column`={label_column!r}; every class keeps at "
+            "least 2 rows (a positive pair), so drop those classes first or pass `imbalance_ratio=None`."
+        )
     counts = long_tailed_counts(min(available), len(classes), imbalance_ratio)
     rng = np.random.default_rng(seed)
     keep = np.concatenate(

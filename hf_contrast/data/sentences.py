@@ -8,9 +8,9 @@ class label. It is small, offline test and demo data — not a benchmark (use ST
 
 from __future__ import annotations
 
-from hf_contrast.errors import InputError
-
 from pathlib import Path
+
+from ..tensor_checks import check_positive, check_unit_interval
 
 __all__ = ["SENTENCE_PAIRS_PATH", "TOPIC_NAMES", "load_sentence_pairs"]
 
@@ -28,8 +28,7 @@ def load_sentence_pairs(test_size: float = 0.25, seed: int = 0):
 
     import datasets
 
-    if not 0.0 < test_size < 1.0:
-        raise InputError(f"`test_size` must be in (0, 1), got {test_size!r}.")
+    check_unit_interval("test_size", check_positive("test_size", test_size), include_one=False)
     with SENTENCE_PAIRS_PATH.open(newline="", encoding="utf-8") as f:
         rows = list(csv.DictReader(f, delimiter="\t"))
     features = datasets.Features(

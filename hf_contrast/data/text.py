@@ -20,15 +20,16 @@ The chosen columns are renamed to the package's names (:mod:`hf_contrast.data.co
 
 from __future__ import annotations
 
-from hf_contrast.errors import InputError
-
 import csv
 import os
 from pathlib import Path
 from typing import Any
 
+from hf_contrast.errors import InputError
+
 from .columns import rename_to_canonical
 from .naming import name_dataset
+from .sources import load_from_hub, resolve_source
 
 __all__ = ["load_sts_pairs", "load_text_dataset"]
 
@@ -62,6 +63,15 @@ def _builder(path: Path, delimiter: str | None) -> tuple[str, dict[str, Any]]:
     return builder, kwargs
 
 
+def _has_text(path: Path) -> bool:
+    """Whether the file holds anything but white space (read in blocks: a big file stops at its first text)."""
+    with path.open("rb") as f:
+        while block := f.read(1 << 16):
+            if block.strip():
+                return True
+    return False
+
+
 def _check_text(dataset: Any, source: str, columns: dict[str, str | None]) -> None:
     names = list(dataset.column_names)
     for option, column in columns.items():
@@ -73,6 +83,14 @@ def _check_text(dataset: Any, source: str, columns: dict[str, str | None]) -> No
                 "with one of them" + (" (or `delimiter=` if the file was split wrongly)." if len(names) == 1 else ".")
             )
         if option in ("text_column", "text_pair_column"):
+            feature = dataset.features.get(column) if dataset.features else None
+            if feature is not None and not (
+                hasattr(feature, "dtype") and feature.dtype in ("string", "large_string", "null")
+            ):
+                raise InputError(
+                    f"`{option}`={column!r} of {source!r} holds {feature!r}, not text; pass the column of the "
+                    f"sentences (its columns: {names})."
+                )
             for row, text in enumerate(dataset[column]):
                 if not isinstance(text, str):
                     raise InputError(
@@ -87,6 +105,8 @@ def _prepare(
 ) -> Any:
     import datasets
 
+    if len(dataset) == 0:
+        raise InputError(f"{source!r} holds no rows (only a header?); pass a file with data rows.")
     _check_text(
         dataset,
         source,
@@ -153,22 +173,50 @@ def load_text_dataset(
         (:mod:`hf_contrast.data.columns`): the trainers read ``text`` and ``label`` by default.
 
     Raises:
-        ValueError: on an unknown extension, a missing split or column (the error lists the
-            columns), a missing text (naming the row), or non-numeric scores.
+        MissingPathError: if a local-looking ``path_or_id`` does not exist (names the working directory).
+        InputError: (a ``ValueError``) on a string that is neither a path nor a Hub id, a folder, an
+            unknown extension, an empty or unreadable file, a missing split or column (the error lists
+            the columns), a text column that does not hold strings, a missing text (naming the row), or
+            non-numeric scores.
+        ConnectionError: if a Hub id cannot be reached (the message suggests a local file).
     """
+    return _load_text(
+        "path_or_id", path_or_id, split, text_column, text_pair_column, label_column, score_column, delimiter,
+        dataset_name, load_kwargs,
+    )
+
+
+def _load_text(
+    argument: str, path_or_id: object, split: str | None, text_column: str, text_pair_column: str | None,
+    label_column: str | None, score_column: str | None, delimiter: str | None, dataset_name: str | None,
+    load_kwargs: dict[str, Any],
+) -> Any:
     import datasets
 
+    what = "text file (CSV, TSV, JSON, JSONL, parquet, txt)"
+    is_local, where = resolve_source(argument, path_or_id, what)
     source = os.fspath(path_or_id)
-    local = Path(source).expanduser()
-    if local.is_file():
+    local = Path(where)
+    if is_local and local.is_file():
         builder, kwargs = _builder(local, delimiter)
-        loaded = datasets.load_dataset(builder, data_files={"train": str(local)}, **kwargs, **load_kwargs)
-    elif local.is_dir():
-        raise InputError(f"`path_or_id`={source!r} is a folder; pass one file (CSV, TSV, JSON, JSONL, parquet, txt).")
+        if local.stat().st_size == 0 or (builder != "parquet" and not _has_text(local)):
+            raise InputError(f"`{argument}`={source!r} is empty; pass a file with one row (or sentence) per line.")
+        try:
+            loaded = datasets.load_dataset(builder, data_files={"train": str(local)}, **kwargs, **load_kwargs)
+        except (ValueError, TypeError, OSError, datasets.exceptions.DatasetGenerationError) as error:
+            if "corresponds to no data" in str(error):
+                raise InputError(f"`{argument}`={source!r} holds no data rows (only a header?); add rows.") from error
+            cause = error.__cause__ or error
+            raise InputError(
+                f"`{argument}`={source!r} could not be read as {builder} ({type(cause).__name__}: {cause}); check the "
+                "file's format (or `delimiter=`), or load it with `datasets.load_dataset` yourself."
+            ) from error
+    elif is_local:
+        raise InputError(f"`{argument}`={source!r} is a folder; pass one file in it (CSV, TSV, JSON, JSONL, parquet, txt).")
     else:
         if delimiter is not None:
             raise InputError(f"`delimiter` applies to local files; {source!r} is not one (read as a Hub id).")
-        loaded = datasets.load_dataset(source, **load_kwargs)
+        loaded = load_from_hub(argument, where, what, **load_kwargs)
     name_dataset(loaded, source, dataset_name)
     columns = (text_column, text_pair_column, label_column, score_column)
     if split is not None:
@@ -212,15 +260,8 @@ def load_sts_pairs(
     columns = [sentence1_column, sentence2_column, score_column]
     if len(set(columns)) != 3:
         raise InputError(f"The sentence and score columns must be three different columns, got {columns}.")
-    pairs = load_text_dataset(
-        path,
-        split=split,
-        text_column=sentence1_column,
-        text_pair_column=sentence2_column,
-        score_column=score_column,
-        delimiter=delimiter,
-        dataset_name=dataset_name,
-        **load_kwargs,
+    pairs = _load_text(
+        "path", path, split, sentence1_column, sentence2_column, None, score_column, delimiter, dataset_name, load_kwargs
     )
     pairs = pairs.select_columns(["text", "text_pair", "score"]).rename_columns({"text": "sentence1", "text_pair": "sentence2"})
     if len(pairs) < 2:

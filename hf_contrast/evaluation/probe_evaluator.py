@@ -2,14 +2,21 @@
 
 from __future__ import annotations
 
-from hf_contrast.errors import InputError
-
+import warnings
 from collections.abc import Callable, Mapping
 from typing import Any
 
 from torch import Tensor, nn
 
-from ..metrics.probes import PROBE_METRICS, probe_scores
+from hf_contrast.errors import InputError
+
+from ..metrics.probes import (
+    PROBE_METRICS,
+    UnseenClassWarning,
+    probe_scores,
+    unseen_classes,
+    unseen_message,
+)
 from ..tensor_checks import check_choice, check_int, check_positive
 from .encode import encode_dataset
 from .evaluator import Evaluator
@@ -36,6 +43,27 @@ def _check_labelled(argument: str, dataset: Any, label_column: str) -> None:
             f"`{argument}` has no labels in `label_column`={label_column!r} (its columns: {list(columns)}): the "
             "probes need a label on every row (pass `label_column=` the column that holds them)."
         )
+
+
+def _labels(dataset: Any, label_column: str) -> list[int] | None:
+    """The integer labels of ``dataset`` when they can be read without encoding (a ``datasets.Dataset``'s
+    column, a list of dict rows), else ``None`` (checked when encoded)."""
+    try:
+        if isinstance(getattr(dataset, "column_names", None), list):
+            labels = list(dataset[label_column])
+        elif isinstance(dataset, (list, tuple)) and all(isinstance(row, Mapping) for row in dataset):
+            labels = [row[label_column] for row in dataset]
+        else:
+            return None
+    except (KeyError, TypeError, IndexError):
+        return None
+    return labels if all(isinstance(y, int) and not isinstance(y, bool) for y in labels) else None
+
+
+def _class_names(dataset: Any, label_column: str) -> list[str] | None:
+    feature = (getattr(dataset, "features", None) or {}).get(label_column) if hasattr(dataset, "features") else None
+    names = getattr(feature, "names", None)
+    return list(names) if isinstance(names, list) else None
 
 
 class ProbeEvaluator(Evaluator):
@@ -84,9 +112,14 @@ class ProbeEvaluator(Evaluator):
         progress: As in :func:`encode_dataset`.
         on_bad_image: As in :func:`encode_dataset`.
 
+    Warns:
+        UnseenClassWarning: once (at construction when the labels can be read there, else at the first
+            call) when ``score_dataset`` holds classes absent from ``fit_dataset``: the message names them
+            with their row counts and the accuracy's ceiling (those rows are always wrong).
+
     Raises:
-        ValueError: on bad arguments (here); at call, on rows without labels or a fit split with
-            fewer than two classes.
+        InputError: (a ``ValueError``) on bad arguments, rows without labels or a fit split with fewer
+            than two classes (here when the labels can be read without encoding, else at call).
 
     Example:
         >>> probe = ProbeEvaluator(data["train"], data["test"], input_column="image")  # doctest: +SKIP
@@ -128,6 +161,7 @@ class ProbeEvaluator(Evaluator):
             _check_labelled(argument, dataset, label_column)
         self.fit_dataset = fit_dataset
         self.score_dataset = score_dataset
+        self._warned_unseen = False
         self.probe_kwargs: dict[str, Any] = {
             "knn_k": check_int("knn_k", knn_k, 1),
             "knn_temperature": check_positive("knn_temperature", knn_temperature),
@@ -148,11 +182,37 @@ class ProbeEvaluator(Evaluator):
             "progress": progress,
             "on_bad_image": on_bad_image,
         }
+        fit_y, score_y = _labels(fit_dataset, label_column), _labels(score_dataset, label_column)
+        if fit_y is not None:  # before any encoding: a one-class fit split, unseen score classes
+            names = _class_names(score_dataset, label_column) or _class_names(fit_dataset, label_column)
+            self._check_classes(fit_y, score_y, names)
+
+    def _check_classes(self, fit_y: Any, score_y: Any, names: list[str] | None = None) -> None:
+        """A fit split of one class is an error; score classes absent from it are warned about once."""
+        label_column = self.encode_kwargs["label_column"]
+        fit_classes = sorted({int(y) for y in fit_y})
+        if len(fit_classes) < 2:
+            raise InputError(
+                f"`fit_dataset` holds {len(fit_classes)} class(es) in `label_column`={label_column!r} "
+                f"({[names[c] if names and 0 <= c < len(names) else c for c in fit_classes]}): the probes need at "
+                "least two classes to tell apart; fit on a split that holds several classes."
+            )
+        if score_y is None or self._warned_unseen:
+            return
+        unseen = unseen_classes(list(fit_y), list(score_y))
+        if unseen:
+            self._warned_unseen = True
+            message = unseen_message(unseen, len(score_y), "`fit_dataset`", "`score_dataset`", names)
+            warnings.warn(f"ProbeEvaluator: {message}", UnseenClassWarning, stacklevel=3)
 
     def compute(self, model: nn.Module) -> dict[str, float]:
         fit_z, fit_y = self._encode(model, self.fit_dataset, "fit_dataset")
         score_z, score_y = self._encode(model, self.score_dataset, "score_dataset")
-        return probe_scores(fit_z, fit_y, score_z, score_y, **self.probe_kwargs)
+        names = _class_names(self.score_dataset, self.encode_kwargs["label_column"])
+        self._check_classes(fit_y.tolist(), score_y.tolist(), names)
+        with warnings.catch_warnings():  # said once, by _check_classes, with the evaluator's argument names
+            warnings.simplefilter("ignore", UnseenClassWarning)
+            return probe_scores(fit_z, fit_y, score_z, score_y, **self.probe_kwargs)
 
     def _encode(self, model: nn.Module, dataset: Any, argument: str) -> tuple[Tensor, Tensor]:
         z, y = encode_dataset(model, dataset, **self.encode_kwargs)

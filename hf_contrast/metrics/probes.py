@@ -22,12 +22,14 @@ from ._inputs import as_embeddings, as_labels
 
 __all__ = [
     "PROBE_METRICS",
+    "UnseenClassWarning",
     "knn_accuracy",
     "knn_predict",
     "linear_probe_accuracy",
     "linear_probe_predict",
     "macro_f1",
     "probe_scores",
+    "unseen_classes",
 ]
 
 logger = logging.get_logger(__name__)  # follows the Trainer's log level (hf_contrast.evaluation.progress)
@@ -36,6 +38,50 @@ logger = logging.get_logger(__name__)  # follows the Trainer's log level (hf_con
 #: estimated within one split are named apart: ``knn_loo_accuracy``, ``linear_probe_holdout_accuracy``
 #: of :class:`~hf_contrast.evaluation.EmbeddingMetrics`.)
 PROBE_METRICS = ("linear_probe_accuracy", "linear_probe_macro_f1", "knn_accuracy", "knn_macro_f1")
+
+
+class UnseenClassWarning(UserWarning):
+    """The scored labels hold classes the probes never saw when fitted: those rows are always wrong, so the
+    accuracy is at most the share of the other rows (:func:`unseen_classes`)."""
+
+
+def unseen_classes(train_y: object, test_y: object) -> dict[int, int]:
+    """The classes of ``test_y`` absent from ``train_y``, with their row counts in ``test_y``.
+
+    A probe fitted on ``train_y`` can only predict its classes, so every row of these classes is an
+    error: accuracy is at most ``1 - sum(counts) / len(test_y)``.
+
+    Args:
+        train_y: Integer labels the probe is fitted on. Shape: ``(N,)``.
+        test_y: Integer labels it is scored on. Shape: ``(M,)``.
+
+    Returns:
+        ``{class: rows in test_y}``, sorted by class; empty when every class was seen.
+
+    >>> unseen_classes([0, 0, 1], [0, 2, 2, 3])
+    {2: 2, 3: 1}
+    """
+    ytr = torch.as_tensor(train_y).reshape(-1).cpu()
+    yte = torch.as_tensor(test_y).reshape(-1).cpu()
+    missing = yte[~torch.isin(yte, ytr)]
+    classes, counts = torch.unique(missing, return_counts=True)
+    return {int(c): int(n) for c, n in zip(classes.tolist(), counts.tolist())}
+
+
+def unseen_message(
+    unseen: dict[int, int], total: int, fit: str, score: str, names: list[str] | None = None
+) -> str:
+    """The :class:`UnseenClassWarning` text for :func:`unseen_classes`' result (``names``: class names)."""
+    listed = ", ".join(
+        f"{names[c]!r} ({n} rows)" if names is not None and 0 <= c < len(names) else f"{c} ({n} rows)"
+        for c, n in unseen.items()
+    )
+    ceiling = 1.0 - sum(unseen.values()) / total
+    return (
+        f"{score} holds {len(unseen)} class(es) absent from {fit}: {listed}. The probes cannot predict a class they "
+        f"were not fitted on, so these rows are always wrong: accuracy is at most {ceiling:.4f}. Fit on a split that "
+        "holds every class (e.g. a stratified split: hf_contrast.evaluation.balanced_split)."
+    )
 
 
 def _train_test(
@@ -320,11 +366,23 @@ def probe_scores(
         ``{"linear_probe_accuracy", "linear_probe_macro_f1", "knn_accuracy", "knn_macro_f1"}``
         (:data:`PROBE_METRICS`), floats in ``[0, 1]``.
 
+    Warns:
+        UnseenClassWarning: if ``test_y`` holds classes absent from ``train_y`` (named with their counts, and
+            the accuracy's ceiling they impose).
+
     Raises:
         ValueError: on bad shapes/dtypes or settings, or fewer than two training classes.
     """
     xtr, ytr, xte, yte, _ = _train_test(train_z, train_y, test_z, test_y)
     knn_k = check_int("knn_k", knn_k, 1)
+    if torch.unique(ytr).numel() < 2:
+        raise InputError(
+            f"`train_y` must contain at least two classes, got {torch.unique(ytr).tolist()}: a probe needs two classes "
+            "to tell apart (fit on a split that holds several classes)."
+        )
+    unseen = unseen_classes(ytr, yte)
+    if unseen:
+        warnings.warn(unseen_message(unseen, yte.numel(), "`train_y`", "`test_y`"), UnseenClassWarning, stacklevel=2)
     if knn_k > xtr.shape[0]:
         message = f"probe_scores: knn_k={knn_k} exceeds the {xtr.shape[0]} training rows; using k={xtr.shape[0]}."
         logger.warning(message)
