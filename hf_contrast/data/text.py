@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from hf_contrast.errors import InputError
+from hf_contrast.tensor_checks import check_name
 
 from .columns import rename_to_canonical
 from .naming import name_dataset
@@ -72,7 +73,10 @@ def _has_text(path: Path) -> bool:
     return False
 
 
-def _check_text(dataset: Any, source: str, columns: dict[str, str | None]) -> None:
+def _check_text(
+    dataset: Any, source: str, columns: dict[str, str | None], text_options: tuple[str, ...] = ("text_column", "text_pair_column")
+) -> None:
+    """Each named column exists; those of ``text_options`` hold strings in every row (messages name the option)."""
     names = list(dataset.column_names)
     for option, column in columns.items():
         if column is None:
@@ -82,7 +86,7 @@ def _check_text(dataset: Any, source: str, columns: dict[str, str | None]) -> No
                 f"`{option}`={column!r} is not a column of {source!r} (its columns: {names}); pass `{option}=` "
                 "with one of them" + (" (or `delimiter=` if the file was split wrongly)." if len(names) == 1 else ".")
             )
-        if option in ("text_column", "text_pair_column"):
+        if option in text_options:
             feature = dataset.features.get(column) if dataset.features else None
             if feature is not None and not (
                 hasattr(feature, "dtype") and feature.dtype in ("string", "large_string", "null")
@@ -101,18 +105,19 @@ def _check_text(dataset: Any, source: str, columns: dict[str, str | None]) -> No
 
 def _prepare(
     dataset: Any, source: str, text_column: str, text_pair_column: str | None, label_column: str | None,
-    score_column: str | None,
+    score_column: str | None, names: dict[str, str] | None = None,
 ) -> Any:
+    """Check and rename one split; ``names`` maps a role (``"text_column"``…) to the caller's argument name for
+    the messages (``load_sts_pairs`` calls its text column ``sentence1_column``)."""
     import datasets
 
+    names = names or {}
     if len(dataset) == 0:
         raise InputError(f"{source!r} holds no rows (only a header?); pass a file with data rows.")
-    _check_text(
-        dataset,
-        source,
-        {"text_column": text_column, "text_pair_column": text_pair_column, "label_column": label_column,
-         "score_column": score_column},
-    )
+    roles = {"text_column": text_column, "text_pair_column": text_pair_column, "label_column": label_column,
+             "score_column": score_column}
+    text_options = tuple(names.get(role, role) for role in ("text_column", "text_pair_column"))
+    _check_text(dataset, source, {names.get(role, role): column for role, column in roles.items()}, text_options)
     if label_column is not None:
         label = dataset.features[label_column]
         if isinstance(label, datasets.Value) and label.dtype in ("string", "large_string"):
@@ -189,7 +194,7 @@ def load_text_dataset(
 def _load_text(
     argument: str, path_or_id: object, split: str | None, text_column: str, text_pair_column: str | None,
     label_column: str | None, score_column: str | None, delimiter: str | None, dataset_name: str | None,
-    load_kwargs: dict[str, Any],
+    load_kwargs: dict[str, Any], names: dict[str, str] | None = None,
 ) -> Any:
     import datasets
 
@@ -222,8 +227,8 @@ def _load_text(
     if split is not None:
         if split not in loaded:
             raise InputError(f"`split`={split!r} is not a split of {source!r} (its splits: {list(loaded)}).")
-        return _prepare(loaded[split], source, *columns)
-    return datasets.DatasetDict({name: _prepare(part, source, *columns) for name, part in loaded.items()})
+        return _prepare(loaded[split], source, *columns, names=names)
+    return datasets.DatasetDict({name: _prepare(part, source, *columns, names=names) for name, part in loaded.items()})
 
 
 def load_sts_pairs(
@@ -257,11 +262,14 @@ def load_sts_pairs(
         ValueError: as :func:`load_text_dataset`, or if fewer than 2 pairs are found (a
             correlation needs two).
     """
+    for name, value in (("sentence1_column", sentence1_column), ("sentence2_column", sentence2_column), ("score_column", score_column)):
+        check_name(name, value)
     columns = [sentence1_column, sentence2_column, score_column]
     if len(set(columns)) != 3:
         raise InputError(f"The sentence and score columns must be three different columns, got {columns}.")
     pairs = _load_text(
-        "path", path, split, sentence1_column, sentence2_column, None, score_column, delimiter, dataset_name, load_kwargs
+        "path", path, split, sentence1_column, sentence2_column, None, score_column, delimiter, dataset_name, load_kwargs,
+        names={"text_column": "sentence1_column", "text_pair_column": "sentence2_column"},
     )
     pairs = pairs.select_columns(["text", "text_pair", "score"]).rename_columns({"text": "sentence1", "text_pair": "sentence2"})
     if len(pairs) < 2:

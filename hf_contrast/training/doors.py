@@ -36,7 +36,9 @@ def check_trainer_arguments(model: Any, train_dataset: Any, eval_dataset: Any) -
     Raises:
         InputTypeError: naming the argument, its value and what to pass instead.
     """
-    if model is not None and not isinstance(model, nn.Module):
+    if model is None:
+        raise InputTypeError(f"`model` is None; {_MODEL_FIX}.")
+    if not isinstance(model, nn.Module):
         if isinstance(model, (str, os.PathLike)):
             name = os.fspath(model)
             raise InputTypeError(
