@@ -268,6 +268,8 @@ class ContrastiveEncoder(PreTrainedModel):
         data = get_model_card_data(self)
         data.base_model = provenance.base_model if pretrained else None
         data.license = provenance.license if pretrained else license
+        if data.language is None and provenance.language:  # the text the backbone reads: kept by fine-tuning
+            data.language = provenance.language
         return self
 
     @classmethod
