@@ -10,7 +10,11 @@ import pytest
 import torch
 
 from hf_contrast.errors import InputError
-from hf_contrast.models import SAVE_FORMAT_VERSION, ContrastiveEncoder, NewerSaveFormatWarning
+from hf_contrast.models import (
+    SAVE_FORMAT_VERSION,
+    ContrastiveEncoder,
+    NewerSaveFormatWarning,
+)
 from tests._tiny import tiny_timm_encoder
 
 

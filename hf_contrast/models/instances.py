@@ -347,7 +347,7 @@ def _check_timm_embedding(model: nn.Module, device: torch.device, dtype: torch.d
         model.eval()
         with torch.no_grad():
             features = model.forward_head(model.forward_features(x), pre_logits=True)
-    except Exception as error:  # noqa: BLE001 - any failure of the user's model at the door, named
+    except Exception as error:  # any failure of the user's model at the door, named
         raise InputError(
             f"`backbone` ({type(model).__name__}) failed a dry forward pass of a {tuple(x.shape)} {x.dtype} image on "
             f"{device} ({type(error).__name__}: {error}); the encoder would fail the same way. Check the model runs: "

@@ -12,7 +12,6 @@ and loads silently.
 from __future__ import annotations
 
 import inspect
-import json
 import warnings
 from collections.abc import Mapping
 from typing import Any
