@@ -851,15 +851,18 @@ def _metadata(model: Any, data: ContrastiveModelCardData, context: Mapping[str, 
     eval_results = []
     for group in context["evaluations"]:
         dataset = group["dataset"]
-        if not dataset.get("name"):
-            continue  # model-index needs the data a metric was measured on
+        hub_dataset = _hub_id(dataset.get("id"))
+        if not hub_dataset:
+            # model-index's `dataset.type` is a Hub dataset id (huggingface_hub's EvalResult, the Hub's spec): metrics
+            # measured on local data stay in the card's tables and out of model-index
+            continue
         for row in group["rows"]:
             if row["value"] is None or row["name"].endswith("loss"):
                 continue  # a loss is the objective's, not a comparable metric; the baseline is not this model's
             task_type, task_name = _task_type(group, is_text)
             eval_results.append(EvalResult(
                 task_type=task_type, task_name=task_name,
-                dataset_type=dataset.get("id") or dataset["name"], dataset_name=dataset["name"],
+                dataset_type=hub_dataset, dataset_name=dataset.get("name") or hub_dataset,
                 dataset_split=dataset.get("split"), metric_type=row["name"], metric_name=row["name"].replace("_", " "),
                 metric_value=row["value"],
             ))

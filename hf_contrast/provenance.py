@@ -12,10 +12,12 @@ push and mean nothing elsewhere. :func:`backbone_provenance` turns the source in
 A local folder keeps the Hub identity of what it is a copy of, read from what the folder itself says,
 in this order: the Hub cache layout (``.../models--org--name/snapshots/<sha>``), the encoder card data
 of an hf_contrast save (``hf_contrast/model_card.json``'s ``model_id``), timm's ``pretrained_cfg``
-(``hf_hub_id``, or ``architecture`` + ``tag`` resolved with timm's registry), the model card's
-``base_model`` metadata (``README.md``), and a Hub id in transformers' ``_name_or_path`` (the last two
-name what the copy was itself trained from: the lineage then skips the unnamed local copy). The
-license comes from ``pretrained_cfg["license"]`` or the card's ``license``. The user's
+(``hf_hub_id``, or ``architecture`` + ``tag`` resolved with timm's registry), the one Hub id that the
+card's usage snippets load (``SentenceTransformer('sentence-transformers/all-MiniLM-L6-v2')`` in a copy
+of that repository), then, with a warning, the model card's ``base_model`` metadata and a Hub id in
+transformers' ``_name_or_path`` (these name what the copy was itself trained from: pass ``base_model=``
+when the copy is of a Hub model). The license comes from ``pretrained_cfg["license"]`` or the card's
+``license``, the language from the card's ``language``. The user's
 ``base_model=`` / ``license=`` always win. Nothing here touches the network.
 """
 
@@ -24,6 +26,7 @@ from __future__ import annotations
 from hf_contrast.errors import InputError
 
 import json
+import logging
 import os
 import re
 from dataclasses import dataclass
@@ -31,6 +34,8 @@ from pathlib import Path, PureWindowsPath
 from typing import Any
 
 __all__ = ["BackboneProvenance", "backbone_provenance", "is_local_path", "hub_id_or_none", "public_name"]
+
+logger = logging.getLogger(__name__)
 
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[A-Za-z0-9][\w.-]*)?$")
 _CACHE_FOLDER = re.compile(r"^models--([^/\\]+?)--([^/\\]+)$")
@@ -45,11 +50,13 @@ class BackboneProvenance:
         name: The backbone's public name: a Hub id, a timm name or a folder's name.
         base_model: The Hub id of the pretrained weights, or ``None``.
         license: The license the source states (an SPDX id such as ``"apache-2.0"``), or ``None``.
+        language: The language(s) the source's card states (``"en"``), or ``None``.
     """
 
     name: str
     base_model: str | None = None
     license: str | None = None
+    language: str | list[str] | None = None
 
 
 def is_local_path(value: str) -> bool:
@@ -104,6 +111,24 @@ def _card_metadata(folder: Path) -> dict[str, Any]:
         return {}
 
 
+#: The usage snippets of a Hub card that load the repository itself (sentence-transformers, transformers, timm).
+_SNIPPET_ID = re.compile(
+    r"""(?:SentenceTransformer|from_pretrained|create_model|pipeline\([^)]*?model\s*=)\s*\(?\s*["'](?:hf-hub:)?([\w.-]+/[\w.-]+)["']"""
+)
+
+
+def _card_identity(folder: Path) -> str | None:
+    """The one Hub id the card's usage snippets load (``SentenceTransformer('org/name')``): what a copy of a Hub
+    repository is a copy of. ``None`` if the card loads no Hub id or several different ones."""
+    readme = folder / "README.md"
+    try:
+        text = readme.read_text(encoding="utf-8") if readme.is_file() else ""
+    except (OSError, UnicodeDecodeError):
+        return None
+    found = {hub for hub in map(hub_id_or_none, _SNIPPET_ID.findall(text)) if hub}
+    return found.pop() if len(found) == 1 else None
+
+
 def _first_string(value: Any) -> str | None:
     if isinstance(value, (list, tuple)):
         value = value[0] if len(value) == 1 else None  # several base models (a merge): no single origin
@@ -131,15 +156,24 @@ def _folder_provenance(folder: Path) -> BackboneProvenance:
         f"{cache_match.group(1)}/{cache_match.group(2)}" if cache_match else None,  # a Hub cache snapshot
         _read_json(folder / "hf_contrast" / "model_card.json").get("model_id"),  # an hf_contrast save that was pushed
         _timm_hub_id(pretrained_cfg, config.get("architecture")),
+        _card_identity(folder),  # a copy of a Hub repository whose card loads it by its id
     ]
     declared = [_first_string(card.get("base_model")), config.get("_name_or_path")]  # what it says it starts from
     identity = next((hub for hub in map(hub_id_or_none, own) if hub), None)
     base_model = identity or next((hub for hub in map(hub_id_or_none, declared) if hub), None)
+    if base_model and not identity:
+        logger.warning(
+            "The local backbone %r does not say which Hub model it is a copy of; the card names %r, what it says it was "
+            "trained from. If the folder is a copy of a Hub model, pass `base_model='org/name'` to `from_backbone`.",
+            folder.name, base_model,
+        )
     license_ = pretrained_cfg.get("license") or card.get("license")
+    language = card.get("language")
     return BackboneProvenance(
         name=identity or folder.name,
         base_model=base_model,
         license=license_ if isinstance(license_, str) and license_ else None,
+        language=language if isinstance(language, str) or (isinstance(language, list) and language) else None,
     )
 
 
@@ -178,4 +212,5 @@ def backbone_provenance(backbone: str, *, base_model: str | None = None, license
         name=base_model or found.name,
         base_model=hub_id_or_none(base_model) or found.base_model,
         license=license or found.license,
+        language=found.language,
     )

@@ -89,8 +89,9 @@ def test_from_data_config_uses_size_mean_std_and_interpolation() -> None:
     assert t(torch.rand(3, 40, 40)).shape == (3, 24, 24)
     assert t.transforms[3].interpolation == v2.InterpolationMode.BICUBIC
     e = eval_transform_from_data_config(DATA_CONFIG)
-    assert [type(s).__name__ for s in e.transforms][3:5] == ["Resize", "CenterCrop"]
-    assert e.transforms[3].size == [32]  # 24 / crop_pct 0.75
+    resize, crop = e.transforms[3].transforms[:2]  # timm's own eval geometry
+    assert (type(resize).__name__, type(crop).__name__) == ("Resize", "CenterCrop")
+    assert resize.size == 32 and str(resize.interpolation.value) == "bicubic"  # 24 / crop_pct 0.75
 
 
 def test_eval_transform_is_deterministic_center_crop() -> None:

@@ -123,11 +123,8 @@ def test_trained_card_survives_save_reload_and_push_without_local_paths(tmp_path
     meta = _metadata(trained_card)
     assert meta["base_model"] == "timm/test_resnet.r160_in1k" and meta["license"] == "apache-2.0"  # kept from the local copy
     assert "simclr" in meta["tags"] and encoder.model_card_data.citations
-    results = {(r["dataset"]["name"], r["dataset"].get("split"), m["type"]): m["value"]
-               for r in meta["model-index"][0]["results"] for m in r["metrics"]}
-    assert results[("pets", "train (held out)", "knn_accuracy")] == pytest.approx(final["eval_probe_knn_accuracy"])
-    assert results[("pets", "train (held out)", "knn_loo_accuracy")] == pytest.approx(final["eval_knn_loo_accuracy"])
-    assert not any(metric.endswith("loss") for _, _, metric in results)  # the objective's loss is not a benchmark
+    # a local image folder is no Hub dataset id: its metrics stay in the card's tables, out of model-index
+    assert "model-index" not in meta
     assert "Baseline (before training)" in trained_card
     row = f"| **`knn_accuracy`** | {_cell(final['eval_probe_knn_accuracy'])} | {_cell(baseline['eval_probe_knn_accuracy'])} |"
     assert row in trained_card  # the evaluator's primary metric, this model next to the labelled baseline
@@ -144,7 +141,7 @@ def test_trained_card_survives_save_reload_and_push_without_local_paths(tmp_path
     assert str(pushed) == trained_card.replace(PLACEHOLDER, "user/travels")
     info = HfApi().model_info("user/travels")  # the stand-in parses the YAML as the Hub does
     assert info.card_data.base_model == "timm/test_resnet.r160_in1k"
-    assert {(r.dataset_name, r.metric_type) for r in info.card_data.eval_results} >= {("pets", "knn_accuracy"), ("pets", "knn_loo_accuracy")}
+    assert info.card_data.eval_results is None
     for citation in encoder.model_card_data.citations:
         assert citation in pushed.text
 
@@ -331,11 +328,11 @@ def test_log_table_shows_at_most_eight_columns_and_the_rest_in_a_details_block()
 def test_metrics_are_attributed_to_the_evaluator_that_reported_them() -> None:
     model = tiny_timm_encoder()
     data = get_model_card_data(model)
-    data.eval_datasets = [{"name": "pets-test", "split": "test"}]
+    data.eval_datasets = [{"name": "pets-test", "id": "user/pets-test", "split": "test"}]
     data.evaluators = [
-        {"prefix": "", "class": "ProbeEvaluator", "dataset_name": "pets", "split": "test", "primary_metric": "knn_accuracy",
-         "metric_names": ["knn_accuracy", "knn_macro_f1"]},
-        {"prefix": "sts", "class": "STSEvaluator", "dataset_name": "sick", "primary_metric": "sts_spearman"},
+        {"prefix": "", "class": "ProbeEvaluator", "dataset_name": "pets", "dataset_id": "user/pets", "split": "test",
+         "primary_metric": "knn_accuracy", "metric_names": ["knn_accuracy", "knn_macro_f1"]},
+        {"prefix": "sts", "class": "STSEvaluator", "dataset_name": "sick", "dataset_id": "user/sick", "primary_metric": "sts_spearman"},
     ]
     data.set_metrics({"eval_knn_accuracy": 0.5, "eval_knn_macro_f1": 0.4, "eval_alignment": 0.1, "eval_loss": 1.0,
                       "eval_sts_spearman": 0.7}, step=8)
@@ -344,9 +341,11 @@ def test_metrics_are_attributed_to_the_evaluator_that_reported_them() -> None:
     trainer_eval = text.split("### pets-test: the trainer's evaluation")[1].split("##")[0]
     assert "**`knn_accuracy`** | 0.5" in probe and "`knn_macro_f1`" in probe and "alignment" not in probe
     assert "`alignment` | 0.1" in trainer_eval and "`loss` | 1.0" in trainer_eval and "knn" not in trainer_eval
-    results = {(r.dataset_name, r.task_type, r.metric_type) for r in ModelCard(text).data.eval_results}
-    assert results == {("pets", "image-classification", "knn_accuracy"), ("pets", "image-classification", "knn_macro_f1"),
-                       ("sick", "semantic-similarity", "spearman"), ("pets-test", "image-feature-extraction", "alignment")}
+    results = {(r.dataset_name, r.dataset_type, r.task_type, r.metric_type) for r in ModelCard(text).data.eval_results}
+    assert results == {("pets", "user/pets", "image-classification", "knn_accuracy"),
+                       ("pets", "user/pets", "image-classification", "knn_macro_f1"),
+                       ("sick", "user/sick", "semantic-similarity", "spearman"),
+                       ("pets-test", "user/pets-test", "image-feature-extraction", "alignment")}
 
 
 @pytest.mark.filterwarnings("ignore::hf_contrast.evaluation.RepresentationCollapseWarning")
@@ -381,7 +380,8 @@ def test_trainer_push_with_checkpoints_and_the_best_model_leaks_no_local_path(tm
 
 
 def test_equivariance_evaluator_is_named_by_the_data_its_batch_comes_from(tmp_path: Path) -> None:
-    """Its model-index entries name the image folder and split, not the metric prefix "equivariance"."""
+    """Its card section names the image folder and split, not the metric prefix "equivariance"; a local folder
+    is no Hub dataset id, so model-index leaves its metrics out."""
     from hf_contrast.evaluation import EquivarianceEvaluator
 
     images = load_image_dataset(_image_folder(tmp_path / "pets", per_class=4), cache_dir=str(tmp_path / "datasets-cache"))
@@ -391,5 +391,6 @@ def test_equivariance_evaluator_is_named_by_the_data_its_batch_comes_from(tmp_pa
     data.set_evaluator(evaluator)
     assert [(e["dataset_name"], e["split"], e["prefix"]) for e in data.evaluators] == [("pets", "train", "equivariance")]
     data.set_metrics({f"eval_{k}": v for k, v in evaluator(model).items()}, step=1)  # keys: equivariance_*
-    results = {(r.dataset_name, r.dataset_split, r.metric_type) for r in ModelCard(generate_model_card(model)).data.eval_results}
-    assert ("pets", "train", "wahba_error") in results and not any(name == "equivariance" for name, _, _ in results)
+    text = generate_model_card(model)
+    assert "### pets: `EquivarianceEvaluator`" in text and "wahba_error" in text.split("### pets: `EquivarianceEvaluator`")[1]
+    assert ModelCard(text).data.eval_results is None

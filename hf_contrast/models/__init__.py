@@ -20,6 +20,7 @@ from hf_contrast.models.export import (
 from hf_contrast.models.heads import ProjectionHead
 from hf_contrast.models.modeling import ContrastiveEncoder, ContrastiveEncoderOutput
 from hf_contrast.models.pooling import cls_pool, max_pool, mean_pool
+from hf_contrast.models.save_format import SAVE_FORMAT_VERSION, NewerSaveFormatWarning
 from hf_contrast.models.st_layout import SentenceTransformerLayout, read_st_layout
 from hf_contrast.models.staging import staged_directory
 
@@ -32,6 +33,8 @@ __all__ = [
     "ContrastiveEncoderOutput",
     "ProjectionHead",
     "HubUnavailableError",
+    "NewerSaveFormatWarning",
+    "SAVE_FORMAT_VERSION",
     "HUB_SUBFOLDER",
     "mean_pool",
     "cls_pool",

@@ -8,6 +8,8 @@ from typing import Any
 
 from transformers import AutoConfig, PretrainedConfig
 
+from hf_contrast.models.save_format import SAVE_FORMAT_VERSION
+
 __all__ = ["ContrastiveEncoderConfig", "BACKBONE_TYPES", "POOLINGS", "PROJECTION_NORMS"]
 
 BACKBONE_TYPES = ("timm", "text")
@@ -170,4 +172,6 @@ class ContrastiveEncoderConfig(PretrainedConfig):
         self.projection_norm = projection_norm
         self.normalize_projections = bool(normalize_projections)
         self.feature_stages = feature_stages
+        kwargs.pop("format_version", None)  # read by `from_pretrained`'s format check; a save writes this release's
+        self.format_version = SAVE_FORMAT_VERSION
         super().__init__(num_labels=num_labels, **kwargs)

@@ -18,7 +18,7 @@ object gave before:
 
 from __future__ import annotations
 
-from hf_contrast.errors import InputError
+from hf_contrast.errors import InputError, InputTypeError
 
 import logging
 from typing import Any
@@ -73,8 +73,22 @@ def is_backbone_instance(obj: Any) -> bool:
     return _is_sentence_transformer(obj) or _is_timm_model(obj) or isinstance(obj, PreTrainedModel)
 
 
+def _pool_type(model: nn.Module) -> str | None:
+    """The global pooling of a timm model (``"avg"``, ``"max"``, ``"token"``...), where it says it."""
+    pool = getattr(model, "global_pool", None)
+    pool = getattr(pool, "pool_type", pool)
+    return pool if isinstance(pool, str) else None
+
+
+def _shapes(model: nn.Module, skip: set[int] = frozenset()) -> dict[str, tuple[int, ...]]:
+    """``{name: shape}`` of the persistent tensors of ``model`` (its state dict), leaving out those in ``skip`` (ids)."""
+    by_name = dict(model.named_parameters(remove_duplicate=False))
+    by_name.update(model.named_buffers(remove_duplicate=False))
+    return {name: tuple(t.shape) for name, t in model.state_dict(keep_vars=True).items() if id(by_name.get(name, t)) not in skip}
+
+
 def _timm_parts(model: nn.Module) -> dict[str, Any]:
-    """The config fields of a timm instance; its classifier is removed (in place) first."""
+    """The config fields of a timm instance; its classifier is removed (in place) once it is accepted."""
     pretrained_cfg = model.pretrained_cfg
     architecture = pretrained_cfg.get("architecture")
     if not architecture:
@@ -82,21 +96,30 @@ def _timm_parts(model: nn.Module) -> dict[str, Any]:
             f"The timm model ({type(model).__name__}) has no `pretrained_cfg['architecture']`, so it could not be rebuilt "
             "when the encoder is loaded: create it with `timm.create_model(name)`, or pass the name to `from_backbone`."
         )
-    if getattr(model, "num_classes", 0):
-        model.reset_classifier(0)
     kwargs: dict[str, Any] = {}
     built = built_input_size(model)
     if built is not None and built[0] != 3:
         kwargs["in_chans"] = int(built[0])
     if built is not None and hasattr(getattr(model, "patch_embed", None), "img_size"):
         kwargs["img_size"] = [int(built[1]), int(built[2])]
+    pool = _pool_type(model)
+    if pool:  # the pooling it was built with ('max', 'avgmax', 'token'...) when it is not the architecture's default
+        with torch.device("meta"):
+            try:
+                default_pool = _pool_type(build_timm_backbone(architecture, kwargs))
+            except ValueError:
+                default_pool = pool
+        if default_pool is not None and pool != default_pool:
+            kwargs["global_pool"] = pool
     with torch.device("meta"):
         try:
             fresh = build_timm_backbone(architecture, kwargs)
         except ValueError:
             fresh = None
-    shapes = {name: tuple(t.shape) for name, t in model.state_dict().items()}
-    fresh_shapes = {name: tuple(t.shape) for name, t in fresh.state_dict().items()} if fresh is not None else None
+    classifier = model.get_classifier() if getattr(model, "num_classes", 0) else None
+    head = {id(t) for t in classifier.parameters()} | {id(t) for t in classifier.buffers()} if isinstance(classifier, nn.Module) else set()
+    shapes = _shapes(model, skip=head)  # without the classifier, which is removed only once the model is accepted
+    fresh_shapes = _shapes(fresh) if fresh is not None else None
     if shapes != fresh_shapes:
         raise InputError(
             f"The timm model `{architecture}` was built with arguments the encoder cannot read back from the instance "
@@ -104,6 +127,8 @@ def _timm_parts(model: nn.Module) -> dict[str, Any]:
             f"encoder could not be loaded: pass the name instead, `ContrastiveEncoder.from_backbone({architecture!r}, "
             "backbone_kwargs={...})` with the arguments you created it with."
         )
+    if getattr(model, "num_classes", 0):
+        model.reset_classifier(0)
     tag = pretrained_cfg.get("tag")
     return {
         "backbone": f"{architecture}.{tag}" if tag else architecture,
@@ -118,6 +143,11 @@ def _sentence_transformer_parts(model: Any) -> tuple[PreTrainedModel, Any, dict[
     """``(transformer, tokenizer, options)`` of a ``SentenceTransformer`` (Transformer -> Pooling [-> Normalize])."""
     modules = list(model)
     kinds = [type(m).__name__ for m in modules]
+    if not modules:
+        raise InputError(
+            "`backbone` is a SentenceTransformer with no modules: there is no transformer to train. Load a model "
+            "(`SentenceTransformer('sentence-transformers/all-MiniLM-L6-v2')`) or pass its name to `from_backbone`."
+        )
     if kinds[:2] != ["Transformer", "Pooling"] or any(kind != "Normalize" for kind in kinds[2:]):
         raise InputError(
             f"The SentenceTransformer has the modules {kinds}; ContrastiveEncoder reproduces Transformer -> Pooling "
@@ -184,12 +214,17 @@ def encoder_from_instance(
         **config_kwargs: ``ContrastiveEncoderConfig`` options (``projection_dim``, ``pooling``...).
 
     Returns:
-        The encoder on the same device as ``backbone``, in training mode.
+        The encoder on the device and in the floating dtype of ``backbone`` (its heads too; a warning for
+        a dtype other than float32), in ``backbone``'s mode (``train()`` or ``eval()``) as a whole.
 
     Raises:
-        ValueError: for any other object (naming its type and what is accepted), name-only options, a
-            ``SentenceTransformer`` with modules other than Transformer, Pooling, Normalize, a
-            transformers model without token inputs, or a timm model that cannot be rebuilt by name.
+        InputError: (a ``ValueError``) for any other object (naming its type and what is accepted),
+            name-only options, a model with tensors on the meta device, spread over several devices or
+            dtypes, a ``SentenceTransformer`` with no modules or modules other than Transformer,
+            Pooling, Normalize, a transformers model without token inputs, a timm model that cannot be
+            rebuilt by name, or whose output is not one vector per image (``global_pool=''``), found
+            by a dry forward pass of one small image before the model is changed.
+        InputTypeError: if ``tokenizer`` is not a tokenizer object (a name, say).
     """
     if _is_encoder(backbone):
         raise InputError(
@@ -204,12 +239,18 @@ def encoder_from_instance(
     for reserved in ("backbone", "backbone_type", "text_config", "backbone_architecture", "backbone_pretrained"):
         if reserved in config_kwargs:
             raise InputError(f"`{reserved}` is set by `from_backbone`; do not pass it in `config_kwargs`.")
-    device = next((p.device for p in backbone.parameters()), torch.device("cpu"))
+    device, dtype = _placement(backbone)
+    if tokenizer is not None and not callable(tokenizer):
+        raise InputTypeError(
+            f"`tokenizer` is a {type(tokenizer).__name__}; pass a tokenizer object (`AutoTokenizer.from_pretrained(name)`), "
+            "not its name."
+        )
     if _is_timm_model(backbone):
         if tokenizer is not None:
             raise InputError(f"`tokenizer` was given but the {type(backbone).__name__} is a timm vision model; drop it.")
+        _check_timm_embedding(backbone, device, dtype)
         config = ContrastiveEncoderConfig(**_timm_parts(backbone), **config_kwargs)
-        return encoder_class(config, backbone=backbone).to(device)
+        return _placed(encoder_class(config, backbone=backbone), backbone, device, dtype)
     if _is_sentence_transformer(backbone):
         module, own_tokenizer, parts = _sentence_transformer_parts(backbone)
         config_kwargs = layout_options(parts["layout"], config_kwargs, parts["backbone"])
@@ -229,7 +270,100 @@ def encoder_from_instance(
         backbone_pretrained=bool(module.config.name_or_path),
         **config_kwargs,
     )
-    return encoder_class(config, backbone=module, tokenizer=tokenizer).to(device)
+    return _placed(encoder_class(config, backbone=module, tokenizer=tokenizer), module, device, dtype)
+
+
+def _placement(model: nn.Module) -> tuple[torch.device, torch.dtype | None]:
+    """The one device and the one floating dtype of ``model``'s tensors (``None``: it has no floating tensor).
+
+    Raises:
+        InputError: if a tensor is on the meta device (not materialised), or the tensors are spread
+            over several devices or floating dtypes.
+    """
+    tensors = [*model.parameters(), *model.buffers()]
+    meta = [name for name, t in [*model.named_parameters(), *model.named_buffers()] if t.device.type == "meta"]
+    if meta:
+        raise InputError(
+            f"`backbone` ({type(model).__name__}) has {len(meta)} tensor(s) on the meta device (e.g. `{meta[0]}`): it has "
+            "shapes but no weights, so the encoder would fail at its first forward pass. Materialise it first: "
+            "`model.to_empty(device='cpu')` then load its weights (`model.load_state_dict(...)`), or build it normally "
+            "(without `torch.device('meta')` / `init_empty_weights`)."
+        )
+    devices = sorted({str(t.device) for t in tensors})
+    if len(devices) > 1:
+        raise InputError(
+            f"`backbone` ({type(model).__name__}) is spread over the devices {devices} (a `device_map`?): the encoder "
+            f"adds its heads on one device. Move the model to one device first (`model.to({devices[0]!r})`); multi-GPU "
+            "training is the trainer's (accelerate / FSDP)."
+        )
+    floating = sorted({str(t.dtype) for t in tensors if t.is_floating_point()})
+    if len(floating) > 1:
+        raise InputError(
+            f"`backbone` ({type(model).__name__}) holds tensors of several dtypes {floating}: cast it to one first "
+            "(`model.float()`, or `model.to(torch.bfloat16)`); for mixed precision keep float32 weights and use the "
+            "trainer's `bf16=True` / `fp16=True`."
+        )
+    device = tensors[0].device if tensors else torch.device("cpu")
+    dtype = next((t.dtype for t in tensors if t.is_floating_point()), None)
+    return device, dtype
+
+
+def _placed(encoder: nn.Module, backbone: nn.Module, device: torch.device, dtype: torch.dtype | None) -> Any:
+    """The encoder on the backbone's device and dtype (its heads are built in float32 on the CPU), in the
+    backbone's mode (``eval()`` or ``train()``) as a whole: no module left in the other mode."""
+    encoder = encoder.to(device=device, dtype=dtype) if dtype is not None else encoder.to(device)
+    if dtype is not None and dtype != torch.float32:
+        logger.warning(
+            "The backbone's weights are %s, so the encoder's heads are too: training %s weights directly loses "
+            "precision; for mixed precision keep float32 weights (`model.float()`) and pass `bf16=True` / `fp16=True` "
+            "to the trainer.", dtype, dtype,
+        )
+    return encoder.train(backbone.training)
+
+
+def _check_timm_embedding(model: nn.Module, device: torch.device, dtype: torch.dtype | None) -> None:
+    """Check with a dry forward pass of one small image (eval mode, no gradient, the model unchanged) that
+    ``forward_head(forward_features(x), pre_logits=True)`` is one vector per image, ``(1, F)``.
+
+    A timm model built with ``global_pool=''`` (or ``reset_classifier(0, '')``) gives feature maps
+    ``(B, C, H, W)`` or tokens ``(B, N, C)``: the projection head cannot take them.
+
+    Raises:
+        InputError: naming the shape, the pooling and the fix; also if the dry forward itself fails.
+    """
+    built = built_input_size(model) or tuple(model.pretrained_cfg.get("input_size") or (3, 224, 224))
+    channels, height, width = (int(v) for v in built)
+    if not model.pretrained_cfg.get("fixed_input_size", False):  # the smallest input the model reduces to 1x1
+        info = getattr(model, "feature_info", None) or []
+        try:
+            stride = int(info[-1]["reduction"])
+        except (IndexError, KeyError, TypeError):
+            stride = 0
+        if stride:
+            height = width = min(height, max(stride, 8))
+    x = torch.zeros(1, channels, height, width, device=device, dtype=dtype or torch.float32)
+    mode = model.training
+    try:
+        model.eval()
+        with torch.no_grad():
+            features = model.forward_head(model.forward_features(x), pre_logits=True)
+    except Exception as error:  # any failure of the user's model at the door, named
+        raise InputError(
+            f"`backbone` ({type(model).__name__}) failed a dry forward pass of a {tuple(x.shape)} {x.dtype} image on "
+            f"{device} ({type(error).__name__}: {error}); the encoder would fail the same way. Check the model runs: "
+            "`model(torch.zeros(1, 3, 224, 224))`."
+        ) from error
+    finally:
+        model.train(mode)
+    if features.ndim != 2:
+        pool = _pool_type(model)
+        name = model.pretrained_cfg.get("architecture") or type(model).__name__
+        raise InputError(
+            f"`backbone` ({name}) gives features of shape {tuple(features.shape)} for one image, not one vector (1, F): "
+            f"its global pooling is off (`global_pool={pool!r}`). Build it with pooling, e.g. "
+            f"`timm.create_model({name!r}, num_classes=0)` (or `global_pool='avg'`), or call "
+            "`model.reset_classifier(0, global_pool='avg')` first."
+        )
 
 
 def as_encoder(model: Any, encoder_class: type) -> Any:

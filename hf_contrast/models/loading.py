@@ -25,7 +25,7 @@ from transformers.utils import cached_file
 from hf_contrast.models.configuration import ContrastiveEncoderConfig
 from hf_contrast.models.export import HUB_SUBFOLDER
 
-__all__ = ["check_source", "encoder_subfolder", "weights_location", "check_loaded_weights"]
+__all__ = ["check_source", "encoder_subfolder", "weights_location", "check_loaded_weights", "read_saved_json"]
 
 _FIX_SAVE = "pass the folder that `save_pretrained` / `trainer.save_model` wrote (or a checkpoint-* folder)"
 
@@ -36,6 +36,20 @@ def _lookup(path: str | os.PathLike[str], filename: str, subfolder: str, hub_kwa
         return cached_file(path, filename, subfolder=subfolder, **options)
     except Exception:  # an unreachable Hub: from_pretrained reports it with its own error
         return None
+
+
+def read_saved_json(path: str | os.PathLike[str], filename: str, subfolder: str, hub_kwargs: Mapping[str, Any]) -> tuple[Any, str]:
+    """``(content, location)`` of a JSON file of a save (``content`` is ``None`` if it is absent or unreadable:
+    ``from_pretrained`` reports an unreadable config with its own error)."""
+    found = _lookup(path, filename, subfolder, hub_kwargs)
+    location = os.path.join(os.fspath(path), subfolder, filename)
+    if found is None:
+        return None, location
+    try:
+        with open(found, encoding="utf-8") as handle:
+            return json.load(handle), location
+    except (OSError, ValueError):
+        return None, location
 
 
 def check_source(path: str | os.PathLike[str]) -> None:

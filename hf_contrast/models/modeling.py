@@ -21,6 +21,7 @@ from transformers.utils import ModelOutput, cached_file
 from hf_contrast.tensor_checks import l2_normalize
 from hf_contrast.model_card import (
     CARD_DATA_FILE,
+    CARD_DATA_VERSION,
     ContrastiveModelCardData,
     get_model_card_data,
     load_card_data,
@@ -41,7 +42,8 @@ from hf_contrast.models.configuration import ContrastiveEncoderConfig
 from hf_contrast.models.encode import encode as encode_inputs
 from hf_contrast.models.export import HUB_SUBFOLDER, export_native
 from hf_contrast.models.heads import ProjectionHead
-from hf_contrast.models.loading import check_loaded_weights, check_source, encoder_subfolder, weights_location
+from hf_contrast.models.loading import check_loaded_weights, check_source, encoder_subfolder, read_saved_json, weights_location
+from hf_contrast.models.save_format import check_save_format
 from hf_contrast.models.instances import encoder_from_instance
 from hf_contrast.models.inputs import check_pixel_values, check_token_inputs, check_training_batch
 from hf_contrast.models.pooling import pool_tokens
@@ -266,6 +268,8 @@ class ContrastiveEncoder(PreTrainedModel):
         data = get_model_card_data(self)
         data.base_model = provenance.base_model if pretrained else None
         data.license = provenance.license if pretrained else license
+        if data.language is None and provenance.language:  # the text the backbone reads: kept by fine-tuning
+            data.language = provenance.language
         return self
 
     @classmethod
@@ -593,7 +597,12 @@ class ContrastiveEncoder(PreTrainedModel):
             OSError: if ``hf_contrast/config.json`` is missing next to a native root model, or the
                 weights file is corrupted, truncated or empty (the file is named).
             ValueError: if backbone or projection-head tensors are missing from the weights, or a
-                saved tensor holds NaN/inf (see :mod:`hf_contrast.models.loading`).
+                saved tensor holds NaN/inf (see :mod:`hf_contrast.models.loading`), or a saved format
+                version is not a non-negative integer (:mod:`hf_contrast.models.save_format`).
+
+        Warns:
+            NewerSaveFormatWarning: once, if the folder was written by a newer hf_contrast (a higher
+                ``format_version`` / card ``version``, or config keys this release does not know).
         """
         kwargs.pop("tokenizer", None)
         hub_kwargs = _hub_kwargs(kwargs)
@@ -601,6 +610,16 @@ class ContrastiveEncoder(PreTrainedModel):
         if not kwargs.get("subfolder"):
             kwargs["subfolder"] = encoder_subfolder(pretrained_model_name_or_path, hub_kwargs)
         output_loading_info = kwargs.pop("output_loading_info", False)
+        config_json, config_location = read_saved_json(pretrained_model_name_or_path, "config.json", kwargs["subfolder"], hub_kwargs)
+        card_json, card_location = read_saved_json(pretrained_model_name_or_path, CARD_DATA_FILE, kwargs["subfolder"], hub_kwargs)
+        check_save_format(
+            config_json if isinstance(config_json, dict) else None,
+            card_json if isinstance(card_json, dict) else None,
+            config_class=ContrastiveEncoderConfig,
+            card_version=CARD_DATA_VERSION,
+            config_location=config_location,
+            card_location=card_location,
+        )
         try:
             model, loading_info = super().from_pretrained(
                 pretrained_model_name_or_path, *model_args, output_loading_info=True, **kwargs
