@@ -84,6 +84,13 @@ def finite_tensor(result: Any) -> None:
             assert bool(torch.isfinite(item).all()), "returned non-finite values instead of an error"
 
 
+def finite_group_losses(result: Any) -> None:
+    """simo_loss: a finite scalar for one group ``(m, D)``, one finite value per group ``(G,)`` for ``(G, m, D)``."""
+    assert isinstance(result, torch.Tensor) and result.is_floating_point(), f"expected a float tensor, got {result!r}"
+    assert result.ndim in (0, 1), f"expected a scalar or one loss per group, got shape {tuple(result.shape)}"
+    assert bool(torch.isfinite(result).all()), "returned non-finite values instead of an error"
+
+
 def finite_number(result: Any) -> None:
     assert isinstance(result, float) and math.isfinite(result), f"got {result!r}"
 
@@ -152,7 +159,8 @@ CASES = [
     Case("moco_info_nce_loss", moco_info_nce_loss, lambda: {"q": _z(B, D), "k": _z(B, D), "queue": _z(6, D)},
          {**pair("q", "k"), "queue": (any_bad((6, D)), ("queue",)), "temperature": (HYPER, ("temperature",))}),
     Case("simo_loss", simo_loss, lambda: {"e": _z(B, D), "y": 0.5},
-         {"e": (any_bad((B, D)), ("e",)), "y": (st.one_of(HYPER, any_bad((1,))), ("y",)), "eps": (HYPER, ("eps",))}),
+         {"e": (any_bad((B, D)), ("e",)), "y": (st.one_of(HYPER, any_bad((1,))), ("y",)), "eps": (HYPER, ("eps",))},
+         check=finite_group_losses),
     Case("afcl_loss", afcl_loss, lambda: {"e": _z(B, D), "n_classes": 2},
          {"e": (any_bad((B, D)), ("e", "n_classes")), "n_classes": (HYPER, ("n_classes",)), "olean": (HYPER, ("olean",)),
           "eps": (HYPER, ("eps",))}),
