@@ -8,6 +8,7 @@ empty, NaN / inf / huge / tiny values, a bad hyperparameter) while the others st
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -27,6 +28,7 @@ from _properties import (
 from hypothesis import given
 from hypothesis import strategies as st
 
+from hf_contrast.errors import InputError
 from hf_contrast.losses import (
     AFCLLoss,
     AlignUniformLoss,
@@ -59,6 +61,7 @@ from hf_contrast.losses import (
     uniformity_loss,
     vicreg_loss,
 )
+from hf_contrast.tensor_checks import MIN_TEMPERATURE
 
 B, D = 4, 3
 _gen = torch.Generator().manual_seed(0)
@@ -263,3 +266,77 @@ def test_local_loss_class_counts(counts: Any) -> None:
     assert_package_error_or_result(
         lambda: LOCALLoss(embedding_dim=D, num_classes=2, class_counts=counts), ("class_counts",), lambda m: None
     )
+
+
+# ---- temperatures: one bound for every loss that takes one (tensor_checks.MIN_TEMPERATURE) -------------------
+
+TEMPERATURE_LOSSES = {
+    "info_nce_loss": lambda t: info_nce_loss(_z(B, D), _z(B, D), temperature=t),
+    "supcon_loss": lambda t: supcon_loss(_z(B, D), LABELS, temperature=t),
+    "ocl_loss": lambda t: ocl_loss(_z(B, D), LABELS, temperature=t),
+    "moco_info_nce_loss": lambda t: moco_info_nce_loss(_z(B, D), _z(B, D), _z(6, D), temperature=t),
+    "binary_nce_loss": lambda t: binary_nce_loss(_z(B, D), _z(B, D), temperature=t),
+    "binary_nce_loss shifted": lambda t: binary_nce_loss(_z(B, D), _z(B, D), temperature=t, negatives="shifted"),
+    "local_loss": lambda t: local_loss(_z(B, D), _z(B, D), _z(B, 5), _z(B, 2), LABELS, torch.ones(2), temperature=t),
+    "CARELoss": lambda t: CARELoss(temperature=t, n_splits=2)(_z(B, D), _z(B, D))["loss"],
+    "CAREMoCoLoss": lambda t: CAREMoCoLoss(temperature=t, n_splits=2)(_z(B, D), _z(B, D), _z(6, D), _z(B, D), _z(B, D))["loss"],
+}
+
+
+@pytest.mark.parametrize("name", list(TEMPERATURE_LOSSES))
+@given(exponent=st.floats(min_value=math.log10(MIN_TEMPERATURE), max_value=4.0))
+def test_every_temperature_from_the_minimum_up_gives_a_finite_loss(name: str, exponent: float) -> None:
+    temperature = max(10.0**exponent, MIN_TEMPERATURE)
+    loss = TEMPERATURE_LOSSES[name](temperature)
+    loss = loss["loss"] if isinstance(loss, dict) else loss
+    assert bool(torch.isfinite(loss)), f"{name}(temperature={temperature}) = {loss}"
+
+
+@pytest.mark.parametrize("name", list(TEMPERATURE_LOSSES))
+@given(temperature=tiny_temperatures)
+def test_a_temperature_below_the_minimum_is_refused_naming_it(name: str, temperature: Any) -> None:
+    with pytest.raises(InputError, match=r"`temperature` must be >= 1e-06, got .*: similarities divided"):
+        TEMPERATURE_LOSSES[name](temperature)
+
+
+def test_an_integer_hyperparameter_of_any_size_reaches_torch_as_a_float() -> None:
+    z1, z2 = _z(B, D), _z(B, D)
+    # Python ints used to reach torch arithmetic as they were: OverflowError 'int too big to convert'
+    assert torch.equal(binary_nce_loss(z1, z2, temperature=10**30), binary_nce_loss(z1, z2, temperature=1e30))
+    assert torch.equal(binary_nce_loss(z1, z2, temperature=1, bias=-10), binary_nce_loss(z1, z2, temperature=1.0, bias=-10.0))
+    assert torch.equal(vicreg_loss(z1, z2, invariance_weight=10**30), vicreg_loss(z1, z2, invariance_weight=1e30))
+    queue = _z(6, D)
+    assert torch.equal(moco_info_nce_loss(z1, z2, queue, temperature=10**30), moco_info_nce_loss(z1, z2, queue, temperature=1e30))
+
+
+@pytest.mark.parametrize(
+    ("call", "named"),
+    [
+        (lambda: binary_nce_loss(_z(B, D), _z(B, D), bias=1e300), "`bias`=1e+300"),
+        (lambda: binary_nce_loss(_z(B, D), _z(B, D), bias=torch.tensor(3e38)), "`bias`=3e+38"),
+        (lambda: vicreg_loss(_z(B, D), _z(B, D), variance_weight=1e300), "`variance_weight`=1e+300"),
+        (lambda: vicreg_loss(_z(B, D), _z(B, D), covariance_weight=1e300), "`covariance_weight`=1e+300"),
+        (lambda: vicreg_loss(_z(B, D), _z(B, D), invariance_weight=1e300), "`invariance_weight`=1e+300"),
+        (lambda: vicreg_loss(_z(B, D), _z(B, D), gamma=1e300), "`gamma`=1e+300"),
+        (lambda: alignment_loss(3 * torch.eye(B, D), -torch.eye(B, D), alpha=1e300), "`alpha`=1e+300"),
+        (lambda: uniformity_loss(_z(B, D), t=1e300), "`t`=1e+300"),
+    ],
+    ids=["bnce-bias", "bnce-bias-tensor", "vicreg-variance", "vicreg-covariance", "vicreg-invariance", "vicreg-gamma", "align-alpha", "uniform-t"],
+)
+def test_a_hyperparameter_that_overflows_the_loss_is_named(call: Callable[[], Any], named: str) -> None:
+    with pytest.raises(InputError, match=re.escape(named)):
+        call()
+
+
+def test_modules_name_their_own_arguments() -> None:
+    good = _z(B, D)
+    for module, kwargs, name in [
+        (CARELoss(n_splits=2), {"z1_inv": "x", "z2_inv": good}, "`z1_inv`"),
+        (CARELoss(n_splits=2), {"z1_inv": good, "z2_inv": good[:2]}, "`z1_inv` and `z2_inv` must have the same shape"),
+        (CARELoss(n_splits=2), {"z1_inv": good, "z2_inv": good, "z1_eq": good, "z2_eq": good[:, :2]}, "`z1_eq` and `z2_eq`"),
+        (CAREMoCoLoss(n_splits=2), {"q": good, "k": good, "queue": _z(6, D), "z1_eq": good, "z2_eq": 1.0}, "`z2_eq`"),
+        (AlignUniformLoss(), {"z1": good, "z2": "x"}, "`z2`"),
+        (AlignUniformLoss(), {"z1": good[:1], "z2": good[:1]}, "`z1` must have at least 2 rows"),
+    ]:
+        with pytest.raises(InputError, match=re.escape(name)):
+            module(**kwargs)

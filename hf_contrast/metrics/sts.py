@@ -67,10 +67,10 @@ def _spearman(a: Tensor, b: Tensor, what_a: str, what_b: str) -> float:
     constant = [what for what, r in ((what_a, ra), (what_b, rb)) if not bool(r.abs().sum() > 0)]
     if constant:
         warnings.warn(
-            f"{' and '.join(constant)} {'is' if len(constant) == 1 else 'are'} constant: the Spearman correlation is "
-            "not defined and is returned as nan (as scipy.stats.spearmanr).",
+            f"constant input ({' and '.join(constant)}): the Spearman correlation is not defined and is returned as "
+            "nan (as scipy.stats.spearmanr).",
             ConstantInputWarning,
-            stacklevel=3,
+            stacklevel=4,  # _spearman, the metric, torch.no_grad's wrapper, the caller
         )
         return float("nan")
     denominator = torch.sqrt((ra * ra).sum() * (rb * rb).sum())
