@@ -320,8 +320,13 @@ def test_an_integer_hyperparameter_of_any_size_reaches_torch_as_a_float() -> Non
         (lambda: vicreg_loss(_z(B, D), _z(B, D), gamma=1e300), "`gamma`=1e+300"),
         (lambda: alignment_loss(3 * torch.eye(B, D), -torch.eye(B, D), alpha=1e300), "`alpha`=1e+300"),
         (lambda: uniformity_loss(_z(B, D), t=1e300), "`t`=1e+300"),
+        (lambda: CARELoss(care_weight=1e300, n_splits=2)(_z(B, D), _z(B, D)), "`care_weight`=1e+300"),
+        (lambda: CAREMoCoLoss(care_weight=10**40, n_splits=2)(_z(B, D), _z(B, D), _z(6, D), _z(B, D), _z(B, D)), "`care_weight`=1e+40"),
+        (lambda: AlignUniformLoss(align_weight=1e300)(_z(B, D), _z(B, D)), "`align_weight`=1e+300"),
+        (lambda: AlignUniformLoss(uniform_weight=1e300)(_z(B, D), _z(B, D)), "`uniform_weight`=1e+300"),
     ],
-    ids=["bnce-bias", "bnce-bias-tensor", "vicreg-variance", "vicreg-covariance", "vicreg-invariance", "vicreg-gamma", "align-alpha", "uniform-t"],
+    ids=["bnce-bias", "bnce-bias-tensor", "vicreg-variance", "vicreg-covariance", "vicreg-invariance", "vicreg-gamma", "align-alpha",
+         "uniform-t", "care-weight", "care-moco-weight", "align-weight", "uniform-weight"],
 )
 def test_a_hyperparameter_that_overflows_the_loss_is_named(call: Callable[[], Any], named: str) -> None:
     with pytest.raises(InputError, match=re.escape(named)):

@@ -23,6 +23,7 @@ from ..tensor_checks import (
     compute_dtype,
     check_bool,
     check_embeddings,
+    check_finite_weighted,
     check_non_negative,
     check_positive,
     check_same_shape,
@@ -252,4 +253,6 @@ class AlignUniformLoss(HyperparameterModule):
         u1 = _uniformity_loss(z1, *args, name="z1")
         u2 = _uniformity_loss(z2, *args, name="z2")
         uniform = self.uniform_weight * (u1 + u2) / 2
+        check_finite_weighted(align, "the alignment term", f"`align_weight`={self.align_weight:g}", "use weights of order 1 (the paper's: 1)")
+        check_finite_weighted(uniform, "the uniformity term", f"`uniform_weight`={self.uniform_weight:g}", "use weights of order 1 (the paper's: 1)")
         return {"align": align, "uniform": uniform, "loss": align + uniform}

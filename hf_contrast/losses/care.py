@@ -23,6 +23,7 @@ from torch import Tensor
 from ..tensor_checks import (
     compute_dtype,
     check_bool,
+    check_finite_weighted,
     check_embeddings,
     check_int,
     check_non_negative,
@@ -192,4 +193,5 @@ class CARELoss(HyperparameterModule):
         equivariance = self.care_weight * _care_equivariance_loss(
             z1_eq, z2_eq, n_splits=self.n_splits, normalize=self.normalize, names=eq_names
         )
+        check_finite_weighted(equivariance, "the CARE equivariance term", f"`care_weight`={self.care_weight:g}", "use the paper's 0.01 to 0.001")
         return {"invariance": invariance, "equivariance": equivariance, "loss": invariance + equivariance}

@@ -21,7 +21,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from ..tensor_checks import check_embeddings, check_int, check_non_negative, check_temperature, float32_math, l2_normalize
+from ..tensor_checks import check_embeddings, check_finite_weighted, check_int, check_non_negative, check_temperature, float32_math, l2_normalize
 from .hyperparameters import HyperparameterModule, Hyperparameters, hyperparameter
 from .care import CARELoss, _care_equivariance_loss
 
@@ -104,4 +104,5 @@ class CAREMoCoLoss(HyperparameterModule):
     def forward(self, q: Tensor, k: Tensor, queue: Tensor, z1_eq: Tensor, z2_eq: Tensor) -> dict[str, Tensor]:
         invariance = moco_info_nce_loss(q, k, queue, self.temperature)
         equivariance = self.care_weight * _care_equivariance_loss(z1_eq, z2_eq, n_splits=self.n_splits, names=("z1_eq", "z2_eq"))
+        check_finite_weighted(equivariance, "the CARE equivariance term", f"`care_weight`={self.care_weight:g}", "use the paper's 0.01 to 0.001")
         return {"invariance": invariance, "equivariance": equivariance, "loss": invariance + equivariance}
