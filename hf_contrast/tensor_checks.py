@@ -3,7 +3,7 @@
 Every check raises ``ValueError`` whose message names the argument in backticks, says what is
 expected and what was received (``"`temperature` must be > 0, got 0.0."``), plus the fix when there
 is one. Scalar hyperparameter checks (:func:`check_positive`, :func:`check_non_negative`,
-:func:`check_unit_interval`, :func:`check_int`, :func:`check_bool`, :func:`check_choice`,
+:func:`check_unit_interval`, :func:`check_temperature`, :func:`check_int`, :func:`check_bool`, :func:`check_choice`,
 :func:`check_name`, :func:`check_range`, :func:`check_size`) live here and nowhere else: losses,
 objectives, training arguments and views all use them. Checks that would need a device
 synchronisation (reading tensor *values* on an accelerator) are only done for CPU tensors, where they
@@ -31,6 +31,8 @@ __all__ = [
     "check_positive",
     "check_non_negative",
     "check_unit_interval",
+    "check_temperature",
+    "MIN_TEMPERATURE",
     "check_int",
     "check_bool",
     "check_choice",
@@ -40,6 +42,7 @@ __all__ = [
     "check_finite_values",
     "check_index_range",
     "check_finite_result",
+    "check_finite_weighted",
     "finite_input_checks",
     "value_checks_enabled",
     "l2_normalize",
@@ -118,6 +121,25 @@ def check_finite_result(result: Tensor, what: str, inputs: str) -> Tensor:
     return result
 
 
+def check_finite_weighted(result: Tensor, what: str, weights: str, fix: str = "use weights of moderate size") -> Tensor:
+    """Reject a weighted loss (or term) that is not finite although its unweighted terms are: the weights
+    (hyperparameters) make it overflow, so the error names them, not the inputs. Checked when
+    :func:`value_checks_enabled`.
+
+    Args:
+        result: The weighted loss or term.
+        what: The loss or term, named in the error (``"the VICReg loss"``).
+        weights: The hyperparameters with their values, named in the error (``"`variance_weight`=1e+30"``).
+        fix: What to change.
+    """
+    if value_checks_enabled(result) and not bool(torch.isfinite(result).all()):
+        raise InputError(
+            f"{what} is beyond the range of {result.dtype} with {weights}: its terms are finite, the "
+            f"hyperparameters make it overflow; {fix}."
+        )
+    return result
+
+
 def check_index_range(name: str, values: Tensor, size: int, kind: str = "classes", fix: str = "") -> None:
     """Reject an index outside ``[0, size)``: a class label, a token id (see :func:`value_checks_enabled`
     for when values are read).
@@ -179,6 +201,30 @@ def check_positive(name: str, value: object) -> float:
     v = _check_number(name, value)
     if not v > 0:
         raise InputError(f"`{name}` must be > 0, got {v}.")
+    return v
+
+
+#: The smallest temperature a loss (or the kNN vote) accepts. Logits are similarities divided by the
+#: temperature: float32 similarities carry a rounding error of about 6e-8 (2**-24), which a temperature
+#: below 1e-6 turns into logit errors above 0.06, so the loss would be decided by rounding rather than by the
+#: embeddings; and below about 3e-39, ``1 / temperature`` (the logit of two equal unit vectors) overflows
+#: float32 and the loss is NaN. Temperatures in use are 0.01 to 1 (CLIP caps its learnt one at 0.01).
+MIN_TEMPERATURE = 1e-6
+
+
+def check_temperature(name: str, value: object) -> float:
+    """Check a softmax / sigmoid temperature: a finite number ``>= MIN_TEMPERATURE`` (1e-6), returned as a float.
+
+    A 0-d (one-element) tensor is read like a number. Below :data:`MIN_TEMPERATURE` the logits
+    ``similarity / temperature`` are rounding noise or overflow float32 (NaN losses).
+    """
+    v = check_positive(name, value)
+    if v < MIN_TEMPERATURE:
+        raise InputError(
+            f"`{name}` must be >= {MIN_TEMPERATURE:g}, got {v:g}: similarities divided by so small a temperature are "
+            "float32 rounding noise (and overflow below about 3e-39, giving a NaN loss); use a temperature between "
+            "0.01 and 1 (SimCLR: 0.1 to 0.5)."
+        )
     return v
 
 

@@ -30,6 +30,7 @@ __all__ = [
     "finite_scalar",
     "near_tensors",
     "tensors",
+    "tiny_temperatures",
     "wrong_types",
 ]
 
@@ -97,6 +98,14 @@ bad_numbers = st.one_of(
     st.sampled_from([0, 0.0, -1, -0.5, math.nan, math.inf, -math.inf, 1e308, 1e-320, True, False, 10**30]),
     st.floats(allow_nan=True, allow_infinity=True, width=64),
     st.integers(min_value=-(10**6), max_value=10**6),
+)
+
+#: Temperatures below ``MIN_TEMPERATURE`` (1e-6): numbers from just below it down to subnormals, and 0-d tensors
+#: of them. Below ~3e-39 a similarity / temperature overflows float32 (``ocl_loss(..., temperature=7.6e-64)`` was NaN).
+tiny_temperatures = st.one_of(
+    st.sampled_from([9.9e-7, 1e-12, 3e-39, 1e-39, 7.6e-64, 1e-300, 5e-324]),
+    st.floats(min_value=5e-324, max_value=9.99e-7, exclude_min=False),
+    st.floats(min_value=1e-300, max_value=9.99e-7).map(lambda t: torch.tensor(t, dtype=torch.float64)),
 )
 
 #: Column / objective / backbone names users get wrong.

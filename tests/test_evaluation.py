@@ -24,6 +24,7 @@ from hf_contrast.evaluation import (
     balanced_subset,
     encode_dataset,
 )
+from hf_contrast.errors import InputTypeError
 from hf_contrast.evaluation.sampling import sample_rows
 from hf_contrast.metrics import class_orthogonality, effective_rank, knn_accuracy
 
@@ -495,6 +496,24 @@ def test_sequential_evaluator_merges_and_rejects_clashes() -> None:
         SequentialEvaluator([_Const("a", 1.0), _Const("a", 2.0)])
     with pytest.raises(ValueError, match="`primary` must be an index"):
         SequentialEvaluator([_Const("a", 1.0)], primary=1)
+    for bad in (None, _Const("a", 1.0), "a"):  # not a list: a TypeError from list() used to escape
+        with pytest.raises(InputTypeError, match="`evaluators` must be a"):
+            SequentialEvaluator(bad)
+
+
+def test_sts_evaluator_refuses_a_missing_or_non_numeric_column_naming_it() -> None:
+    pairs = {"sentences1": ["a cat", "a dog"], "sentences2": ["a mat", "a car"], "scores": [1.0, 2.0]}
+    for name, bad in [("sentences1", None), ("sentences2", "a mat"), ("scores", None), ("scores", 3.0)]:
+        with pytest.raises(InputTypeError, match=f"`{name}` must be a sequence"):
+            STSEvaluator(**{**pairs, name: bad})
+    for bad in (["1.5", 2.0], [None, 2.0], [1.0, True]):
+        with pytest.raises(InputTypeError, match=r"`scores\[\d\]` must be a number"):
+            STSEvaluator(**{**pairs, "scores": bad})
+    assert STSEvaluator(**{**pairs, "scores": (np.float32(1), torch.tensor(2.0))}).scores == [1.0, 2.0]
+    with pytest.raises(ValueError, match="`output` must be a non-empty"):
+        STSEvaluator(**pairs, output="")
+    with pytest.raises(ValueError, match="`max_length` must be an integer >= 1 or None"):
+        STSEvaluator(**pairs, max_length=0)
 
 
 def _image_rows_with_bad_files(tmp_path) -> list[dict]:  # noqa: ANN001

@@ -27,7 +27,7 @@ from hf_contrast.objectives.local import LOCALConfig
 from hf_contrast.objectives.pair import BinaryNCEConfig, SimCLRConfig, VICRegConfig
 from hf_contrast.objectives.simo import SimOConfig
 from hf_contrast.objectives.supervised import SupConConfig
-from hf_contrast.tensor_checks import check_choice, check_int, check_range, check_size, check_unit_interval
+from hf_contrast.tensor_checks import check_choice, check_int, check_range, check_size, check_temperature, check_unit_interval
 
 PACKAGE = Path(__file__).resolve().parents[1] / "hf_contrast"
 VOCABULARY = PACKAGE / "tensor_checks.py"
@@ -37,6 +37,7 @@ VOCABULARY_NAMES = {
     "check_positive",
     "check_non_negative",
     "check_unit_interval",
+    "check_temperature",
     "check_probability",
     "check_int",
     "check_bool",
@@ -107,12 +108,16 @@ def test_vocabulary_messages_name_argument_value_and_expectation() -> None:
         (lambda: check_choice("n_views", True, (1, 2)), "`n_views` must be one of (1, 2), got True."),
         (lambda: check_range("scale", (0.9, 0.1), 0.0, 1.0), "`scale` must be a pair (lo, hi) with 0.0 < lo <= hi <= 1.0, got (0.9, 0.1)."),
         (lambda: check_size("image_size", (8, True)), "`image_size` must be an int or a pair (H, W) of ints, got (8, True)."),
+        (lambda: check_temperature("temperature", 0), "`temperature` must be > 0, got 0.0."),
     ]  # fmt: skip
     for call, message in cases:
         with pytest.raises(ValueError) as error:
             call()
         assert str(error.value) == message
     assert check_int("n", torch.tensor(3).item(), 1) == 3 and check_size("s", 4) == (4, 4)
+    assert check_temperature("temperature", 10**30) == 1e30 and isinstance(check_temperature("t", 1), float)
+    with pytest.raises(ValueError, match=r"^`tau` must be >= 1e-06, got 1e-07: "):
+        check_temperature("tau", 1e-7)
 
 
 # ---- declared once -----------------------------------------------------------------------------

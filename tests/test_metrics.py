@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from hf_contrast.metrics import (
+    ConstantInputWarning,
     alignment,
     class_orthogonality,
     effective_rank,
@@ -388,11 +389,27 @@ def test_sts_spearman_closed_forms_and_errors() -> None:
     b = torch.tensor([[1.0, 0.0], [1.0, 1.0], [0.0, 1.0]])
     assert sts_spearman(a, b, torch.tensor([5.0, 2.5, 0.0])) == pytest.approx(1.0)
     assert sts_spearman(a, b, torch.tensor([0.0, 1.0, 4.0])) == pytest.approx(-1.0)
-    assert math.isnan(sts_spearman(a, b, torch.ones(3)))
+    with pytest.warns(ConstantInputWarning, match=r"constant input \(`scores`\)") as caught:
+        assert math.isnan(sts_spearman(a, b, torch.ones(3)))
+    assert caught[0].filename == __file__  # the warning points at the caller
+    # a zero embedding has cosine 0 with anything: all-zero `b` makes every cosine 0 (as sentence-transformers)
+    with pytest.warns(ConstantInputWarning, match=r"constant input \(the cosines of `a` and `b`\)"):
+        assert math.isnan(sts_spearman(a, torch.zeros(3, 2), torch.tensor([5.0, 2.5, 0.0])))
+    with pytest.warns(ConstantInputWarning, match=r"constant input \(`x` and `y`\)"):
+        assert math.isnan(spearman_correlation(torch.ones(4), torch.zeros(4)))
     with pytest.raises(ValueError, match=r"`scores` must have shape \(3,\)"):
         sts_spearman(a, b, torch.ones(4))
     with pytest.raises(ValueError, match="`a` and `b` must have the same shape"):
         sts_spearman(a, b[:2], torch.ones(3))
+
+
+def test_sts_spearman_of_a_constant_input_is_nan_like_scipy_and_sentence_transformers() -> None:
+    stats = pytest.importorskip("scipy.stats")
+    with pytest.warns(stats.ConstantInputWarning):
+        expected = stats.spearmanr([0.0, 0.0, 0.0], [5.0, 2.5, 0.0]).statistic
+    assert math.isnan(expected)
+    with pytest.warns(ConstantInputWarning):
+        assert math.isnan(sts_spearman(torch.eye(3), torch.zeros(3, 3), torch.tensor([5.0, 2.5, 0.0])))
 
 
 def test_metrics_import_does_not_load_evaluate() -> None:

@@ -8,6 +8,7 @@ empty, NaN / inf / huge / tiny values, a bad hyperparameter) while the others st
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -20,12 +21,14 @@ from _properties import (
     bad_names,
     bad_numbers,
     finite_scalar,
+    tiny_temperatures,
     near_tensors,
     wrong_types,
 )
 from hypothesis import given
 from hypothesis import strategies as st
 
+from hf_contrast.errors import InputError
 from hf_contrast.losses import (
     AFCLLoss,
     AlignUniformLoss,
@@ -58,6 +61,7 @@ from hf_contrast.losses import (
     uniformity_loss,
     vicreg_loss,
 )
+from hf_contrast.tensor_checks import MIN_TEMPERATURE
 
 B, D = 4, 3
 _gen = torch.Generator().manual_seed(0)
@@ -70,6 +74,8 @@ def _z(*shape: int) -> torch.Tensor:
 LABELS = torch.tensor([0, 1, 0, 1])
 HYPER = st.one_of(bad_numbers, wrong_types, near_tensors(()), near_tensors((2,)))
 FLAG = st.one_of(wrong_types, bad_numbers)
+#: A temperature: the bad hyperparameters plus temperatures below MIN_TEMPERATURE (7.6e-64 made ocl_loss NaN).
+TEMPERATURE = st.one_of(HYPER, tiny_temperatures)
 NAME = bad_names
 # a size argument: bad values, but none that would allocate gigabytes when accepted
 SMALL_SIZE = st.one_of(wrong_types, st.sampled_from([0, -1, -3, 1.5, float("nan"), float("inf"), True]), st.integers(1, 6))
@@ -82,6 +88,13 @@ def finite_tensor(result: Any) -> None:
         assert isinstance(item, torch.Tensor), f"expected a tensor, got {type(item).__name__}"
         if item.is_floating_point():
             assert bool(torch.isfinite(item).all()), "returned non-finite values instead of an error"
+
+
+def finite_group_losses(result: Any) -> None:
+    """simo_loss: a finite scalar for one group ``(m, D)``, one finite value per group ``(G,)`` for ``(G, m, D)``."""
+    assert isinstance(result, torch.Tensor) and result.is_floating_point(), f"expected a float tensor, got {result!r}"
+    assert result.ndim in (0, 1), f"expected a scalar or one loss per group, got shape {tuple(result.shape)}"
+    assert bool(torch.isfinite(result).all()), "returned non-finite values instead of an error"
 
 
 def finite_number(result: Any) -> None:
@@ -117,12 +130,12 @@ def _forward(module: Callable[[], torch.nn.Module]) -> Callable[..., Any]:
 
 CASES = [
     Case("info_nce_loss", info_nce_loss, lambda: {"z1": _z(B, D), "z2": _z(B, D)},
-         {**pair(), "temperature": (HYPER, ("temperature",)), "tile_size": (HYPER, ("tile_size",)),
+         {**pair(), "temperature": (TEMPERATURE, ("temperature",)), "tile_size": (HYPER, ("tile_size",)),
           "normalize": (FLAG, ("normalize",)), "gather_distributed": (FLAG, ("gather_distributed",))}),
     Case("supcon_loss", supcon_loss, lambda: {"z": _z(B, D), "labels": LABELS},
-         {**labelled(), "temperature": (HYPER, ("temperature",)), "tile_size": (HYPER, ("tile_size",))}),
+         {**labelled(), "temperature": (TEMPERATURE, ("temperature",)), "tile_size": (HYPER, ("tile_size",))}),
     Case("ocl_loss", ocl_loss, lambda: {"z": _z(B, D), "labels": LABELS},
-         {**labelled(), "temperature": (HYPER, ("temperature",)), "normalize": (FLAG, ("normalize",))}),
+         {**labelled(), "temperature": (TEMPERATURE, ("temperature",)), "normalize": (FLAG, ("normalize",))}),
     Case("flatten_views", flatten_views, lambda: {"z_views": _z(2, B, D), "labels": LABELS},
          {"z_views": (st.one_of(any_bad((2, B, D)), st.lists(near_tensors((B, D)), max_size=3)), ("z_views", "labels")),
           "labels": (any_bad((B,)), ("labels", "z_views"))}, check=finite_tensor),
@@ -132,7 +145,7 @@ CASES = [
          {**pair("projections_pre", "projections_post"), "latent": (any_bad((B, 5)), ("latent",)),
           "logits": (any_bad((B, 2)), ("logits", "labels", "class_weights")),
           "labels": (any_bad((B,)), ("labels", "logits")), "class_weights": (any_bad((2,)), ("class_weights", "logits")),
-          "alpha": (HYPER, ("alpha",)), "beta": (HYPER, ("beta",)), "temperature": (HYPER, ("temperature",)),
+          "alpha": (HYPER, ("alpha",)), "beta": (HYPER, ("beta",)), "temperature": (TEMPERATURE, ("temperature",)),
           "contrastive": (NAME, ("contrastive",))}),
     Case("latent_correlation_embedding", latent_correlation_embedding,
          lambda: {"maps_pre": [_z(B, 2, 3, 3)], "maps_post": [_z(B, 2, 3, 3)]},
@@ -150,9 +163,10 @@ CASES = [
     Case("care_equivariance_loss", care_equivariance_loss, lambda: {"z1": _z(B, D), "z2": _z(B, D), "n_splits": 2},
          {**pair(), "n_splits": (HYPER, ("n_splits",)), "normalize": (FLAG, ("normalize",))}),
     Case("moco_info_nce_loss", moco_info_nce_loss, lambda: {"q": _z(B, D), "k": _z(B, D), "queue": _z(6, D)},
-         {**pair("q", "k"), "queue": (any_bad((6, D)), ("queue",)), "temperature": (HYPER, ("temperature",))}),
+         {**pair("q", "k"), "queue": (any_bad((6, D)), ("queue",)), "temperature": (TEMPERATURE, ("temperature",))}),
     Case("simo_loss", simo_loss, lambda: {"e": _z(B, D), "y": 0.5},
-         {"e": (any_bad((B, D)), ("e",)), "y": (st.one_of(HYPER, any_bad((1,))), ("y",)), "eps": (HYPER, ("eps",))}),
+         {"e": (any_bad((B, D)), ("e",)), "y": (st.one_of(HYPER, any_bad((1,))), ("y",)), "eps": (HYPER, ("eps",))},
+         check=finite_group_losses),
     Case("afcl_loss", afcl_loss, lambda: {"e": _z(B, D), "n_classes": 2},
          {"e": (any_bad((B, D)), ("e", "n_classes")), "n_classes": (HYPER, ("n_classes",)), "olean": (HYPER, ("olean",)),
           "eps": (HYPER, ("eps",))}),
@@ -165,7 +179,7 @@ CASES = [
          {**pair(), "invariance_weight": (HYPER, ("invariance_weight",)), "variance_weight": (HYPER, ("variance_weight",)),
           "covariance_weight": (HYPER, ("covariance_weight",)), "gamma": (HYPER, ("gamma",)), "eps": (HYPER, ("eps",))}),
     Case("binary_nce_loss", binary_nce_loss, lambda: {"z1": _z(B, D), "z2": _z(B, D)},
-         {**pair(), "temperature": (HYPER, ("temperature",)), "bias": (HYPER, ("bias",)),
+         {**pair(), "temperature": (TEMPERATURE, ("temperature",)), "bias": (HYPER, ("bias",)),
           "negatives": (NAME, ("negatives",)), "tile_size": (HYPER, ("tile_size",))}),
     # the modules' forwards (their constructors: test_loss_module_constructors)
     Case("InfoNCELoss.forward", _forward(InfoNCELoss), lambda: {"z1": _z(B, D), "z2": _z(B, D)}, pair()),
@@ -192,20 +206,7 @@ CASES = [
 ]
 
 #: Findings not fixed yet (strict: the case turns red once fixed; then remove the entry).
-FINDINGS = {
-    ('moco_info_nce_loss', 'temperature'): "finding: moco_info_nce_loss(temperature=10**30) raises OverflowError 'int too big to convert'",
-    ('simo_loss', 'e'): 'finding: simo_loss(e, y) returns a non-finite loss for finite e of extreme scale instead of an InputError',
-    ('alignment_loss', 'alpha'): 'finding: alignment_loss(x, y, alpha=<huge>) returns inf instead of an InputError on `alpha`',
-    ('vicreg_loss', 'invariance_weight'): 'finding: vicreg_loss(invariance_weight=10**30) raises OverflowError / blames `z1`, `z2` scale instead of the weight',
-    ('vicreg_loss', 'variance_weight'): 'finding: vicreg_loss(variance_weight=<huge>) overflows and the InputError blames the scale of `z1`, `z2`, not the weight',
-    ('vicreg_loss', 'covariance_weight'): 'finding: vicreg_loss(covariance_weight=<huge>) overflows and the InputError blames the scale of `z1`, `z2`, not the weight',
-    ('binary_nce_loss', 'temperature'): "finding: binary_nce_loss(temperature=10**30) raises OverflowError 'int too big to convert'",
-    ('binary_nce_loss', 'bias'): 'finding: binary_nce_loss(bias=<huge or tensor inf>) returns a non-finite loss instead of an InputError on `bias`',
-    ('CARELoss.forward', 'z1_inv'): "finding: CARELoss.forward(z1_inv=bad) names `z1` (info_nce_loss's argument), not `z1_inv`",
-    ('CARELoss.forward', 'z2_inv'): "finding: CARELoss.forward(z2_inv=bad) names `z2` (info_nce_loss's argument), not `z2_inv`",
-    ('AlignUniformLoss.forward', 'z1'): "finding: AlignUniformLoss.forward(z1=bad) names `x` / `y` (alignment_loss's arguments), not `z1`",
-    ('AlignUniformLoss.forward', 'z2'): "finding: AlignUniformLoss.forward(z2=bad) names `x` / `y` (alignment_loss's arguments), not `z2`",
-}
+FINDINGS: dict[tuple[str, str], str] = {}
 
 PARAMS = [
     pytest.param(
@@ -265,3 +266,82 @@ def test_local_loss_class_counts(counts: Any) -> None:
     assert_package_error_or_result(
         lambda: LOCALLoss(embedding_dim=D, num_classes=2, class_counts=counts), ("class_counts",), lambda m: None
     )
+
+
+# ---- temperatures: one bound for every loss that takes one (tensor_checks.MIN_TEMPERATURE) -------------------
+
+TEMPERATURE_LOSSES = {
+    "info_nce_loss": lambda t: info_nce_loss(_z(B, D), _z(B, D), temperature=t),
+    "supcon_loss": lambda t: supcon_loss(_z(B, D), LABELS, temperature=t),
+    "ocl_loss": lambda t: ocl_loss(_z(B, D), LABELS, temperature=t),
+    "moco_info_nce_loss": lambda t: moco_info_nce_loss(_z(B, D), _z(B, D), _z(6, D), temperature=t),
+    "binary_nce_loss": lambda t: binary_nce_loss(_z(B, D), _z(B, D), temperature=t),
+    "binary_nce_loss shifted": lambda t: binary_nce_loss(_z(B, D), _z(B, D), temperature=t, negatives="shifted"),
+    "local_loss": lambda t: local_loss(_z(B, D), _z(B, D), _z(B, 5), _z(B, 2), LABELS, torch.ones(2), temperature=t),
+    "CARELoss": lambda t: CARELoss(temperature=t, n_splits=2)(_z(B, D), _z(B, D))["loss"],
+    "CAREMoCoLoss": lambda t: CAREMoCoLoss(temperature=t, n_splits=2)(_z(B, D), _z(B, D), _z(6, D), _z(B, D), _z(B, D))["loss"],
+}
+
+
+@pytest.mark.parametrize("name", list(TEMPERATURE_LOSSES))
+@given(exponent=st.floats(min_value=math.log10(MIN_TEMPERATURE), max_value=4.0))
+def test_every_temperature_from_the_minimum_up_gives_a_finite_loss(name: str, exponent: float) -> None:
+    temperature = max(10.0**exponent, MIN_TEMPERATURE)
+    loss = TEMPERATURE_LOSSES[name](temperature)
+    loss = loss["loss"] if isinstance(loss, dict) else loss
+    assert bool(torch.isfinite(loss)), f"{name}(temperature={temperature}) = {loss}"
+
+
+@pytest.mark.parametrize("name", list(TEMPERATURE_LOSSES))
+@given(temperature=tiny_temperatures)
+def test_a_temperature_below_the_minimum_is_refused_naming_it(name: str, temperature: Any) -> None:
+    with pytest.raises(InputError, match=r"`temperature` must be >= 1e-06, got .*: similarities divided"):
+        TEMPERATURE_LOSSES[name](temperature)
+
+
+def test_an_integer_hyperparameter_of_any_size_reaches_torch_as_a_float() -> None:
+    z1, z2 = _z(B, D), _z(B, D)
+    # Python ints used to reach torch arithmetic as they were: OverflowError 'int too big to convert'
+    assert torch.equal(binary_nce_loss(z1, z2, temperature=10**30), binary_nce_loss(z1, z2, temperature=1e30))
+    assert torch.equal(binary_nce_loss(z1, z2, temperature=1, bias=-10), binary_nce_loss(z1, z2, temperature=1.0, bias=-10.0))
+    assert torch.equal(vicreg_loss(z1, z2, invariance_weight=10**30), vicreg_loss(z1, z2, invariance_weight=1e30))
+    queue = _z(6, D)
+    assert torch.equal(moco_info_nce_loss(z1, z2, queue, temperature=10**30), moco_info_nce_loss(z1, z2, queue, temperature=1e30))
+
+
+@pytest.mark.parametrize(
+    ("call", "named"),
+    [
+        (lambda: binary_nce_loss(_z(B, D), _z(B, D), bias=1e300), "`bias`=1e+300"),
+        (lambda: binary_nce_loss(_z(B, D), _z(B, D), bias=torch.tensor(3e38)), "`bias`=3e+38"),
+        (lambda: vicreg_loss(_z(B, D), _z(B, D), variance_weight=1e300), "`variance_weight`=1e+300"),
+        (lambda: vicreg_loss(_z(B, D), _z(B, D), covariance_weight=1e300), "`covariance_weight`=1e+300"),
+        (lambda: vicreg_loss(_z(B, D), _z(B, D), invariance_weight=1e300), "`invariance_weight`=1e+300"),
+        (lambda: vicreg_loss(_z(B, D), _z(B, D), gamma=1e300), "`gamma`=1e+300"),
+        (lambda: alignment_loss(3 * torch.eye(B, D), -torch.eye(B, D), alpha=1e300), "`alpha`=1e+300"),
+        (lambda: uniformity_loss(_z(B, D), t=1e300), "`t`=1e+300"),
+        (lambda: CARELoss(care_weight=1e300, n_splits=2)(_z(B, D), _z(B, D)), "`care_weight`=1e+300"),
+        (lambda: CAREMoCoLoss(care_weight=10**40, n_splits=2)(_z(B, D), _z(B, D), _z(6, D), _z(B, D), _z(B, D)), "`care_weight`=1e+40"),
+        (lambda: AlignUniformLoss(align_weight=1e300)(_z(B, D), _z(B, D)), "`align_weight`=1e+300"),
+        (lambda: AlignUniformLoss(uniform_weight=1e300)(_z(B, D), _z(B, D)), "`uniform_weight`=1e+300"),
+    ],
+    ids=["bnce-bias", "bnce-bias-tensor", "vicreg-variance", "vicreg-covariance", "vicreg-invariance", "vicreg-gamma", "align-alpha",
+         "uniform-t", "care-weight", "care-moco-weight", "align-weight", "uniform-weight"],
+)
+def test_a_hyperparameter_that_overflows_the_loss_is_named(call: Callable[[], Any], named: str) -> None:
+    with pytest.raises(InputError, match=re.escape(named)):
+        call()
+
+
+def test_modules_name_their_own_arguments() -> None:
+    good = _z(B, D)
+    for module, kwargs, name in [
+        (CARELoss(n_splits=2), {"z1_inv": "x", "z2_inv": good}, "`z1_inv`"),
+        (CARELoss(n_splits=2), {"z1_inv": good, "z2_inv": good[:2]}, "`z1_inv` and `z2_inv` must have the same shape"),
+        (CARELoss(n_splits=2), {"z1_inv": good, "z2_inv": good, "z1_eq": good, "z2_eq": good[:, :2]}, "`z1_eq` and `z2_eq`"),
+        (CAREMoCoLoss(n_splits=2), {"q": good, "k": good, "queue": _z(6, D), "z1_eq": good, "z2_eq": 1.0}, "`z2_eq`"),
+        (AlignUniformLoss(), {"z1": good, "z2": "x"}, "`z2`"),
+        (AlignUniformLoss(), {"z1": good[:1], "z2": good[:1]}, "`z1` must have at least 2 rows"),
+    ]:
+        with pytest.raises(InputError, match=re.escape(name)):
+            module(**kwargs)

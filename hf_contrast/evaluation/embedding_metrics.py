@@ -29,7 +29,7 @@ from ..metrics import (
     uniformity,
 )
 from ..metrics._inputs import as_embeddings, as_labels, as_pair
-from ..tensor_checks import check_int, check_positive
+from ..tensor_checks import check_int, check_temperature
 from .collapse import warn_if_collapsed
 from .failures import metrics_or_nan
 from .progress import progress_enabled
@@ -125,7 +125,7 @@ class EmbeddingMetrics:
         progress: bool = True,
     ) -> None:
         self.knn_k = check_int("knn_k", knn_k, 1)
-        self.knn_temperature = check_positive("knn_temperature", knn_temperature)
+        self.knn_temperature = check_temperature("knn_temperature", knn_temperature)
         self.probe = bool(probe)
         if not isinstance(probe_test_fraction, (int, float)) or not 0 < probe_test_fraction < 1:
             raise InputError(f"`probe_test_fraction` must be a number in (0, 1), got {probe_test_fraction!r}.")

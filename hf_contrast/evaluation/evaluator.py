@@ -7,10 +7,10 @@ the best checkpoint by any of them (``"eval_sts_spearman"``).
 
 from __future__ import annotations
 
-from hf_contrast.errors import InputError
+from hf_contrast.errors import InputError, InputTypeError
 
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 from torch import nn
 
@@ -93,6 +93,12 @@ class SequentialEvaluator(Evaluator):
     """
 
     def __init__(self, evaluators: Sequence[Evaluator], primary: int = 0) -> None:
+        if isinstance(evaluators, Evaluator):
+            raise InputTypeError(f"`evaluators` must be a list of Evaluator instances, got one {type(evaluators).__name__}: wrap it in a list.")
+        if isinstance(evaluators, (str, bytes, Mapping)) or not isinstance(evaluators, Iterable):
+            raise InputTypeError(
+                f"`evaluators` must be a non-empty list of Evaluator instances, got {evaluators!r} of type {type(evaluators).__name__}."
+            )
         evaluators = list(evaluators)
         if not evaluators or not all(isinstance(e, Evaluator) for e in evaluators):
             raise InputError(f"`evaluators` must be a non-empty list of Evaluator instances, got {evaluators!r}.")

@@ -9,10 +9,10 @@ user gets for the same embeddings; only the embedding step is ours (:func:`encod
 
 from __future__ import annotations
 
-from hf_contrast.errors import InputError
+from hf_contrast.errors import InputError, InputTypeError
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -20,7 +20,7 @@ from torch import nn
 
 from .encode import encode_texts
 from .evaluator import Evaluator
-from ..tensor_checks import check_int
+from ..tensor_checks import check_int, check_name
 
 __all__ = ["STSEvaluator"]
 
@@ -67,8 +67,9 @@ class STSEvaluator(Evaluator):
         progress: bool = False,
     ) -> None:
         super().__init__(name, "spearman", greater_is_better=True)
-        self.sentences1, self.sentences2 = list(sentences1), list(sentences2)
-        self.scores = [float(s) for s in scores]
+        self.sentences1 = _as_list("sentences1", sentences1, "strings")
+        self.sentences2 = _as_list("sentences2", sentences2, "strings")
+        self.scores = [_as_score(i, s) for i, s in enumerate(_as_list("scores", scores, "numbers"))]
         n = len(self.scores)
         if not len(self.sentences1) == len(self.sentences2) == n:
             raise InputError(
@@ -85,6 +86,8 @@ class STSEvaluator(Evaluator):
         if bad is not None:
             raise InputError(f"`scores[{bad}]` must be finite, got {self.scores[bad]}.")
         check_int("batch_size", batch_size, 1)
+        check_name("output", output, "model output name ('embeddings' or 'projections')")
+        check_int("max_length", max_length, 1, allow_none=True)
         self.batch_size, self.output, self.max_length, self.progress = batch_size, output, max_length, progress
         self.metric_names = ("spearman", "pearson")
 
@@ -116,6 +119,23 @@ class STSEvaluator(Evaluator):
             self._scorer = _cosine_similarity_scorer(self)
         metrics = self._scorer(model)
         return {"spearman": float(metrics["spearman_cosine"]), "pearson": float(metrics["pearson_cosine"])}
+
+
+def _as_list(name: str, values: object, of: str) -> list[Any]:
+    """``values`` (a list, tuple, array or other iterable of ``of``; not a string or mapping) as a list."""
+    if isinstance(values, (str, bytes, Mapping)) or not isinstance(values, Iterable):
+        raise InputTypeError(f"`{name}` must be a sequence of {of} (one per pair), got {values!r} of type {type(values).__name__}.")
+    return list(values)
+
+
+def _as_score(i: int, score: object) -> float:
+    """A gold score: a real number (a Python, NumPy or one-element torch number), as a float."""
+    try:
+        if isinstance(score, (bool, str, bytes)):
+            raise TypeError
+        return float(score)  # type: ignore[arg-type]
+    except (TypeError, ValueError, RuntimeError):
+        raise InputTypeError(f"`scores[{i}]` must be a number, got {score!r} of type {type(score).__name__}.") from None
 
 
 def _cosine_similarity_scorer(sts: STSEvaluator) -> Any:

@@ -23,11 +23,13 @@ from ..tensor_checks import (
     compute_dtype,
     check_bool,
     check_embeddings,
+    check_finite_weighted,
     check_non_negative,
     check_positive,
     check_same_shape,
     float32_math,
     l2_normalize,
+    value_checks_enabled,
 )
 from .hyperparameters import HyperparameterModule, Hyperparameters, hyperparameter
 from .tiled import (
@@ -66,10 +68,28 @@ def alignment_loss(x: Tensor, y: Tensor, alpha: float = 2, normalize: bool = Tru
     >>> alignment_loss(torch.tensor([[1.0, 0.0]]), torch.tensor([[0.0, 1.0]]))
     tensor(2.)
     """
-    check_embeddings("x", x)
-    check_embeddings("y", y)
-    check_same_shape("x", x, "y", y)
+    return _alignment_loss(x, y, alpha, normalize, names=("x", "y"))
+
+
+def _alignment_loss(x: Tensor, y: Tensor, alpha: float, normalize: bool, *, names: tuple[str, str]) -> Tensor:
+    """:func:`alignment_loss` whose errors name ``x``, ``y`` as ``names`` (the module's ``z1``, ``z2``)."""
+    name1, name2 = names
+    check_embeddings(name1, x)
+    check_embeddings(name2, y)
+    check_same_shape(name1, x, name2, y)
     alpha = check_positive("alpha", alpha)
+    normalize = check_bool("normalize", normalize)
+    loss = _alignment(x, y, alpha, normalize)
+    if value_checks_enabled(loss) and not bool(torch.isfinite(loss)):
+        raise InputError(
+            f"the alignment loss of finite `{name1}`, `{name2}` with `alpha`={alpha:g} is beyond the range of {loss.dtype} "
+            "(distances ** alpha overflow): use the paper's alpha = 2 (any alpha of order 1 works)"
+            + ("." if normalize else ", or normalised (or smaller) embeddings.")
+        )
+    return loss
+
+
+def _alignment(x: Tensor, y: Tensor, alpha: float, normalize: bool) -> Tensor:
     with float32_math(x.device.type):
         dtype = compute_dtype(x, y)
         a, b = x.to(dtype), y.to(dtype)
@@ -124,11 +144,31 @@ def uniformity_loss(
     >>> uniformity_loss(torch.tensor([[1.0, 0.0], [-1.0, 0.0]]))  # antipodal: log exp(-2·4)
     tensor(-8.)
     """
-    check_embeddings("x", x)
+    return _uniformity_loss(x, t, normalize, gather_distributed, tile_size, name="x")
+
+
+def _uniformity_loss(
+    x: Tensor, t: float, normalize: bool, gather_distributed: bool, tile_size: int | None, *, name: str
+) -> Tensor:
+    """:func:`uniformity_loss` whose errors name ``x`` as ``name`` (the module's ``z1`` or ``z2``)."""
+    check_embeddings(name, x)
     t = check_positive("t", t)
     tile_size = check_tile_size(tile_size)
+    normalize = check_bool("normalize", normalize)
+    gather_distributed = check_bool("gather_distributed", gather_distributed)
     if not gather_distributed and x.shape[0] < 2:
-        raise InputError(f"`x` must have at least 2 rows (uniformity averages over pairs), got shape {tuple(x.shape)}.")
+        raise InputError(f"`{name}` must have at least 2 rows (uniformity averages over pairs), got shape {tuple(x.shape)}.")
+    loss = _uniformity(x, t, normalize, gather_distributed, tile_size, name)
+    if value_checks_enabled(loss) and not bool(torch.isfinite(loss)):
+        raise InputError(
+            f"the uniformity loss of finite `{name}` with `t`={t:g} is beyond the range of {loss.dtype} (t times the "
+            "squared distances overflows): use the paper's t = 2 (any t of order 1 works)"
+            + ("." if normalize else ", or normalised (or smaller) embeddings.")
+        )
+    return loss
+
+
+def _uniformity(x: Tensor, t: float, normalize: bool, gather_distributed: bool, tile_size: int | None, name: str) -> Tensor:
     with float32_math(x.device.type):
         a = x.to(compute_dtype(x))
         if normalize:
@@ -136,7 +176,7 @@ def uniformity_loss(
         candidates, offset = gather_with_offset(a) if gather_distributed else (a, 0)
         n_local, n_all = a.shape[0], candidates.shape[0]
         if n_all < 2:
-            raise InputError(f"`x` must have at least 2 rows over all processes, got {n_all}.")
+            raise InputError(f"`{name}` must have at least 2 rows over all processes, got {n_all}.")
         sq_local = a.pow(2).sum(dim=1)
         sq_all = candidates.pow(2).sum(dim=1)
         tile = resolve_tile_size(tile_size, n_local, n_all, a.device.type)
@@ -208,9 +248,11 @@ class AlignUniformLoss(HyperparameterModule):
     hyperparameters_class = AlignUniformHyperparameters
 
     def forward(self, z1: Tensor, z2: Tensor) -> dict[str, Tensor]:
-        align = self.align_weight * alignment_loss(z1, z2, alpha=self.alpha, normalize=self.normalize)
-        kwargs = {"t": self.t, "normalize": self.normalize, "gather_distributed": self.gather_distributed}
-        u1 = uniformity_loss(z1, **kwargs, tile_size=self.tile_size)
-        u2 = uniformity_loss(z2, **kwargs, tile_size=self.tile_size)
+        align = self.align_weight * _alignment_loss(z1, z2, self.alpha, self.normalize, names=("z1", "z2"))
+        args = (self.t, self.normalize, self.gather_distributed, self.tile_size)
+        u1 = _uniformity_loss(z1, *args, name="z1")
+        u2 = _uniformity_loss(z2, *args, name="z2")
         uniform = self.uniform_weight * (u1 + u2) / 2
+        check_finite_weighted(align, "the alignment term", f"`align_weight`={self.align_weight:g}", "use weights of order 1 (the paper's: 1)")
+        check_finite_weighted(uniform, "the uniformity term", f"`uniform_weight`={self.uniform_weight:g}", "use weights of order 1 (the paper's: 1)")
         return {"align": align, "uniform": uniform, "loss": align + uniform}

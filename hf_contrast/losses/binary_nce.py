@@ -24,7 +24,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ..tensor_checks import compute_dtype, check_bool, check_choice, check_embeddings, check_positive, check_same_shape, float32_math, l2_normalize
+from ..tensor_checks import compute_dtype, check_bool, check_choice, check_embeddings, check_temperature, check_same_shape, float32_math, l2_normalize, value_checks_enabled
 from .hyperparameters import Hyperparameters, hyperparameter
 from .tiled import check_tile_size, checked_tile_size, resolve_tile_size, tiled_binary_nce_sum
 
@@ -52,22 +52,27 @@ def _check_scalar_tensor(name: str, value: Tensor) -> None:
         )
 
 
-def _check_temperature(temperature: float | Tensor) -> None:
+def _check_temperature(temperature: float | Tensor) -> float | Tensor:
+    """A tensor temperature is returned as is (its value read on the CPU only); a number as a float
+    (a Python int such as ``10**30`` would not reach torch arithmetic)."""
     if isinstance(temperature, Tensor):
         _check_scalar_tensor("temperature", temperature)
-        if temperature.device.type != "cpu":  # reading an accelerator value would sync
-            return
-    check_positive("temperature", temperature)
+        if value_checks_enabled(temperature):  # reading an accelerator value would sync
+            check_temperature("temperature", temperature)
+        return temperature
+    return check_temperature("temperature", temperature)
 
 
-def _check_bias(bias: float | Tensor) -> None:
+def _check_bias(bias: float | Tensor) -> float | Tensor:
+    """A tensor bias is returned as is (its value read on the CPU only); a number as a float."""
     if isinstance(bias, Tensor):
         _check_scalar_tensor("bias", bias)
         if bias.device.type != "cpu" or bool(torch.isfinite(bias.detach()).all()):
-            return
+            return bias
         raise InputError(f"`bias` must be finite, got {bias.detach().flatten()[0]}.")
     if isinstance(bias, bool) or not isinstance(bias, (int, float)) or not math.isfinite(bias):
         raise InputError(f"`bias` must be a finite number or a one-element tensor, got {bias!r}.")
+    return float(bias)
 
 
 def binary_nce_loss(
@@ -129,10 +134,25 @@ def binary_nce_loss(
             f"`z1` and `z2` need a batch of at least 2 samples (the negatives are the other "
             f"samples), got shape {tuple(z1.shape)}."
         )
-    _check_temperature(temperature)
-    if bias is None:
-        bias = _DEFAULT_BIAS[negatives]
-    _check_bias(bias)
+    temperature = _check_temperature(temperature)
+    bias = _check_bias(_DEFAULT_BIAS[negatives] if bias is None else bias)
+    normalize = check_bool("normalize", normalize)
+    loss = _binary_nce(z1, z2, temperature, bias, negatives, normalize, tile_size)
+    if value_checks_enabled(loss) and not bool(torch.isfinite(loss)):
+        shown_t = float(temperature.detach()) if isinstance(temperature, Tensor) else temperature
+        shown_b = float(bias.detach()) if isinstance(bias, Tensor) else bias
+        raise InputError(
+            f"the binary NCE loss of finite `z1`, `z2` with `temperature`={shown_t:g} and `bias`={shown_b:g} is beyond the "
+            f"range of {loss.dtype}: the logits z1·z2 / temperature + bias overflow. Use a `bias` of moderate size "
+            "(SigLIP starts at -10)" + ("" if normalize else ", or normalised (or smaller) embeddings") + "."
+        )
+    return loss
+
+
+def _binary_nce(
+    z1: Tensor, z2: Tensor, temperature: float | Tensor, bias: float | Tensor, negatives: str, normalize: bool, tile_size: int | None
+) -> Tensor:
+    """:func:`binary_nce_loss` on checked arguments."""
 
     dtype = compute_dtype(z1, z2)
     with float32_math(z1.device.type):
@@ -171,7 +191,7 @@ def _checked_bias(name: str, bias: object) -> float | None:
 class BinaryNCEHyperparameters(Hyperparameters):
     """:class:`BinaryNCELoss`'s hyperparameters, declared once (see :mod:`.hyperparameters`)."""
 
-    temperature: float = hyperparameter(0.1, check_positive)
+    temperature: float = hyperparameter(0.1, check_temperature)
     bias: float | None = hyperparameter(None, _checked_bias)
     negatives: str = hyperparameter("all", partial(check_choice, choices=_NEGATIVES))
     learnable_temperature: bool = hyperparameter(False, check_bool)

@@ -23,16 +23,17 @@ from torch import Tensor
 from ..tensor_checks import (
     compute_dtype,
     check_bool,
+    check_finite_weighted,
     check_embeddings,
     check_int,
     check_non_negative,
-    check_positive,
+    check_temperature,
     check_same_shape,
     float32_math,
     l2_normalize,
 )
 from .hyperparameters import HyperparameterModule, Hyperparameters, hyperparameter
-from .info_nce import info_nce_loss
+from .info_nce import _info_nce_loss
 
 __all__ = ["care_equivariance_loss", "CARELoss"]
 
@@ -88,9 +89,18 @@ def care_equivariance_loss(z1: Tensor, z2: Tensor, n_splits: int, normalize: boo
     >>> float(care_equivariance_loss(z1, z1 @ q.T, n_splits=2)) < 1e-10
     True
     """
-    check_embeddings("z1", z1)
-    check_embeddings("z2", z2)
-    check_same_shape("z1", z1, "z2", z2)
+    return _care_equivariance_loss(z1, z2, n_splits, normalize, names=("z1", "z2"))
+
+
+def _care_equivariance_loss(
+    z1: Tensor, z2: Tensor, n_splits: int, normalize: bool = True, *, names: tuple[str, str]
+) -> Tensor:
+    """:func:`care_equivariance_loss` whose errors name ``z1``, ``z2`` as ``names`` (a module's own
+    arguments, e.g. ``("z1_eq", "z2_eq")``)."""
+    name1, name2 = names
+    check_embeddings(name1, z1)
+    check_embeddings(name2, z2)
+    check_same_shape(name1, z1, name2, z2)
     batch_size, dim = z1.shape
     n_splits = _check_chunks(n_splits, batch_size)
     m = batch_size // n_splits
@@ -111,7 +121,7 @@ def care_equivariance_loss(z1: Tensor, z2: Tensor, n_splits: int, normalize: boo
 class CAREHyperparameters(Hyperparameters):
     """:class:`CARELoss`'s hyperparameters, declared once (see :mod:`.hyperparameters`)."""
 
-    temperature: float = hyperparameter(0.5, check_positive)
+    temperature: float = hyperparameter(0.5, check_temperature)
     care_weight: float = hyperparameter(0.01, check_non_negative)
     n_splits: int = hyperparameter(8, partial(check_int, minimum=1))
     normalize: bool = hyperparameter(True, check_bool)
@@ -169,16 +179,19 @@ class CARELoss(HyperparameterModule):
                 f"invariance views), got z1_eq={'None' if z1_eq is None else 'a tensor'} and "
                 f"z2_eq={'None' if z2_eq is None else 'a tensor'}."
             )
+        eq_names = ("z1_eq", "z2_eq")
         if z1_eq is None or z2_eq is None:
-            z1_eq, z2_eq = z1_inv, z2_inv
-        invariance = info_nce_loss(
+            z1_eq, z2_eq, eq_names = z1_inv, z2_inv, ("z1_inv", "z2_inv")
+        invariance = _info_nce_loss(
             z1_inv,
             z2_inv,
             temperature=self.temperature,
             normalize=self.normalize,
             gather_distributed=self.gather_distributed,
+            names=("z1_inv", "z2_inv"),
         )
-        equivariance = self.care_weight * care_equivariance_loss(
-            z1_eq, z2_eq, n_splits=self.n_splits, normalize=self.normalize
+        equivariance = self.care_weight * _care_equivariance_loss(
+            z1_eq, z2_eq, n_splits=self.n_splits, normalize=self.normalize, names=eq_names
         )
+        check_finite_weighted(equivariance, "the CARE equivariance term", f"`care_weight`={self.care_weight:g}", "use the paper's 0.01 to 0.001")
         return {"invariance": invariance, "equivariance": equivariance, "loss": invariance + equivariance}

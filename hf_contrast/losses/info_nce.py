@@ -16,7 +16,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from ..distributed import gather_with_offset, world_size
-from ..tensor_checks import compute_dtype, check_bool, check_embeddings, check_positive, check_same_shape, float32_math, l2_normalize
+from ..tensor_checks import compute_dtype, check_bool, check_embeddings, check_temperature, check_same_shape, float32_math, l2_normalize
 from .hyperparameters import HyperparameterModule, Hyperparameters, hyperparameter
 from .tiled import checked_tile_size, check_tile_size, resolve_tile_size, tiled_row_logsumexp, tiled_symmetric_logsumexp
 
@@ -87,10 +87,26 @@ def info_nce_loss(
     >>> info_nce_loss(z, z)
     tensor(1.9459)
     """
-    check_embeddings("z1", z1)
-    check_embeddings("z2", z2)
-    check_same_shape("z1", z1, "z2", z2)
-    temperature = check_positive("temperature", temperature)
+    return _info_nce_loss(z1, z2, temperature, normalize, gather_distributed, tile_size, names=("z1", "z2"))
+
+
+def _info_nce_loss(
+    z1: Tensor,
+    z2: Tensor,
+    temperature: float = 0.5,
+    normalize: bool = True,
+    gather_distributed: bool = False,
+    tile_size: int | None = None,
+    *,
+    names: tuple[str, str],
+) -> Tensor:
+    """:func:`info_nce_loss` whose errors name ``z1``, ``z2`` as ``names`` (a module's own arguments,
+    e.g. ``("z1_inv", "z2_inv")`` for :class:`~hf_contrast.losses.CARELoss`)."""
+    name1, name2 = names
+    check_embeddings(name1, z1)
+    check_embeddings(name2, z2)
+    check_same_shape(name1, z1, name2, z2)
+    temperature = check_temperature("temperature", temperature)
     tile_size = check_tile_size(tile_size)
 
     with float32_math(z1.device.type):
@@ -108,7 +124,7 @@ def info_nce_loss(
         n_global = candidates.shape[0] // 2
         if n_global < 2:
             raise InputError(
-                f"`z1` and `z2` need a batch of at least 2 samples, got shape {tuple(z1.shape)}: with one sample the "
+                f"`{name1}` and `{name2}` need a batch of at least 2 samples, got shape {tuple(z1.shape)}: with one sample the "
                 "only candidate of each view is its positive, so the loss is 0 with a zero gradient. Use a batch size "
                 ">= 2 (SimCLR trains best with hundreds)."
             )
@@ -152,7 +168,7 @@ def _dense_per_anchor(anchors: Tensor, candidates: Tensor, offset: int, temperat
 class InfoNCEHyperparameters(Hyperparameters):
     """:class:`InfoNCELoss`'s hyperparameters, declared once (see :mod:`.hyperparameters`)."""
 
-    temperature: float = hyperparameter(0.5, check_positive)
+    temperature: float = hyperparameter(0.5, check_temperature)
     normalize: bool = hyperparameter(True, check_bool)
     gather_distributed: bool = hyperparameter(False, check_bool)
     tile_size: int | None = hyperparameter(None, checked_tile_size)

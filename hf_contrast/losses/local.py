@@ -34,7 +34,7 @@ from ..tensor_checks import (
     check_int,
     check_labels,
     check_non_negative,
-    check_positive,
+    check_temperature,
     check_same_shape,
     check_size,
     check_unit_interval,
@@ -212,7 +212,7 @@ def _local_terms(
         raise InputError(f"`logits` must have {n} rows (one per pair), got shape {tuple(logits.shape)}.")
     alpha = check_unit_interval("alpha", alpha)
     beta = check_non_negative("beta", beta)
-    check_positive("temperature", temperature)
+    check_temperature("temperature", temperature)
     check_choice("contrastive", contrastive, _CONTRASTIVE)
     check_index_range(
         "labels", labels, logits.shape[1], fix="the classifier has one logit per class: build `LOCALLoss` with "
@@ -318,7 +318,7 @@ class LOCALHyperparameters(Hyperparameters):
     embedding_dim: int = hyperparameter(MISSING, partial(check_int, minimum=1))
     num_classes: int = hyperparameter(MISSING, partial(check_int, minimum=2))
     beta: float = hyperparameter(1.0, check_non_negative)
-    temperature: float = hyperparameter(0.1, check_positive)
+    temperature: float = hyperparameter(0.1, check_temperature)
     contrastive: str = hyperparameter("ocl", partial(check_choice, choices=_CONTRASTIVE))
     classifier_hidden_dim: int | None = hyperparameter(None, partial(check_int, minimum=1, allow_none=True))
     latent_size: int | tuple[int, int] | None = hyperparameter(None, _optional_size)

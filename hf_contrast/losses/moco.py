@@ -21,9 +21,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from ..tensor_checks import check_embeddings, check_int, check_non_negative, check_positive, float32_math, l2_normalize
+from ..tensor_checks import check_embeddings, check_finite_weighted, check_int, check_non_negative, check_temperature, float32_math, l2_normalize
 from .hyperparameters import HyperparameterModule, Hyperparameters, hyperparameter
-from .care import CARELoss, care_equivariance_loss
+from .care import CARELoss, _care_equivariance_loss
 
 __all__ = ["moco_info_nce_loss", "CAREMoCoLoss"]
 
@@ -65,7 +65,7 @@ def moco_info_nce_loss(q: Tensor, k: Tensor, queue: Tensor, temperature: float =
         raise InputError(f"`q` and `k` must have the same shape, got {tuple(q.shape)} and {tuple(k.shape)}.")
     if queue.shape[1] != q.shape[1]:
         raise InputError(f"`queue` must have D={q.shape[1]} columns like `q`, got shape {tuple(queue.shape)}.")
-    temperature = check_positive("temperature", temperature)
+    temperature = check_temperature("temperature", temperature)
     with float32_math(q.device.type):
         q = l2_normalize(q.float())
         k = l2_normalize(k.detach().float())
@@ -80,7 +80,7 @@ def moco_info_nce_loss(q: Tensor, k: Tensor, queue: Tensor, temperature: float =
 class CAREMoCoHyperparameters(Hyperparameters):
     """:class:`CAREMoCoLoss`'s hyperparameters, declared once (see :mod:`.hyperparameters`)."""
 
-    temperature: float = hyperparameter(0.2, check_positive)
+    temperature: float = hyperparameter(0.2, check_temperature)
     care_weight: float = hyperparameter(0.01, check_non_negative)
     n_splits: int = hyperparameter(8, partial(check_int, minimum=1))
 
@@ -103,5 +103,6 @@ class CAREMoCoLoss(HyperparameterModule):
 
     def forward(self, q: Tensor, k: Tensor, queue: Tensor, z1_eq: Tensor, z2_eq: Tensor) -> dict[str, Tensor]:
         invariance = moco_info_nce_loss(q, k, queue, self.temperature)
-        equivariance = self.care_weight * care_equivariance_loss(z1_eq, z2_eq, n_splits=self.n_splits)
+        equivariance = self.care_weight * _care_equivariance_loss(z1_eq, z2_eq, n_splits=self.n_splits, names=("z1_eq", "z2_eq"))
+        check_finite_weighted(equivariance, "the CARE equivariance term", f"`care_weight`={self.care_weight:g}", "use the paper's 0.01 to 0.001")
         return {"invariance": invariance, "equivariance": equivariance, "loss": invariance + equivariance}

@@ -18,7 +18,7 @@ import torch.distributed as dist
 from torch import Tensor
 
 from ..distributed import gather, gather_with_offset, world_size
-from ..tensor_checks import compute_dtype, check_bool, check_embeddings, check_labels, check_positive, float32_math, l2_normalize
+from ..tensor_checks import compute_dtype, check_bool, check_embeddings, check_labels, check_temperature, float32_math, l2_normalize
 from .hyperparameters import HyperparameterModule, Hyperparameters, hyperparameter
 from .tiled import checked_tile_size, check_tile_size, resolve_tile_size, tiled_row_logsumexp, tiled_symmetric_logsumexp
 
@@ -93,7 +93,7 @@ def _supervised_contrastive_loss(
     """
     z = check_embeddings("z", z, shape_doc="(N, D)")
     labels = check_labels(labels, z.shape[0]).to(z.device)
-    temperature = check_positive("temperature", temperature)
+    temperature = check_temperature("temperature", temperature)
     tile_size = check_tile_size(tile_size)
 
     with float32_math(z.device.type):
@@ -235,7 +235,7 @@ def supcon_loss(
 class SupConHyperparameters(Hyperparameters):
     """:class:`SupConLoss`'s (and :class:`~hf_contrast.losses.OCLoss`'s) hyperparameters, declared once."""
 
-    temperature: float = hyperparameter(0.1, check_positive)
+    temperature: float = hyperparameter(0.1, check_temperature)
     normalize: bool = hyperparameter(True, check_bool)
     gather_distributed: bool = hyperparameter(False, check_bool)
     tile_size: int | None = hyperparameter(None, checked_tile_size)

@@ -24,6 +24,7 @@ from ..tensor_checks import (
     compute_dtype,
     check_embeddings,
     check_finite_result,
+    check_finite_weighted,
     check_non_negative,
     check_positive,
     check_same_shape,
@@ -83,7 +84,7 @@ def _vicreg_terms(
     gamma: float,
     eps: float,
 ) -> dict[str, Tensor]:
-    """Check the inputs and return the three *weighted* VICReg terms (float32 or float64)."""
+    """Check the inputs and return the three *weighted* VICReg terms and their sum ``"loss"`` (float32 or float64)."""
     check_embeddings("z1", z1)
     check_embeddings("z2", z2)
     check_same_shape("z1", z1, "z2", z2)
@@ -92,20 +93,28 @@ def _vicreg_terms(
             f"`z1` and `z2` need a batch of at least 2 samples (VICReg uses the batch variance and "
             f"covariance), got shape {tuple(z1.shape)}."
         )
-    VICRegHyperparameters(invariance_weight, variance_weight, covariance_weight, gamma, eps)
+    hp = VICRegHyperparameters(invariance_weight, variance_weight, covariance_weight, gamma, eps)  # floats
     dtype = compute_dtype(z1, z2)
     with float32_math(z1.device.type):
         z1, z2 = z1.to(dtype), z2.to(dtype)
         invariance = (z1 - z2).square().mean()  # = mean_i ||z1_i - z2_i||^2 / D
-        variance = 0.5 * (_variance_term(z1, gamma, eps) + _variance_term(z2, gamma, eps))
+        variance = 0.5 * (_variance_term(z1, hp.gamma, hp.eps) + _variance_term(z2, hp.gamma, hp.eps))
         covariance = _covariance_term(z1) + _covariance_term(z2)
-        terms = {
-            "invariance": invariance_weight * invariance,
-            "variance": variance_weight * variance,
-            "covariance": covariance_weight * covariance,
-        }
+    check_finite_result(invariance, "the VICReg invariance term", "`z1`, `z2`")
+    # relu(gamma - std) <= gamma: only a gamma beyond the float range makes it overflow
+    check_finite_weighted(variance, "the VICReg variance term", f"`gamma`={hp.gamma:g}", "use gamma = 1 (the paper's)")
+    check_finite_result(covariance, "the VICReg covariance term", "`z1`, `z2`")
+    terms = {
+        "invariance": hp.invariance_weight * invariance,
+        "variance": hp.variance_weight * variance,
+        "covariance": hp.covariance_weight * covariance,
+    }
     for name, term in terms.items():
-        check_finite_result(term, f"the VICReg {name} term", "`z1`, `z2`")
+        weight = getattr(hp, f"{name}_weight")
+        check_finite_weighted(term, f"the VICReg {name} term", f"`{name}_weight`={weight:g}", "use the paper's weights (25, 25, 1)")
+    weights = ", ".join(f"`{name}_weight`={getattr(hp, f'{name}_weight'):g}" for name in terms)
+    total = terms["invariance"] + terms["variance"] + terms["covariance"]
+    terms["loss"] = check_finite_weighted(total, "the VICReg loss", weights, "use the paper's weights (25, 25, 1)")
     return terms
 
 
@@ -147,7 +156,7 @@ def vicreg_loss(
     >>> loss = vicreg_loss(z, z + 0.1 * torch.randn(16, 8))
     """
     terms = _vicreg_terms(z1, z2, invariance_weight, variance_weight, covariance_weight, gamma, eps)
-    return terms["invariance"] + terms["variance"] + terms["covariance"]
+    return terms["loss"]
 
 
 class VICRegLoss(HyperparameterModule):
@@ -178,8 +187,6 @@ class VICRegLoss(HyperparameterModule):
 
     def forward(self, z1: Tensor, z2: Tensor) -> dict[str, Tensor]:
         """Return ``{"invariance", "variance", "covariance", "loss"}`` for the views ``z1``, ``z2``."""
-        terms = _vicreg_terms(
+        return _vicreg_terms(
             z1, z2, self.invariance_weight, self.variance_weight, self.covariance_weight, self.gamma, self.eps
         )
-        terms["loss"] = terms["invariance"] + terms["variance"] + terms["covariance"]
-        return terms

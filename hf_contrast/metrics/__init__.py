@@ -28,7 +28,7 @@ from .probes import (
     macro_f1,
     probe_scores,
 )
-from .sts import spearman_correlation, sts_spearman
+from .sts import ConstantInputWarning, spearman_correlation, sts_spearman
 
 if TYPE_CHECKING:
     from .evaluate_modules import ClassOrthogonalityMetric, GeometryMetric, KNNAccuracyMetric, WahbaMetric
@@ -65,6 +65,7 @@ __all__ = [
     "macro_f1",
     "probe_scores",
     "PROBE_METRICS",
+    "ConstantInputWarning",
     "spearman_correlation",
     "sts_spearman",
     "GeometryMetric",

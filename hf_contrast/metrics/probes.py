@@ -17,7 +17,7 @@ import torch
 from torch import Tensor
 from transformers.utils import logging
 
-from ..tensor_checks import check_int, check_positive, l2_normalize
+from ..tensor_checks import check_int, check_positive, check_temperature, l2_normalize
 from ._inputs import as_embeddings, as_labels
 
 __all__ = [
@@ -147,7 +147,7 @@ def knn_predict(
 def _knn_predictions(
     xtr: Tensor, ytr: Tensor, xte: Tensor, leave_one_out: bool, k: int, temperature: float, batch_size: int
 ) -> Tensor:
-    temperature = check_positive("temperature", temperature)
+    temperature = check_temperature("temperature", temperature)
     batch_size = check_int("batch_size", batch_size, 1)
     available = xtr.shape[0] - int(leave_one_out)
     check_int("k", k, 1, maximum=available, fix="the number of candidate neighbours.")
@@ -312,9 +312,14 @@ def macro_f1(predicted: object, labels: object, num_classes: int | None = None) 
     >>> macro_f1(torch.tensor([0, 1, 1]), torch.tensor([0, 1, 0]))
     0.6666666666666666
     """
-    n = len(labels) if hasattr(labels, "__len__") else -1
+    shape = getattr(labels, "shape", None)
+    if shape is not None:  # a tensor or an array: a 0-d one has no length
+        n = int(shape[0]) if len(shape) == 1 else -1
+    else:
+        n = len(labels) if hasattr(labels, "__len__") and not isinstance(labels, (str, bytes)) else -1
     if n < 1:
-        raise InputError("`labels` must be a non-empty sequence of class indices, shape (N,).")
+        shown = f"shape {tuple(shape)}" if shape is not None else f"{labels!r} of type {type(labels).__name__}"
+        raise InputError(f"`labels` must be a non-empty sequence of class indices, shape (N,), got {shown}.")
     labels = as_labels("labels", labels, n, torch.device("cpu"))
     predicted = as_labels("predicted", predicted, n, torch.device("cpu"))
     largest = int(torch.maximum(predicted.max(), labels.max()))

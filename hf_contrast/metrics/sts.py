@@ -4,13 +4,20 @@ from __future__ import annotations
 
 from hf_contrast.errors import InputError
 
+import warnings
+
 import torch
 from torch import Tensor
 
 from ..tensor_checks import l2_normalize
 from ._inputs import as_embeddings, as_pair
 
-__all__ = ["rankdata", "spearman_correlation", "sts_spearman"]
+__all__ = ["ConstantInputWarning", "rankdata", "spearman_correlation", "sts_spearman"]
+
+
+class ConstantInputWarning(RuntimeWarning):
+    """A correlation of a constant input is undefined: the metric is ``nan`` (as ``scipy.stats.spearmanr``,
+    whose ``ConstantInputWarning`` this mirrors, and so sentence-transformers' STS evaluator)."""
 
 
 def rankdata(x: Tensor) -> Tensor:
@@ -40,7 +47,8 @@ def spearman_correlation(x: object, y: object) -> float:
         y: Values. Shape: ``(n,)``.
 
     Returns:
-        The correlation in ``[-1, 1]``; ``nan`` when ``x`` or ``y`` is constant (as scipy).
+        The correlation in ``[-1, 1]``; ``nan`` with a :class:`ConstantInputWarning` when ``x`` or ``y`` is
+        constant (as ``scipy.stats.spearmanr``).
 
     Raises:
         ValueError: on shapes other than two equal ``(n,)`` with ``n >= 2`` or non-finite values.
@@ -49,11 +57,23 @@ def spearman_correlation(x: object, y: object) -> float:
     b = as_embeddings("y", y, min_rows=2, ndim=1, shape_doc="(n,)")
     if a.shape != b.shape:
         raise InputError(f"`x` and `y` must have the same shape, got {tuple(a.shape)} and {tuple(b.shape)}.")
-    ra, rb = rankdata(a), rankdata(b.to(a.device))
+    return _spearman(a, b.to(a.device), "`x`", "`y`")
+
+
+def _spearman(a: Tensor, b: Tensor, what_a: str, what_b: str) -> float:
+    """Spearman's ρ of checked ``(n,)`` tensors; ``nan`` with a :class:`ConstantInputWarning` naming the constant one."""
+    ra, rb = rankdata(a), rankdata(b)
     ra, rb = ra - ra.mean(), rb - rb.mean()
-    denominator = torch.sqrt((ra * ra).sum() * (rb * rb).sum())
-    if float(denominator) == 0.0:
+    constant = [what for what, r in ((what_a, ra), (what_b, rb)) if not bool(r.abs().sum() > 0)]
+    if constant:
+        warnings.warn(
+            f"constant input ({' and '.join(constant)}): the Spearman correlation is not defined and is returned as "
+            "nan (as scipy.stats.spearmanr).",
+            ConstantInputWarning,
+            stacklevel=4,  # _spearman, the metric, torch.no_grad's wrapper, the caller
+        )
         return float("nan")
+    denominator = torch.sqrt((ra * ra).sum() * (rb * rb).sum())
     return float((ra * rb).sum() / denominator)
 
 
@@ -69,7 +89,9 @@ def sts_spearman(a: object, b: object, scores: object) -> float:
         scores: Gold similarity scores. Shape: ``(n,)``.
 
     Returns:
-        Spearman's ρ (``nan`` if all cosines or all scores are equal).
+        Spearman's ρ; ``nan`` with a :class:`ConstantInputWarning` if all cosines are equal (e.g. ``b`` all
+        zeros: a zero embedding's cosine is 0) or all scores are equal, as ``scipy.stats.spearmanr`` and
+        sentence-transformers' ``EmbeddingSimilarityEvaluator`` (which :class:`~hf_contrast.evaluation.STSEvaluator` runs).
 
     Raises:
         ValueError: on shape mismatch, non-finite values or ``n < 2``.
@@ -85,4 +107,4 @@ def sts_spearman(a: object, b: object, scores: object) -> float:
     if gold.shape[0] != x.shape[0]:
         raise InputError(f"`scores` must have shape ({x.shape[0]},) to match `a` and `b`, got {tuple(gold.shape)}.")
     cos = (l2_normalize(x) * l2_normalize(y)).sum(dim=1)
-    return spearman_correlation(cos, gold.to(cos.device))
+    return _spearman(cos, gold.to(cos.device), "the cosines of `a` and `b`", "`scores`")

@@ -14,7 +14,7 @@ import torch
 from transformers import TrainingArguments
 
 from ..errors import InputError
-from ..tensor_checks import check_bool, check_choice, check_int, check_name, check_positive
+from ..tensor_checks import check_bool, check_choice, check_int, check_name, check_temperature
 
 __all__ = ["ContrastiveTrainingArguments", "NONFINITE_POLICIES"]
 
@@ -136,7 +136,7 @@ class ContrastiveTrainingArguments(TrainingArguments):
         check_bool("views_on_device", self.views_on_device)
         check_choice("eval_representation", self.eval_representation, _REPRESENTATIONS)
         check_int("knn_k", self.knn_k, 1)
-        check_positive("knn_temperature", self.knn_temperature)
+        check_temperature("knn_temperature", self.knn_temperature)
         _check_bf16_device(self)
         super().__post_init__()
 
