@@ -8,16 +8,20 @@ What each model takes:
 
 - a text encoder: a string, or a list / tuple of strings; tokenised with ``encoder.tokenizer``
   (padding, truncation at ``config.max_seq_length``, else the tokenizer's ``model_max_length``);
-- an image encoder: one image or a list / tuple of images, where an image is a PIL image, a file path
-  (``str`` or ``os.PathLike``), a ``(C, H, W)`` tensor (``uint8`` in ``[0, 255]`` or float in
-  ``[0, 1]``) or an ``(H, W, C)`` NumPy array; a ``(B, C, H, W)`` tensor is a batch. Each goes
+- an image encoder: one image or a list / tuple of images, where an image is a PIL image, an existing
+  file path (``str`` or ``os.PathLike``; a URL is read by ``datasets.Image``), a ``(C, H, W)`` or
+  ``(H, W)`` tensor or an ``(H, W, C)`` or ``(H, W)`` NumPy array, of dtype ``uint8`` (``[0, 255]``) or
+  float (``[0, 1]``), with ``C`` the encoder's channel count (1 and 3 convert to each other) and
+  ``H, W >= 1``; an ``(N, C, H, W)`` tensor or ``(N, H, W, C)`` array is a batch. Anything else
+  (a missing file, 4 channels for an RGB encoder, an ``int64`` or complex tensor, a 1-D array) is an
+  :class:`~hf_contrast.errors.InputError` naming ``inputs`` / ``inputs[i]``, raised before any image is
+  encoded (:func:`hf_contrast.models.inputs.check_image_array`). Each goes
   through the encoder's evaluation transform (resize, centre crop at ``crop_pct``, normalise with the
   ``data_config`` mean and std: timm's ``create_transform(**resolve_data_config(model=...))``).
 """
 
 from __future__ import annotations
 
-from hf_contrast.errors import InputError
 
 import logging
 import os
@@ -29,11 +33,17 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from hf_contrast.errors import InputError, InputTypeError, MissingPathError
+from hf_contrast.models.inputs import check_image_array
+
 __all__ = ["encode"]
 
 logger = logging.getLogger("hf_contrast")
 
 _OUTPUTS = ("embeddings", "projections")
+
+
+_IMAGE_KINDS = "PIL images, image file paths, (C, H, W) tensors or (H, W, C) NumPy arrays"
 
 
 def _is_single_image(value: Any) -> bool:
@@ -46,29 +56,49 @@ def _is_single_image(value: Any) -> bool:
     return False
 
 
-def _image_batch(inputs: Any) -> tuple[list[Any], bool]:
-    """``(images, single)``: the images as a list, and whether one image (not a batch) was given."""
+def _checked_image(name: str, value: Any, channels: int) -> Any:
+    """One image of the inputs, checked: a file path must exist (URLs are read by the decoder), an array
+    must have an image's shape and dtype (:func:`~hf_contrast.models.inputs.check_image_array`)."""
+    from PIL import Image
+
+    if isinstance(value, (str, os.PathLike)):
+        path = os.fspath(value)
+        if not isinstance(path, str):
+            raise InputTypeError(f"`{name}` is a bytes path {path!r}; pass image paths as `str` or `pathlib.Path`.")
+        if "://" not in path and not os.path.isfile(os.path.expanduser(path)):
+            state = "is a folder, not an image file" if os.path.isdir(os.path.expanduser(path)) else "does not exist"
+            raise MissingPathError(
+                f"`{name}`={path!r} {state} (the working directory is {os.getcwd()!r}); an image encoder reads strings "
+                f"as image file paths: pass existing image files, or {_IMAGE_KINDS}."
+            )
+        return os.path.expanduser(path)
+    if isinstance(value, (Tensor, np.ndarray)):
+        return check_image_array(name, value, channels=channels)
+    if isinstance(value, Image.Image):
+        return value
+    raise InputTypeError(f"`{name}` is a {type(value).__name__}; an image encoder takes {_IMAGE_KINDS} (got {value!r:.60}).")
+
+
+def _image_batch(inputs: Any, channels: int) -> tuple[list[Any], bool]:
+    """``(images, single)``: the images as a list (each checked), and whether one image (not a batch) was given.
+
+    A batch is a list / tuple of images, a ``(N, C, H, W)`` tensor or an ``(N, H, W, C)`` NumPy array.
+    """
     if _is_single_image(inputs):
-        return [os.fspath(inputs) if isinstance(inputs, os.PathLike) else inputs], True
+        return [_checked_image("inputs", inputs, channels)], True
     if isinstance(inputs, (Tensor, np.ndarray)):
         if inputs.ndim != 4:
             raise InputError(
-                f"`inputs` is an array of shape {tuple(inputs.shape)}; an image encoder takes one image (C, H, W) / "
-                "(H, W, C) or a batch (B, C, H, W)."
+                f"`inputs` is an array of shape {tuple(inputs.shape)}; an image encoder takes one image "
+                f"(not rank {inputs.ndim}), a (C, H, W) / (H, W) tensor or an (H, W, C) / (H, W) NumPy array, or a batch: an (N, C, H, W) "
+                "tensor, an (N, H, W, C) NumPy array, or a list of images."
             )
-        return list(inputs), False
+        return [_checked_image(f"inputs[{i}]", image, channels) for i, image in enumerate(inputs)], False
     if isinstance(inputs, Sequence) and not isinstance(inputs, (str, bytes)):
-        images = list(inputs)
-        bad = [(i, type(x).__name__) for i, x in enumerate(images) if not _is_single_image(x)]
-        if bad:
-            raise InputError(
-                f"`inputs[{bad[0][0]}]` is a {bad[0][1]}; an image encoder takes PIL images, file paths, (C, H, W) "
-                "tensors or (H, W, C) NumPy arrays."
-            )
-        return [os.fspath(x) if isinstance(x, os.PathLike) else x for x in images], False
-    raise InputError(
-        f"`inputs` is a {type(inputs).__name__}; an image encoder takes an image (PIL image, file path, (C, H, W) "
-        "tensor, (H, W, C) NumPy array) or a list of them, or a (B, C, H, W) tensor."
+        return [_checked_image(f"inputs[{i}]", image, channels) for i, image in enumerate(inputs)], False
+    raise InputTypeError(
+        f"`inputs` is a {type(inputs).__name__}; an image encoder takes an image ({_IMAGE_KINDS}) or a list of them, "
+        f"or an (N, C, H, W) tensor (got {inputs!r:.60})."
     )
 
 
@@ -131,6 +161,7 @@ def encode(
             are invalid.
     """
     from hf_contrast.evaluation.encode import encode_dataset
+    from hf_contrast.views.decode import BadImageError
 
     if output not in _OUTPUTS:
         raise InputError(f"`output` must be one of {_OUTPUTS}, got {output!r}.")
@@ -143,15 +174,18 @@ def encode(
             )
         batch, single = _text_batch(inputs)
     else:
-        batch, single = _image_batch(inputs)
+        batch, single = _image_batch(inputs, channels=len((encoder.data_config or {}).get("mean") or (3,)))
     if not batch:
         raise InputError("`inputs` is empty: there is nothing to encode.")
     if device is not None:
         encoder.to(device)
     progress = _default_progress_bar() if show_progress_bar is None else bool(show_progress_bar)
-    vectors, _ = encode_dataset(
-        encoder, batch, label_column=None, batch_size=batch_size, output=output, progress=progress
-    )
+    try:
+        vectors, _ = encode_dataset(
+            encoder, batch, label_column=None, batch_size=batch_size, output=output, progress=progress
+        )
+    except BadImageError as error:  # a file that exists but is not an image: name the argument
+        raise BadImageError(f"`inputs`: {error}") from error
     if normalize_embeddings:
         vectors = F.normalize(vectors, p=2, dim=-1)
     if convert_to_tensor:

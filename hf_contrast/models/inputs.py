@@ -20,18 +20,90 @@ Deliberate behaviours:
 
 from __future__ import annotations
 
-from hf_contrast.errors import InputError
+from hf_contrast.errors import InputError, InputTypeError
+
+from typing import Any
 
 import torch
 from torch import Tensor, nn
 
 from ..tensor_checks import check_finite_values, check_index_range, value_checks_enabled
 
-__all__ = ["check_pixel_values", "check_token_inputs", "check_training_batch"]
+__all__ = ["accepted_channels", "check_image_array", "check_pixel_values", "check_token_inputs", "check_training_batch"]
 
 _BATCH_NORMS = (nn.BatchNorm1d, nn.BatchNorm2d, nn.BatchNorm3d, nn.SyncBatchNorm)
 
 _PREPROCESS = "the encoder's preprocessing, e.g. `hf_contrast.views.eval_transform_from_data_config(enc.data_config)`"
+
+
+def accepted_channels(channels: int) -> tuple[int, ...]:
+    """The channel counts ``encode`` converts to ``channels``: grey and RGB both ways (the transforms'
+    ``v2.RGB`` / ``v2.Grayscale``), otherwise ``channels`` itself."""
+    return tuple(sorted({channels, 1, 3})) if channels in (1, 3) else (channels,)
+
+
+def check_image_array(name: str, image: Any, *, channels: int) -> Any:
+    """Check one tensor / NumPy image that ``encode`` is given, before any preprocessing.
+
+    Accepted: a tensor ``(C, H, W)`` or ``(H, W)`` (grey, given its channel axis here), a NumPy array
+    ``(H, W, C)`` or ``(H, W)``; ``C`` in :func:`accepted_channels`; ``H, W >= 1``; dtype ``uint8``
+    (``[0, 255]``) or floating (``[0, 1]``). Other integer, ``bool`` and complex dtypes are refused: their
+    scale is unknown (an ``int64`` image would be divided by ``2**63 - 1``, i.e. silently black).
+
+    Args:
+        name: The argument in the messages (``"inputs"``, ``"inputs[2]"``).
+        image: A ``torch.Tensor`` or ``np.ndarray``.
+        channels: ``C`` of the encoder's preprocessing (``len(data_config["mean"])``).
+
+    Returns:
+        The image, a 2-D tensor given its channel axis: ``(1, H, W)``.
+
+    Raises:
+        InputTypeError: on a dtype other than ``uint8`` or floating.
+        InputError: on a rank other than 2 or 3, a channel count not in :func:`accepted_channels`, or an empty side.
+    """
+    import numpy as np
+
+    is_tensor = isinstance(image, Tensor)
+    layout = "(C, H, W) or (H, W) tensor" if is_tensor else "(H, W, C) or (H, W) NumPy array"
+    shape = tuple(image.shape)
+    dtype = image.dtype
+    if is_tensor:
+        ok_dtype = dtype == torch.uint8 or dtype.is_floating_point
+    else:
+        ok_dtype = dtype == np.uint8 or np.issubdtype(dtype, np.floating)
+    if not ok_dtype:
+        raise InputTypeError(
+            f"`{name}` is an image of dtype {dtype} (shape {shape}); `encode` takes uint8 images in [0, 255] or float "
+            "images in [0, 1]: convert it, e.g. `x.to(torch.uint8)` / `x.float() / 255` (NumPy: `x.astype(np.uint8)`)."
+        )
+    if image.ndim not in (2, 3):
+        raise InputError(
+            f"`{name}` has shape {shape} (rank {image.ndim}); one image is a {layout}"
+            + (", and a batch a (N, C, H, W) tensor." if is_tensor else ", and a batch an (N, H, W, C) array.")
+        )
+    if image.ndim == 2:
+        h, w, c = shape[0], shape[1], 1
+    else:
+        (c, h, w) = shape if is_tensor else (shape[2], shape[0], shape[1])
+    accepted = accepted_channels(channels)
+    if c not in accepted:
+        hint = (
+            " NumPy images are channels-last (H, W, C): transpose a (C, H, W) array with `x.transpose(1, 2, 0)`, or pass "
+            "`torch.from_numpy(x)`."
+            if not is_tensor and image.ndim == 3 and shape[0] in accepted
+            else ""
+        )
+        raise InputError(
+            f"`{name}` has {c} channel(s) (shape {shape}, a {layout}) but the encoder takes {channels} "
+            f"(it converts {' or '.join(map(str, accepted))}): convert the image to {channels} channel(s), or build the "
+            f"encoder with `backbone_kwargs={{'in_chans': {c}}}`.{hint}"
+        )
+    if h < 1 or w < 1:
+        raise InputError(f"`{name}` has shape {shape}: an image of {h}×{w} pixels has nothing to encode; pass images of 1×1 pixels or more.")
+    if is_tensor and image.ndim == 2:
+        return image.unsqueeze(0)
+    return image
 
 
 def check_pixel_values(
