@@ -235,7 +235,7 @@ def test_unknown_backbones_are_refused_with_what_is_accepted(tmp_path) -> None:
     vit = ViTModel(ViTConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64, image_size=32))
     with pytest.raises(ValueError, match="does not take token ids.*pass a timm model or name"):
         ContrastiveEncoder.from_backbone(vit)
-    with pytest.raises(ValueError, match=r"`model` is a builtins.str; a trainer takes a ContrastiveEncoder.*from_backbone\(name\)"):
+    with pytest.raises(ValueError, match=r"`model` is the string 'resnet18'; a trainer takes a model object.*ContrastiveEncoder.*from_backbone\(name\)"):
         SimCLRTrainer(model="resnet18", args=training_args(tmp_path))
 
 
