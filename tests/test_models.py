@@ -357,7 +357,7 @@ def test_activation_checkpointing_reaches_the_backbone(images: torch.Tensor) -> 
 
 
 def test_unknown_backbone_suggests_close_timm_names() -> None:
-    with pytest.raises(ValueError, match=r"Unknown backbone `test_resnett`.*test_resnet"):
+    with pytest.raises(ValueError, match=r"Unknown `backbone`='test_resnett'.*test_resnet"):
         ContrastiveEncoder.from_backbone("test_resnett", pretrained=False)
 
 
@@ -461,13 +461,13 @@ def test_pretrained_timm_weights_offline_fail_fast(offline_empty_cache) -> None:
 
 def test_pretrained_text_weights_offline_fail_fast(offline_empty_cache) -> None:
     start = time.perf_counter()
-    with pytest.raises(HubUnavailableError, match="`someone/tiny-bert`: the Hugging Face Hub is unreachable"):
+    with pytest.raises(HubUnavailableError, match="`backbone`='someone/tiny-bert': the Hugging Face Hub is unreachable"):
         ContrastiveEncoder.from_backbone("someone/tiny-bert")
     assert time.perf_counter() - start < 10.0
 
 
 def test_offline_misspelt_timm_name_is_still_unknown(offline_empty_cache) -> None:
-    with pytest.raises(ValueError, match=r"Unknown backbone `resnet1888`.*resnet18"):
+    with pytest.raises(ValueError, match=r"Unknown `backbone`='resnet1888'.*resnet18"):
         ContrastiveEncoder.from_backbone("resnet1888")
 
 

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from hf_contrast.errors import InputError, InputTypeError, MissingPathError
+from hf_contrast.hub_ids import is_hub_repo_id
 
 __all__ = ["load_from_hub", "resolve_source"]
 
@@ -75,15 +76,11 @@ def resolve_source(argument: str, value: object, what: str) -> tuple[bool, str]:
             f"{os.getcwd()!r}). Check the path (relative paths start from the working directory), or pass an "
             f"existing {what}."
         )
-    from huggingface_hub.utils import HFValidationError, validate_repo_id
-
-    try:
-        validate_repo_id(text)
-    except HFValidationError:
+    if not is_hub_repo_id(text):
         raise InputError(
             f"`{argument}`={text!r} is neither an existing local path (the working directory is {os.getcwd()!r}) "
             f"nor a Hub dataset id like 'user/name'; pass an existing {what} or a Hub id."
-        ) from None
+        )
     return False, text
 
 

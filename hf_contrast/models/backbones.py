@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from hf_contrast.errors import InputError
+from hf_contrast.errors import InputError, MissingPathError
+from hf_contrast.hub_ids import is_hub_repo_id
 
 import difflib
 import json
@@ -69,11 +70,15 @@ def _is_hub_unreachable(error: BaseException) -> bool:
     return False
 
 
-def _unavailable(name: str, error: BaseException) -> HubUnavailableError:
+def _unavailable(name: str, error: BaseException, pretrained: bool = True) -> HubUnavailableError:
     reason = "HF_HUB_OFFLINE=1 is set" if _hub_offline() else "the network request failed"
+    what = "pretrained weights" if pretrained else "the config (`pretrained=False` still reads it)"
+    read_as = "" if name.startswith(TIMM_SOURCES) else (
+        " It is not a timm model name nor an existing local folder, so it was read as a Hub model id."
+    )
     return HubUnavailableError(
-        f"Cannot load pretrained weights for backbone `{name}`: the Hugging Face Hub is unreachable ({reason}) and "
-        "the files are not in the local cache. Pass a local path instead (a directory saved with `save_pretrained`, "
+        f"Cannot load {what} for `backbone`={name!r}: the Hugging Face Hub is unreachable ({reason}) and "
+        f"the files are not in the local cache.{read_as} Check the name, or pass a local path instead (a directory saved with `save_pretrained`, "
         "a timm export as 'local-dir:/path'), or set HF_HUB_OFFLINE=1 with a cache populated beforehand "
         "(HF_HOME / HF_HUB_CACHE), or build the backbone without weights (`pretrained=False`). "
         f"Original error: {type(error).__name__}: {error}"
@@ -85,10 +90,11 @@ def _close_timm_names(name: str, n: int = 5) -> list[str]:
     return difflib.get_close_matches(base, timm.list_models(), n=n, cutoff=0.75)
 
 
-def _unknown(name: str, matches: list[str], detail: str = "") -> ValueError:
+def _unknown(name: str, matches: list[str], detail: str = "") -> InputError:
     hint = f"Close timm names: {', '.join(matches)}. " if matches else ""
-    return ValueError(
-        f"Unknown backbone `{name}`: it is not a timm model name, a local directory, or a Hugging Face model id. "
+    return InputError(
+        f"Unknown `backbone`={name!r}: it is not a timm model name, an existing local directory, or a Hugging Face "
+        "model id. "
         f"{hint}Pass a timm name (list them with `timm.list_models('*resnet*')`), 'hf-hub:<repo>' / "
         "'local-dir:<path>' for timm checkpoints, or the Hub id / local path of a transformers text encoder "
         f"(e.g. 'bert-base-uncased').{detail}"
@@ -113,7 +119,9 @@ def backbone_type_of(name: str) -> str:
         ``"timm"`` or ``"text"``.
 
     Raises:
-        ValueError: If ``name`` is empty, or a path-like name that does not exist.
+        InputError: If ``name`` is empty, or neither a timm name, an existing folder nor a valid Hub id
+            (with close timm names).
+        MissingPathError: If ``name`` looks like a local path (``./x``, ``/x``, ``a/b/c``) that does not exist.
     """
     if not isinstance(name, str) or not name:
         raise InputError(f"`backbone` must be a non-empty string (a timm name, Hub id or local path), got {name!r}.")
@@ -131,7 +139,13 @@ def backbone_type_of(name: str) -> str:
                 return "timm"
         return "text"
     if _looks_like_path(name):
-        raise InputError(f"`backbone` {name!r} looks like a local path but no such directory exists.")
+        raise MissingPathError(
+            f"`backbone`={name!r} looks like a local path but no such directory exists (the working directory is "
+            f"{os.getcwd()!r}): check the path, or pass a timm name or a Hub id."
+        )
+    if not is_hub_repo_id(name):  # not a timm name, not a folder, and no Hub id either: say so before any request
+        raise _unknown(name, _close_timm_names(name), " It is not a valid Hub id either ('name' or 'user/name' of letters, "
+                       "digits, '-', '_', '.').")
     return "text"
 
 
@@ -286,7 +300,7 @@ def load_text_backbone(name: str, pretrained: bool = True, **hub_kwargs: Any) ->
             matches = _close_timm_names(name) if "/" not in name else []
             if matches:  # most likely a misspelt timm name, not a Hub id
                 raise _unknown(name, matches, " (The Hub is unreachable, so Hub ids cannot be checked.)") from error
-            raise _unavailable(name, error) from error
+            raise _unavailable(name, error, pretrained) from error
         if isinstance(error, RepositoryNotFoundError) or "is not a local folder and is not a valid model identifier" in str(error):
             raise _unknown(name, _close_timm_names(name)) from error
         raise
