@@ -137,7 +137,6 @@ def _folder(tmp_path: Path, kind: str) -> Path:
     return folder
 
 
-@pytest.mark.xfail(strict=True, reason="finding (models/): from_pretrained(missing folder / a file) raises a plain FileNotFoundError, not MissingPathError; an empty folder, a folder with only config.json, a bad config.json or only weights let transformers' OSError escape")
 @FEW
 @given(kind=FOLDERS)
 def test_from_pretrained_bad_folder(tmp_path: Path, kind: str) -> None:

@@ -11,7 +11,7 @@ transformers' load report). Each raises an error naming the file, what is wrong 
 
 from __future__ import annotations
 
-from hf_contrast.errors import InputError
+from hf_contrast.errors import InputError, MissingPathError
 
 import json
 import os
@@ -22,10 +22,11 @@ import torch
 from torch import nn
 from transformers.utils import cached_file
 
+from hf_contrast.hub_ids import is_hub_repo_id
 from hf_contrast.models.configuration import ContrastiveEncoderConfig
 from hf_contrast.models.export import HUB_SUBFOLDER
 
-__all__ = ["check_source", "encoder_subfolder", "weights_location", "check_loaded_weights", "read_saved_json"]
+__all__ = ["check_local_save", "check_source", "encoder_subfolder", "weights_location", "check_loaded_weights", "read_saved_json"]
 
 _FIX_SAVE = "pass the folder that `save_pretrained` / `trainer.save_model` wrote (or a checkpoint-* folder)"
 
@@ -52,35 +53,101 @@ def read_saved_json(path: str | os.PathLike[str], filename: str, subfolder: str,
         return None, location
 
 
+_ARGUMENT = "pretrained_model_name_or_path"
+_WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin", "pytorch_model.bin.index.json")
+_FIX_BACKBONE = (
+    "a plain timm or transformers model folder is not a ContrastiveEncoder: start one on it with "
+    "`ContrastiveEncoder.from_backbone('<folder>')`"
+)
+
+
+def _listing(folder: str) -> str:
+    try:
+        names = sorted(os.listdir(folder))
+    except OSError:
+        return "an unreadable folder"
+    if not names:
+        return "nothing (an empty folder)"
+    shown = ", ".join(f"{name}/" if os.path.isdir(os.path.join(folder, name)) else name for name in names[:8])
+    return shown + (f" and {len(names) - 8} more" if len(names) > 8 else "")
+
+
 def check_source(path: str | os.PathLike[str]) -> None:
-    """Reject a local path that does not exist (instead of treating it as a malformed Hub id).
+    """Reject a ``pretrained_model_name_or_path`` that is a file, or neither a folder nor a Hub id.
 
     Raises:
-        FileNotFoundError: if ``path`` is not a folder and cannot be a Hub repository id.
+        InputTypeError: if ``path`` is not a string or ``os.PathLike``.
+        MissingPathError: if ``path`` is a file, or not a folder and cannot be a Hub repository id.
     """
-    from huggingface_hub.utils import HFValidationError, validate_repo_id
+    from hf_contrast.errors import InputTypeError
 
+    if not isinstance(path, (str, os.PathLike)) or not isinstance(os.fspath(path), str):
+        raise InputTypeError(
+            f"`{_ARGUMENT}` must be a folder path or a Hub repository id (a str or pathlib.Path), got "
+            f"{type(path).__name__} {path!r:.60}."
+        )
     text = os.fspath(path)
     if os.path.isdir(text):
         return
     if os.path.isfile(text):
-        raise FileNotFoundError(
-            f"`pretrained_model_name_or_path`={text!r} is a file; pass the folder that holds it ({_FIX_SAVE})."
+        raise MissingPathError(
+            f"`{_ARGUMENT}`={text!r} is a file, not a folder; pass the folder that holds the save ({_FIX_SAVE})."
+        )
+    if not is_hub_repo_id(text) or os.path.isabs(text) or text.startswith((".", "~")):
+        raise MissingPathError(
+            f"`{_ARGUMENT}`={text!r} is not a folder (no such directory; the working directory is "
+            f"{os.getcwd()!r}) nor a Hub repository id like 'user/name': check the path, or {_FIX_SAVE}."
+        )
+
+
+def check_local_save(path: str | os.PathLike[str], subfolder: str) -> None:
+    """Reject a local folder that is not a ContrastiveEncoder save, naming what it holds, before transformers reads it.
+
+    A save has ``config.json`` (of ``model_type`` ``"hf_contrast"``, valid JSON) and a weights file
+    (``model.safetensors``, ``pytorch_model.bin`` or their sharded index) in ``subfolder``
+    (``hf_contrast/`` for the save layout, ``""`` for an older flat save). A Hub id is not checked here.
+
+    Raises:
+        MissingPathError: if the config or the weights file is missing.
+        InputError: if the config is not valid JSON, or belongs to another model.
+    """
+    root = os.fspath(path)
+    if not os.path.isdir(root):
+        return
+    folder = os.path.join(root, subfolder) if subfolder else root
+    config_file = os.path.join(folder, "config.json")
+    if not os.path.isfile(config_file):
+        raise MissingPathError(
+            f"`{_ARGUMENT}`={root!r} is not a saved ContrastiveEncoder: {config_file} is missing (the folder holds "
+            f"{_listing(folder)}). {_FIX_SAVE[0].upper() + _FIX_SAVE[1:]}, written by `save_pretrained`; {_FIX_BACKBONE}."
         )
     try:
-        validate_repo_id(text)
-    except HFValidationError:
-        raise FileNotFoundError(
-            f"`pretrained_model_name_or_path`={text!r} is not a folder (no such directory; the working directory is "
-            f"{os.getcwd()!r}) nor a Hub repository id like 'user/name': check the path, or {_FIX_SAVE}."
+        with open(config_file, encoding="utf-8") as handle:
+            config = json.load(handle)
+    except (OSError, ValueError) as error:
+        raise InputError(
+            f"`{_ARGUMENT}`={root!r}: {config_file} is not valid JSON ({error}): the save is damaged (an interrupted "
+            "write or copy). Restore it from the original save, or save the model again with `save_pretrained`."
         ) from None
+    model_type = config.get("model_type") if isinstance(config, dict) else None
+    if model_type != ContrastiveEncoderConfig.model_type:
+        raise InputError(
+            f"`{_ARGUMENT}`={root!r}: {config_file} is the config of a {model_type or 'non-transformers'} model, not of "
+            f"a ContrastiveEncoder (model_type {ContrastiveEncoderConfig.model_type!r}); {_FIX_BACKBONE}, or {_FIX_SAVE}."
+        )
+    if not any(os.path.isfile(os.path.join(folder, name)) for name in _WEIGHT_FILES):
+        raise MissingPathError(
+            f"`{_ARGUMENT}`={root!r} has a ContrastiveEncoder config but no weights: none of {', '.join(_WEIGHT_FILES)} "
+            f"is in {folder} (it holds {_listing(folder)}). The save is incomplete (an interrupted `save_pretrained`?): "
+            f"{_FIX_SAVE}, or save the model again."
+        )
 
 
 def encoder_subfolder(path: str | os.PathLike[str], hub_kwargs: Mapping[str, Any]) -> str:
     """The subfolder holding the encoder's config: ``"hf_contrast"`` (the save layout) or ``""`` (a flat save).
 
     Raises:
-        OSError: if the root ``config.json`` belongs to another model (timm's or a text backbone's
+        MissingPathError: (an ``OSError``) if the root ``config.json`` belongs to another model (timm's or a text backbone's
             export) and ``hf_contrast/config.json`` is missing: the save is incomplete.
     """
     root = _lookup(path, "config.json", "", hub_kwargs)
@@ -97,9 +164,11 @@ def encoder_subfolder(path: str | os.PathLike[str], hub_kwargs: Mapping[str, Any
         return HUB_SUBFOLDER
     if root is not None:
         location = os.path.join(os.fspath(path), HUB_SUBFOLDER, "config.json")
-        raise OSError(
-            f"{location} is missing: {os.fspath(path)!r} holds a native {model_type or 'timm'} model at its root but not "
-            f"the hf_contrast encoder (its projection head and preprocessing). Restore the `{HUB_SUBFOLDER}/` folder "
+        raise MissingPathError(
+            f"{location} is missing: `{_ARGUMENT}`={os.fspath(path)!r} has a root config.json of "
+            f"{f'model_type {model_type!r}' if model_type else 'a timm model'} (a ContrastiveEncoder's is "
+            f"{ContrastiveEncoderConfig.model_type!r}) and no `{HUB_SUBFOLDER}/` encoder (its projection head and "
+            f"preprocessing); the folder holds {_listing(os.fspath(path))}. Restore the `{HUB_SUBFOLDER}/` folder "
             "from the original save, or load the root with timm / transformers, or start a new encoder on these "
             "backbone weights with `ContrastiveEncoder.from_backbone('local-dir:<folder>')` (timm) or "
             "`from_backbone('<folder>')` (text)."

@@ -42,7 +42,7 @@ from hf_contrast.models.configuration import ContrastiveEncoderConfig
 from hf_contrast.models.encode import encode as encode_inputs
 from hf_contrast.models.export import HUB_SUBFOLDER, export_native
 from hf_contrast.models.heads import ProjectionHead
-from hf_contrast.models.loading import check_loaded_weights, check_source, encoder_subfolder, read_saved_json, weights_location
+from hf_contrast.models.loading import check_loaded_weights, check_local_save, check_source, encoder_subfolder, read_saved_json, weights_location
 from hf_contrast.models.save_format import check_save_format
 from hf_contrast.models.instances import encoder_from_instance
 from hf_contrast.models.inputs import check_pixel_values, check_token_inputs, check_training_batch
@@ -593,8 +593,11 @@ class ContrastiveEncoder(PreTrainedModel):
         e.g. a new ``num_labels``) may be missing from the weights; the others must all be there.
 
         Raises:
-            FileNotFoundError: if ``pretrained_model_name_or_path`` is neither a folder nor a Hub id.
-            OSError: if ``hf_contrast/config.json`` is missing next to a native root model, or the
+            MissingPathError: (a ``FileNotFoundError``) if ``pretrained_model_name_or_path`` is a file, or
+                neither a folder nor a Hub id, or a local folder lacks the encoder's ``config.json`` or weights
+                (e.g. ``hf_contrast/config.json`` next to a native root model; the message lists what it holds).
+            InputError: if a local ``config.json`` is not valid JSON or belongs to another model.
+            OSError: if the
                 weights file is corrupted, truncated or empty (the file is named).
             ValueError: if backbone or projection-head tensors are missing from the weights, or a
                 saved tensor holds NaN/inf (see :mod:`hf_contrast.models.loading`), or a saved format
@@ -609,6 +612,7 @@ class ContrastiveEncoder(PreTrainedModel):
         check_source(pretrained_model_name_or_path)
         if not kwargs.get("subfolder"):
             kwargs["subfolder"] = encoder_subfolder(pretrained_model_name_or_path, hub_kwargs)
+        check_local_save(pretrained_model_name_or_path, kwargs["subfolder"])
         output_loading_info = kwargs.pop("output_loading_info", False)
         config_json, config_location = read_saved_json(pretrained_model_name_or_path, "config.json", kwargs["subfolder"], hub_kwargs)
         card_json, card_location = read_saved_json(pretrained_model_name_or_path, CARD_DATA_FILE, kwargs["subfolder"], hub_kwargs)
