@@ -252,3 +252,31 @@ def test_trainer_takes_a_sentence_transformer_instance(tmp_path) -> None:
     after = st.encode(SENTENCES)  # the instance itself was trained
     assert not np.allclose(after, before, atol=1e-4)
     assert _min_cosine(trainer.model.encode(SENTENCES), after) >= 0.9999
+
+
+def test_image_encode_checks_arrays_and_paths_at_the_door(tmp_path) -> None:
+    """Findings of the property suite: these let torch's RuntimeError / ValueError / ZeroDivisionError or an
+    unnamed BadImageError escape; each is now an InputError naming `inputs` / `inputs[i]` and what is accepted."""
+    from hf_contrast.errors import InputError, InputTypeError, MissingPathError
+
+    encoder = tiny_timm_encoder().eval()
+    grey, rgb = torch.rand(1, 8, 8), torch.rand(3, 8, 8)
+    # grey converts to RGB exactly as a 3-channel repeat; an (H, W) tensor is the same grey image
+    np.testing.assert_allclose(encoder.encode(grey), encoder.encode(grey.expand(3, -1, -1)), atol=1e-5)
+    np.testing.assert_allclose(encoder.encode(grey[0]), encoder.encode(grey), atol=1e-6)
+    np.testing.assert_allclose(encoder.encode(rgb.permute(1, 2, 0).numpy()), encoder.encode(rgb), atol=1e-5)
+    refused = [
+        (torch.rand(2, 4, 8, 8), InputError, r"`inputs\[0\]` has 4 channel\(s\) .* takes 3"),
+        (torch.rand(4), InputError, r"`inputs` is an array of shape \(4,\); an image encoder takes one image"),
+        (torch.tensor(1.0), InputError, r"`inputs` is an array of shape \(\)"),
+        (torch.rand(2, 3, 0, 8), InputError, r"`inputs\[0\]` has shape \(3, 0, 8\): an image of 0×8 pixels"),
+        (torch.randint(0, 5, (3, 8, 8)), InputTypeError, r"`inputs` is an image of dtype torch.int64"),
+        (np.random.rand(3, 8, 8), InputError, r"`inputs` has 8 channel.*transpose\(1, 2, 0\)"),
+        (["0.1"], MissingPathError, r"`inputs\[0\]`='0.1' does not exist"),
+    ]
+    for value, error, message in refused:
+        with pytest.raises(error, match=message):
+            encoder.encode(value)
+    (tmp_path / "not_an_image.png").write_text("text")
+    with pytest.raises(InputError, match=r"`inputs`: .*not_an_image.png"):
+        encoder.encode([str(tmp_path / "not_an_image.png")])
