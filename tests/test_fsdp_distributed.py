@@ -9,7 +9,9 @@ CARE and SupCon on a tiny ViT and SimCSE on a tiny BERT: each process holds abou
 logged losses and the updated parameters equal the DDP run and one process on the global batch (twice the CARE
 splits, so chunks keep their size), and the gathered full state dict written by ``save_pretrained`` (what the
 Trainer's ``FULL_STATE_DICT`` save does) loads in ``ContrastiveEncoder.from_pretrained``, timm,
-transformers' ``AutoModel`` and sentence-transformers, equal to the DDP save.
+transformers' ``AutoModel`` and sentence-transformers, equal to the DDP save. A sharded
+``torch.distributed.checkpoint`` of model and AdamW state, loaded in a new launch, resumes exactly like the
+uninterrupted run (one more pair of launches, ``engine_train.py --resume``).
 """
 
 from __future__ import annotations
@@ -146,7 +148,11 @@ def _dcp_on_cpu() -> str | None:
         return reason
     try:
         import torch.distributed.checkpoint as dcp
-        from torch.distributed.checkpoint.state_dict import get_state_dict, set_model_state_dict, set_state_dict  # noqa: F401
+        from torch.distributed.checkpoint.state_dict import (  # noqa: F401
+            get_state_dict,
+            set_model_state_dict,
+            set_state_dict,
+        )
     except ImportError as error:
         return f"this torch has no public distributed checkpoint state-dict API: {error}"
     if not (hasattr(dcp, "save") and hasattr(dcp, "load")):
@@ -161,7 +167,7 @@ def _launch(out_dir: Path, *args: str) -> None:
         str(SCRIPT), str(out_dir), "resume", *args,
     ]  # fmt: skip
     env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
-    done = subprocess.run(command, capture_output=True, text=True, timeout=300, env=env)
+    done = subprocess.run(command, check=False, capture_output=True, text=True, timeout=300, env=env)
     if done.returncode != 0:
         pytest.fail(f"torchrun {args} failed ({done.returncode}):\n{done.stdout[-3000:]}\n{done.stderr[-5000:]}")
 

@@ -194,7 +194,11 @@ def _resume_train(out_dir: Path, seed: int, steps: range, checkpoint: Path | Non
     """FSDP2 SimCLR with AdamW over ``steps`` (global step indices, for the rows); ``checkpoint``: load model
     (and the optimizer when ``load_optimizer``) from this sharded checkpoint first."""
     import torch.distributed.checkpoint as dcp
-    from torch.distributed.checkpoint.state_dict import get_state_dict, set_model_state_dict, set_state_dict
+    from torch.distributed.checkpoint.state_dict import (
+        get_state_dict,
+        set_model_state_dict,
+        set_state_dict,
+    )
 
     trainer = build("simclr", out_dir, LOCAL_BATCH, LOCAL_SPLITS)
     torch.manual_seed(seed)
