@@ -160,7 +160,7 @@ def _dcp_on_cpu() -> str | None:
     return None
 
 
-def _launch(out_dir: Path, *args: str) -> None:
+def _launch(out_dir: Path, *args: str, killed: bool = False) -> None:
     command = [
         sys.executable, "-m", "torch.distributed.run",
         "--nproc_per_node", str(WORLD_SIZE), "--master_addr", "127.0.0.1", "--master_port", str(free_port()),
@@ -168,19 +168,21 @@ def _launch(out_dir: Path, *args: str) -> None:
     ]  # fmt: skip
     env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
     done = subprocess.run(command, check=False, capture_output=True, text=True, timeout=300, env=env)
-    if done.returncode != 0:
+    if killed:  # the script kills its processes with SIGKILL after the checkpoint and one more step
+        assert done.returncode != 0 and "SIGKILL" in done.stderr, (done.returncode, done.stderr[-3000:])
+    elif done.returncode != 0:
         pytest.fail(f"torchrun {args} failed ({done.returncode}):\n{done.stdout[-3000:]}\n{done.stderr[-5000:]}")
 
 
 def test_fsdp_sharded_checkpoint_resumes_in_new_processes_like_the_uninterrupted_run(tmp_path: Path) -> None:
-    """FSDP2 + AdamW: a sharded ``torch.distributed.checkpoint`` of model and optimizer after step 2, the
-    processes ended, a new launch from a differently initialised model loads it and trains steps 3-4: the
+    """FSDP2 + AdamW: a sharded ``torch.distributed.checkpoint`` of model and optimizer after step 2, one
+    more step, the processes killed (SIGKILL), a new launch from a differently initialised model loads it and trains steps 3-4: the
     same losses and parameters as 4 uninterrupted steps. Loading the model without the optimizer state does not."""
     reason = _dcp_on_cpu()
     if reason:
         pytest.skip(reason)
     script = _script()
-    _launch(tmp_path, "--resume", "first")
+    _launch(tmp_path, "--resume", "first", killed=True)
     shards = sorted(p.name for p in (tmp_path / "resume" / "checkpoint").iterdir() if p.suffix == ".distcp")
     assert len(shards) == WORLD_SIZE, shards  # one file per process: a sharded save, not a gathered one
     _launch(tmp_path, "--resume", "resumed")

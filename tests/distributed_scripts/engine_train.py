@@ -19,7 +19,8 @@ Trainer runs (:func:`trainer_run`): rank 0 writes ``OUT_DIR/TAG/trainer.pt`` and
 Resume runs (:func:`resume_run`, ``engine_train.py OUT_DIR TAG --resume PHASE``): SimCLR on the ViT under FSDP2
 with AdamW for :data:`RESUME_STEPS` steps. ``PHASE`` ``first`` runs them uninterrupted (``OUT_DIR/TAG/full.pt``),
 then a fresh run of :data:`RESUME_AT` steps that writes a sharded ``torch.distributed.checkpoint`` of model and
-optimizer (each process its own shard) to ``OUT_DIR/TAG/checkpoint`` and ends the processes; ``resumed``, in a new
+optimizer (each process its own shard) to ``OUT_DIR/TAG/checkpoint``, trains one more step and kills every
+process (``SIGKILL``: the launch fails); ``resumed``, in a new
 launch, builds a differently initialised model, loads the checkpoint and runs the remaining steps
 (``OUT_DIR/TAG/resumed.pt``), then again loading the model only, with a fresh optimizer
 (``OUT_DIR/TAG/model_only.pt``): what a resume that drops the optimizer state gives.
@@ -27,6 +28,8 @@ launch, builds a differently initialised model, loads the checkpoint and runs th
 
 from __future__ import annotations
 
+import os
+import signal
 import sys
 from pathlib import Path
 from typing import Any
@@ -214,7 +217,14 @@ def _resume_train(out_dir: Path, seed: int, steps: range, checkpoint: Path | Non
             set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optimizer"])
         else:
             set_model_state_dict(model, state["model"])
-    losses = []
+    run = {"trainer": trainer, "model": model, "optimizer": optimizer, "losses": []}
+    _train_steps(run, steps)
+    return run
+
+
+def _train_steps(run: dict[str, Any], steps: range) -> None:
+    """AdamW steps of ``run`` (from :func:`_resume_train`) on the rows of global steps ``steps``; appends the losses."""
+    trainer, model, optimizer = run["trainer"], run["model"], run["optimizer"]
     for step in steps:
         batch = trainer.data_collator(rows("simclr", LOCAL_BATCH, distributed.rank(), step))
         loss = trainer.objective(model, batch, trainer.views)["loss"]
@@ -223,8 +233,7 @@ def _resume_train(out_dir: Path, seed: int, steps: range, checkpoint: Path | Non
         optimizer.zero_grad()
         total = loss.detach().clone()
         torch.distributed.all_reduce(total)
-        losses.append(total.item() / distributed.world_size())
-    return {"model": model, "optimizer": optimizer, "losses": losses}
+        run["losses"].append(total.item() / distributed.world_size())
 
 
 def resume_run(out_dir: Path, phase: str) -> None:
@@ -248,6 +257,10 @@ def resume_run(out_dir: Path, phase: str) -> None:
         state = _full_state_dict(result["model"])
         if distributed.rank() == 0:
             torch.save({"parameters": state, "losses": result["losses"], "held_numel": local_numel(result["model"])}, out_dir / f"{name}.pt")
+    if phase == "first":  # one more step past the checkpoint, never saved, then every process is killed (SIGKILL)
+        _train_steps(runs["first"], range(RESUME_AT, RESUME_AT + 1))
+        torch.distributed.barrier()
+        os.kill(os.getpid(), signal.SIGKILL)
     close_process_group()
 
 
