@@ -9,7 +9,9 @@ CARE and SupCon on a tiny ViT and SimCSE on a tiny BERT: each process holds abou
 logged losses and the updated parameters equal the DDP run and one process on the global batch (twice the CARE
 splits, so chunks keep their size), and the gathered full state dict written by ``save_pretrained`` (what the
 Trainer's ``FULL_STATE_DICT`` save does) loads in ``ContrastiveEncoder.from_pretrained``, timm,
-transformers' ``AutoModel`` and sentence-transformers, equal to the DDP save.
+transformers' ``AutoModel`` and sentence-transformers, equal to the DDP save. A sharded
+``torch.distributed.checkpoint`` of model and AdamW state, loaded in a new launch, resumes exactly like the
+uninterrupted run (one more pair of launches, ``engine_train.py --resume``).
 """
 
 from __future__ import annotations
@@ -137,3 +139,65 @@ def test_fsdp_save_of_a_text_encoder_loads_in_transformers_and_sentence_transfor
         for folder in (fsdp_dir, ddp_dir)
     ]
     torch.testing.assert_close(embeddings[0], embeddings[1], atol=1e-5, rtol=1e-5)
+
+
+def _dcp_on_cpu() -> str | None:
+    """Why this torch cannot save and load a sharded FSDP2 checkpoint, or ``None``."""
+    reason = _fsdp2_on_cpu()
+    if reason:
+        return reason
+    try:
+        import torch.distributed.checkpoint as dcp
+        from torch.distributed.checkpoint.state_dict import (  # noqa: F401
+            get_state_dict,
+            set_model_state_dict,
+            set_state_dict,
+        )
+    except ImportError as error:
+        return f"this torch has no public distributed checkpoint state-dict API: {error}"
+    if not (hasattr(dcp, "save") and hasattr(dcp, "load")):
+        return "this torch has no torch.distributed.checkpoint.save/load"
+    return None
+
+
+def _launch(out_dir: Path, *args: str, killed: bool = False) -> None:
+    command = [
+        sys.executable, "-m", "torch.distributed.run",
+        "--nproc_per_node", str(WORLD_SIZE), "--master_addr", "127.0.0.1", "--master_port", str(free_port()),
+        str(SCRIPT), str(out_dir), "resume", *args,
+    ]  # fmt: skip
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
+    done = subprocess.run(command, check=False, capture_output=True, text=True, timeout=300, env=env)
+    if killed:  # the script kills its processes with SIGKILL after the checkpoint and one more step
+        assert done.returncode != 0 and "SIGKILL" in done.stderr, (done.returncode, done.stderr[-3000:])
+    elif done.returncode != 0:
+        pytest.fail(f"torchrun {args} failed ({done.returncode}):\n{done.stdout[-3000:]}\n{done.stderr[-5000:]}")
+
+
+def test_fsdp_sharded_checkpoint_resumes_in_new_processes_like_the_uninterrupted_run(tmp_path: Path) -> None:
+    """FSDP2 + AdamW: a sharded ``torch.distributed.checkpoint`` of model and optimizer after step 2, one
+    more step, the processes killed (SIGKILL), a new launch from a differently initialised model loads it and trains steps 3-4: the
+    same losses and parameters as 4 uninterrupted steps. Loading the model without the optimizer state does not."""
+    reason = _dcp_on_cpu()
+    if reason:
+        pytest.skip(reason)
+    script = _script()
+    _launch(tmp_path, "--resume", "first", killed=True)
+    shards = sorted(p.name for p in (tmp_path / "resume" / "checkpoint").iterdir() if p.suffix == ".distcp")
+    assert len(shards) == WORLD_SIZE, shards  # one file per process: a sharded save, not a gathered one
+    _launch(tmp_path, "--resume", "resumed")
+    load = {name: torch.load(tmp_path / "resume" / f"{name}.pt", weights_only=False) for name in ("full", "first", "resumed", "model_only")}
+    full, first, resumed, model_only = (load[n] for n in ("full", "first", "resumed", "model_only"))
+    total = sum(v.numel() for v in full["parameters"].values())
+    assert full["held_numel"] <= 0.6 * total  # it was sharded
+    assert first["losses"] == full["losses"][: script.RESUME_AT]
+    assert resumed["losses"] == pytest.approx(full["losses"][script.RESUME_AT :], rel=1e-6, abs=1e-7)
+    assert sorted(resumed["parameters"]) == sorted(full["parameters"])
+    moved = 0.0
+    for name, value in full["parameters"].items():
+        torch.testing.assert_close(resumed["parameters"][name], value, atol=1e-6, rtol=0, msg=name)
+        moved = max(moved, (value - first["parameters"][name]).abs().max().item())
+    assert moved > 1e-3  # the resumed steps trained
+    # without the optimizer state (Adam's moments and step count) the resume is a different run
+    gap = max((model_only["parameters"][n] - v).abs().max().item() for n, v in full["parameters"].items())
+    assert gap > 1e-3, gap

@@ -15,10 +15,21 @@ rank's count of parameter elements it holds) and the gathered state dict in the 
 reference on the global batch (``2b`` rows, twice the CARE splits so chunks keep their size).
 
 Trainer runs (:func:`trainer_run`): rank 0 writes ``OUT_DIR/TAG/trainer.pt`` and the model to ``OUT_DIR/TAG/model``.
+
+Resume runs (:func:`resume_run`, ``engine_train.py OUT_DIR TAG --resume PHASE``): SimCLR on the ViT under FSDP2
+with AdamW for :data:`RESUME_STEPS` steps. ``PHASE`` ``first`` runs them uninterrupted (``OUT_DIR/TAG/full.pt``),
+then a fresh run of :data:`RESUME_AT` steps that writes a sharded ``torch.distributed.checkpoint`` of model and
+optimizer (each process its own shard) to ``OUT_DIR/TAG/checkpoint``, trains one more step and kills every
+process (``SIGKILL``: the launch fails); ``resumed``, in a new
+launch, builds a differently initialised model, loads the checkpoint and runs the remaining steps
+(``OUT_DIR/TAG/resumed.pt``), then again loading the model only, with a fresh optimizer
+(``OUT_DIR/TAG/model_only.pt``): what a resume that drops the optimizer state gives.
 """
 
 from __future__ import annotations
 
+import os
+import signal
 import sys
 from pathlib import Path
 from typing import Any
@@ -178,10 +189,87 @@ def trainer_run(out_dir: Path) -> None:
     trainer.accelerator.end_training()
 
 
+RESUME_STEPS = 4
+RESUME_AT = 2
+
+
+def _resume_train(out_dir: Path, seed: int, steps: range, checkpoint: Path | None, load_optimizer: bool) -> dict[str, Any]:
+    """FSDP2 SimCLR with AdamW over ``steps`` (global step indices, for the rows); ``checkpoint``: load model
+    (and the optimizer when ``load_optimizer``) from this sharded checkpoint first."""
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import (
+        get_state_dict,
+        set_model_state_dict,
+        set_state_dict,
+    )
+
+    trainer = build("simclr", out_dir, LOCAL_BATCH, LOCAL_SPLITS)
+    torch.manual_seed(seed)
+    for parameter in trainer.model.parameters():  # a start that differs from the checkpoint's run unless loaded
+        parameter.data.add_(0.01 * seed * torch.randn_like(parameter))
+    model = _shard(trainer.model)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=0.01, weight_decay=0.01)
+    if checkpoint is not None:
+        model_state, optimizer_state = get_state_dict(model, optimizer)  # this process's shards
+        state = {"model": model_state, "optimizer": optimizer_state} if load_optimizer else {"model": model_state}
+        dcp.load(state, checkpoint_id=str(checkpoint))  # in place, each process reads its own shards
+        if load_optimizer:
+            set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optimizer"])
+        else:
+            set_model_state_dict(model, state["model"])
+    run = {"trainer": trainer, "model": model, "optimizer": optimizer, "losses": []}
+    _train_steps(run, steps)
+    return run
+
+
+def _train_steps(run: dict[str, Any], steps: range) -> None:
+    """AdamW steps of ``run`` (from :func:`_resume_train`) on the rows of global steps ``steps``; appends the losses."""
+    trainer, model, optimizer = run["trainer"], run["model"], run["optimizer"]
+    for step in steps:
+        batch = trainer.data_collator(rows("simclr", LOCAL_BATCH, distributed.rank(), step))
+        loss = trainer.objective(model, batch, trainer.views)["loss"]
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+        total = loss.detach().clone()
+        torch.distributed.all_reduce(total)
+        run["losses"].append(total.item() / distributed.world_size())
+
+
+def resume_run(out_dir: Path, phase: str) -> None:
+    """See the module docstring (``--resume first`` / ``--resume resumed``)."""
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import get_state_dict
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    checkpoint = out_dir / "checkpoint"
+    runs: dict[str, dict[str, Any]] = {}
+    if phase == "first":
+        runs["full"] = _resume_train(out_dir, 0, range(RESUME_STEPS), None, True)
+        first = _resume_train(out_dir, 0, range(RESUME_AT), None, True)
+        model_state, optimizer_state = get_state_dict(first["model"], first["optimizer"])
+        dcp.save({"model": model_state, "optimizer": optimizer_state}, checkpoint_id=str(checkpoint))
+        runs["first"] = first
+    else:  # a new launch: nothing of the first one is left but the checkpoint
+        runs["resumed"] = _resume_train(out_dir, 1, range(RESUME_AT, RESUME_STEPS), checkpoint, True)
+        runs["model_only"] = _resume_train(out_dir, 1, range(RESUME_AT, RESUME_STEPS), checkpoint, False)
+    for name, result in runs.items():
+        state = _full_state_dict(result["model"])
+        if distributed.rank() == 0:
+            torch.save({"parameters": state, "losses": result["losses"], "held_numel": local_numel(result["model"])}, out_dir / f"{name}.pt")
+    if phase == "first":  # one more step past the checkpoint, never saved, then every process is killed (SIGKILL)
+        _train_steps(runs["first"], range(RESUME_AT, RESUME_AT + 1))
+        torch.distributed.barrier()
+        os.kill(os.getpid(), signal.SIGKILL)
+    close_process_group()
+
+
 def main() -> None:
     out_dir = Path(sys.argv[1]) / sys.argv[2]
     if sys.argv[3:4] == ["--trainer"]:
         return trainer_run(out_dir)
+    if sys.argv[3:4] == ["--resume"]:
+        return resume_run(out_dir, sys.argv[4])
     else:
         for engine in ("ddp", "fsdp"):
             for method in sys.argv[3:] or METHODS:
