@@ -240,7 +240,8 @@ def main() -> None:
     metrics["eval_samples"] = len(eval_dataset)
     metrics["eval_sts_pairs"] = len(sts_pairs)
     metrics["eval_sts_spearman_before_training"] = spearman_before
-    metrics["eval_best_step"] = trainer.state.best_global_step
+    if trainer.state.best_global_step is not None:  # None without evaluations during training (`--eval_strategy no`)
+        metrics["eval_best_step"] = trainer.state.best_global_step
     model = trainer.accelerator.unwrap_model(trainer.model)
     # Each sampled edit (delete / insert / mask at one relative position) hits every sentence.
     sentences = list(eval_dataset[training_args.text_column][:256])

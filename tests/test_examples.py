@@ -518,7 +518,9 @@ def test_run_bert_supervised_pairs_from_a_local_file_with_sts_checkpoint_selecti
 
 @pytest.mark.slow
 @pytest.mark.parametrize(
-    "method", [["--method", "care", "--n_splits", "2"], ["--method", "align_uniform", "--task_head"]], ids=["care", "equibert"]
+    "method",
+    [["--method", "care", "--n_splits", "2"], ["--method", "align_uniform", "--task_head", "--eval_strategy", "no"]],
+    ids=["care", "equibert-no-evaluation-during-training"],
 )
 def test_run_bert_on_the_shipped_sentences(method: list[str], tiny_bert_dir: Path, tmp_path: Path) -> None:
     output_dir = tmp_path / "bert"
@@ -526,6 +528,7 @@ def test_run_bert_on_the_shipped_sentences(method: list[str], tiny_bert_dir: Pat
     results = check_output(output_dir, ("eval_sts_spearman", "eval_knn_accuracy", "eval_equivariance_wahba_error"), ("embeddings.png",))
     assert -1.0 <= results["eval_sts_spearman"] <= 1.0
     assert "STS on all 60 pairs" in stdout
+    assert ("eval_best_step" in results) == ("--eval_strategy" not in method)  # no best step without evaluations
 
 
 # ---- offline errors (in-process: nothing to train) -----------------------------------------------
