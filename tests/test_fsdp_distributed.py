@@ -44,6 +44,11 @@ def _fsdp2_on_cpu() -> str | None:
         from torch.distributed.fsdp import fully_shard  # noqa: F401
     except ImportError as error:
         return f"this torch has no public FSDP2 (torch.distributed.fsdp.fully_shard): {error}"
+    if not hasattr(torch.cpu.Stream, "record_event"):  # fully_shard records an event on its all-gather stream
+        return (
+            f"torch {torch.__version__}'s fully_shard cannot run on CPU processes: its all-gather calls "
+            "Stream.record_event, which torch.cpu.Stream lacks here (AttributeError; torch 2.6 fails, 2.14 runs)"
+        )
     return None
 
 

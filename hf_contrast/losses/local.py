@@ -55,6 +55,10 @@ __all__ = [
     "pair_difference",
 ]
 
+#: The largest classifier width or class count LOCALLoss builds (a bigger one cannot be allocated: 2**20 × 2**20 floats
+#: are 4 TiB), so a typo fails with a named argument instead of inside torch's allocator.
+MAX_WIDTH = 2**20
+
 _CONTRASTIVE = {"ocl": ocl_loss, "supcon": supcon_loss}
 
 
@@ -207,6 +211,7 @@ def _local_terms(
     check_same_shape("projections_pre", projections_pre, "projections_post", projections_post)
     n = projections_pre.shape[0]
     check_labels(labels, n)
+    labels = labels.long()  # int32 labels: cross-entropy takes int64 (torch < 2.7 refuses Int)
     check_embeddings("logits", logits, shape_doc="(B, K)")
     if logits.shape[0] != n:
         raise InputError(f"`logits` must have {n} rows (one per pair), got shape {tuple(logits.shape)}.")
@@ -315,12 +320,12 @@ def _optional_size(name: str, size: object) -> object:
 class LOCALHyperparameters(Hyperparameters):
     """:class:`LOCALLoss`'s hyperparameters, declared once (see :mod:`.hyperparameters`)."""
 
-    embedding_dim: int = hyperparameter(MISSING, partial(check_int, minimum=1))
-    num_classes: int = hyperparameter(MISSING, partial(check_int, minimum=2))
+    embedding_dim: int = hyperparameter(MISSING, partial(check_int, minimum=1, maximum=MAX_WIDTH))
+    num_classes: int = hyperparameter(MISSING, partial(check_int, minimum=2, maximum=MAX_WIDTH))
     beta: float = hyperparameter(1.0, check_non_negative)
     temperature: float = hyperparameter(0.1, check_temperature)
     contrastive: str = hyperparameter("ocl", partial(check_choice, choices=_CONTRASTIVE))
-    classifier_hidden_dim: int | None = hyperparameter(None, partial(check_int, minimum=1, allow_none=True))
+    classifier_hidden_dim: int | None = hyperparameter(None, partial(check_int, minimum=1, maximum=MAX_WIDTH, allow_none=True))
     latent_size: int | tuple[int, int] | None = hyperparameter(None, _optional_size)
 
 

@@ -178,6 +178,12 @@ def encode(
     if not batch:
         raise InputError("`inputs` is empty: there is nothing to encode.")
     if device is not None:
+        try:
+            device = torch.device(device)
+        except (TypeError, RuntimeError, ValueError) as error:
+            raise InputTypeError(
+                f"`device`={device!r} is not a device ({error}); pass e.g. 'cpu', 'cuda', 'cuda:1' or a torch.device."
+            ) from None
         encoder.to(device)
     progress = _default_progress_bar() if show_progress_bar is None else bool(show_progress_bar)
     try:

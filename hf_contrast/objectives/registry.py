@@ -11,7 +11,7 @@ resolve here; adding a method is one file with a class decorated by :func:`regis
 
 from __future__ import annotations
 
-from hf_contrast.errors import InputError
+from hf_contrast.errors import InputError, InputTypeError
 
 from collections.abc import Callable
 from typing import Any, TypeVar
@@ -52,6 +52,11 @@ def get_objective(name: str) -> type[Objective]:
     Raises:
         ValueError: naming the known methods, if ``name`` is not registered.
     """
+    if not isinstance(name, str):
+        raise InputTypeError(
+            f"`name` must be a method name (str), got {name!r} of type {type(name).__name__}; registered objectives: "
+            f"{', '.join(available_objectives())}."
+        )
     if name not in _REGISTRY:
         raise InputError(f"Unknown method {name!r}; registered objectives: {', '.join(available_objectives())}.")
     return _REGISTRY[name]
