@@ -321,10 +321,9 @@ class ContrastiveTrainer(CheckpointingMixin, HubPublishingMixin, Trainer):
         self._skipped_images["train"] = self._dropped_rows["train"] = None
         with progress_bars_disabled(self.args.disable_tqdm):
             output = super().train(*args, **kwargs)
-        skipped = self._reported_skipped_images("train", "training")
+        skipped, dropped = self._reported_left_out_rows("train", "training")
         if skipped:
             output.metrics["train_skipped_images"] = skipped
-        dropped = self._reported_dropped_rows("train", "training")
         if dropped:
             output.metrics["train_dropped_rows"] = dropped
         if self.skipped_steps > self._train_call_start[1] and "train_loss" in output.metrics:
@@ -666,10 +665,9 @@ class ContrastiveTrainer(CheckpointingMixin, HubPublishingMixin, Trainer):
         self._skipped_images["eval"] = self._dropped_rows["eval"] = None
         output = super().evaluation_loop(dataloader, description, *args, **kwargs)
         prefix = kwargs.get("metric_key_prefix", args[2] if len(args) > 2 else "eval")
-        skipped = self._reported_skipped_images("eval", f"{description.lower()} ({prefix})")
+        skipped, dropped = self._reported_left_out_rows("eval", f"{description.lower()} ({prefix})")
         if skipped:
             output.metrics[f"{prefix}_skipped_images"] = skipped
-        dropped = self._reported_dropped_rows("eval", f"{description.lower()} ({prefix})")
         if dropped:
             output.metrics[f"{prefix}_dropped_rows"] = dropped
         if self.evaluator is not None and description == "Evaluation":
@@ -722,34 +720,28 @@ class ContrastiveTrainer(CheckpointingMixin, HubPublishingMixin, Trainer):
                 count = counts.get(stage)
                 counts[stage] = value if count is None else count + value.to(count.device)
 
-    def _reported_dropped_rows(self, stage: str, what: str) -> int:
-        """The ``stage`` count of ``dropped_rows`` summed over the processes, with a warning when it is not zero."""
-        total = self._summed_count(self._dropped_rows, stage)
-        if total:
-            logger.warning(
-                "%d readable row(s) were left out of the %s batches that lost bad images, to keep the objective's "
-                "chunks or class groups whole (on_bad_image='skip'; reported as `dropped_rows`).", total, what,
-            )  # fmt: skip
-        return total
-
-    def _summed_count(self, counts: dict[str, Tensor | None], stage: str) -> int:
-        """``counts[stage]`` summed over the processes (every process calls this: one all-reduce)."""
-        count = counts.get(stage)
-        local = torch.zeros((), dtype=torch.long, device=self.args.device)
-        if count is not None:
-            local = local + count.to(local.device)
-        return int(self.accelerator.reduce(local, reduction="sum")) if self.args.world_size > 1 else int(local)
-
-    def _reported_skipped_images(self, stage: str, what: str) -> int:
-        """The ``stage`` count summed over the processes (every process calls this: one all-reduce), with a
-        warning when it is not zero."""
-        total = self._summed_count(self._skipped_images, stage)
-        if total:
+    def _reported_left_out_rows(self, stage: str, what: str) -> tuple[int, int]:
+        """The ``stage`` counts of ``skipped_images`` and ``dropped_rows`` summed over the processes (every process
+        calls this: one all-reduce for both), each with a warning when it is not zero."""
+        local = torch.zeros(2, dtype=torch.long, device=self.args.device)
+        for i, counts in enumerate((self._skipped_images, self._dropped_rows)):
+            count = counts.get(stage)
+            if count is not None:
+                local[i] += count.to(local.device)
+        if self.args.world_size > 1:
+            local = self.accelerator.reduce(local, reduction="sum")
+        skipped, dropped = (int(v) for v in local.tolist())
+        if skipped:
             logger.warning(
                 "%d unreadable image row(s) were left out of the %s batches (on_bad_image='skip'); the warnings "
-                "above name their files.", total, what,
+                "above name their files.", skipped, what,
             )  # fmt: skip
-        return total
+        if dropped:
+            logger.warning(
+                "%d readable row(s) were left out of the %s batches that lost bad images, to keep the objective's "
+                "chunks or class groups whole (on_bad_image='skip'; reported as `dropped_rows`).", dropped, what,
+            )  # fmt: skip
+        return skipped, dropped
 
     # ---- checkpoints (written by CheckpointingMixin) -------------------------------------------------
 
