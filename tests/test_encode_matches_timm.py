@@ -16,7 +16,7 @@ from PIL import Image
 
 from hf_contrast.views import eval_transform_from_data_config
 from hf_contrast.views.decode import convert_image_mode
-from tests._tiny import tiny_timm_encoder
+from _tiny import tiny_timm_encoder
 
 #: float32 rounding of the same arithmetic (uint8 / 255, then normalise) in two orders.
 TOLERANCE = 2e-6

@@ -15,7 +15,7 @@ from transformers import BertModel
 
 from hf_contrast.errors import InputError, InputTypeError
 from hf_contrast.models import ContrastiveEncoder
-from tests._tiny import TIMM_TEST_BACKBONE, tiny_bert_config, tiny_tokenizer
+from _tiny import TIMM_TEST_BACKBONE, tiny_bert_config, tiny_tokenizer
 
 
 @pytest.mark.parametrize("name", [TIMM_TEST_BACKBONE, "test_vit"])

@@ -11,7 +11,7 @@ from transformers import BertModel
 from hf_contrast.model_card import generate_model_card, get_model_card_data
 from hf_contrast.models import ContrastiveEncoder
 from hf_contrast.provenance import backbone_provenance
-from tests._tiny import tiny_bert_config, tiny_timm_encoder, tiny_tokenizer
+from _tiny import tiny_bert_config, tiny_timm_encoder, tiny_tokenizer
 
 _CARD = """---
 language: de

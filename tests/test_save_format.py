@@ -15,7 +15,7 @@ from hf_contrast.models import (
     ContrastiveEncoder,
     NewerSaveFormatWarning,
 )
-from tests._tiny import tiny_timm_encoder
+from _tiny import tiny_timm_encoder
 
 
 @pytest.fixture(scope="module")
