@@ -159,7 +159,12 @@ def main() -> None:
     base = ContrastiveEncoder.from_backbone(args.backbone, pretrained=False, projection_dim=PROJECTION_DIM)
     n_params = sum(p.numel() for p in base.parameters())
 
-    result: dict[str, Any] = {"batch_size": args.batch_size, "steps": args.steps, "warmup": args.warmup, "trainers": {}}
+    result: dict[str, Any] = {
+        "batch_size": args.batch_size,
+        "steps": args.steps,
+        "warmup": args.warmup,
+        "trainers": {},
+    }
     with tempfile.TemporaryDirectory(prefix="bench_gather_") as tmp:
         for name in METHODS:
             start = time.perf_counter()
@@ -172,6 +177,7 @@ def main() -> None:
     b2 = 2 * args.batch_size  # two views per sample
     z = torch.randn(b2, PROJECTION_DIM, requires_grad=True)
     labels = torch.randint(0, 10, (b2,))
+
     def gather_forward() -> None:
         with torch.no_grad():
             distributed.gather(z)
@@ -185,7 +191,11 @@ def main() -> None:
         ("`gather(z)` forward (row counts + all_gather)", f"({b2}, {PROJECTION_DIM}) float32", gather_forward),
         ("`gather(z)` forward + backward (+ all_reduce)", f"({b2}, {PROJECTION_DIM}) float32", gather_both),
         ("`gather(labels)`", f"({b2},) int64", lambda: distributed.gather(labels)),
-        ("all_reduce, model-gradient size (DDP, every step)", f"({n_params},) float32", lambda: dist.all_reduce(grads)),
+        (
+            "all_reduce, model-gradient size (DDP, every step)",
+            f"({n_params},) float32",
+            lambda: dist.all_reduce(grads),
+        ),
         ("all_reduce, 1 float (latency)", "(1,) float32", lambda: dist.all_reduce(one)),
     ]
     result["comm_repeats"] = args.comm_repeats

@@ -47,7 +47,9 @@ def text_model() -> tuple[ContrastiveEncoder, Any]:
     tokenizer = BertTokenizerFast(vocab_file=path)
     config = BertConfig(vocab_size=len(vocab), hidden_size=256, num_hidden_layers=4, num_attention_heads=4,
                         intermediate_size=1024, max_position_embeddings=128)  # fmt: skip
-    return ContrastiveEncoder.from_text_config(config, tokenizer=tokenizer, projection_dim=128, projection_norm=None), tokenizer
+    return ContrastiveEncoder.from_text_config(
+        config, tokenizer=tokenizer, projection_dim=128, projection_norm=None
+    ), tokenizer
 
 
 def image_batch(n: int, device: torch.device, care: bool) -> dict[str, torch.Tensor]:
@@ -73,7 +75,9 @@ def _status_kib(field: str) -> int:
     raise RuntimeError(f"{field} not in /proc/self/status")
 
 
-def step(trainer: ContrastiveTrainer, batch: dict[str, torch.Tensor], repeats: int, device: torch.device) -> dict[str, Any]:
+def step(
+    trainer: ContrastiveTrainer, batch: dict[str, torch.Tensor], repeats: int, device: torch.device
+) -> dict[str, Any]:
     model = trainer.model
     trainer.current_gradient_accumulation_steps = 1
     times, peak = [], None
@@ -114,7 +118,9 @@ def run_case(name: str, batch_size: int, cache: int | None, repeats: int, device
     if name.startswith("bert"):
         model, tokenizer = text_model()
         data = [{"text": "w1 w2"}] * 8  # not read: the step gets a fixed batch
-        trainer = ContrastiveTrainer(model=model, args=args, train_dataset=data, objective="simclr", processing_class=tokenizer)
+        trainer = ContrastiveTrainer(
+            model=model, args=args, train_dataset=data, objective="simclr", processing_class=tokenizer
+        )
         batch = text_batch(batch_size, device)
     else:
         care = name.endswith("care")
@@ -137,7 +143,11 @@ def main() -> None:
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     if options.case:
         name, batch_size, cache = options.case.split(",")
-        print(json.dumps(run_case(name, int(batch_size), None if cache == "none" else int(cache), options.repeats, device)))
+        print(
+            json.dumps(
+                run_case(name, int(batch_size), None if cache == "none" else int(cache), options.repeats, device)
+            )
+        )
         return
     print(f"device: {torch.cuda.get_device_name() if device.type == 'cuda' else f'cpu ({torch.get_num_threads()} threads)'}; "
           f"mini-batch {options.mini_batch}")  # fmt: skip
@@ -160,7 +170,9 @@ def main() -> None:
             ratio = cached["time_s"] / direct["time_s"] if direct["time_s"] and cached["time_s"] else None
             memory = (
                 cached["peak_mib"] / direct["peak_mib"]
-                if isinstance(cached["peak_mib"], float) and isinstance(direct["peak_mib"], float) and direct["peak_mib"]
+                if isinstance(cached["peak_mib"], float)
+                and isinstance(direct["peak_mib"], float)
+                and direct["peak_mib"]
                 else None
             )
             row = {"model": name, "batch": batch_size, "direct": direct, "cached": cached, "time_ratio": ratio,

@@ -210,7 +210,10 @@ def measure_memory(jobs: list[tuple[str, int]], device: torch.device) -> dict[tu
     env = dict(os.environ, MALLOC_MMAP_THRESHOLD_="65536", BENCH_DEVICE=str(device))
     proc = subprocess.run(
         [sys.executable, os.path.abspath(__file__), "--memory-worker", "--threads", str(torch.get_num_threads())],
-        input=json.dumps(jobs), capture_output=True, text=True, env=env,
+        input=json.dumps(jobs),
+        capture_output=True,
+        text=True,
+        env=env,
     )
     if proc.returncode != 0:
         raise RuntimeError(f"the memory worker failed:\n{proc.stderr[-3000:]}")
@@ -246,7 +249,10 @@ def main() -> None:
     parser.add_argument("--shifted-batch-sizes", type=int, nargs="+", default=[256, 1024, 4096, 8192, 16384])
     parser.add_argument("--simo-sizes", type=int, nargs="+", default=[256, 1024])
     parser.add_argument(
-        "--repeats", type=int, default=None, help="timed runs per case, default 7 (3 with --quick); halved, min 3, for B >= 4096"
+        "--repeats",
+        type=int,
+        default=None,
+        help="timed runs per case, default 7 (3 with --quick); halved, min 3, for B >= 4096",
     )
     parser.add_argument("--quick", action="store_true", help="B in {256, 1024}, shifted up to 4096, 3 repeats")
     parser.add_argument("--no-memory", action="store_true", help="skip the peak-memory worker")
@@ -270,8 +276,20 @@ def main() -> None:
 
     # ---- timings ----------------------------------------------------------------------------
     t: dict[tuple[str, int], float] = {}
-    main_group = ["info_nce", "lightly NTXentLoss", "supcon", "ocl", "PML SupConLoss", "care_equivariance",
-                  "afcl", "align_uniform", "spectral", "vicreg", "binary_nce all", "binary_nce shifted"]
+    main_group = [
+        "info_nce",
+        "lightly NTXentLoss",
+        "supcon",
+        "ocl",
+        "PML SupConLoss",
+        "care_equivariance",
+        "afcl",
+        "align_uniform",
+        "spectral",
+        "vicreg",
+        "binary_nce all",
+        "binary_nce shifted",
+    ]
     for b in args.batch_sizes:
         print(f"timing B={b} ...", file=sys.stderr, flush=True)
         inputs = make_inputs(b, device)
@@ -367,12 +385,15 @@ def main() -> None:
         "",
         "### Binary NCE scaling in B (ms / peak MiB)",
         "",
-        "| negatives | " + " | ".join(f"B={b}" for b in sizes)
+        "| negatives | "
+        + " | ".join(f"B={b}" for b in sizes)
         + " | time slope (two largest B) | memory slope | target | status |",
         "|---|" + "---:|" * len(sizes) + "---:|---:|---|---|",
-        "| shifted | " + " | ".join(cell("binary_nce shifted", b) for b in sizes)
+        "| shifted | "
+        + " | ".join(cell("binary_nce shifted", b) for b in sizes)
         + f" | {slopes('binary_nce shifted')} | linear (time slope ≤ 1.2) | {'–' if shifted_slope is None else _status(shifted_slope <= 1.2)} |",
-        "| all | " + " | ".join(cell("binary_nce all", b) for b in sizes)
+        "| all | "
+        + " | ".join(cell("binary_nce all", b) for b in sizes)
         + f" | {slopes('binary_nce all')} | (quadratic, for contrast) | |",
     ]
     report = "\n".join(lines)

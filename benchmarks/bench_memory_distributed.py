@@ -78,7 +78,11 @@ def build(model_name: str, img_size: int) -> torch.nn.Module:
 
         return ContrastiveEncoder.from_text_config(BertConfig(), projection_dim=128, projection_norm=None)
     return ContrastiveEncoder.from_backbone(
-        "vit_base_patch16_224", pretrained=False, projection_dim=128, projection_norm=None, backbone_kwargs={"img_size": img_size}
+        "vit_base_patch16_224",
+        pretrained=False,
+        projection_dim=128,
+        projection_norm=None,
+        backbone_kwargs={"img_size": img_size},
     )
 
 
@@ -128,7 +132,10 @@ def worker(args: argparse.Namespace) -> None:
             z1, z2 = model(**inputs).projections, model(**inputs).projections
         else:  # two views: two noisy copies
             noise = torch.randn_like(inputs["pixel_values"])
-            z1, z2 = model(pixel_values=inputs["pixel_values"]).projections, model(pixel_values=inputs["pixel_values"] + 0.1 * noise).projections
+            z1, z2 = (
+                model(pixel_values=inputs["pixel_values"]).projections,
+                model(pixel_values=inputs["pixel_values"] + 0.1 * noise).projections,
+            )
         loss = info_nce_loss(z1, z2, gather_distributed=True)
         loss.backward()
         grad_bytes = sum(_local_bytes(p.grad) for p in model.parameters() if p.grad is not None)
@@ -144,7 +151,9 @@ def worker(args: argparse.Namespace) -> None:
         "n_params": n_params,
         "param_bytes": sum(_local_bytes(p) for p in model.parameters()),
         "grad_bytes": grad_bytes,
-        "optimizer_bytes": sum(_local_bytes(v) for s in optimizer.state.values() for v in s.values() if torch.is_tensor(v)),
+        "optimizer_bytes": sum(
+            _local_bytes(v) for s in optimizer.state.values() for v in s.values() if torch.is_tensor(v)
+        ),
         "rss_start": rss_start,
         "rss_built": rss_built,
         "rss_wrapped": rss_wrapped,
@@ -196,7 +205,9 @@ def table(records: list[dict[str, Any]]) -> str:
             if engine == "fsdp/ddp":
                 d, f = by[(model, "ddp")], by[(model, "fsdp")]
                 ratio = [f[k] / d[k] for k in ("held", "rss_wrapped", "peak_train", "ru_maxrss", "step")]
-                rows.append(f"| | **FSDP / DDP** | **{ratio[0]:.2f}** | **{ratio[1]:.2f}** | **{ratio[2]:.2f}** | **{ratio[3]:.2f}** | {ratio[4]:.2f} |")
+                rows.append(
+                    f"| | **FSDP / DDP** | **{ratio[0]:.2f}** | **{ratio[1]:.2f}** | **{ratio[2]:.2f}** | **{ratio[3]:.2f}** | {ratio[4]:.2f} |"
+                )
                 continue
             r = by[(model, engine)]
             rows.append(
@@ -249,7 +260,9 @@ def main() -> None:
             summary.append(summarise(per_process))
             print(json.dumps(summary[-1]), flush=True)
     allocator = {k: v for k, v in os.environ.items() if k.startswith("MALLOC_")}
-    out.write_text(json.dumps({"args": vars(args), "allocator": allocator, "processes": raw, "summary": summary}, indent=1))
+    out.write_text(
+        json.dumps({"args": vars(args), "allocator": allocator, "processes": raw, "summary": summary}, indent=1)
+    )
     print(table(summary))
 
 

@@ -39,7 +39,9 @@ COLUMNS = (
 )
 
 
-def run(method: str, output_dir: Path, seed: int, max_steps: int | None, extra: list[str]) -> tuple[dict[str, float], float]:
+def run(
+    method: str, output_dir: Path, seed: int, max_steps: int | None, extra: list[str]
+) -> tuple[dict[str, float], float]:
     """Train and evaluate one method; returns its final metrics (all_results.json without the ``eval_``
     prefix, and ``train_steps``) and the wall time in seconds."""
     command = [sys.executable, str(SCRIPT), "--method", method, "--seed", str(seed), "--output_dir", str(output_dir)]
@@ -68,10 +70,17 @@ def table(rows: dict[str, tuple[dict[str, float], float]]) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--methods", nargs="+", default=["simclr", "care"], help="Registered objectives to compare (run_care.py --method).")
+    parser.add_argument(
+        "--methods",
+        nargs="+",
+        default=["simclr", "care"],
+        help="Registered objectives to compare (run_care.py --method).",
+    )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--max_steps", type=int, default=None, help="Default: run_care.py's.")
-    parser.add_argument("--output_root", type=Path, default=None, help="Keep the runs there (default: a temporary folder).")
+    parser.add_argument(
+        "--output_root", type=Path, default=None, help="Keep the runs there (default: a temporary folder)."
+    )
     parser.add_argument("--output", type=Path, default=None, help="Also write the table to this Markdown file.")
     args, extra = parser.parse_known_args()
     extra = [a for a in extra if a != "--"]

@@ -104,8 +104,15 @@ class GpuUtilisation:
         while not self._stop.is_set():
             try:
                 out = subprocess.run(
-                    ["nvidia-smi", f"--id={self.index}", "--query-gpu=utilization.gpu", "--format=csv,noheader,nounits"],
-                    capture_output=True, text=True, timeout=2,
+                    [
+                        "nvidia-smi",
+                        f"--id={self.index}",
+                        "--query-gpu=utilization.gpu",
+                        "--format=csv,noheader,nounits",
+                    ],
+                    capture_output=True,
+                    text=True,
+                    timeout=2,
                 )
                 self.samples.append(float(out.stdout.strip().splitlines()[0]))
             except (OSError, ValueError, IndexError, subprocess.SubprocessError):
@@ -262,7 +269,9 @@ def run_config(args: argparse.Namespace, method: str, model_key: str, image_size
             dataloader_pin_memory=cuda, report_to="none", save_strategy="no", logging_strategy="no",
             disable_tqdm=True, seed=0,
         )  # fmt: skip
-        objective_kwargs = {"equivariance_augmentation": _premade_equivariance_views} if premade and workload.chunked else {}
+        objective_kwargs = (
+            {"equivariance_augmentation": _premade_equivariance_views} if premade and workload.chunked else {}
+        )
         dataset = synthetic_images(batch * total_steps, min(batch * total_steps, args.unique_images), raw_size)
         clock = StepClock(device)
         trainer = ContrastiveTrainer(
@@ -270,7 +279,11 @@ def run_config(args: argparse.Namespace, method: str, model_key: str, image_size
             data_collator=PremadeBatches(batch, image_size, workload.chunked) if premade else None, callbacks=[clock],
         )  # fmt: skip
         trainer.remove_callback(PrinterCallback)  # no log lines between the table's rows
-        views_ms = 0.0 if premade else _views_ms(trainer, workload, [dataset[i] for i in range(batch)], args.warmup, args.steps)
+        views_ms = (
+            0.0
+            if premade
+            else _views_ms(trainer, workload, [dataset[i] for i in range(batch)], args.warmup, args.steps)
+        )
         if cuda:
             torch.cuda.reset_peak_memory_stats(device)
         with GpuUtilisation(device) as util:
@@ -355,9 +368,11 @@ def main(argv: list[str] | None = None) -> list[Result]:
     logging.getLogger("hf_contrast").setLevel(logging.ERROR)
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else f"CPU ({os.cpu_count()} cores)"
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
-    print(f"device: {name}; torch {torch.__version__}; load average {load:.1f}; workers {args.workers}; "
-          f"bf16={args.bf16 and device.type == 'cuda'} channels_last={args.channels_last and device.type == 'cuda'} "
-          f"compile={args.compile and device.type == 'cuda'}")
+    print(
+        f"device: {name}; torch {torch.__version__}; load average {load:.1f}; workers {args.workers}; "
+        f"bf16={args.bf16 and device.type == 'cuda'} channels_last={args.channels_last and device.type == 'cuda'} "
+        f"compile={args.compile and device.type == 'cuda'}"
+    )
     results = []
     header = f"{'method':7} {'model':9} {'px':>4} {'pipeline':10} {'img/s':>9} {'step ms':>8} {'wait':>6} {'views ms':>8} {'peak GiB':>8} {'GPU %':>6}"
     print(header)
@@ -370,17 +385,24 @@ def main(argv: list[str] | None = None) -> list[Result]:
                 results.append(r)
                 mem = f"{r.peak_mem_gib:8.2f}" if r.peak_mem_gib is not None else f"{'-':>8}"
                 util = f"{r.gpu_util:6.0f}" if r.gpu_util is not None else f"{'-':>6}"
-                print(f"{r.method:7} {r.model:9} {r.image_size:4d} {r.pipeline:10} {r.images_per_s:9.1f} "
-                      f"{r.step_ms:8.1f} {r.wait_share:6.1%} {r.views_ms:8.1f} {mem} {util}", flush=True)
+                print(
+                    f"{r.method:7} {r.model:9} {r.image_size:4d} {r.pipeline:10} {r.images_per_s:9.1f} "
+                    f"{r.step_ms:8.1f} {r.wait_share:6.1%} {r.views_ms:8.1f} {mem} {util}",
+                    flush=True,
+                )
     for model_key, size in _parse_models(args.models):
         for method in args.methods:
             same = [r for r in results if (r.method, r.model, r.image_size) == (method, model_key, size)]
             rate = {r.pipeline: r.images_per_s for r in same}
             cost = {r.pipeline: r.views_ms for r in same}
             if "workers" in rate and "device" in rate:
-                ceiling = f"; model-only / device {rate['model-only'] / rate['device']:.2f}x" if "model-only" in rate else ""
-                print(f"{method} {model_key}@{size}: images/s device / workers {rate['device'] / rate['workers']:.2f}x"
-                      f"{ceiling}; views of a batch per-sample / device {cost['workers'] / cost['device']:.1f}x")
+                ceiling = (
+                    f"; model-only / device {rate['model-only'] / rate['device']:.2f}x" if "model-only" in rate else ""
+                )
+                print(
+                    f"{method} {model_key}@{size}: images/s device / workers {rate['device'] / rate['workers']:.2f}x"
+                    f"{ceiling}; views of a batch per-sample / device {cost['workers'] / cost['device']:.1f}x"
+                )
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"device": name, "args": vars(args), "results": [asdict(r) for r in results]}, f, indent=2)

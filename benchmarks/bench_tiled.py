@@ -192,7 +192,9 @@ def main() -> None:
             return True
         estimate_gib = DENSE_MIB_AT_4096[name] * (b / 4096) ** 2 / 1024
         if estimate_gib > args.max_dense_gib:
-            skipped.append(f"{name} at B={b} (estimated {estimate_gib:.0f} GiB > --max-dense-gib {args.max_dense_gib:g})")
+            skipped.append(
+                f"{name} at B={b} (estimated {estimate_gib:.0f} GiB > --max-dense-gib {args.max_dense_gib:g})"
+            )
             return False
         return True
 
@@ -205,7 +207,11 @@ def main() -> None:
                 t.update({(n, b): sec for n, sec in times.items()})
                 print(f"  times: { {n: round(sec, 4) for n, sec in times.items()} }", file=sys.stderr, flush=True)
             for n in names:
-                print(f"memory {n} at B={b} ({time.perf_counter() - started:.0f} s so far) ...", file=sys.stderr, flush=True)
+                print(
+                    f"memory {n} at B={b} ({time.perf_counter() - started:.0f} s so far) ...",
+                    file=sys.stderr,
+                    flush=True,
+                )
                 mib, seconds = measure(n, b, device)
                 mem[(n, b)] = mib
                 t.setdefault((n, b), seconds)
@@ -232,10 +238,14 @@ def main() -> None:
             peer_ratio = f", {t[(tiled, 4096)] / t[(peer, 4096)]:.2f}× {peer}" if (peer, 4096) in t else ""
             if (general, 4096) in t:
                 peer_ratio += f"; general form {t[(general, 4096)] / t[(dense, 4096)]:.2f}× dense"
-            lines.append(f"| {label} tiled ≤ 1.3× dense time at B = 4096 | {ratio:.2f}×{peer_ratio} | {'**met**' if ratio <= 1.3 else '**missed**'} |")
+            lines.append(
+                f"| {label} tiled ≤ 1.3× dense time at B = 4096 | {ratio:.2f}×{peer_ratio} | {'**met**' if ratio <= 1.3 else '**missed**'} |"
+            )
         if (tiled, 65536) in mem:
             mib = mem[(tiled, 65536)]
-            lines.append(f"| {label} tiled memory at B = 65,536 < 1 GiB | {mib:.0f} MiB | {'**met**' if mib < 1024 else '**missed**'} |")
+            lines.append(
+                f"| {label} tiled memory at B = 65,536 < 1 GiB | {mib:.0f} MiB | {'**met**' if mib < 1024 else '**missed**'} |"
+            )
         xs = [b for b in args.batch_sizes if (tiled, b) in mem][-2:]
         if len(xs) == 2:
             slope = loglog_slope(xs, [mem[(tiled, b)] for b in xs])

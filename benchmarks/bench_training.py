@@ -178,8 +178,12 @@ def build_methods(batch_size: int) -> dict[str, Method]:
         Method("SimCLR", SimCLRTrainer, "simclr", {"temperature": 0.5}),
         Method("CARE", CARETrainer, "care", care, views=4, eq="raw"),
         Method(
-            "CARE (fixed eq. views)", CARETrainer, "care",
-            {**care, "equivariance_augmentation": fixed_equivariance_views}, views=4, eq="fixed",
+            "CARE (fixed eq. views)",
+            CARETrainer,
+            "care",
+            {**care, "equivariance_augmentation": fixed_equivariance_views},
+            views=4,
+            eq="fixed",
         ),  # fmt: skip
         Method("SupCon", SupConTrainer, "supcon", {"temperature": 0.1}),
         Method("OCL", OCLTrainer, "ocl", {"temperature": 0.1}),
@@ -196,7 +200,13 @@ class HandLoop:
     """The minimal PyTorch loop: batch, the objective's loss, backward, clip, AdamW, LR schedule."""
 
     def __init__(
-        self, model: nn.Module, objective: Objective, views: ViewBuilder, loader: DataLoader, max_steps: int, fused: bool
+        self,
+        model: nn.Module,
+        objective: Objective,
+        views: ViewBuilder,
+        loader: DataLoader,
+        max_steps: int,
+        fused: bool,
     ) -> None:
         self.model, self.objective, self.views, self.loader = model.train(), objective, views, loader
         self.optimizer = torch.optim.AdamW(model.parameters(), lr=LEARNING_RATE, weight_decay=0.0, fused=fused)
@@ -310,7 +320,9 @@ def run_pair(
 
     fused = "fused" in getattr(args.optim, "value", str(args.optim))  # the Trainer's default: adamw_torch_fused
     names = ("hand", "twin") if method.name == CONTROL else ("hand",)
-    hands = {name: HandLoop(copy.deepcopy(base_model), objective, views, loader_for(), max_steps, fused) for name in names}
+    hands = {
+        name: HandLoop(copy.deepcopy(base_model), objective, views, loader_for(), max_steps, fused) for name in names
+    }
     if method.eq is not None:  # CARE: a SimCLR hand loop on the same batches, for the CARE / SimCLR ratio
         simclr = build_methods(settings.batch_size)["SimCLR"].build()
         simclr.setup(views, dataset)
@@ -576,8 +588,7 @@ def main(argv: list[str] | None = None) -> str:
             )
         lines += [
             "",
-            "Raw communication per call (median of "
-            f"{dist['comm_repeats']} calls, after warm-up):",
+            f"Raw communication per call (median of {dist['comm_repeats']} calls, after warm-up):",
             "",
             "| operation | tensor | ms |",
             "|---|---|---:|",

@@ -194,17 +194,13 @@ def bert_runs(sick: Path, work: Path, model: str) -> dict[str, list[str]]:
 # ---- data -----------------------------------------------------------------------------------------
 
 
-def build_fmnist(
-    fmnist: Path, tool: Path | None, *sizes: str, flag: str = "--fmnist"
-) -> None:
+def build_fmnist(fmnist: Path, tool: Path | None, *sizes: str, flag: str = "--fmnist") -> None:
     """Build the Fashion-MNIST image folder with ``tool`` unless it is there (``sizes``: the tool's
     per-class train / test counts, ``"0", "0"`` for every image; default: the tool's)."""
     if (fmnist / "train").is_dir() and (fmnist / "test").is_dir():
         return
     if tool is None or not tool.is_file():
-        raise SystemExit(
-            f"No image folder at {fmnist} and no build tool at {tool}: pass {flag} or --fmnist_tool."
-        )
+        raise SystemExit(f"No image folder at {fmnist} and no build tool at {tool}: pass {flag} or --fmnist_tool.")
     subprocess.run(
         ["bash", str(tool), str(fmnist), *sizes],
         check=True,
@@ -216,15 +212,11 @@ def sick_files(sick: Path, work: Path) -> None:
     """Check the SICK files and write the ENTAILMENT pairs of the training split (supervised pairs)."""
     for name in ("SICK_train.txt", "SICK_trial.txt", "SICK_test_annotated.txt"):
         if not (sick / name).is_file():
-            raise SystemExit(
-                f"{sick / name} is missing: pass --sick <folder with the SICK files>."
-            )
+            raise SystemExit(f"{sick / name} is missing: pass --sick <folder with the SICK files>.")
     work.mkdir(parents=True, exist_ok=True)
     with open(sick / "SICK_train.txt", encoding="utf-8", newline="") as src:
         rows = list(csv.DictReader(src, delimiter="\t", quoting=csv.QUOTE_NONE))
-    with open(
-        work / "sick_train_entailment.tsv", "w", encoding="utf-8", newline=""
-    ) as dst:
+    with open(work / "sick_train_entailment.tsv", "w", encoding="utf-8", newline="") as dst:
         writer = csv.DictWriter(
             dst,
             fieldnames=list(rows[0]),
@@ -258,9 +250,7 @@ def seed0_resnet18(**config: object):
     from hf_contrast.models import ContrastiveEncoder
 
     torch.manual_seed(0)
-    encoder = ContrastiveEncoder.from_backbone(
-        "resnet18", pretrained=False, projection_dim=128, **config
-    )
+    encoder = ContrastiveEncoder.from_backbone("resnet18", pretrained=False, projection_dim=128, **config)
     encoder.set_image_size(32)
     return encoder
 
@@ -274,9 +264,7 @@ def frozen_scores(encoder, train, test) -> dict:
     return probe(encoder)
 
 
-def random_init_baseline(
-    fmnist: Path, out: Path, fmnist_full: Path | None = None
-) -> dict:
+def random_init_baseline(fmnist: Path, out: Path, fmnist_full: Path | None = None) -> dict:
     """Probe and kNN accuracy of the examples' seed-0 random-init ResNet-18 (frozen), on the balanced
     subset of the CARE/SimCLR/SimO runs, on the long-tailed subset of the OCL/SupCon runs and (with
     ``fmnist_full``) on the long-tailed full split of the ``*_full`` runs; and, for scale, the same
@@ -300,10 +288,7 @@ def random_init_baseline(
     encoder = seed0_resnet18()
 
     def pixels(dataset) -> tuple[torch.Tensor, torch.Tensor]:
-        images = [
-            np.asarray(image.convert("L"), dtype=np.float32).ravel() / 255
-            for image in dataset["image"]
-        ]
+        images = [np.asarray(image.convert("L"), dtype=np.float32).ravel() / 255 for image in dataset["image"]]
         return torch.tensor(np.stack(images)), torch.tensor(dataset["label"])
 
     results = {}
@@ -325,9 +310,7 @@ def random_init_baseline(
     return results
 
 
-def cross_entropy_reference(
-    folder: Path, out: Path, n_train: int | None, n_test: int, steps: int
-) -> dict:
+def cross_entropy_reference(folder: Path, out: Path, n_train: int | None, n_test: int, steps: int) -> dict:
     """Train the OCL / SupCon runs' encoder with cross-entropy on the same long-tailed data and budget
     (``run_ocl.py``'s defaults: batch 32, AdamW lr 1e-3, weight decay 1e-4 — on every parameter, where
     the Trainer spares biases —, gradient norm clipped at 1 like the Trainer's ``max_grad_norm``, cosine
@@ -343,9 +326,7 @@ def cross_entropy_reference(
     from hf_contrast.training import ContrastiveTrainingArguments
     from hf_contrast.views import ImageViewCollator, simclr_transform_from_data_config
 
-    args = ContrastiveTrainingArguments(
-        output_dir=str(out), image_size=32, seed=0, use_cpu=True, report_to="none"
-    )
+    args = ContrastiveTrainingArguments(output_dir=str(out), image_size=32, seed=0, use_cpu=True, report_to="none")
     data = load_images(str(folder), args, n_train, n_test)
     train = make_long_tailed(data["train"], IMBALANCE, seed=0)
     num_labels = len(set(train["label"]))
@@ -387,9 +368,7 @@ def cross_entropy_reference(
     }
 
 
-def sick_test_spearman(
-    sick: Path, models: dict[str, str], num_pairs: int
-) -> dict[str, float]:
+def sick_test_spearman(sick: Path, models: dict[str, str], num_pairs: int) -> dict[str, float]:
     """SICK test Spearman (relatedness) of each model (a saved output folder, or ``"base"``: the model before
     training) on a seeded subset of ``num_pairs`` of the 4,927 test pairs (0: all)."""
     from hf_contrast.data import load_sts_pairs
@@ -408,9 +387,7 @@ def sick_test_spearman(
     scores = {}
     for name, path in models.items():
         if name == "base":
-            encoder = ContrastiveEncoder.from_backbone(
-                path, pretrained=True, projection_dim=128
-            )
+            encoder = ContrastiveEncoder.from_backbone(path, pretrained=True, projection_dim=128)
         else:
             encoder = ContrastiveEncoder.from_pretrained(path)
         scores[name] = sts(encoder)["sts_spearman"]
@@ -449,7 +426,9 @@ def run_example(name: str, argv: list[str], out: Path, threads: int) -> dict:
     }
     results = out / name / "all_results.json"  # the examples' trainer.save_metrics (eval_ / train_ names)
     if code == 0 and results.is_file():
-        record["results"] = {key.removeprefix("eval_"): value for key, value in json.loads(results.read_text()).items()}
+        record["results"] = {
+            key.removeprefix("eval_"): value for key, value in json.loads(results.read_text()).items()
+        }
     print(f"[{name}] exit {code} after {wall:.0f} s", flush=True)
     return record
 
@@ -519,10 +498,7 @@ def summary(records: dict) -> str:
         if record is None:
             continue
         res = record.get("results", {})
-        cells = (
-            ", ".join(f"{k} {fmt(res[k])}" for k in keys if k in res)
-            or f"failed (exit {record['returncode']})"
-        )
+        cells = ", ".join(f"{k} {fmt(res[k])}" for k in keys if k in res) or f"failed (exit {record['returncode']})"
         lines.append(f"| {name} | {record['wall_s']:.0f} s | {cells} |")
     bert = {k: v for k, v in records.items() if k.startswith("bert_")}
     test = records.get("sick_test", {}).get("results", {})
@@ -533,28 +509,19 @@ def summary(records: dict) -> str:
         for name, record in bert.items():
             res = record.get("results", {})
             if not res:
-                lines.append(
-                    f"| {name} | {record['wall_s']:.0f} s | failed (exit {record['returncode']}) | | |"
-                )
+                lines.append(f"| {name} | {record['wall_s']:.0f} s | failed (exit {record['returncode']}) | | |")
                 continue
             lines.append(
                 f"| {name} | {record['wall_s']:.0f} s | {fmt(res.get('sts_spearman_before_training'))} → {fmt(res.get('sts_spearman'))} | "
                 f"{res.get('best_step')} | {fmt(test.get('base'))} → {fmt(test.get(name))} |"
             )
-    lines += ["", "Commands:", ""] + [
-        f"- `{name}`: `{r['command']}`" for name, r in records.items() if "command" in r
-    ]
+    lines += ["", "Commands:", ""] + [f"- `{name}`: `{r['command']}`" for name, r in records.items() if "command" in r]
     return "\n".join(lines)
 
 
 def final_train_loss(log: Path) -> float | None:
     """Mean of the last 3 training losses the Trainer printed in a run's log (``{'loss': ...}`` lines)."""
-    losses = [
-        float(m)
-        for m in re.findall(
-            r"'loss': '?([-+0-9.eE]+|nan|inf)", log.read_text(errors="replace")
-        )
-    ]
+    losses = [float(m) for m in re.findall(r"'loss': '?([-+0-9.eE]+|nan|inf)", log.read_text(errors="replace"))]
     return sum(losses[-3:]) / len(losses[-3:]) if losses else None
 
 
@@ -590,9 +557,7 @@ def main() -> None:
         default=",".join(ALL_RUNS),
         help=f"Comma-separated subset of {ALL_RUNS}.",
     )
-    parser.add_argument(
-        "--threads", type=int, default=int(os.environ.get("OMP_NUM_THREADS", "2"))
-    )
+    parser.add_argument("--threads", type=int, default=int(os.environ.get("OMP_NUM_THREADS", "2")))
     parser.add_argument(
         "--jobs",
         type=int,
@@ -628,11 +593,7 @@ def main() -> None:
     records = json.loads(records_path.read_text()) if records_path.is_file() else {}
     if not options.summary_only:
         os.environ.setdefault("OMP_NUM_THREADS", str(options.threads))
-        model = (
-            text_model_path(options.text_model)
-            if any(r.startswith(("bert_", "sick")) for r in runs)
-            else ""
-        )
+        model = text_model_path(options.text_model) if any(r.startswith(("bert_", "sick")) for r in runs) else ""
         # The 1,000-per-class folder: for every image run but the *_full ones (random_init included).
         image_runs_asked = [r for r in runs if not r.startswith(("bert_", "sick"))]
         if any(not r.endswith("_full") for r in image_runs_asked):
@@ -642,14 +603,10 @@ def main() -> None:
             "random_init" in runs and (options.fmnist_full / "train").is_dir()
         )
         if full:
-            build_fmnist(
-                options.fmnist_full, options.fmnist_tool, "0", "0", flag="--fmnist_full"
-            )
+            build_fmnist(options.fmnist_full, options.fmnist_tool, "0", "0", flag="--fmnist_full")
         if any(r.startswith(("bert_", "sick")) for r in runs):
             if options.sick is None:
-                raise SystemExit(
-                    "The text runs need the SICK files: pass --sick FOLDER."
-                )
+                raise SystemExit("The text runs need the SICK files: pass --sick FOLDER.")
             sick_files(options.sick, out)
         commands = {
             **image_runs(options.fmnist, options.fmnist_full),
@@ -657,9 +614,7 @@ def main() -> None:
         }
         if "random_init" in runs:
             start = time.perf_counter()
-            results = random_init_baseline(
-                options.fmnist, out, options.fmnist_full if full else None
-            )
+            results = random_init_baseline(options.fmnist, out, options.fmnist_full if full else None)
             records["random_init"] = {
                 "wall_s": round(time.perf_counter() - start, 1),
                 "results": results,
@@ -671,40 +626,21 @@ def main() -> None:
         }
         for name in [r for r in runs if r in references]:
             start = time.perf_counter()
-            results = cross_entropy_reference(
-                references[name][0], out / name, *references[name][1:]
-            )
+            results = cross_entropy_reference(references[name][0], out / name, *references[name][1:])
             records[name] = {
                 "wall_s": round(time.perf_counter() - start, 1),
                 "results": results,
             }
             records_path.write_text(json.dumps(records, indent=2))
-        examples = [
-            name
-            for name in runs
-            if name not in ("random_init", "sick_test", *references)
-        ]
-        with ThreadPoolExecutor(
-            options.jobs
-        ) as pool:  # --jobs examples at a time, each its own process
-            futures = {
-                name: pool.submit(
-                    run_example, name, commands[name], out, options.threads
-                )
-                for name in examples
-            }
+        examples = [name for name in runs if name not in ("random_init", "sick_test", *references)]
+        with ThreadPoolExecutor(options.jobs) as pool:  # --jobs examples at a time, each its own process
+            futures = {name: pool.submit(run_example, name, commands[name], out, options.threads) for name in examples}
             for name in examples:
                 records[name] = futures[name].result()
                 if name.startswith(("ocl", "supcon")) and "results" in records[name]:
-                    records[name]["results"]["final_train_loss"] = final_train_loss(
-                        out / f"{name}.log"
-                    )
+                    records[name]["results"]["final_train_loss"] = final_train_loss(out / f"{name}.log")
                 records_path.write_text(json.dumps(records, indent=2))
-        done = [
-            r
-            for r in records
-            if r.startswith("bert_") and records[r].get("returncode") == 0
-        ]
+        done = [r for r in records if r.startswith("bert_") and records[r].get("returncode") == 0]
         if "sick_test" in runs and done:
             start = time.perf_counter()
             scores = sick_test_spearman(

@@ -48,7 +48,11 @@ from hf_contrast.models import ContrastiveEncoder, HubUnavailableError
 from hf_contrast.objectives import get_objective
 from hf_contrast.plots import save_training_plots
 from hf_contrast.training import (
-    ContrastiveTrainer, ContrastiveTrainingArguments, detect_last_checkpoint, parse_args_with_objective, setup_logging,
+    ContrastiveTrainer,
+    ContrastiveTrainingArguments,
+    detect_last_checkpoint,
+    parse_args_with_objective,
+    setup_logging,
 )
 from hf_contrast.views import ChunkedTextAugmentation
 
@@ -88,32 +92,58 @@ DEFAULTS = {
 class ScriptArguments:
     """Which encoder, method and data (columns and training hyperparameters: the other flags)."""
 
-    method: str = field(default="simclr", metadata={"help": "simclr (SimCSE), align_uniform, care, or any registered objective."})
+    method: str = field(
+        default="simclr", metadata={"help": "simclr (SimCSE), align_uniform, care, or any registered objective."}
+    )
     model: str = field(
         default="sentence-transformers/all-MiniLM-L6-v2",
         metadata={"help": "Hub id or local directory of a BERT-style (or sentence-transformers) encoder."},
     )
-    pooling: str | None = field(default=None, metadata={"help": "'mean' or 'cls'; default: the model's own (sentence-transformers) or mean."})
+    pooling: str | None = field(
+        default=None, metadata={"help": "'mean' or 'cls'; default: the model's own (sentence-transformers) or mean."}
+    )
     projection_dim: int = field(default=128, metadata={"help": "Output size of the projection head."})
-    task_head: bool = field(default=False, metadata={"help": "EquiBERT: a classifier on --label_column whose cross-entropy joins the loss."})
-    dataset: str | None = field(default=None, metadata={"help": "Hub id or local CSV/TSV/JSON/JSONL/parquet; default: the shipped sentences."})
-    dataset_name: str | None = field(default=None, metadata={"help": "Name of the data in the model card (default: the file name or Hub id)."})
-    eval_fraction: float = field(default=0.1, metadata={"help": "Held-out fraction when --dataset has no validation/test split."})
-    max_train_samples: int | None = field(default=None, metadata={"help": "Train on a seeded subset of this many rows."})
-    max_eval_samples: int | None = field(default=None, metadata={"help": "Evaluate on a seeded subset of this many held-out rows."})
-    sts_file: str | None = field(default=None, metadata={"help": "Scored pairs (Hub id or local file); default: the shipped pairs."})
+    task_head: bool = field(
+        default=False,
+        metadata={"help": "EquiBERT: a classifier on --label_column whose cross-entropy joins the loss."},
+    )
+    dataset: str | None = field(
+        default=None, metadata={"help": "Hub id or local CSV/TSV/JSON/JSONL/parquet; default: the shipped sentences."}
+    )
+    dataset_name: str | None = field(
+        default=None, metadata={"help": "Name of the data in the model card (default: the file name or Hub id)."}
+    )
+    eval_fraction: float = field(
+        default=0.1, metadata={"help": "Held-out fraction when --dataset has no validation/test split."}
+    )
+    max_train_samples: int | None = field(
+        default=None, metadata={"help": "Train on a seeded subset of this many rows."}
+    )
+    max_eval_samples: int | None = field(
+        default=None, metadata={"help": "Evaluate on a seeded subset of this many held-out rows."}
+    )
+    sts_file: str | None = field(
+        default=None, metadata={"help": "Scored pairs (Hub id or local file); default: the shipped pairs."}
+    )
     sts_split: str = field(default="train", metadata={"help": "Split of --sts_file (a local file is 'train')."})
     sts_sentence1_column: str = field(default="sentence1", metadata={"help": "First sentence column of --sts_file."})
     sts_sentence2_column: str = field(default="sentence2", metadata={"help": "Second sentence column of --sts_file."})
     sts_score_column: str = field(default="score", metadata={"help": "Gold score column of --sts_file."})
     max_sts_pairs: int = field(
         default=1000,
-        metadata={"help": "Score STS on a seeded sample of at most this many pairs at every evaluation (0: all pairs)."},
+        metadata={
+            "help": "Score STS on a seeded sample of at most this many pairs at every evaluation (0: all pairs)."
+        },
     )
-    num_augmentations: int = field(default=8, metadata={"help": "Sampled token edits for the Wahba error / cosine histogram."})
-    projection_plot: str = field(default="pca", metadata={"help": "2-D projection of the test embeddings: pca or tsne."})
+    num_augmentations: int = field(
+        default=8, metadata={"help": "Sampled token edits for the Wahba error / cosine histogram."}
+    )
+    projection_plot: str = field(
+        default="pca", metadata={"help": "2-D projection of the test embeddings: pca or tsne."}
+    )
     overwrite_output_dir: bool = field(
-        default=False, metadata={"help": "Train from scratch even if --output_dir holds a checkpoint or an earlier run."}
+        default=False,
+        metadata={"help": "Train from scratch even if --output_dir holds a checkpoint or an earlier run."},
     )
 
 
@@ -147,7 +177,9 @@ def load_sts(script: ScriptArguments, seed: int) -> datasets.Dataset:
     total = len(pairs)
     if 0 < script.max_sts_pairs < total:
         pairs = pairs.shuffle(seed=seed).select(range(script.max_sts_pairs))
-        logger.info(f"STS on {len(pairs):,} of {total:,} pairs (a seeded sample: --max_sts_pairs {script.max_sts_pairs}; 0 for all).")
+        logger.info(
+            f"STS on {len(pairs):,} of {total:,} pairs (a seeded sample: --max_sts_pairs {script.max_sts_pairs}; 0 for all)."
+        )
     else:
         logger.info(f"STS on all {total:,} pairs.")
     return pairs
@@ -181,9 +213,16 @@ def main() -> None:
     eval_dataset = next((data[s] for s in ("validation", "test") if s in data), None)
     if eval_dataset is None:  # seeded split (stratified when labelled)
         n = len(train_dataset)
-        labels = list(train_dataset[training_args.label_column]) if training_args.label_column in train_dataset.column_names else [0] * n
+        labels = (
+            list(train_dataset[training_args.label_column])
+            if training_args.label_column in train_dataset.column_names
+            else [0] * n
+        )
         train_rows, test_rows = balanced_split(labels, script.eval_fraction, training_args.seed)
-        train_dataset, eval_dataset = train_dataset.select(train_rows.tolist()), train_dataset.select(test_rows.tolist())
+        train_dataset, eval_dataset = (
+            train_dataset.select(train_rows.tolist()),
+            train_dataset.select(test_rows.tolist()),
+        )
     if script.max_train_samples is not None and script.max_train_samples < len(train_dataset):
         train_dataset = train_dataset.shuffle(seed=training_args.seed).select(range(script.max_train_samples))
     if script.max_eval_samples is not None and script.max_eval_samples < len(eval_dataset):
@@ -196,9 +235,15 @@ def main() -> None:
     # ---- model, evaluators, trainer ----
     num_labels = 0
     if script.task_head:  # EquiBERT: one logit per class of the label column
-        num_labels = label_feature.num_classes if hasattr(label_feature, "num_classes") else max(train_dataset[training_args.label_column]) + 1
+        num_labels = (
+            label_feature.num_classes
+            if hasattr(label_feature, "num_classes")
+            else max(train_dataset[training_args.label_column]) + 1
+        )
     encoder = load_encoder(script, num_labels)
-    sts = STSEvaluator.from_dataset(sts_pairs, batch_size=training_args.per_device_eval_batch_size, max_length=training_args.max_length)
+    sts = STSEvaluator.from_dataset(
+        sts_pairs, batch_size=training_args.per_device_eval_batch_size, max_length=training_args.max_length
+    )
     encode = dict(
         input_column=training_args.text_column, label_column=training_args.label_column if has_labels else None,
         batch_size=training_args.per_device_eval_batch_size, max_length=training_args.max_length,
@@ -245,10 +290,18 @@ def main() -> None:
     model = trainer.accelerator.unwrap_model(trainer.model)
     # Each sampled edit (delete / insert / mask at one relative position) hits every sentence.
     sentences = list(eval_dataset[training_args.text_column][:256])
-    batch = dict(model.tokenizer(sentences, padding=True, truncation=True, max_length=training_args.max_length, return_tensors="pt"))
+    batch = dict(
+        model.tokenizer(
+            sentences, padding=True, truncation=True, max_length=training_args.max_length, return_tensors="pt"
+        )
+    )
     edit = ChunkedTextAugmentation.from_tokenizer(model.tokenizer, 1)
     equivariance = EquivarianceEvaluator(
-        batch, lambda inputs: edit(inputs)[0], augment_key=None, num_augmentations=script.num_augmentations, seed=training_args.seed
+        batch,
+        lambda inputs: edit(inputs)[0],
+        augment_key=None,
+        num_augmentations=script.num_augmentations,
+        seed=training_args.seed,
     )
     metrics.update({f"eval_{key}": value for key, value in equivariance(model).items()})
     trainer.log_metrics("eval", metrics)

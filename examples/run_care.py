@@ -39,14 +39,25 @@ import transformers
 from transformers.trainer_utils import set_seed
 
 from hf_contrast.data import load_image_splits
-from hf_contrast.evaluation import EquivarianceEvaluator, ProbeEvaluator, SequentialEvaluator, balanced_subset, encode_dataset
 from hf_contrast.errors import InputError
+from hf_contrast.evaluation import (
+    EquivarianceEvaluator,
+    ProbeEvaluator,
+    SequentialEvaluator,
+    balanced_subset,
+    encode_dataset,
+)
 from hf_contrast.models import ContrastiveEncoder, HubUnavailableError
 from hf_contrast.objectives import get_objective
 from hf_contrast.plots import save_training_plots
 from hf_contrast.training import (
-    ContrastiveTrainer, ContrastiveTrainingArguments, choose_image_size, detect_last_checkpoint, parse_args_with_objective,
-    set_cpu_threads, setup_logging,
+    ContrastiveTrainer,
+    ContrastiveTrainingArguments,
+    choose_image_size,
+    detect_last_checkpoint,
+    parse_args_with_objective,
+    set_cpu_threads,
+    setup_logging,
 )
 
 logger = transformers.utils.logging.get_logger(__name__)
@@ -86,16 +97,31 @@ class ScriptArguments:
     model: str = field(default="resnet18", metadata={"help": "Any timm model name (or 'hf-hub:…' / 'local-dir:…')."})
     pretrained: bool = field(default=False, metadata={"help": "Start from timm's pretrained weights (needs the Hub)."})
     projection_dim: int = field(default=128, metadata={"help": "Output size of the projection head."})
-    dataset: str | None = field(default=None, metadata={"help": "Image folder or Hub dataset id; default: the embedded digits."})
-    dataset_name: str | None = field(default=None, metadata={"help": "Name of the data in the model card (default: the folder name or Hub id)."})
-    max_train_samples: int | None = field(default=None, metadata={"help": "Train on a class-balanced subset of this many rows."})
-    max_eval_samples: int | None = field(default=None, metadata={"help": "Evaluate on a class-balanced subset of this many rows."})
-    num_probe_images: int = field(default=256, metadata={"help": "Test images (class-balanced) for the Wahba error / γ_f."})
+    dataset: str | None = field(
+        default=None, metadata={"help": "Image folder or Hub dataset id; default: the embedded digits."}
+    )
+    dataset_name: str | None = field(
+        default=None, metadata={"help": "Name of the data in the model card (default: the folder name or Hub id)."}
+    )
+    max_train_samples: int | None = field(
+        default=None, metadata={"help": "Train on a class-balanced subset of this many rows."}
+    )
+    max_eval_samples: int | None = field(
+        default=None, metadata={"help": "Evaluate on a class-balanced subset of this many rows."}
+    )
+    num_probe_images: int = field(
+        default=256, metadata={"help": "Test images (class-balanced) for the Wahba error / γ_f."}
+    )
     num_augmentations: int = field(default=8, metadata={"help": "Sampled augmentations for the Wahba error / γ_f."})
-    projection_plot: str = field(default="tsne", metadata={"help": "2-D projection of the test embeddings: pca or tsne."})
-    max_plot_samples: int = field(default=2000, metadata={"help": "Test embeddings (class-balanced) in embeddings.png."})
+    projection_plot: str = field(
+        default="tsne", metadata={"help": "2-D projection of the test embeddings: pca or tsne."}
+    )
+    max_plot_samples: int = field(
+        default=2000, metadata={"help": "Test embeddings (class-balanced) in embeddings.png."}
+    )
     overwrite_output_dir: bool = field(
-        default=False, metadata={"help": "Train from scratch even if --output_dir holds a checkpoint or an earlier run."}
+        default=False,
+        metadata={"help": "Train from scratch even if --output_dir holds a checkpoint or an earlier run."},
     )
 
 
@@ -133,7 +159,9 @@ def main() -> None:
 
     # ---- model, evaluators, trainer ----
     try:
-        encoder = ContrastiveEncoder.from_backbone(script.model, pretrained=script.pretrained, projection_dim=script.projection_dim)
+        encoder = ContrastiveEncoder.from_backbone(
+            script.model, pretrained=script.pretrained, projection_dim=script.projection_dim
+        )
     except HubUnavailableError as error:
         raise SystemExit(f"{error}\nOr drop `--pretrained` to train `{script.model}` from scratch.") from error
     encode = dict(

@@ -29,8 +29,8 @@ import transformers
 from transformers import HfArgumentParser
 
 from hf_contrast.data import SENTENCE_PAIRS_PATH, load_image_splits, load_text_dataset
-from hf_contrast.evaluation import ProbeEvaluator, balanced_split, balanced_subset, encode_dataset
 from hf_contrast.errors import InputError
+from hf_contrast.evaluation import ProbeEvaluator, balanced_split, balanced_subset, encode_dataset
 from hf_contrast.models import ContrastiveEncoder
 from hf_contrast.plots import save_training_plots
 
@@ -42,18 +42,33 @@ class ProbeArguments:
     """Which encoder to probe, on which data."""
 
     model: str = field(default="outputs/care", metadata={"help": "Local directory or Hub id of the encoder."})
-    dataset: str | None = field(default=None, metadata={"help": "Image folder / Hub id (images) or a text file / Hub id (text)."})
+    dataset: str | None = field(
+        default=None, metadata={"help": "Image folder / Hub id (images) or a text file / Hub id (text)."}
+    )
     image_column: str = field(default="image", metadata={"help": "Image column of --dataset."})
     text_column: str = field(default="sentence1", metadata={"help": "Text column of --dataset."})
     label_column: str = field(default="label", metadata={"help": "Label column of --dataset."})
-    representation: str = field(default="embeddings", metadata={"help": "'embeddings' (backbone features) or 'projections'."})
+    representation: str = field(
+        default="embeddings", metadata={"help": "'embeddings' (backbone features) or 'projections'."}
+    )
     knn_k: int = field(default=20, metadata={"help": "Neighbours of the kNN classifier."})
     batch_size: int = field(default=256, metadata={"help": "Encoding batch size."})
-    max_train_samples: int | None = field(default=None, metadata={"help": "Fit the probes on a class-balanced subset of this many rows."})
-    max_eval_samples: int | None = field(default=None, metadata={"help": "Evaluate on a class-balanced subset of this many rows."})
-    on_bad_image: str = field(default="raise", metadata={"help": "An unreadable image: 'raise' (name the file) or 'skip' (leave it out, warn)."})
-    seed: int = field(default=0, metadata={"help": "Seed of the train/test split of data without one, and of the subsets."})
-    output_dir: str | None = field(default=None, metadata={"help": "Where to write eval_results.json (default <model>/linear_probe)."})
+    max_train_samples: int | None = field(
+        default=None, metadata={"help": "Fit the probes on a class-balanced subset of this many rows."}
+    )
+    max_eval_samples: int | None = field(
+        default=None, metadata={"help": "Evaluate on a class-balanced subset of this many rows."}
+    )
+    on_bad_image: str = field(
+        default="raise",
+        metadata={"help": "An unreadable image: 'raise' (name the file) or 'skip' (leave it out, warn)."},
+    )
+    seed: int = field(
+        default=0, metadata={"help": "Seed of the train/test split of data without one, and of the subsets."}
+    )
+    output_dir: str | None = field(
+        default=None, metadata={"help": "Where to write eval_results.json (default <model>/linear_probe)."}
+    )
 
 
 def setup_logging() -> None:
@@ -93,10 +108,15 @@ def main() -> None:
         args.text_column, args.label_column = "text", "label"  # the loader renames the chosen columns
         if "test" not in data:
             train_rows, test_rows = balanced_split(list(data["train"][args.label_column]), 0.25, args.seed)
-            data = {"train": data["train"].select(train_rows.tolist()), "test": data["train"].select(test_rows.tolist())}
+            data = {
+                "train": data["train"].select(train_rows.tolist()),
+                "test": data["train"].select(test_rows.tolist()),
+            }
         for split, limit in (("train", args.max_train_samples), ("test", args.max_eval_samples)):
             if limit is not None and limit < len(data[split]):
-                data[split] = data[split].select(balanced_subset(list(data[split][args.label_column]), limit, args.seed).tolist())
+                data[split] = data[split].select(
+                    balanced_subset(list(data[split][args.label_column]), limit, args.seed).tolist()
+                )
         encode["input_column"] = args.text_column
     else:
         try:
@@ -114,8 +134,12 @@ def main() -> None:
             ) from error
         args.image_column, args.label_column = "image", "label"  # the loader renames the chosen columns
         encode.update(input_column=args.image_column, on_bad_image=args.on_bad_image)
-    logger.info(f"Probing {args.model} ({args.representation}) on {len(data['train'])} train / {len(data['test'])} test rows.")
-    probe = ProbeEvaluator(data["train"], data["test"], knn_k=min(args.knn_k, len(data["train"])), seed=args.seed, **encode)
+    logger.info(
+        f"Probing {args.model} ({args.representation}) on {len(data['train'])} train / {len(data['test'])} test rows."
+    )
+    probe = ProbeEvaluator(
+        data["train"], data["test"], knn_k=min(args.knn_k, len(data["train"])), seed=args.seed, **encode
+    )
     metrics = {**probe(encoder, on_error="raise"), "num_train": len(data["train"]), "num_test": len(data["test"])}
     output_dir = args.output_dir or (
         os.path.join(args.model, "linear_probe") if os.path.isdir(args.model) else "outputs/linear_probe"

@@ -41,7 +41,11 @@ from hf_contrast.models import ContrastiveEncoder, HubUnavailableError
 from hf_contrast.objectives import get_objective
 from hf_contrast.plots import save_training_plots
 from hf_contrast.training import (
-    ContrastiveTrainer, ContrastiveTrainingArguments, detect_last_checkpoint, parse_args_with_objective, setup_logging,
+    ContrastiveTrainer,
+    ContrastiveTrainingArguments,
+    detect_last_checkpoint,
+    parse_args_with_objective,
+    setup_logging,
 )
 
 logger = transformers.utils.logging.get_logger(__name__)
@@ -81,18 +85,31 @@ class ScriptArguments:
     projection_dim: int = field(default=128, metadata={"help": "Output size of the projection head."})
     dataset: str | None = field(
         default=None,
-        metadata={"help": "A class image folder / Hub image set (pairs are made from it) or a paired dataset; default: the digits."},
+        metadata={
+            "help": "A class image folder / Hub image set (pairs are made from it) or a paired dataset; default: the digits."
+        },
     )
-    dataset_name: str | None = field(default=None, metadata={"help": "Name of the data in the model card (default: the folder name or Hub id)."})
-    max_train_samples: int | None = field(default=None, metadata={"help": "Build pairs from this many training images."})
-    max_eval_samples: int | None = field(default=None, metadata={"help": "Build test pairs from this many test images."})
-    projection_plot: str = field(default="tsne", metadata={"help": "2-D projection of the pair representations: pca or tsne."})
+    dataset_name: str | None = field(
+        default=None, metadata={"help": "Name of the data in the model card (default: the folder name or Hub id)."}
+    )
+    max_train_samples: int | None = field(
+        default=None, metadata={"help": "Build pairs from this many training images."}
+    )
+    max_eval_samples: int | None = field(
+        default=None, metadata={"help": "Build test pairs from this many test images."}
+    )
+    projection_plot: str = field(
+        default="tsne", metadata={"help": "2-D projection of the pair representations: pca or tsne."}
+    )
     overwrite_output_dir: bool = field(
-        default=False, metadata={"help": "Train from scratch even if --output_dir holds a checkpoint or an earlier run."}
+        default=False,
+        metadata={"help": "Train from scratch even if --output_dir holds a checkpoint or an earlier run."},
     )
 
 
-def load_pairs(script: ScriptArguments, training_args: ContrastiveTrainingArguments, config: object) -> tuple[datasets.Dataset, datasets.Dataset]:
+def load_pairs(
+    script: ScriptArguments, training_args: ContrastiveTrainingArguments, config: object
+) -> tuple[datasets.Dataset, datasets.Dataset]:
     """Train and test ``(pre, post, label)`` pairs: a paired dataset as is, or change pairs of labelled images."""
     columns: list[str] = []
     if script.dataset is not None:
@@ -110,7 +127,10 @@ def load_pairs(script: ScriptArguments, training_args: ContrastiveTrainingArgume
             loaded = loaded["train"].train_test_split(
                 test_size=0.2, seed=training_args.seed, stratify_by_column=training_args.label_column
             )
-        pairs = [defer_image_decoding(defer_image_decoding(loaded[s], config.pre_column), config.post_column) for s in ("train", "test")]
+        pairs = [
+            defer_image_decoding(defer_image_decoding(loaded[s], config.pre_column), config.post_column)
+            for s in ("train", "test")
+        ]
         return pairs[0], pairs[1]
     images = load_image_splits(  # labelled images (an image folder, a Hub image set, the digits) -> change pairs
         script.dataset, image_column=training_args.image_column, label_column=training_args.label_column,
@@ -147,7 +167,9 @@ def main() -> None:
     counts = Counter(train_dataset[label])
 
     try:
-        encoder = ContrastiveEncoder.from_backbone(script.model, pretrained=script.pretrained, projection_dim=script.projection_dim)
+        encoder = ContrastiveEncoder.from_backbone(
+            script.model, pretrained=script.pretrained, projection_dim=script.projection_dim
+        )
     except HubUnavailableError as error:
         raise SystemExit(f"{error}\nOr drop `--pretrained` to train `{script.model}` from scratch.") from error
     objective = get_objective(script.method)(config)
@@ -166,7 +188,9 @@ def main() -> None:
         checkpoint = True  # the newest *complete* checkpoint (hf_contrast checks it, and falls back with a warning)
     train_result = trainer.train(resume_from_checkpoint=checkpoint)
     trainer.save_model()  # the encoder and its model card
-    if trainer.is_world_process_zero():  # the pair classifier belongs to the objective: its weights next to the encoder
+    if (
+        trainer.is_world_process_zero()
+    ):  # the pair classifier belongs to the objective: its weights next to the encoder
         torch.save(objective.state_dict(), os.path.join(training_args.output_dir, "local_objective.pt"))
     metrics = train_result.metrics
     metrics["train_samples"] = len(train_dataset)
@@ -178,7 +202,9 @@ def main() -> None:
     metrics = trainer.evaluate()
     metrics["eval_samples"] = len(eval_dataset)
     model = trainer.accelerator.unwrap_model(trainer.model).eval()
-    loader = DataLoader(eval_dataset, batch_size=training_args.per_device_eval_batch_size, collate_fn=trainer.eval_data_collator)
+    loader = DataLoader(
+        eval_dataset, batch_size=training_args.per_device_eval_batch_size, collate_fn=trainer.eval_data_collator
+    )
     logits, z, labels = [], [], []
     with torch.no_grad():
         for batch in loader:
@@ -201,7 +227,10 @@ def main() -> None:
         )  # fmt: skip
 
     # ---- model card and the Hub ----
-    kwargs = {"tags": [script.method, config.contrastive], "dataset": script.dataset_name or _data_name(script.dataset)}
+    kwargs = {
+        "tags": [script.method, config.contrastive],
+        "dataset": script.dataset_name or _data_name(script.dataset),
+    }
     if script.dataset and not os.path.isdir(script.dataset):
         kwargs["dataset_tags"] = script.dataset
     if script.pretrained and not os.path.isdir(script.model):

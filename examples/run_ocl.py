@@ -30,14 +30,18 @@ import transformers
 from transformers.trainer_utils import set_seed
 
 from hf_contrast.data import load_image_splits, make_long_tailed
-from hf_contrast.evaluation import ProbeEvaluator, balanced_subset, encode_dataset
 from hf_contrast.errors import InputError
+from hf_contrast.evaluation import ProbeEvaluator, balanced_subset, encode_dataset
 from hf_contrast.metrics import class_orthogonality
 from hf_contrast.models import ContrastiveEncoder, HubUnavailableError
 from hf_contrast.objectives import get_objective
 from hf_contrast.plots import save_training_plots
 from hf_contrast.training import (
-    ContrastiveTrainer, ContrastiveTrainingArguments, detect_last_checkpoint, parse_args_with_objective, setup_logging,
+    ContrastiveTrainer,
+    ContrastiveTrainingArguments,
+    detect_last_checkpoint,
+    parse_args_with_objective,
+    setup_logging,
 )
 
 logger = transformers.utils.logging.get_logger(__name__)
@@ -73,19 +77,33 @@ class ScriptArguments:
 
     method: str = field(default="ocl", metadata={"help": "A registered supervised objective: ocl or supcon."})
     imbalance_ratio: float | None = field(
-        default=None, metadata={"help": "Make the training split long-tailed: largest / smallest class size (None: as is)."}
+        default=None,
+        metadata={"help": "Make the training split long-tailed: largest / smallest class size (None: as is)."},
     )
     model: str = field(default="resnet18", metadata={"help": "Any timm model name."})
     pretrained: bool = field(default=False, metadata={"help": "Start from timm's pretrained weights (needs the Hub)."})
     projection_dim: int = field(default=128, metadata={"help": "Output size of the projection head."})
-    dataset: str | None = field(default=None, metadata={"help": "Image folder or Hub dataset id; default: the embedded digits."})
-    dataset_name: str | None = field(default=None, metadata={"help": "Name of the data in the model card (default: the folder name or Hub id)."})
-    max_train_samples: int | None = field(default=None, metadata={"help": "Train on a class-balanced subset of this many rows."})
-    max_eval_samples: int | None = field(default=None, metadata={"help": "Evaluate on a class-balanced subset of this many rows."})
-    projection_plot: str = field(default="tsne", metadata={"help": "2-D projection of the test embeddings: pca or tsne."})
-    max_plot_samples: int = field(default=2000, metadata={"help": "Test embeddings (class-balanced) in embeddings.png."})
+    dataset: str | None = field(
+        default=None, metadata={"help": "Image folder or Hub dataset id; default: the embedded digits."}
+    )
+    dataset_name: str | None = field(
+        default=None, metadata={"help": "Name of the data in the model card (default: the folder name or Hub id)."}
+    )
+    max_train_samples: int | None = field(
+        default=None, metadata={"help": "Train on a class-balanced subset of this many rows."}
+    )
+    max_eval_samples: int | None = field(
+        default=None, metadata={"help": "Evaluate on a class-balanced subset of this many rows."}
+    )
+    projection_plot: str = field(
+        default="tsne", metadata={"help": "2-D projection of the test embeddings: pca or tsne."}
+    )
+    max_plot_samples: int = field(
+        default=2000, metadata={"help": "Test embeddings (class-balanced) in embeddings.png."}
+    )
     overwrite_output_dir: bool = field(
-        default=False, metadata={"help": "Train from scratch even if --output_dir holds a checkpoint or an earlier run."}
+        default=False,
+        metadata={"help": "Train from scratch even if --output_dir holds a checkpoint or an earlier run."},
     )
 
 
@@ -125,7 +143,9 @@ def main() -> None:
 
     # ---- model, evaluator, trainer ----
     try:
-        encoder = ContrastiveEncoder.from_backbone(script.model, pretrained=script.pretrained, projection_dim=script.projection_dim)
+        encoder = ContrastiveEncoder.from_backbone(
+            script.model, pretrained=script.pretrained, projection_dim=script.projection_dim
+        )
     except HubUnavailableError as error:
         raise SystemExit(f"{error}\nOr drop `--pretrained` to train `{script.model}` from scratch.") from error
     # Macro-F1 weighs every class alike, so the rare classes count: the probes report it next to the accuracy.

@@ -32,14 +32,18 @@ import transformers
 from transformers.trainer_utils import set_seed
 
 from hf_contrast.data import load_image_splits
-from hf_contrast.evaluation import ProbeEvaluator, balanced_subset, encode_dataset
 from hf_contrast.errors import InputError
+from hf_contrast.evaluation import ProbeEvaluator, balanced_subset, encode_dataset
 from hf_contrast.metrics import class_orthogonality, effective_rank
 from hf_contrast.models import ContrastiveEncoder, HubUnavailableError
 from hf_contrast.objectives import get_objective
 from hf_contrast.plots import save_training_plots
 from hf_contrast.training import (
-    ContrastiveTrainer, ContrastiveTrainingArguments, detect_last_checkpoint, parse_args_with_objective, setup_logging,
+    ContrastiveTrainer,
+    ContrastiveTrainingArguments,
+    detect_last_checkpoint,
+    parse_args_with_objective,
+    setup_logging,
 )
 
 logger = transformers.utils.logging.get_logger(__name__)
@@ -74,18 +78,35 @@ DEFAULTS = {
 class ScriptArguments:
     """What to train and on which data (SimO hyperparameters: the objective's config flags)."""
 
-    method: str = field(default="simo", metadata={"help": "A registered objective needing class-major batches (simo)."})
+    method: str = field(
+        default="simo", metadata={"help": "A registered objective needing class-major batches (simo)."}
+    )
     model: str = field(default="resnet18", metadata={"help": "Any timm model name."})
     pretrained: bool = field(default=False, metadata={"help": "Start from timm's pretrained weights (needs the Hub)."})
-    projection_dim: int = field(default=64, metadata={"help": "Output size of the projection head (>= the number of classes)."})
-    dataset: str | None = field(default=None, metadata={"help": "Image folder or Hub dataset id; default: the embedded digits."})
-    dataset_name: str | None = field(default=None, metadata={"help": "Name of the data in the model card (default: the folder name or Hub id)."})
-    max_train_samples: int | None = field(default=None, metadata={"help": "Train on a class-balanced subset of this many rows."})
-    max_eval_samples: int | None = field(default=None, metadata={"help": "Evaluate on a class-balanced subset of this many rows."})
-    projection_plot: str = field(default="tsne", metadata={"help": "2-D projection of the test projections: pca or tsne."})
-    max_plot_samples: int = field(default=2000, metadata={"help": "Test projections (class-balanced) in embeddings.png."})
+    projection_dim: int = field(
+        default=64, metadata={"help": "Output size of the projection head (>= the number of classes)."}
+    )
+    dataset: str | None = field(
+        default=None, metadata={"help": "Image folder or Hub dataset id; default: the embedded digits."}
+    )
+    dataset_name: str | None = field(
+        default=None, metadata={"help": "Name of the data in the model card (default: the folder name or Hub id)."}
+    )
+    max_train_samples: int | None = field(
+        default=None, metadata={"help": "Train on a class-balanced subset of this many rows."}
+    )
+    max_eval_samples: int | None = field(
+        default=None, metadata={"help": "Evaluate on a class-balanced subset of this many rows."}
+    )
+    projection_plot: str = field(
+        default="tsne", metadata={"help": "2-D projection of the test projections: pca or tsne."}
+    )
+    max_plot_samples: int = field(
+        default=2000, metadata={"help": "Test projections (class-balanced) in embeddings.png."}
+    )
     overwrite_output_dir: bool = field(
-        default=False, metadata={"help": "Train from scratch even if --output_dir holds a checkpoint or an earlier run."}
+        default=False,
+        metadata={"help": "Train from scratch even if --output_dir holds a checkpoint or an earlier run."},
     )
 
 
@@ -125,7 +146,10 @@ def main() -> None:
     # ---- model, evaluator, trainer ----
     try:  # SimO works on raw projections: its orthogonality term needs them un-normalised.
         encoder = ContrastiveEncoder.from_backbone(
-            script.model, pretrained=script.pretrained, projection_dim=script.projection_dim, normalize_projections=False
+            script.model,
+            pretrained=script.pretrained,
+            projection_dim=script.projection_dim,
+            normalize_projections=False,
         )
     except HubUnavailableError as error:
         raise SystemExit(f"{error}\nOr drop `--pretrained` to train `{script.model}` from scratch.") from error

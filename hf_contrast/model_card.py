@@ -25,8 +25,6 @@ cards; the dependency goes the other way): the model is duck-typed.
 
 from __future__ import annotations
 
-from hf_contrast.errors import InputError
-
 import copy
 import dataclasses
 import importlib.metadata
@@ -45,6 +43,7 @@ from typing import Any
 from huggingface_hub import EvalResult, ModelCard, ModelCardData
 from transformers import TrainerCallback
 
+from hf_contrast.errors import InputError
 from hf_contrast.provenance import hub_id_or_none as _hub_id
 from hf_contrast.provenance import public_name
 
@@ -73,17 +72,52 @@ REPO_PLACEHOLDER = "<user>/<repo>"
 
 # Training arguments that say nothing about how the model was trained, or that are secrets.
 _IGNORED_ARGS = frozenset(
-    {"output_dir", "logging_dir", "run_name", "overwrite_output_dir", "report_to", "push_to_hub", "hub_model_id",
-     "hub_strategy", "hub_private_repo", "hub_always_push", "hub_revision", "disable_tqdm", "do_train", "do_eval",
-     "do_predict", "save_total_limit", "dataloader_num_workers", "local_rank", "logging_steps", "logging_strategy",
-     "logging_first_step", "save_strategy", "save_steps"}
+    {
+        "output_dir",
+        "logging_dir",
+        "run_name",
+        "overwrite_output_dir",
+        "report_to",
+        "push_to_hub",
+        "hub_model_id",
+        "hub_strategy",
+        "hub_private_repo",
+        "hub_always_push",
+        "hub_revision",
+        "disable_tqdm",
+        "do_train",
+        "do_eval",
+        "do_predict",
+        "save_total_limit",
+        "dataloader_num_workers",
+        "local_rank",
+        "logging_steps",
+        "logging_strategy",
+        "logging_first_step",
+        "save_strategy",
+        "save_steps",
+    }
 )
 # Per-run bookkeeping of `Trainer.state.log_history`: not part of the log table or the metrics.
 _BOOKKEEPING = ("_runtime", "_per_second", "_preparation_time", "total_flos", "num_input_tokens_seen", "epoch", "step")
 # `info.dataset_name` of datasets' packaged builders: they name a file format, not a data set.
 _PACKAGED_BUILDERS = frozenset(
-    {"imagefolder", "audiofolder", "videofolder", "csv", "json", "parquet", "text", "arrow", "pandas", "generator",
-     "sql", "webdataset", "xml", "cache"}
+    {
+        "imagefolder",
+        "audiofolder",
+        "videofolder",
+        "csv",
+        "json",
+        "parquet",
+        "text",
+        "arrow",
+        "pandas",
+        "generator",
+        "sql",
+        "webdataset",
+        "xml",
+        "cache",
+    }
 )
 _WINDOWS_PATH = re.compile(r"^[A-Za-z]:[\\/]")
 _LIBRARIES = ("hf_contrast", "torch", "transformers", "timm", "sentence-transformers", "huggingface_hub", "datasets")
@@ -110,8 +144,10 @@ def _scrub_paths(value: Any) -> Any:
         return {key: _scrub_paths(item) for key, item in value.items()}
     if isinstance(value, list):
         return [_scrub_paths(item) for item in value]
-    if isinstance(value, str) and "\n" not in value and (
-        os.path.isabs(value) or value.startswith(("~", "local-dir:")) or _WINDOWS_PATH.match(value)
+    if (
+        isinstance(value, str)
+        and "\n" not in value
+        and (os.path.isabs(value) or value.startswith(("~", "local-dir:")) or _WINDOWS_PATH.match(value))
     ):
         return public_name(value)
     return value
@@ -260,19 +296,32 @@ class ContrastiveModelCardData:
             prefix = getattr(member, "name", "") or ""
             primary = getattr(member, "primary_metric", None)
             scored = _evaluated_dataset(member)
-            name = public_name(getattr(member, "dataset_name", None)) or scored.get("name") or scored.get("id") or (prefix or None)
-            split = getattr(member, "split", None) if isinstance(getattr(member, "split", None), str) else scored.get("split")
-            self.evaluators.append({
-                "prefix": prefix if isinstance(prefix, str) else str(prefix),
-                "class": type(member).__name__,
-                "dataset_name": name,
-                "dataset_id": scored.get("id"),
-                "split": split,
-                "held_out": bool(split) and (scored.get("id") or name, split) in trained_on,
-                "primary_metric": primary if isinstance(primary, str) else None,
-                "metric_names": [str(n) for n in getattr(member, "metric_names", None) or ()],
-                "description": getattr(member, "description", None) if isinstance(getattr(member, "description", None), str) else None,
-            })
+            name = (
+                public_name(getattr(member, "dataset_name", None))
+                or scored.get("name")
+                or scored.get("id")
+                or (prefix or None)
+            )
+            split = (
+                getattr(member, "split", None)
+                if isinstance(getattr(member, "split", None), str)
+                else scored.get("split")
+            )
+            self.evaluators.append(
+                {
+                    "prefix": prefix if isinstance(prefix, str) else str(prefix),
+                    "class": type(member).__name__,
+                    "dataset_name": name,
+                    "dataset_id": scored.get("id"),
+                    "split": split,
+                    "held_out": bool(split) and (scored.get("id") or name, split) in trained_on,
+                    "primary_metric": primary if isinstance(primary, str) else None,
+                    "metric_names": [str(n) for n in getattr(member, "metric_names", None) or ()],
+                    "description": getattr(member, "description", None)
+                    if isinstance(getattr(member, "description", None), str)
+                    else None,
+                }
+            )
 
     def set_datasets(self, train_dataset: Any = None, eval_dataset: Any = None) -> None:
         """Fill ``train_datasets`` / ``eval_datasets`` from the trainer's datasets.
@@ -289,10 +338,14 @@ class ContrastiveModelCardData:
             if given and len(given) != len(inferred):
                 logger.warning(
                     "Model card: `%s` lists %d datasets but the trainer has %d; using the trainer's.",
-                    attribute, len(given), len(inferred),
+                    attribute,
+                    len(given),
+                    len(inferred),
                 )
                 given = []
-            merged = [{**found, **{k: v for k, v in user.items() if v is not None}} for found, user in zip(inferred, given)]
+            merged = [
+                {**found, **{k: v for k, v in user.items() if v is not None}} for found, user in zip(inferred, given)
+            ]
             setattr(self, attribute, merged or inferred)
         trained_on = {(entry.get("id") or entry.get("name"), entry.get("split")) for entry in self.train_datasets}
         for entry in self.eval_datasets:
@@ -304,7 +357,9 @@ class ContrastiveModelCardData:
         values = {
             key: number
             for key, value in logs.items()
-            if not key.endswith(_BOOKKEEPING) and not key.startswith("train_") and (number := _finite_number(value)) is not None
+            if not key.endswith(_BOOKKEEPING)
+            and not key.startswith("train_")
+            and (number := _finite_number(value)) is not None
         }
         if not values:
             return
@@ -352,10 +407,14 @@ class ContrastiveModelCardData:
             ValueError: If ``values`` is not card data written by :meth:`to_dict`.
         """
         if not isinstance(values, Mapping) or values.get("format") != CARD_DATA_FORMAT:
-            raise InputError(f"Not hf_contrast model card data (no \"format\": {CARD_DATA_FORMAT!r}): {str(values)[:200]}")
+            raise InputError(
+                f'Not hf_contrast model card data (no "format": {CARD_DATA_FORMAT!r}): {str(values)[:200]}'
+            )
         names = {f.name for f in dataclasses.fields(cls)}
         data = cls(**{key: copy.deepcopy(value) for key, value in values.items() if key in names})
-        object.__setattr__(data, "_loaded_run", {name: copy.deepcopy(getattr(data, name)) for name in _RUN_FIELDS + ("model_id",)})
+        object.__setattr__(
+            data, "_loaded_run", {name: copy.deepcopy(getattr(data, name)) for name in _RUN_FIELDS + ("model_id",)}
+        )
         return data
 
     def start_run(self) -> None:
@@ -370,7 +429,11 @@ class ContrastiveModelCardData:
         for name in _RUN_FIELDS:
             if name in _ALWAYS_NEW or (name in loaded and getattr(self, name) == loaded[name]):
                 spec = defaults[name]
-                setattr(self, name, spec.default_factory() if spec.default_factory is not dataclasses.MISSING else spec.default)
+                setattr(
+                    self,
+                    name,
+                    spec.default_factory() if spec.default_factory is not dataclasses.MISSING else spec.default,
+                )
         self.__dict__.pop("_metrics_step", None)
         if loaded.get("model_id") and self.model_id == loaded["model_id"]:
             self.base_model, self.model_id = loaded["model_id"], None
@@ -396,7 +459,9 @@ def save_card_data(model: Any, folder: str | os.PathLike[str]) -> Path:
         The path written.
     """
     path = Path(folder) / CARD_DATA_FILE
-    path.write_text(json.dumps(get_model_card_data(model).to_dict(), indent=2, allow_nan=False) + "\n", encoding="utf-8")
+    path.write_text(
+        json.dumps(get_model_card_data(model).to_dict(), indent=2, allow_nan=False) + "\n", encoding="utf-8"
+    )
     return path
 
 
@@ -405,7 +470,9 @@ def load_card_data(path: str | os.PathLike[str]) -> ContrastiveModelCardData | N
     try:
         return ContrastiveModelCardData.from_dict(json.loads(Path(path).read_text(encoding="utf-8")))
     except (OSError, ValueError, TypeError) as error:
-        logger.warning("Model card data in %s not read (%s: %s); the card starts empty.", path, type(error).__name__, error)
+        logger.warning(
+            "Model card data in %s not read (%s: %s); the card starts empty.", path, type(error).__name__, error
+        )
         return None
 
 
@@ -465,9 +532,13 @@ def non_default_training_args(args: Any) -> dict[str, Any]:
     return {
         key: value
         for key, value in current.items()
-        if key not in _IGNORED_ARGS and "token" not in key.replace("tokens", "") and key in defaults
+        if key not in _IGNORED_ARGS
+        and "token" not in key.replace("tokens", "")
+        and key in defaults
         and not _is_default(key, value, defaults[key])
-        and not (key == "fsdp_config" and not current.get("fsdp"))  # "used only when `fsdp` is enabled"; 5.0 fills it anyway
+        and not (
+            key == "fsdp_config" and not current.get("fsdp")
+        )  # "used only when `fsdp` is enabled"; 5.0 fills it anyway
     }
 
 
@@ -477,15 +548,19 @@ def dataset_metadata(dataset: Any, name: str | None = None) -> list[dict[str, An
     The Hub id comes from the download checksums of a dataset loaded from the Hub (as
     sentence-transformers does); a local folder or file gives no id and its folder name at most.
     """
-    if isinstance(dataset, Mapping) and all(hasattr(part, "__len__") or hasattr(part, "column_names") for part in dataset.values()):
+    if isinstance(dataset, Mapping) and all(
+        hasattr(part, "__len__") or hasattr(part, "column_names") for part in dataset.values()
+    ):
         return [{**entry, "key": key} for key, part in dataset.items() for entry in dataset_metadata(part, name=name)]
     info = getattr(dataset, "info", None)
     builder_name = getattr(info, "dataset_name", None)
-    entry: dict[str, Any] = {"name": public_name(name) or (builder_name if builder_name not in _PACKAGED_BUILDERS else None)}
+    entry: dict[str, Any] = {
+        "name": public_name(name) or (builder_name if builder_name not in _PACKAGED_BUILDERS else None)
+    }
     checksums = getattr(info, "download_checksums", None) or {}
     for source in checksums:
         if source.startswith("hf://datasets/"):
-            entry["id"] = _hub_id(source[len("hf://datasets/"):].split("@")[0])
+            entry["id"] = _hub_id(source[len("hf://datasets/") :].split("@")[0])
             entry["name"] = entry["name"] or entry["id"]
             break
     split = getattr(dataset, "split", None)
@@ -546,7 +621,9 @@ class ModelCardCallback(TrainerCallback):
         if logs:
             self._data().log(state.global_step, state.epoch, logs)
 
-    def on_evaluate(self, args: Any, state: Any, control: Any, metrics: dict[str, float] | None = None, **kwargs: Any) -> None:
+    def on_evaluate(
+        self, args: Any, state: Any, control: Any, metrics: dict[str, float] | None = None, **kwargs: Any
+    ) -> None:
         if metrics:
             self._data().set_metrics(metrics, state.global_step)
 
@@ -636,7 +713,9 @@ def _public_dataset(entry: Mapping[str, Any]) -> dict[str, Any]:
     """A dataset entry safe to publish: a path as ``name`` becomes its folder name, as ``id`` is dropped."""
     public = dict(entry)
     public["id"] = _hub_id(entry.get("id"))
-    public["name"] = public_name(entry.get("name")) or (public_name(entry["id"]) if entry.get("id") and not public["id"] else None)
+    public["name"] = public_name(entry.get("name")) or (
+        public_name(entry["id"]) if entry.get("id") and not public["id"] else None
+    )
     return public
 
 
@@ -701,7 +780,7 @@ def _evaluation_groups(data: ContrastiveModelCardData) -> list[dict[str, Any]]:
         if keys:
             group["rows"] = [
                 {
-                    "name": key[len(prefix) + 1:] if prefix else key,
+                    "name": key[len(prefix) + 1 :] if prefix else key,
                     "value": data.metrics.get(key),
                     "shown": _format(data.metrics[key]) if key in data.metrics else "-",
                     "baseline": _format(data.baseline_metrics[key]) if key in data.baseline_metrics else None,
@@ -713,19 +792,46 @@ def _evaluation_groups(data: ContrastiveModelCardData) -> list[dict[str, Any]]:
             groups.append(group)
 
     for evaluator in sorted(data.evaluators, key=lambda e: -len(e.get("prefix") or "")):
-        label = _dataset_label({"name": evaluator.get("dataset_name"), "id": evaluator.get("dataset_id"),
-                                "split": evaluator.get("split"), "held_out": evaluator.get("held_out")})
-        title = f"{evaluator['dataset_name']}: `{evaluator['class']}`" if evaluator.get("dataset_name") else f"`{evaluator['class']}`"
+        label = _dataset_label(
+            {
+                "name": evaluator.get("dataset_name"),
+                "id": evaluator.get("dataset_id"),
+                "split": evaluator.get("split"),
+                "held_out": evaluator.get("held_out"),
+            }
+        )
+        title = (
+            f"{evaluator['dataset_name']}: `{evaluator['class']}`"
+            if evaluator.get("dataset_name")
+            else f"`{evaluator['class']}`"
+        )
         prefix = evaluator.get("prefix") or ""
-        take(prefix, only=None if prefix else list(evaluator.get("metric_names") or []), title=title, source=evaluator["class"],
-             dataset=label, primary=evaluator.get("primary_metric"), description=evaluator.get("description"))
+        take(
+            prefix,
+            only=None if prefix else list(evaluator.get("metric_names") or []),
+            title=title,
+            source=evaluator["class"],
+            dataset=label,
+            primary=evaluator.get("primary_metric"),
+            description=evaluator.get("description"),
+        )
     for entry in data.eval_datasets:
         if entry.get("key"):
             label = _dataset_label(entry)
-            take(str(entry["key"]), title=f"{label['name'] or entry['key']}: the trainer's evaluation", source="eval_dataset", dataset=label)
+            take(
+                str(entry["key"]),
+                title=f"{label['name'] or entry['key']}: the trainer's evaluation",
+                source="eval_dataset",
+                dataset=label,
+            )
     fallback = next((e for e in data.eval_datasets + data.train_datasets if e.get("id") or e.get("name")), None)
     label = _dataset_label(fallback)
-    take("", title=f"{label['name'] or 'Evaluation data'}: the trainer's evaluation", source="eval_dataset", dataset=label)
+    take(
+        "",
+        title=f"{label['name'] or 'Evaluation data'}: the trainer's evaluation",
+        source="eval_dataset",
+        dataset=label,
+    )
     return groups
 
 
@@ -738,21 +844,38 @@ def _human(count: Any) -> str | None:
     return str(int(count))
 
 
-def _details(model: Any, data: ContrastiveModelCardData, base_model: str | None, backbone: str | None) -> list[tuple[str, str]]:
+def _details(
+    model: Any, data: ContrastiveModelCardData, base_model: str | None, backbone: str | None
+) -> list[tuple[str, str]]:
     """The model-details list: what the backbone is, its size and cost, and what the outputs are."""
     config, stats = model.config, data.model_details or {}
     is_text = config.backbone_type == "text"
-    rows: list[tuple[str, str]] = [("Model type", f"hf_contrast ContrastiveEncoder ({'text' if is_text else 'image'})")]
+    rows: list[tuple[str, str]] = [
+        ("Model type", f"hf_contrast ContrastiveEncoder ({'text' if is_text else 'image'})")
+    ]
     if backbone:
         library, architecture = ("transformers" if is_text else "timm"), stats.get("architecture_name")
-        rows.append(("Backbone", f"`{backbone}`" + (f" ({library} `{architecture}`)" if architecture and architecture != backbone else "")))
+        rows.append(
+            (
+                "Backbone",
+                f"`{backbone}`"
+                + (f" ({library} `{architecture}`)" if architecture and architecture != backbone else ""),
+            )
+        )
     if base_model:
         rows.append(("Base model", f"[{base_model}](https://huggingface.co/{base_model})"))
     else:
         pretrained = getattr(config, "backbone_pretrained", False)
-        rows.append(("Base model", "a local model (its Hub id is unknown)" if pretrained else "none (trained from scratch)"))
+        rows.append(
+            ("Base model", "a local model (its Hub id is unknown)" if pretrained else "none (trained from scratch)")
+        )
     if _human(stats.get("parameters")):
-        rows.append(("Parameters", f"{_human(stats['parameters'])} ({_human(stats.get('backbone_parameters'))} in the backbone)"))
+        rows.append(
+            (
+                "Parameters",
+                f"{_human(stats['parameters'])} ({_human(stats.get('backbone_parameters'))} in the backbone)",
+            )
+        )
     if is_text:
         max_length = getattr(config, "max_seq_length", None) or stats.get("max_seq_length")
         if max_length:
@@ -843,11 +966,17 @@ def _metadata(model: Any, data: ContrastiveModelCardData, context: Mapping[str, 
     tags = ["hf_contrast", "contrastive-learning"]
     if context["method"]:
         tags.append(re.sub(r"[^a-z0-9-]+", "-", context["method"].lower()).strip("-"))
-    tags += ["sentence-transformers", "sentence-similarity", "feature-extraction"] if is_text else ["timm", "image-feature-extraction"]
+    tags += (
+        ["sentence-transformers", "sentence-similarity", "feature-extraction"]
+        if is_text
+        else ["timm", "image-feature-extraction"]
+    )
     for tag in data.tags:
         if tag not in tags:
             tags.append(tag)
-    hub_datasets = list(dict.fromkeys(entry["id"] for entry in data.train_datasets + data.eval_datasets if entry.get("id")))
+    hub_datasets = list(
+        dict.fromkeys(entry["id"] for entry in data.train_datasets + data.eval_datasets if entry.get("id"))
+    )
     eval_results = []
     for group in context["evaluations"]:
         dataset = group["dataset"]
@@ -860,12 +989,18 @@ def _metadata(model: Any, data: ContrastiveModelCardData, context: Mapping[str, 
             if row["value"] is None or row["name"].endswith("loss"):
                 continue  # a loss is the objective's, not a comparable metric; the baseline is not this model's
             task_type, task_name = _task_type(group, is_text)
-            eval_results.append(EvalResult(
-                task_type=task_type, task_name=task_name,
-                dataset_type=hub_dataset, dataset_name=dataset.get("name") or hub_dataset,
-                dataset_split=dataset.get("split"), metric_type=row["name"], metric_name=row["name"].replace("_", " "),
-                metric_value=row["value"],
-            ))
+            eval_results.append(
+                EvalResult(
+                    task_type=task_type,
+                    task_name=task_name,
+                    dataset_type=hub_dataset,
+                    dataset_name=dataset.get("name") or hub_dataset,
+                    dataset_split=dataset.get("split"),
+                    metric_type=row["name"],
+                    metric_name=row["name"].replace("_", " "),
+                    metric_value=row["value"],
+                )
+            )
     license_ = data.license or _base_model_license(model, context["base_model"])
     return ModelCardData(
         library_name="sentence-transformers" if is_text else "timm",
@@ -921,7 +1056,11 @@ def write_model_card(model: Any, save_directory: str | os.PathLike[str], overwri
     """
     try:
         path = Path(save_directory) / "README.md"
-        if path.exists() and not overwrite and not is_generated_card(path.read_text(encoding="utf-8", errors="replace")):
+        if (
+            path.exists()
+            and not overwrite
+            and not is_generated_card(path.read_text(encoding="utf-8", errors="replace"))
+        ):
             logger.info("Model card: kept %s (not generated by hf_contrast; overwrite=True replaces it)", path)
             return None
         text = generate_model_card(model)

@@ -20,8 +20,6 @@ Classes are named by their labels when ``class_names`` is given (e.g.
 
 from __future__ import annotations
 
-from hf_contrast.errors import InputError
-
 import logging
 import math
 import os
@@ -32,6 +30,8 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import Tensor
+
+from hf_contrast.errors import InputError
 
 from .metrics._inputs import as_embeddings, as_labels
 from .tensor_checks import check_int
@@ -269,7 +269,9 @@ def _curves(log_history: Sequence[Mapping[str, Any]], wanted: Any) -> dict[str, 
     return curves
 
 
-def _panels(panels: dict[str, list[str]], curves: Mapping[str, tuple[list[float], list[float]]], ylabel: Any) -> Figure:
+def _panels(
+    panels: dict[str, list[str]], curves: Mapping[str, tuple[list[float], list[float]]], ylabel: Any
+) -> Figure:
     """One subplot per panel (its own y scale), each drawing its keys' curves against the step."""
     count = len(panels)
     ncols = min(3, count)
@@ -410,16 +412,27 @@ def save_training_plots(
             z, labels, p, method=projection, seed=seed, class_names=class_names,
             title=f"{title}: {len(z)} test embeddings ({projection})")))  # fmt: skip
     if f is not None and f_a:
-        jobs.append(("augmentation_cosines.png", lambda p: plot_augmentation_cosine_histogram([f] * len(f_a), list(f_a), p)))
+        jobs.append(
+            ("augmentation_cosines.png", lambda p: plot_augmentation_cosine_histogram([f] * len(f_a), list(f_a), p))
+        )
     if log_history:
         jobs.append(("loss_curves.png", lambda p: plot_loss_curves(log_history, p, title=f"{title}: loss terms")))
         timings = ("_runtime", "_per_second", "eval_loss")
         metrics = sorted({k for e in log_history for k in e if k.startswith("eval_") and not k.endswith(timings)})
         if metrics:
-            jobs.append(("eval_curves.png", lambda p: plot_metric_curves(log_history, p, metrics, title=f"{title}: evaluation")))
+            jobs.append(
+                (
+                    "eval_curves.png",
+                    lambda p: plot_metric_curves(log_history, p, metrics, title=f"{title}: evaluation"),
+                )
+            )
     written = []
     for index, (name, draw) in enumerate(jobs, 1):
-        slow = " (t-SNE: a minute or two for a few thousand points)" if name == "embeddings.png" and projection == "tsne" else ""
+        slow = (
+            " (t-SNE: a minute or two for a few thousand points)"
+            if name == "embeddings.png" and projection == "tsne"
+            else ""
+        )
         logger.info("[%d/%d] drawing %s%s", index, len(jobs), out / name, slow)
         try:
             written.append(draw(out / name))

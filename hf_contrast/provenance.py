@@ -23,8 +23,6 @@ when the copy is of a Hub model). The license comes from ``pretrained_cfg["licen
 
 from __future__ import annotations
 
-from hf_contrast.errors import InputError
-
 import json
 import logging
 import os
@@ -32,6 +30,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path, PureWindowsPath
 from typing import Any
+
+from hf_contrast.errors import InputError
 
 __all__ = ["BackboneProvenance", "backbone_provenance", "is_local_path", "hub_id_or_none", "public_name"]
 
@@ -62,8 +62,12 @@ class BackboneProvenance:
 def is_local_path(value: str) -> bool:
     """Whether ``value`` names a place on this machine rather than a Hub id or a timm name."""
     return (
-        value.startswith("local-dir:") or os.path.isabs(value) or value.startswith((".", "~")) or "\\" in value
-        or os.path.exists(value) or not _HUB_ID.match(value)
+        value.startswith("local-dir:")
+        or os.path.isabs(value)
+        or value.startswith((".", "~"))
+        or "\\" in value
+        or os.path.exists(value)
+        or not _HUB_ID.match(value)
     )
 
 
@@ -73,7 +77,7 @@ def hub_id_or_none(value: Any) -> str | None:
         return None
     value = value.strip()
     if value.startswith("hf-hub:"):
-        value = value[len("hf-hub:"):]
+        value = value[len("hf-hub:") :]
     return None if is_local_path(value) else value
 
 
@@ -83,7 +87,7 @@ def public_name(value: Any) -> str | None:
         return None
     value = str(value).strip()
     if value.startswith("local-dir:"):
-        value = value[len("local-dir:"):]
+        value = value[len("local-dir:") :]
     if value.startswith("hf-hub:") or not is_local_path(value):
         return value
     if "\\" in value:  # a Windows path, whatever this machine is
@@ -142,7 +146,9 @@ def _timm_hub_id(pretrained_cfg: dict[str, Any], architecture: Any) -> str | Non
     try:
         import timm
 
-        return hub_id_or_none(getattr(timm.models.get_pretrained_cfg(f"{architecture}.{pretrained_cfg['tag']}"), "hf_hub_id", None))
+        return hub_id_or_none(
+            getattr(timm.models.get_pretrained_cfg(f"{architecture}.{pretrained_cfg['tag']}"), "hf_hub_id", None)
+        )
     except Exception:  # noqa: BLE001 - a tag timm does not know: no claim
         return None
 
@@ -165,7 +171,8 @@ def _folder_provenance(folder: Path) -> BackboneProvenance:
         logger.warning(
             "The local backbone %r does not say which Hub model it is a copy of; the card names %r, what it says it was "
             "trained from. If the folder is a copy of a Hub model, pass `base_model='org/name'` to `from_backbone`.",
-            folder.name, base_model,
+            folder.name,
+            base_model,
         )
     license_ = pretrained_cfg.get("license") or card.get("license")
     language = card.get("language")
@@ -177,7 +184,9 @@ def _folder_provenance(folder: Path) -> BackboneProvenance:
     )
 
 
-def backbone_provenance(backbone: str, *, base_model: str | None = None, license: str | None = None) -> BackboneProvenance:  # noqa: A002
+def backbone_provenance(
+    backbone: str, *, base_model: str | None = None, license: str | None = None
+) -> BackboneProvenance:  # noqa: A002
     """The public name, Hub id and license of a backbone source (see the module docstring).
 
     Args:
@@ -198,7 +207,7 @@ def backbone_provenance(backbone: str, *, base_model: str | None = None, license
             f"`base_model`={base_model!r} is not a Hub repository id like 'org/name': pass the Hub id the weights came "
             "from (a local path is never published), or leave it None."
         )
-    local = backbone[len("local-dir:"):] if backbone.startswith("local-dir:") else backbone
+    local = backbone[len("local-dir:") :] if backbone.startswith("local-dir:") else backbone
     if backbone.startswith("local-dir:") or (is_local_path(local) and Path(local).expanduser().is_dir()):
         found = _folder_provenance(Path(os.path.normpath(os.path.expanduser(local))).absolute())
     elif backbone.startswith("hf-hub:") or "/" in backbone:
@@ -207,7 +216,9 @@ def backbone_provenance(backbone: str, *, base_model: str | None = None, license
     else:  # a timm registry name or a legacy Hub id without namespace ("bert-base-uncased")
         import timm
 
-        found = BackboneProvenance(name=backbone, base_model=None if timm.is_model(backbone) else hub_id_or_none(backbone))
+        found = BackboneProvenance(
+            name=backbone, base_model=None if timm.is_model(backbone) else hub_id_or_none(backbone)
+        )
     return BackboneProvenance(
         name=base_model or found.name,
         base_model=hub_id_or_none(base_model) or found.base_model,

@@ -12,8 +12,6 @@ are cheap.
 
 from __future__ import annotations
 
-from hf_contrast.errors import InputError
-
 import math
 import numbers
 from collections.abc import Iterator, Sequence
@@ -23,6 +21,8 @@ from contextvars import ContextVar
 import torch
 import torch.nn.functional as F
 from torch import Tensor
+
+from hf_contrast.errors import InputError
 
 __all__ = [
     "check_embeddings",
@@ -58,7 +58,9 @@ def check_embeddings(name: str, z: object, ndim: int | tuple[int, ...] = 2, shap
         raise InputError(f"`{name}` must be a torch.Tensor of shape {shape_doc}, got {type(z).__name__}.")
     ranks = (ndim,) if isinstance(ndim, int) else ndim
     if z.ndim not in ranks:
-        raise InputError(f"`{name}` must have shape {shape_doc} (rank {' or '.join(map(str, ranks))}), got shape {tuple(z.shape)}.")
+        raise InputError(
+            f"`{name}` must have shape {shape_doc} (rank {' or '.join(map(str, ranks))}), got shape {tuple(z.shape)}."
+        )
     if not z.is_floating_point():
         raise InputError(f"`{name}` must be a floating-point tensor, got dtype {z.dtype}.")
     if z.numel() == 0:
@@ -121,7 +123,9 @@ def check_finite_result(result: Tensor, what: str, inputs: str) -> Tensor:
     return result
 
 
-def check_finite_weighted(result: Tensor, what: str, weights: str, fix: str = "use weights of moderate size") -> Tensor:
+def check_finite_weighted(
+    result: Tensor, what: str, weights: str, fix: str = "use weights of moderate size"
+) -> Tensor:
     """Reject a weighted loss (or term) that is not finite although its unweighted terms are: the weights
     (hyperparameters) make it overflow, so the error names them, not the inputs. Checked when
     :func:`value_checks_enabled`.

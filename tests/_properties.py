@@ -78,7 +78,9 @@ def finite_scalar(result: Any) -> None:
     if isinstance(result, dict):
         result = result["loss"]
     assert isinstance(result, torch.Tensor), f"expected a tensor, got {type(result).__name__}"
-    assert result.ndim == 0 and result.is_floating_point(), f"expected a float scalar, got {result.dtype} {tuple(result.shape)}"
+    assert result.ndim == 0 and result.is_floating_point(), (
+        f"expected a float scalar, got {result.dtype} {tuple(result.shape)}"
+    )
     assert bool(torch.isfinite(result)), f"returned a non-finite value {result.item()} instead of an error"
 
 
@@ -115,7 +117,17 @@ bad_names = st.one_of(
     st.sampled_from([None, 0, 1.5, ["image"], ("a", "b"), True]),
 )
 
-_DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int64, torch.int32, torch.uint8, torch.bool, torch.complex64]
+_DTYPES = [
+    torch.float32,
+    torch.float64,
+    torch.float16,
+    torch.bfloat16,
+    torch.int64,
+    torch.int32,
+    torch.uint8,
+    torch.bool,
+    torch.complex64,
+]
 _FILLS = ["randn", "zeros", "ones", "nan", "inf", "-inf", "huge", "tiny", "one_nan"]
 
 
@@ -164,7 +176,12 @@ def near_tensors(draw: st.DrawFn, shape: tuple[int, ...]) -> torch.Tensor:
         new.insert(0, draw(st.integers(1, 2)))
     elif change == "rank-" and new:
         new.pop()
-    return _fill(tuple(new), draw(st.sampled_from(_DTYPES[:4] * 3 + _DTYPES[4:])), draw(st.sampled_from(_FILLS)), draw(st.integers(0, 2**16)))
+    return _fill(
+        tuple(new),
+        draw(st.sampled_from(_DTYPES[:4] * 3 + _DTYPES[4:])),
+        draw(st.sampled_from(_FILLS)),
+        draw(st.integers(0, 2**16)),
+    )
 
 
 def any_bad(shape: tuple[int, ...]) -> st.SearchStrategy[Any]:

@@ -22,15 +22,14 @@ import time
 import traceback
 from pathlib import Path
 
-
 STAND_INS = ("sentence-transformers/all-MiniLM-L6-v2",)
 
 
 def _publish_stand_ins(folder: Path) -> None:
     """Upload a tiny sentence-transformers model under each of :data:`STAND_INS` (inside ``use_hub_server``)."""
+    from _tiny import tiny_text_encoder
     from huggingface_hub import HfApi
 
-    from _tiny import tiny_text_encoder
     from hf_contrast.models import export_sentence_transformers
 
     api = HfApi()
@@ -71,7 +70,11 @@ def main() -> None:
             except BaseException:  # noqa: BLE001 - a block's failure of any kind is its result
                 ok = False
                 traceback.print_exc(file=output)
-        results[str(block["line"])] = {"ok": ok, "output": output.getvalue()[-4000:], "seconds": time.perf_counter() - start}
+        results[str(block["line"])] = {
+            "ok": ok,
+            "output": output.getvalue()[-4000:],
+            "seconds": time.perf_counter() - start,
+        }
         results_path.write_text(json.dumps(results), encoding="utf-8")
 
 

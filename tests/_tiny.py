@@ -18,11 +18,35 @@ from transformers import BertConfig, BertTokenizerFast
 
 from hf_contrast.models import ContrastiveEncoder
 
-__all__ = ["TINY_VOCAB", "TIMM_TEST_BACKBONE", "tiny_tokenizer", "tiny_bert_config", "tiny_text_encoder", "tiny_timm_encoder"]
+__all__ = [
+    "TINY_VOCAB",
+    "TIMM_TEST_BACKBONE",
+    "tiny_tokenizer",
+    "tiny_bert_config",
+    "tiny_text_encoder",
+    "tiny_timm_encoder",
+]
 
 TIMM_TEST_BACKBONE = "test_resnet"
 _SPECIAL = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
-_WORDS = ["the", "a", "cat", "dog", "sat", "on", "mat", "hello", "world", "is", "of", "and", "man", "woman", "car", "red"]
+_WORDS = [
+    "the",
+    "a",
+    "cat",
+    "dog",
+    "sat",
+    "on",
+    "mat",
+    "hello",
+    "world",
+    "is",
+    "of",
+    "and",
+    "man",
+    "woman",
+    "car",
+    "red",
+]
 _CHARS = list(string.ascii_lowercase + string.digits)
 TINY_VOCAB: list[str] = _SPECIAL + _WORDS + list(string.punctuation) + _CHARS + ["##" + c for c in _CHARS]
 
@@ -67,7 +91,9 @@ def tiny_text_encoder(tokenizer: BertTokenizerFast | None = None, **config_kwarg
         **config_kwargs: ``ContrastiveEncoderConfig`` options.
     """
     config_kwargs.setdefault("projection_dim", 16)
-    return ContrastiveEncoder.from_text_config(tiny_bert_config(), tokenizer=tokenizer or tiny_tokenizer(), **config_kwargs)
+    return ContrastiveEncoder.from_text_config(
+        tiny_bert_config(), tokenizer=tokenizer or tiny_tokenizer(), **config_kwargs
+    )
 
 
 def tiny_timm_encoder(**config_kwargs: Any) -> ContrastiveEncoder:

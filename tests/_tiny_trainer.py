@@ -44,7 +44,9 @@ class TinyTrainer(CheckpointingMixin, Trainer):
         super().__init__(*args, **kwargs)
         self.steps = torch.zeros((), dtype=torch.long)
 
-    def compute_loss(self, model: Any, inputs: dict[str, torch.Tensor], return_outputs: bool = False, **kwargs: Any) -> Any:
+    def compute_loss(
+        self, model: Any, inputs: dict[str, torch.Tensor], return_outputs: bool = False, **kwargs: Any
+    ) -> Any:
         outputs = model(pixel_values=inputs["pixel_values"])
         loss = (1 + 0.1 * self.steps.float()) * (outputs.projections - inputs["targets"]).pow(2).mean()
         if model.training:

@@ -61,7 +61,9 @@ __all__ = ["HubServer", "run_hub_server", "use_hub_server"]
 
 _REPO_TYPES = ("model", "dataset", "space")
 _URL_PREFIXES = {"model": "", "dataset": "datasets/", "space": "spaces/"}
-_INITIAL_GITATTRIBUTES = b"*.safetensors filter=lfs diff=lfs merge=lfs -text\n*.bin filter=lfs diff=lfs merge=lfs -text\n"
+_INITIAL_GITATTRIBUTES = (
+    b"*.safetensors filter=lfs diff=lfs merge=lfs -text\n*.bin filter=lfs diff=lfs merge=lfs -text\n"
+)
 _LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1"})
 
 
@@ -135,7 +137,13 @@ class _HubState:
             if key in self.repos:
                 raise HubError(409, f"You already created this {repo_type} repo: {repo_id}")
             self.repos[key] = {"id": repo_id, "type": repo_type, "private": private, "created": _now(), "refs": {}}
-            self._commit(self.repos[key], "main", {".gitattributes": self.put_blob(_INITIAL_GITATTRIBUTES)}, "initial commit", "")
+            self._commit(
+                self.repos[key],
+                "main",
+                {".gitattributes": self.put_blob(_INITIAL_GITATTRIBUTES)},
+                "initial commit",
+                "",
+            )
             self._save()
 
     def delete_repo(self, repo_type: str, repo_id: str) -> None:
@@ -310,7 +318,10 @@ class _Handler(http.server.BaseHTTPRequestHandler):
                 return self._validate_yaml(json.loads(body or b"{}"))
             if seg[1:] == ["whoami-v2"]:
                 auth = {"type": "access_token", "accessToken": {"role": "write"}}
-                return self._json(200, {"type": "user", "name": state.namespace, "fullname": state.namespace, "orgs": [], "auth": auth})
+                return self._json(
+                    200,
+                    {"type": "user", "name": state.namespace, "fullname": state.namespace, "orgs": [], "auth": auth},
+                )
             if len(seg) >= 4 and seg[1].rstrip("s") in _REPO_TYPES:
                 repo_type, repo_id, rest = seg[1][:-1], f"{seg[2]}/{seg[3]}", seg[4:]
                 return self._repo_api(method, repo_type, repo_id, rest, query, body)
@@ -334,13 +345,17 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         try:
             self.server.state.create_repo(repo_type, repo_id, private)
         except HubError as error:  # the Hub answers 409 with the url, which `exist_ok=True` returns
-            return self._json(error.status, {"error": error.message, **payload}, headers={"X-Error-Message": error.message})
+            return self._json(
+                error.status, {"error": error.message, **payload}, headers={"X-Error-Message": error.message}
+            )
         self._json(200, payload)
 
     def _validate_yaml(self, payload: dict[str, Any]) -> None:
         content: str = payload.get("content", "")
         if not content.startswith("---"):
-            return self._json(200, {"errors": [], "warnings": [{"message": "empty or missing yaml metadata in repo card"}]})
+            return self._json(
+                200, {"errors": [], "warnings": [{"message": "empty or missing yaml metadata in repo card"}]}
+            )
         try:
             block = content.split("---", 2)[1]
             metadata = yaml.safe_load(block)
@@ -350,7 +365,9 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             return self._json(400, {"errors": [{"message": f"Invalid YAML metadata: {error}"}], "warnings": []})
         self._json(200, {"errors": [], "warnings": []})
 
-    def _repo_api(self, method: str, repo_type: str, repo_id: str, rest: list[str], query: dict[str, str], body: bytes) -> None:
+    def _repo_api(
+        self, method: str, repo_type: str, repo_id: str, rest: list[str], query: dict[str, str], body: bytes
+    ) -> None:
         state = self.server.state
         with state.lock:
             repo = state.repo(repo_type, repo_id)
@@ -358,7 +375,10 @@ class _Handler(http.server.BaseHTTPRequestHandler):
                 state.resolve(repo, rest[1])
                 _, tree = state.tree(repo, rest[1])
                 files = json.loads(body)["files"]
-                modes = [{"path": f["path"], "uploadMode": "regular", "shouldIgnore": False, "oid": tree.get(f["path"])} for f in files]
+                modes = [
+                    {"path": f["path"], "uploadMode": "regular", "shouldIgnore": False, "oid": tree.get(f["path"])}
+                    for f in files
+                ]
                 return self._json(200, {"files": modes})
         if method == "POST" and len(rest) == 2 and rest[0] == "branch":
             state.create_branch(repo_type, repo_id, rest[1], json.loads(body or b"{}").get("startingPoint"))
@@ -368,7 +388,10 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             sha, pr = state.commit(repo_type, repo_id, rest[1], lines, create_pr=query.get("create_pr") == "1")
             prefix = f"{self.server.url}/{_URL_PREFIXES[repo_type]}{repo_id}"
             pr_url = f"{prefix}/discussions/{pr}" if pr is not None else None
-            return self._json(200, {"success": True, "commitOid": sha, "commitUrl": f"{prefix}/commit/{sha}", "pullRequestUrl": pr_url})
+            return self._json(
+                200,
+                {"success": True, "commitOid": sha, "commitUrl": f"{prefix}/commit/{sha}", "pullRequestUrl": pr_url},
+            )
         if method != "GET":
             raise HubError(405, f"{method} not supported on /api/{repo_type}s/{repo_id}/{'/'.join(rest)}")
         with state.lock:
@@ -379,7 +402,11 @@ class _Handler(http.server.BaseHTTPRequestHandler):
                 return self._tree(tree, "/".join(rest[2:]), query.get("recursive", "false").lower() == "true", sha)
             if rest == ["refs"]:
                 refs = repo["refs"].items()
-                branches = [{"name": n, "ref": f"refs/heads/{n}", "targetCommit": s} for n, s in refs if not n.startswith("refs/")]
+                branches = [
+                    {"name": n, "ref": f"refs/heads/{n}", "targetCommit": s}
+                    for n, s in refs
+                    if not n.startswith("refs/")
+                ]
                 prs = [{"name": n, "ref": n, "targetCommit": s} for n, s in refs if n.startswith("refs/pr/")]
                 return self._json(200, {"branches": branches, "tags": [], "converts": [], "pullRequests": prs})
         raise HubError(404, f"Unknown API route /api/{repo_type}s/{repo_id}/{'/'.join(rest)}")
@@ -401,7 +428,8 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             "likes": 0,
             "tags": [],
             "siblings": [
-                {"rfilename": path, "size": state.blob_path(oid).stat().st_size, "blobId": oid} for path, oid in sorted(tree.items())
+                {"rfilename": path, "size": state.blob_path(oid).stat().st_size, "blobId": oid}
+                for path, oid in sorted(tree.items())
             ],
         }
         if repo["type"] == "model":
@@ -428,13 +456,20 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         for file_path, oid in sorted(tree.items()):
             if not file_path.startswith(prefix):
                 continue
-            parts = file_path[len(prefix):].split("/")
+            parts = file_path[len(prefix) :].split("/")
             # every directory on the way (recursive) or only the first level
             for depth in range(1, len(parts) if recursive else min(len(parts), 2)):
                 folder = prefix + "/".join(parts[:depth])
-                entries.setdefault(folder, {"type": "directory", "path": folder, "oid": hashlib.sha1(folder.encode()).hexdigest()})
+                entries.setdefault(
+                    folder, {"type": "directory", "path": folder, "oid": hashlib.sha1(folder.encode()).hexdigest()}
+                )
             if recursive or len(parts) == 1:
-                entries[file_path] = {"type": "file", "path": file_path, "oid": oid, "size": state.blob_path(oid).stat().st_size}
+                entries[file_path] = {
+                    "type": "file",
+                    "path": file_path,
+                    "oid": oid,
+                    "size": state.blob_path(oid).stat().st_size,
+                }
         if prefix and not entries:
             raise HubError(404, f"{path} does not exist on {sha}", "EntryNotFound", commit=sha)
         self._json(200, list(entries.values()))
@@ -452,7 +487,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         status, payload = 200, data
         range_header = self.headers.get("Range")
         if range_header and range_header.startswith("bytes=") and method == "GET":
-            start_text, _, end_text = range_header[len("bytes="):].partition("-")
+            start_text, _, end_text = range_header[len("bytes=") :].partition("-")
             start = int(start_text or 0)
             end = int(end_text) if end_text else len(data) - 1
             status, payload = 206, data[start : end + 1]
@@ -657,4 +692,3 @@ def _transformers_hub_module() -> Any:
     except ImportError:
         return None
     return transformers_hub
-

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 import torch
 import torch.nn.functional as F
-
 from _launch import free_port
+
 from hf_contrast.losses import AlignUniformLoss, alignment_loss, uniformity_loss
 
 
@@ -182,8 +182,6 @@ _WORKER = textwrap.dedent(
     dist.destroy_process_group()
     """
 )
-
-
 
 
 @pytest.mark.distributed

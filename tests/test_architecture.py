@@ -164,7 +164,11 @@ def test_the_package_graph_lifts_module_edges() -> None:
     }
     assert _find_cycle(graph) is None
     packages = _package_graph(graph)
-    assert packages == {"hf_contrast.a": {"hf_contrast.b"}, "hf_contrast.b": {"hf_contrast.a"}, "hf_contrast.c": {"hf_contrast.a"}}
+    assert packages == {
+        "hf_contrast.a": {"hf_contrast.b"},
+        "hf_contrast.b": {"hf_contrast.a"},
+        "hf_contrast.c": {"hf_contrast.a"},
+    }
     assert _find_cycle(packages) == ["hf_contrast.a", "hf_contrast.b", "hf_contrast.a"]
     assert _package_graph(_import_graph())["hf_contrast.training"] >= {"hf_contrast.objectives", "hf_contrast.views"}
 
@@ -179,7 +183,9 @@ def test_views_depend_on_neither_objectives_nor_training() -> None:
     packages = _package_graph(_import_graph())
     assert "hf_contrast.views" in packages
     bad = packages["hf_contrast.views"] & {"hf_contrast.objectives", "hf_contrast.training"}
-    assert not bad, f"hf_contrast.views imports {sorted(bad)}: objectives and training depend on views, never the reverse"
+    assert not bad, (
+        f"hf_contrast.views imports {sorted(bad)}: objectives and training depend on views, never the reverse"
+    )
     assert "hf_contrast.training" not in packages["hf_contrast.objectives"], "objectives must not import training"
 
 
@@ -193,7 +199,10 @@ def test_lazy_loaders_only_where_import_time_needs_them() -> None:
     found = set()
     for name, path in _modules().items():
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-            if isinstance(node, ast.Call) and getattr(node.func, "id", getattr(node.func, "attr", None)) == "import_module":
+            if (
+                isinstance(node, ast.Call)
+                and getattr(node.func, "id", getattr(node.func, "attr", None)) == "import_module"
+            ):
                 found.add(name)
     assert found <= LAZY_LOADERS, f"lazy imports hide edges from the import graph: {sorted(found - LAZY_LOADERS)}"
 
@@ -286,7 +295,11 @@ def _sources_outside_the_registry() -> list[Path]:
 @pytest.mark.parametrize("path", _sources_outside_the_registry(), ids=lambda p: str(p.relative_to(ROOT)))
 def test_no_method_name_dispatch_outside_the_objectives(path: Path) -> None:
     allowed = ALLOWED.get(path.relative_to(ROOT).as_posix(), set())
-    hits = [(line, name) for line, name in method_name_dispatch(path.read_text(encoding="utf-8"), _method_names()) if name not in allowed]
+    hits = [
+        (line, name)
+        for line, name in method_name_dispatch(path.read_text(encoding="utf-8"), _method_names())
+        if name not in allowed
+    ]
     assert not hits, (
         f"{path.relative_to(ROOT)} branches on method names {hits}: resolve methods with "
         "hf_contrast.objectives.get_objective / build_objective and let the objective decide"

@@ -60,8 +60,18 @@ def test_simclr_transform_composition_matches_simclr_recipe() -> None:
     t = simclr_transform(32, MEAN, STD)
     names = [type(s).__name__ for s in t.transforms]
     assert names == [
-        "ConvertImageMode", "ToImage", "RGB", "RandomResizedCrop", "Lambda", "RandomHorizontalFlip", "RandomApply",
-        "RandomGrayscale", "RandomApply", "ToDtype", "Normalize", "ToPureTensor",
+        "ConvertImageMode",
+        "ToImage",
+        "RGB",
+        "RandomResizedCrop",
+        "Lambda",
+        "RandomHorizontalFlip",
+        "RandomApply",
+        "RandomGrayscale",
+        "RandomApply",
+        "ToDtype",
+        "Normalize",
+        "ToPureTensor",
     ]  # Lambda: float images clamped to [0, 1] after resampling, before the colour steps
     jitter_apply, blur_apply = t.transforms[6], t.transforms[8]
     assert jitter_apply.p == 0.8 and blur_apply.p == 0.5 and t.transforms[7].p == 0.2

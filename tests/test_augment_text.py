@@ -25,8 +25,14 @@ def _batch(lengths: list[int], width: int = 12, seed: int = 0, left_pad: bool = 
 
 def _aug(n_splits: int, ops: tuple[str, ...], seed: int = 0, **kwargs: object) -> ChunkedTextAugmentation:
     return ChunkedTextAugmentation(
-        n_splits, ops=ops, mask_token_id=MASK, insert_token_ids=INSERT_IDS, special_token_ids=SPECIAL,
-        pad_token_id=PAD, generator=torch.Generator().manual_seed(seed), **kwargs,
+        n_splits,
+        ops=ops,
+        mask_token_id=MASK,
+        insert_token_ids=INSERT_IDS,
+        special_token_ids=SPECIAL,
+        pad_token_id=PAD,
+        generator=torch.Generator().manual_seed(seed),
+        **kwargs,
     )
 
 
@@ -37,7 +43,7 @@ def _texts(view: dict[str, torch.Tensor]) -> list[list[int]]:
         n_tokens = sum(mask)
         assert mask == [1] * n_tokens + [0] * (len(mask) - n_tokens)  # right-padded, contiguous
         assert ids[n_tokens:] == [PAD] * (len(ids) - n_tokens)
-        assert ids[0] == CLS and ids[n_tokens - 1] == SEP and CLS not in ids[1:n_tokens - 1]
+        assert ids[0] == CLS and ids[n_tokens - 1] == SEP and CLS not in ids[1 : n_tokens - 1]
         out.append(ids[1 : n_tokens - 1])
     return out
 
@@ -177,8 +183,13 @@ def test_simcse_views_returns_the_batch_twice() -> None:
     ],
 )
 def test_constructor_rejects_bad_arguments(kwargs: dict, match: str) -> None:
-    args = {"n_splits": 2, "ops": ("delete", "insert", "mask"), "mask_token_id": MASK, "insert_token_ids": INSERT_IDS,
-            "special_token_ids": SPECIAL} | kwargs
+    args = {
+        "n_splits": 2,
+        "ops": ("delete", "insert", "mask"),
+        "mask_token_id": MASK,
+        "insert_token_ids": INSERT_IDS,
+        "special_token_ids": SPECIAL,
+    } | kwargs
     n_splits = args.pop("n_splits")
     with pytest.raises(ValueError, match=match):
         ChunkedTextAugmentation(n_splits, **args)
@@ -190,9 +201,14 @@ def test_constructor_rejects_bad_arguments(kwargs: dict, match: str) -> None:
         (_batch([3, 4, 5]), "batch size 3 must be a positive multiple of `n_splits`=2"),
         ({"input_ids": torch.ones(2, 4)}, "mapping with 'input_ids' and 'attention_mask'"),
         ({"input_ids": torch.ones(2, 4), "attention_mask": torch.ones(2, 4)}, "`input_ids` must be an int tensor"),
-        ({"input_ids": torch.ones(2, 4, dtype=torch.long), "attention_mask": torch.ones(2, 5)},
-         "`attention_mask` must be a tensor of the shape of `input_ids`"),
-        (_batch([3, 4]) | {"special_tokens_mask": torch.zeros(2, 12)}, "`batch\\['special_tokens_mask'\\]` is aligned"),
+        (
+            {"input_ids": torch.ones(2, 4, dtype=torch.long), "attention_mask": torch.ones(2, 5)},
+            "`attention_mask` must be a tensor of the shape of `input_ids`",
+        ),
+        (
+            _batch([3, 4]) | {"special_tokens_mask": torch.zeros(2, 12)},
+            "`batch\\['special_tokens_mask'\\]` is aligned",
+        ),
     ],
 )
 def test_call_rejects_bad_batches(batch: dict, match: str) -> None:

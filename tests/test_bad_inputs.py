@@ -22,8 +22,6 @@ from _tiny import tiny_text_encoder, tiny_timm_encoder
 from distributed_scripts.trainer_utils import image_dataset, training_args, vit_encoder
 from safetensors.torch import load_file, save_file
 
-from hf_contrast.views.decode import BadImageError
-from hf_contrast.views import simclr_transform
 from hf_contrast.data import defer_image_decoding
 from hf_contrast.losses import (
     LOCALLoss,
@@ -40,7 +38,8 @@ from hf_contrast.losses import (
 from hf_contrast.model_card import ContrastiveModelCardData, generate_model_card
 from hf_contrast.models import ContrastiveEncoder
 from hf_contrast.training import OCLTrainer, SimCLRTrainer, SupConTrainer
-from hf_contrast.views import ImageViewCollator
+from hf_contrast.views import ImageViewCollator, simclr_transform
+from hf_contrast.views.decode import BadImageError
 
 MEAN_STD = {"mean": [0.5] * 3, "std": [0.25] * 3}
 
@@ -135,7 +134,11 @@ def test_nan_pixels_are_only_checked_outside_training() -> None:
 @pytest.mark.parametrize("modality", ["image", "text"])
 def test_batch_of_one_in_training_mode_names_batchnorm_and_eval(modality: str) -> None:
     if modality == "image":
-        encoder, inputs, name = tiny_timm_encoder().train(), {"pixel_values": torch.randn(1, 3, 32, 32)}, "`pixel_values`"
+        encoder, inputs, name = (
+            tiny_timm_encoder().train(),
+            {"pixel_values": torch.randn(1, 3, 32, 32)},
+            "`pixel_values`",
+        )
     else:
         encoder, inputs, name = tiny_text_encoder().train(), {"input_ids": torch.tensor([[2, 7, 3]])}, "`input_ids`"
     with pytest.raises(ValueError) as caught:
@@ -169,7 +172,9 @@ def test_unreadable_safetensors_name_the_file_and_the_fix(saved, tmp_path, damag
     folder = copy_of(saved, tmp_path)
     weights = folder / "hf_contrast" / "model.safetensors"
     data = weights.read_bytes()
-    weights.write_bytes({"corrupted": b"\xff" * 8 + data[8:], "truncated": data[: len(data) // 2], "empty": b""}[damage])
+    weights.write_bytes(
+        {"corrupted": b"\xff" * 8 + data[8:], "truncated": data[: len(data) // 2], "empty": b""}[damage]
+    )
     with pytest.raises(OSError) as caught:
         ContrastiveEncoder.from_pretrained(folder)
     assert_message(caught, str(weights), "corrupted, truncated or empty", "Save or copy the model again")
@@ -258,7 +263,9 @@ def test_one_class_batch_warns_and_is_the_positives_only_loss(loss) -> None:
     with pytest.warns(RuntimeWarning, match="one class, so there are no negatives"):
         got = loss(z, torch.zeros(4, dtype=torch.long), temperature=0.5)
     logits = z @ z.T / 0.5  # reference: every other sample is a positive; no negative, so OCL = SupCon
-    log_prob = logits - torch.logsumexp(logits.masked_fill(torch.eye(4, dtype=torch.bool), -math.inf), dim=1, keepdim=True)
+    log_prob = logits - torch.logsumexp(
+        logits.masked_fill(torch.eye(4, dtype=torch.bool), -math.inf), dim=1, keepdim=True
+    )
     want = -(log_prob.masked_fill(torch.eye(4, dtype=torch.bool), 0).sum(dim=1) / 3).mean()
     torch.testing.assert_close(got, want)
 
@@ -314,7 +321,9 @@ def test_a_new_task_head_may_be_missing_and_loading_info_is_returned(saved) -> N
 # ---- numerics of raw-embedding losses -------------------------------------------------------------
 
 
-def _value_and_grad(loss: Callable[[torch.Tensor], torch.Tensor], e: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def _value_and_grad(
+    loss: Callable[[torch.Tensor], torch.Tensor], e: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
     e = e.detach().clone().requires_grad_(True)
     value = loss(e)
     value.backward()

@@ -102,8 +102,12 @@ def test_functional_equals_module() -> None:
     module = BinaryNCELoss(temperature=0.3, bias=-2.0, learnable_temperature=True, learnable_bias=True)
     torch.testing.assert_close(module(z1, z2), binary_nce_loss(z1, z2, 0.3, -2.0), rtol=1e-6, atol=1e-6)
     assert module.get_config_dict() == {
-        "temperature": 0.3, "bias": -2.0, "negatives": "all",
-        "learnable_temperature": True, "learnable_bias": True, "normalize": True,
+        "temperature": 0.3,
+        "bias": -2.0,
+        "negatives": "all",
+        "learnable_temperature": True,
+        "learnable_bias": True,
+        "normalize": True,
         "tile_size": None,
     }
     assert BinaryNCELoss(negatives="shifted").get_config_dict()["bias"] == 0.0
@@ -168,7 +172,9 @@ def test_error_non_positive_temperature() -> None:
 
 
 def test_error_tensor_hyperparameter_with_several_elements() -> None:
-    with pytest.raises(ValueError, match=r"`temperature` must be a number or a floating-point tensor with one element"):
+    with pytest.raises(
+        ValueError, match=r"`temperature` must be a number or a floating-point tensor with one element"
+    ):
         binary_nce_loss(torch.randn(4, 2), torch.randn(4, 2), temperature=torch.ones(4))
     with pytest.raises(ValueError, match=r"`bias` must be a number or a floating-point tensor with one element"):
         binary_nce_loss(torch.randn(4, 2), torch.randn(4, 2), bias=torch.zeros(2, 1))

@@ -19,13 +19,19 @@ from _tiny_trainer import TOKEN, RandomImages, TinyTrainer, losses_of, tiny_args
 from transformers import PreTrainedModel, TrainerCallback, TrainerState, TrainingArguments
 
 from hf_contrast.models import HUB_SUBFOLDER, ContrastiveEncoder
-from hf_contrast.training.checkpoint_validation import CONTRASTIVE_STATE_NAME, checkpoint_problem, last_complete_checkpoint
+from hf_contrast.training.checkpoint_validation import (
+    CONTRASTIVE_STATE_NAME,
+    checkpoint_problem,
+    last_complete_checkpoint,
+)
 from hf_contrast.training.checkpointing import first_nonfinite_tensor, sanitized_training_args
 
 
 def _trainer(output_dir: Path, seed: int = 0, **overrides) -> TinyTrainer:
     torch.manual_seed(seed)
-    return TinyTrainer(model=tiny_timm_encoder(), args=tiny_args(output_dir, **overrides), train_dataset=RandomImages())
+    return TinyTrainer(
+        model=tiny_timm_encoder(), args=tiny_args(output_dir, **overrides), train_dataset=RandomImages()
+    )
 
 
 @pytest.fixture(scope="module")
@@ -116,7 +122,9 @@ def test_resume_true_skips_an_incomplete_newest_checkpoint(tmp_path, full_run, d
     assert checkpoint_problem(newest) is None  # rewritten by the resumed run
 
 
-@pytest.mark.parametrize("damage", [d for d in DAMAGES if d.startswith(("truncated_", "bin_")) and d != "truncated_weights"])
+@pytest.mark.parametrize(
+    "damage", [d for d in DAMAGES if d.startswith(("truncated_", "bin_")) and d != "truncated_weights"]
+)
 def test_resume_true_falls_back_past_an_unreadable_file(tmp_path, full_run, damage: str, caplog) -> None:
     """Every file the resume reads is checked: the newest checkpoint with one bad file is skipped, naming it."""
     source, _, _ = full_run
@@ -129,7 +137,10 @@ def test_resume_true_falls_back_past_an_unreadable_file(tmp_path, full_run, dama
     skipped = [r.getMessage() for r in caplog.records if "Skipping the incomplete checkpoint" in r.getMessage()]
     assert len(skipped) == 1 and "checkpoint-6" in skipped[0] and DAMAGES[damage] in skipped[0]
     assert trainer.state.global_step == 4 and trainer.steps.item() == 4
-    _assert_same_state(trainer.model.state_dict(), safetensors.torch.load_file(source / "checkpoint-4" / HUB_SUBFOLDER / "model.safetensors"))
+    _assert_same_state(
+        trainer.model.state_dict(),
+        safetensors.torch.load_file(source / "checkpoint-4" / HUB_SUBFOLDER / "model.safetensors"),
+    )
     assert not (tmp_path / "checkpoint-6").exists()  # an incomplete checkpoint newer than the resume point is removed
 
 
@@ -194,6 +205,7 @@ def _kill_at(monkeypatch, point: str, seen: list[str]) -> None:
 
     def save(obj: Any, f: Any, *args: Any, **kwargs: Any) -> Any:
         if isinstance(f, (str, os.PathLike)) and "checkpoint-" in str(f):
+
             def half() -> None:
                 buffer = io.BytesIO()
                 real_save(obj, buffer, *args, **kwargs)
@@ -204,6 +216,7 @@ def _kill_at(monkeypatch, point: str, seen: list[str]) -> None:
 
     def rmtree(path: Any, *args: Any, **kwargs: Any) -> Any:
         if Path(path).name.startswith("checkpoint-"):
+
             def half() -> None:
                 files = sorted(p for p in Path(path).rglob("*") if p.is_file())
                 for file in files[: len(files) // 2]:
@@ -332,7 +345,9 @@ def test_non_finite_weights_write_no_checkpoint(tmp_path) -> None:
 
     trainer = _trainer(tmp_path)
     trainer.add_callback(Poison())
-    with pytest.raises(RuntimeError, match=r"Refusing to write checkpoint-4: `projection_head\.layers\.\d+\.weight` .* step 4"):
+    with pytest.raises(
+        RuntimeError, match=r"Refusing to write checkpoint-4: `projection_head\.layers\.\d+\.weight` .* step 4"
+    ):
         trainer.train()
     names = sorted(p.name for p in tmp_path.iterdir())
     assert "checkpoint-2" in names and not [n for n in names if n.endswith("-4")]

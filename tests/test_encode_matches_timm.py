@@ -10,13 +10,13 @@ from __future__ import annotations
 import numpy as np
 import timm
 import torch
+from _tiny import tiny_timm_encoder
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from PIL import Image
 
 from hf_contrast.views import eval_transform_from_data_config
 from hf_contrast.views.decode import convert_image_mode
-from _tiny import tiny_timm_encoder
 
 #: float32 rounding of the same arithmetic (uint8 / 255, then normalise) in two orders.
 TOLERANCE = 2e-6
@@ -29,8 +29,11 @@ def _image(seed: int, height: int, width: int, mode: str) -> Image.Image:
     if mode == "I;16":
         return Image.fromarray(rng.integers(0, 65536, (height, width), dtype=np.uint16))
     channels = {"RGB": 3, "RGBA": 4}.get(mode, 1)
-    array = rng.integers(0, 256, (height, width, channels), dtype=np.uint8).squeeze(-1) if channels == 1 else (
-        rng.integers(0, 256, (height, width, channels), dtype=np.uint8))
+    array = (
+        rng.integers(0, 256, (height, width, channels), dtype=np.uint8).squeeze(-1)
+        if channels == 1
+        else (rng.integers(0, 256, (height, width, channels), dtype=np.uint8))
+    )
     image = Image.fromarray(array)
     return image.convert("P") if mode == "P" else image
 
@@ -46,9 +49,17 @@ def _image(seed: int, height: int, width: int, mode: str) -> Image.Image:
     crop_mode=st.sampled_from(["center", "squash", "border"]),
     interpolation=st.sampled_from(["bilinear", "bicubic", "nearest"]),
 )
-def test_eval_transform_equals_timms_on_pil_images(seed, height, width, mode, side, crop_pct, crop_mode, interpolation) -> None:
-    config = {"input_size": (3, *side), "mean": (0.485, 0.456, 0.406), "std": (0.229, 0.224, 0.225),
-              "crop_pct": crop_pct, "crop_mode": crop_mode, "interpolation": interpolation}
+def test_eval_transform_equals_timms_on_pil_images(
+    seed, height, width, mode, side, crop_pct, crop_mode, interpolation
+) -> None:
+    config = {
+        "input_size": (3, *side),
+        "mean": (0.485, 0.456, 0.406),
+        "std": (0.229, 0.224, 0.225),
+        "crop_pct": crop_pct,
+        "crop_mode": crop_mode,
+        "interpolation": interpolation,
+    }
     image = _image(seed, height, width, mode)
     expected = timm.data.create_transform(**config)(convert_image_mode(image, 3))  # timm takes RGB images
     got = eval_transform_from_data_config(config)(image)

@@ -14,7 +14,9 @@ from hf_contrast.training.engine_checks import check_distributed_engine, request
 
 
 def _args(**kwargs):
-    return SimpleNamespace(use_cpu=kwargs.pop("use_cpu", False), device=torch.device("cpu"), fsdp=None, deepspeed=None, **kwargs)
+    return SimpleNamespace(
+        use_cpu=kwargs.pop("use_cpu", False), device=torch.device("cpu"), fsdp=None, deepspeed=None, **kwargs
+    )
 
 
 def test_several_launched_processes_without_a_process_group_are_refused(monkeypatch) -> None:
@@ -26,7 +28,11 @@ def test_several_launched_processes_without_a_process_group_are_refused(monkeypa
 
 @pytest.mark.parametrize(
     ("env", "args", "engine"),
-    [("ACCELERATE_USE_FSDP", {}, "FSDP"), ("ACCELERATE_USE_DEEPSPEED", {}, "DeepSpeed"), (None, {"fsdp": True}, "FSDP")],
+    [
+        ("ACCELERATE_USE_FSDP", {}, "FSDP"),
+        ("ACCELERATE_USE_DEEPSPEED", {}, "DeepSpeed"),
+        (None, {"fsdp": True}, "FSDP"),
+    ],
 )
 def test_a_requested_engine_that_did_not_start_is_said(monkeypatch, caplog, env, args, engine) -> None:
     monkeypatch.delenv("ACCELERATE_USE_FSDP", raising=False)

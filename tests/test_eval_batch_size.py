@@ -12,8 +12,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-
 from distributed_scripts.trainer_utils import fixed_equivariance_views, image_dataset, training_args, vit_encoder
+
 from hf_contrast.losses import CARELoss, InfoNCELoss
 from hf_contrast.objectives import CAREObjective, CustomPairObjective, available_objectives, build_objective
 from hf_contrast.training import CARETrainer, ContrastiveTrainer, ContrastiveTrainingArguments
@@ -22,7 +22,9 @@ sys.path.insert(0, str(Path(__file__).parent))
 from _tiny import tiny_timm_encoder  # noqa: E402
 
 #: The Trainer's default evaluation batch size, read from the arguments class (8 in transformers).
-DEFAULT_EVAL_BATCH = {f.name: f.default for f in dataclasses.fields(ContrastiveTrainingArguments)}["per_device_eval_batch_size"]
+DEFAULT_EVAL_BATCH = {f.name: f.default for f in dataclasses.fields(ContrastiveTrainingArguments)}[
+    "per_device_eval_batch_size"
+]
 N_EVAL = 20  # evaluation batches of 8, 8 and a ragged 4
 
 
@@ -35,7 +37,11 @@ def _pairs(n: int = 16):  # noqa: ANN202
     pre = [rng.integers(0, 256, (32, 32, 3), dtype=np.uint8) for _ in labels]
     post = [np.clip(p.astype(int) + 40 * y, 0, 255).astype(np.uint8) for p, y in zip(pre, labels)]
     return datasets.Dataset.from_dict(
-        {"image_pre": [Image.fromarray(p) for p in pre], "image_post": [Image.fromarray(p) for p in post], "label": labels}
+        {
+            "image_pre": [Image.fromarray(p) for p in pre],
+            "image_post": [Image.fromarray(p) for p in post],
+            "label": labels,
+        }
     )
 
 
@@ -52,7 +58,13 @@ def _readme_args(tmp_path, **overrides):  # noqa: ANN001, ANN202
 def _setting(method: str, tmp_path):  # noqa: ANN001, ANN202
     """``(model, args, objective, train set, eval set)`` small enough for a CPU test."""
     if method == "local":
-        return tiny_timm_encoder(), _readme_args(tmp_path, image_size=32), build_objective("local"), _pairs(), _pairs(N_EVAL)
+        return (
+            tiny_timm_encoder(),
+            _readme_args(tmp_path, image_size=32),
+            build_objective("local"),
+            _pairs(),
+            _pairs(N_EVAL),
+        )
     objective = {
         "pair": lambda: CustomPairObjective(loss=InfoNCELoss()),
         "simo": lambda: build_objective("simo", classes_per_batch=2, samples_per_class=4),
@@ -69,9 +81,13 @@ def test_every_objective_reports_eval_loss_at_the_default_eval_batch_or_refuses_
     model, args, objective, train, evaluation = _setting(method, tmp_path)
     if not objective.has_eval_loss:  # SimO: its batches are class-major, not evaluation batches
         with pytest.raises(ValueError, match="`metric_for_best_model`"):
-            ContrastiveTrainer(model=model, args=args, objective=objective, train_dataset=train, eval_dataset=evaluation)
+            ContrastiveTrainer(
+                model=model, args=args, objective=objective, train_dataset=train, eval_dataset=evaluation
+            )
         return
-    trainer = ContrastiveTrainer(model=model, args=args, objective=objective, train_dataset=train, eval_dataset=evaluation)
+    trainer = ContrastiveTrainer(
+        model=model, args=args, objective=objective, train_dataset=train, eval_dataset=evaluation
+    )
     metrics = trainer.evaluate()
     assert math.isfinite(metrics["eval_loss"]), metrics
 
@@ -125,17 +141,35 @@ def test_care_with_a_custom_augmentation_names_the_eval_batch_size_to_set(tmp_pa
     objective = CAREObjective(n_splits=4, equivariance_augmentation=fixed_equivariance_views)
     args = training_args(tmp_path, per_device_eval_batch_size=DEFAULT_EVAL_BATCH - 2)
     with pytest.raises(ValueError, match=r"`per_device_eval_batch_size`=6 .*multiple of 4 of at least 8 \(e\.g\. 8\)"):
-        CARETrainer(model=vit_encoder(), args=args, train_dataset=image_dataset(n=16), eval_dataset=image_dataset(), objective=objective)
+        CARETrainer(
+            model=vit_encoder(),
+            args=args,
+            train_dataset=image_dataset(n=16),
+            eval_dataset=image_dataset(),
+            objective=objective,
+        )
 
 
 @pytest.mark.parametrize("method", ["simclr", "supcon", "care"])
 def test_an_eval_batch_of_one_sample_is_refused_naming_the_argument(tmp_path, method) -> None:
     args = training_args(tmp_path, per_device_eval_batch_size=1, per_device_train_batch_size=16)
     with pytest.raises(ValueError, match=r"`per_device_eval_batch_size`=1 is too small.*>= 2"):
-        ContrastiveTrainer(model=vit_encoder(), args=args, objective=method, train_dataset=image_dataset(n=16), eval_dataset=image_dataset())
+        ContrastiveTrainer(
+            model=vit_encoder(),
+            args=args,
+            objective=method,
+            train_dataset=image_dataset(n=16),
+            eval_dataset=image_dataset(),
+        )
 
 
 def test_an_eval_set_too_small_for_eval_loss_is_refused_naming_it(tmp_path) -> None:
     args = training_args(tmp_path, eval_strategy="steps", eval_steps=1)
     with pytest.raises(ValueError, match=r"`eval_dataset` has 1 rows, fewer than the 2 needed"):
-        ContrastiveTrainer(model=vit_encoder(), args=args, objective="simclr", train_dataset=image_dataset(), eval_dataset=image_dataset(n=1))
+        ContrastiveTrainer(
+            model=vit_encoder(),
+            args=args,
+            objective="simclr",
+            train_dataset=image_dataset(),
+            eval_dataset=image_dataset(n=1),
+        )

@@ -60,7 +60,9 @@ def test_wahba_metric(views: tuple[np.ndarray, np.ndarray]) -> None:
     expected = wahba_error(z1, z2)
     assert result["wahba_error"] == pytest.approx(expected.error, rel=1e-9)
     assert result["wahba_error_per_sample"] == pytest.approx(expected.error / math.sqrt(24), rel=1e-9)
-    assert result["relative_rotational_equivariance"] == pytest.approx(relative_rotational_equivariance(z1, z2), rel=1e-9)
+    assert result["relative_rotational_equivariance"] == pytest.approx(
+        relative_rotational_equivariance(z1, z2), rel=1e-9
+    )
     q, _ = np.linalg.qr(np.random.default_rng(1).standard_normal((5, 5)))
     q[:, 0] *= np.sign(np.linalg.det(q))  # det +1
     rotated = WahbaMetric(keep_in_memory=True).compute(predictions=(z1 @ q.T).astype(np.float32), references=z1)
@@ -75,9 +77,16 @@ def test_knn_and_class_orthogonality_metrics(views: tuple[np.ndarray, np.ndarray
     knn.add_batch(predictions=z1[12:], references=labels[12:])
     assert knn.compute(k=5) == pytest.approx({"knn_loo_accuracy": knn_accuracy(z1, labels, k=5)})
     bank = KNNAccuracyMetric(keep_in_memory=True).compute(
-        predictions=z1[16:], references=labels[16:], train_embeddings=z1[:16], train_labels=labels[:16], k=3, temperature=0.5
+        predictions=z1[16:],
+        references=labels[16:],
+        train_embeddings=z1[:16],
+        train_labels=labels[:16],
+        k=3,
+        temperature=0.5,
     )
-    assert list(bank) == ["knn_accuracy"] and bank["knn_accuracy"] == pytest.approx(knn_accuracy(z1[:16], labels[:16], z1[16:], labels[16:], k=3, temperature=0.5))
+    assert list(bank) == ["knn_accuracy"] and bank["knn_accuracy"] == pytest.approx(
+        knn_accuracy(z1[:16], labels[:16], z1[16:], labels[16:], k=3, temperature=0.5)
+    )
     orth = ClassOrthogonalityMetric(keep_in_memory=True).compute(predictions=z1, references=labels)
     assert orth["class_orthogonality"] == pytest.approx(class_orthogonality(z1, labels), rel=1e-9)
 
@@ -85,7 +94,9 @@ def test_knn_and_class_orthogonality_metrics(views: tuple[np.ndarray, np.ndarray
 def test_evaluate_module_errors(views: tuple[np.ndarray, np.ndarray]) -> None:
     z1, _ = views
     with pytest.raises(ValueError, match="`train_embeddings` and `train_labels` must be given together"):
-        KNNAccuracyMetric(keep_in_memory=True).compute(predictions=z1, references=np.arange(24) % 2, train_embeddings=z1)
+        KNNAccuracyMetric(keep_in_memory=True).compute(
+            predictions=z1, references=np.arange(24) % 2, train_embeddings=z1
+        )
     with pytest.raises(ValueError, match="at least two distinct classes"):
         ClassOrthogonalityMetric(keep_in_memory=True).compute(predictions=z1, references=np.zeros(24, dtype=np.int64))
     with pytest.raises(ValueError, match="`f` and `f_a` must have the same shape"):

@@ -8,9 +8,11 @@ import warnings
 import numpy as np
 import pytest
 import torch
+from _tiny import tiny_text_encoder
 from torch import nn
 from transformers import EvalPrediction
 
+from hf_contrast.errors import InputTypeError
 from hf_contrast.evaluation import (
     EmbeddingEvaluator,
     EmbeddingMetrics,
@@ -24,11 +26,8 @@ from hf_contrast.evaluation import (
     balanced_subset,
     encode_dataset,
 )
-from hf_contrast.errors import InputTypeError
 from hf_contrast.evaluation.sampling import sample_rows
 from hf_contrast.metrics import class_orthogonality, effective_rank, knn_accuracy
-
-from _tiny import tiny_text_encoder
 
 
 def _clusters(n_per_class: int, classes: int = 3, dim: int = 6, noise: float = 0.3, seed: int = 0):
@@ -76,16 +75,28 @@ def test_balanced_split_is_stratified_disjoint_and_complete() -> None:
 def test_embedding_metrics_match_independent_references() -> None:
     z, y = _clusters(20, noise=1.5)
     g = torch.Generator().manual_seed(5)
-    v1, v2 = z + 0.5 * torch.randn(z.shape, generator=g, dtype=torch.float64), z + 0.5 * torch.randn(z.shape, generator=g, dtype=torch.float64)
+    v1, v2 = (
+        z + 0.5 * torch.randn(z.shape, generator=g, dtype=torch.float64),
+        z + 0.5 * torch.randn(z.shape, generator=g, dtype=torch.float64),
+    )
     metrics = EmbeddingMetrics(knn_k=5, knn_temperature=0.1, max_samples=None, progress=False)
     out = metrics(EvalPrediction(predictions=(z.numpy(), v1.numpy(), v2.numpy()), label_ids=y.numpy()))
-    assert set(out) == {"alignment", "uniformity", "mean_cosine", "effective_rank", "knn_loo_accuracy",
-                        "linear_probe_holdout_accuracy", "class_orthogonality"}
+    assert set(out) == {
+        "alignment",
+        "uniformity",
+        "mean_cosine",
+        "effective_rank",
+        "knn_loo_accuracy",
+        "linear_probe_holdout_accuracy",
+        "class_orthogonality",
+    }
     u, a, b = (x.numpy() / np.linalg.norm(x.numpy(), axis=1, keepdims=True) for x in (z, v1, v2))
     n = len(u)
     assert out["alignment"] == pytest.approx(np.mean(np.sum((a - b) ** 2, axis=1)), rel=1e-10)
     pairs = [(i, j) for i in range(n) for j in range(i + 1, n)]
-    assert out["uniformity"] == pytest.approx(np.log(np.mean([np.exp(-2 * np.sum((u[i] - u[j]) ** 2)) for i, j in pairs])), rel=1e-10)
+    assert out["uniformity"] == pytest.approx(
+        np.log(np.mean([np.exp(-2 * np.sum((u[i] - u[j]) ** 2)) for i, j in pairs])), rel=1e-10
+    )
     assert out["mean_cosine"] == pytest.approx(np.mean([u[i] @ u[j] for i, j in pairs]), rel=1e-10)
     assert out["effective_rank"] == pytest.approx(effective_rank(z))
     assert out["knn_loo_accuracy"] == pytest.approx(knn_accuracy(z, y, k=5, temperature=0.1))
@@ -97,7 +108,9 @@ def test_embedding_metrics_match_independent_references() -> None:
     train, test = balanced_split(y, 0.25, seed=0)
     scaler = StandardScaler().fit(z[train].numpy())
     clf = LogisticRegression(max_iter=1000, random_state=0).fit(scaler.transform(z[train].numpy()), y[train].numpy())
-    assert out["linear_probe_holdout_accuracy"] == pytest.approx(np.mean(clf.predict(scaler.transform(z[test].numpy())) == y[test].numpy()))
+    assert out["linear_probe_holdout_accuracy"] == pytest.approx(
+        np.mean(clf.predict(scaler.transform(z[test].numpy())) == y[test].numpy())
+    )
     unlabelled = metrics(EvalPrediction(predictions=z, label_ids=None))  # tensors, no labels, no views
     assert set(unlabelled) == {"uniformity", "mean_cosine", "effective_rank"}
     placeholder = metrics(EvalPrediction(predictions=(z,), label_ids=np.full(len(z), -1)))  # the trainer's "no labels"
@@ -111,7 +124,10 @@ def test_embedding_metrics_subsample_a_class_sorted_split_class_balanced() -> No
     out = EmbeddingMetrics(knn_k=10, max_samples=90, seed=3, progress=False)((z, y))
     rows = balanced_subset(y, 90, seed=3)
     assert torch.bincount(y[rows]).tolist() == [30, 30, 30]
-    assert out["knn_loo_accuracy"] == pytest.approx(knn_accuracy(z[rows], y[rows], k=10)) and out["knn_loo_accuracy"] == 1.0
+    assert (
+        out["knn_loo_accuracy"] == pytest.approx(knn_accuracy(z[rows], y[rows], k=10))
+        and out["knn_loo_accuracy"] == 1.0
+    )
     assert out["linear_probe_holdout_accuracy"] == 1.0
     assert out["class_orthogonality"] == pytest.approx(class_orthogonality(z[rows], y[rows]))
     assert out == EmbeddingMetrics(knn_k=10, max_samples=90, seed=3, progress=False)((z, y))  # seeded
@@ -122,7 +138,10 @@ def test_embedding_metrics_collapse_warning_fires_only_on_collapse(caplog: pytes
     collapsed = torch.ones(64, 8) + 0.01 * torch.randn(64, 8, generator=g)
     metrics = EmbeddingMetrics(progress=False)
     with caplog.at_level(logging.WARNING, logger="hf_contrast.evaluation.collapse"):
-        with pytest.warns(RepresentationCollapseWarning, match=r"mean pairwise cosine .* > 0\.95.*learning rate.*temperature.*BatchNorm"):
+        with pytest.warns(
+            RepresentationCollapseWarning,
+            match=r"mean pairwise cosine .* > 0\.95.*learning rate.*temperature.*BatchNorm",
+        ):
             metrics((collapsed, None))
     assert any("has collapsed" in record.message for record in caplog.records)
     line = torch.randn(64, 1, generator=g) @ torch.randn(1, 8, generator=g) + 1e-3 * torch.randn(64, 8, generator=g)
@@ -174,8 +193,12 @@ def test_embedding_metrics_as_trainer_compute_metrics(tmp_path) -> None:
             return {"pixel_values": z[i].float(), "labels": y[i]}
 
     args = TrainingArguments(output_dir=str(tmp_path), report_to="none", use_cpu=True, per_device_eval_batch_size=5)
-    trainer = Trainer(model=_Embed(), args=args, eval_dataset=_Rows(),
-                      compute_metrics=EmbeddingMetrics(knn_k=5, max_samples=30, progress=False))
+    trainer = Trainer(
+        model=_Embed(),
+        args=args,
+        eval_dataset=_Rows(),
+        compute_metrics=EmbeddingMetrics(knn_k=5, max_samples=30, progress=False),
+    )
     metrics = trainer.evaluate()
     expected = EmbeddingMetrics(knn_k=5, max_samples=30, progress=False)((z.float(), y))
     for key, value in expected.items():
@@ -234,7 +257,9 @@ def test_sts_evaluator_equals_scipy_spearman_of_cosine() -> None:
     assert list(result) == ["sts_spearman", "sts_pearson"]
     assert result["sts_spearman"] == pytest.approx(spearmanr(cos, scores).statistic, abs=1e-6)
     assert result["sts_pearson"] == pytest.approx(pearsonr(cos, scores).statistic, abs=1e-5)  # float32 cosines
-    assert result["sts_spearman"] == pytest.approx(sts_spearman(torch.from_numpy(a), torch.from_numpy(b), torch.tensor(scores)), abs=1e-6)
+    assert result["sts_spearman"] == pytest.approx(
+        sts_spearman(torch.from_numpy(a), torch.from_numpy(b), torch.tensor(scores)), abs=1e-6
+    )
     evaluator = STSEvaluator.from_dataset({"s1": s1, "s2": s2, "y": scores}, "s1", "s2", "y", name="sick")
     assert evaluator.primary_metric == "sick_spearman" and evaluator.greater_is_better
     with pytest.raises(ValueError, match="must have the same length"):
@@ -247,8 +272,11 @@ def test_embedding_evaluator_prefixes_metrics_and_restores_mode() -> None:
     encoder = tiny_text_encoder().train()
     texts = ["the cat", "a cat sat", "the cat sat", "a dog", "the dog", "a red dog"] * 2
     labels = [0, 0, 0, 1, 1, 1] * 2
-    evaluator = EmbeddingEvaluator([{"text": t, "label": l} for t, l in zip(texts, labels)],
-                                   metrics=EmbeddingMetrics(knn_k=3, progress=False, warn_collapse=False), progress=False)
+    evaluator = EmbeddingEvaluator(
+        [{"text": t, "label": l} for t, l in zip(texts, labels)],
+        metrics=EmbeddingMetrics(knn_k=3, progress=False, warn_collapse=False),
+        progress=False,
+    )
     out = evaluator(encoder)
     assert encoder.training
     expected = EmbeddingMetrics(knn_k=3, progress=False, warn_collapse=False)(
@@ -320,7 +348,9 @@ def test_probe_evaluator_as_the_trainers_evaluator(tmp_path) -> None:
     train, test = image_dataset(n=24, size=16, seed=0), image_dataset(n=16, size=16, seed=1)
     probe = ProbeEvaluator(train, test, knn_k=5, batch_size=8, progress=False)
     model = vit_encoder()
-    trainer = SimCLRTrainer(model=model, args=training_args(tmp_path, knn_k=5), train_dataset=train, eval_dataset=test, evaluator=probe)
+    trainer = SimCLRTrainer(
+        model=model, args=training_args(tmp_path, knn_k=5), train_dataset=train, eval_dataset=test, evaluator=probe
+    )
     metrics = trainer.evaluate()
     expected = probe(model)
     for key in ("linear_probe_accuracy", "linear_probe_macro_f1", "knn_accuracy", "knn_macro_f1"):
@@ -363,7 +393,10 @@ def test_equivariance_evaluator_exact_rotation_determinism_and_mode() -> None:
     noisy = EquivarianceEvaluator(batch, _jitter, num_augmentations=2, seed=3)
     first, second = noisy(model), noisy(model)
     assert first == second  # the same augmentations at every call
-    assert first["equivariance_wahba_error"] > 0.1 and first["equivariance_wahba_error_max"] >= first["equivariance_wahba_error"]
+    assert (
+        first["equivariance_wahba_error"] > 0.1
+        and first["equivariance_wahba_error_max"] >= first["equivariance_wahba_error"]
+    )
     assert [h["call"] for h in noisy.history] == [0.0, 0.0, 1.0, 1.0]
     assert noisy.primary_metric == "equivariance_wahba_error" and not noisy.greater_is_better
     with pytest.raises(ValueError, match="`augment_key` 'input_ids' is not a key"):
@@ -419,7 +452,7 @@ def test_equivariance_views_are_made_from_uint8_images_and_stay_finite() -> None
     assert augmented.dtype == torch.float32 and torch.isfinite(augmented).all()
     # the float path of the transform itself is clamped before the colour steps (it gave NaN before)
     transform = simclr_transform_from_data_config(config)
-    floats = (torch.randint(0, 2, (64, 3, 32, 32), generator=torch.Generator().manual_seed(0)) * 1.0)
+    floats = torch.randint(0, 2, (64, 3, 32, 32), generator=torch.Generator().manual_seed(0)) * 1.0
     with torch.random.fork_rng():
         bad = 0
         for seed in range(60):
@@ -451,7 +484,9 @@ def test_a_failing_evaluator_warns_once_and_reports_nan_for_each_metric() -> Non
 
     model = _Flatten().train()
     broken = _Broken()
-    with pytest.warns(EvaluationFailedWarning, match=r"_Broken \('broken'\) could not compute a, b: ValueError: `f_a`"):
+    with pytest.warns(
+        EvaluationFailedWarning, match=r"_Broken \('broken'\) could not compute a, b: ValueError: `f_a`"
+    ):
         first = broken(model)
     assert set(first) == {"broken_a", "broken_b"} and all(np.isnan(v) for v in first.values())
     with warnings.catch_warnings():
@@ -475,7 +510,9 @@ def test_embedding_metrics_reports_nan_for_a_metric_that_fails_and_keeps_the_oth
         with pytest.MonkeyPatch.context() as patch:
             patch.setattr(metrics, "_knn", lambda z, y: (_ for _ in ()).throw(RuntimeError("solver diverged")))
             out = metrics.compute(z, y)
-    assert np.isnan(out["knn_loo_accuracy"]) and np.isfinite(out["uniformity"]) and 0 <= out["class_orthogonality"] <= 1
+    assert (
+        np.isnan(out["knn_loo_accuracy"]) and np.isfinite(out["uniformity"]) and 0 <= out["class_orthogonality"] <= 1
+    )
 
 
 def test_sequential_evaluator_merges_and_rejects_clashes() -> None:
@@ -548,7 +585,12 @@ def test_encode_dataset_names_or_skips_a_bad_image(tmp_path) -> None:  # noqa: A
     assert torch.equal(y, y_good) and torch.allclose(z, z_good, atol=1e-6)  # the bad rows and their labels left out
     probe = ProbeEvaluator(rows, rows, batch_size=4, progress=False, on_bad_image="skip", knn_k=2)
     with pytest.warns(UserWarning, match="Skipped"):
-        assert set(probe(encoder, on_error="raise")) == {"linear_probe_accuracy", "linear_probe_macro_f1", "knn_accuracy", "knn_macro_f1"}
+        assert set(probe(encoder, on_error="raise")) == {
+            "linear_probe_accuracy",
+            "linear_probe_macro_f1",
+            "knn_accuracy",
+            "knn_macro_f1",
+        }
     with pytest.raises(ValueError, match="on_bad_image"):
         ProbeEvaluator(rows, rows, on_bad_image="ignore")
 
@@ -561,5 +603,7 @@ def test_equivariance_evaluator_from_images_names_or_skips_a_bad_file(tmp_path) 
     with pytest.raises(BadImageError, match=r"EquivarianceEvaluator: row [24]\b.*[24]\.png"):
         EquivarianceEvaluator.from_image_dataset(rows, config, num_samples=6, label_column=None)
     with pytest.warns(UserWarning, match="Skipped: EquivarianceEvaluator"):
-        evaluator = EquivarianceEvaluator.from_image_dataset(rows, config, num_samples=6, label_column=None, on_bad_image="skip")
+        evaluator = EquivarianceEvaluator.from_image_dataset(
+            rows, config, num_samples=6, label_column=None, on_bad_image="skip"
+        )
     assert evaluator.batch["pixel_values"].shape == (4, 3, 16, 16)  # the 4 readable images

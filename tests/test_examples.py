@@ -21,8 +21,8 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from _launch import free_port
+
 from hf_contrast.models import ContrastiveEncoder
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
@@ -93,7 +93,9 @@ def global_step(output_dir: Path) -> int:
     return json.loads((output_dir / "trainer_state.json").read_text(encoding="utf-8"))["global_step"]
 
 
-def image_folder(root: Path, classes: tuple[str, ...] = ("ant", "bee", "cat"), per_class: int = 12, sizes: bool = False) -> Path:
+def image_folder(
+    root: Path, classes: tuple[str, ...] = ("ant", "bee", "cat"), per_class: int = 12, sizes: bool = False
+) -> Path:
     """``root/{train,test}/<class>/<i>.png``: a folder sorted by class, like real image folders (``sizes``:
     images of different sizes)."""
     from PIL import Image
@@ -114,9 +116,8 @@ def image_folder(root: Path, classes: tuple[str, ...] = ("ant", "bee", "cat"), p
 @pytest.fixture(scope="module")
 def care_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
     """One CARE run with an evaluation (equivariance evaluator) that pushes to the loopback Hub stand-in."""
-    from huggingface_hub import HfApi
-
     from hub_server import run_hub_server, use_hub_server
+    from huggingface_hub import HfApi
 
     root = tmp_path_factory.mktemp("care")
     output_dir = root / "care"
@@ -170,8 +171,16 @@ def test_run_care_card_and_results_give_each_number_one_name(care_run: tuple[Pat
     results = json.loads((output_dir / "eval_results.json").read_text(encoding="utf-8"))
     card = (output_dir / "README.md").read_text(encoding="utf-8")
     # "| `metric` | this model |" (the evaluator's primary metric in bold; a baseline column may follow)
-    table = dict(re.findall(r"^\| \*{0,2}`(\w+)`\*{0,2} \| ([-+0-9.e]+) \|", card.split("## Evaluation", 1)[1], flags=re.M))
-    for key in ("linear_probe_accuracy", "knn_accuracy", "knn_loo_accuracy", "linear_probe_holdout_accuracy", "alignment"):
+    table = dict(
+        re.findall(r"^\| \*{0,2}`(\w+)`\*{0,2} \| ([-+0-9.e]+) \|", card.split("## Evaluation", 1)[1], flags=re.M)
+    )
+    for key in (
+        "linear_probe_accuracy",
+        "knn_accuracy",
+        "knn_loo_accuracy",
+        "linear_probe_holdout_accuracy",
+        "alignment",
+    ):
         assert float(table[key]) == pytest.approx(results[f"eval_{key}"], rel=1e-3, abs=1e-12), key
 
 
@@ -213,13 +222,23 @@ def test_run_care_under_accelerate_launch_with_two_cpu_processes(tmp_path: Path)
     assert proc.returncode == 0, f"{proc.stdout[-4000:]}\n{proc.stderr[-6000:]}"
     assert "× 2 process(es)" in proc.stdout  # the script saw both processes
     assert proc.stdout.count("***** eval metrics *****") == 1  # only the main process logs the metrics
-    check_output(output_dir, ("eval_linear_probe_accuracy", "eval_knn_accuracy", "eval_equivariance_wahba_error"), ("embeddings.png",))
+    check_output(
+        output_dir,
+        ("eval_linear_probe_accuracy", "eval_knn_accuracy", "eval_equivariance_wahba_error"),
+        ("embeddings.png",),
+    )
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize(
     "method",
-    [["simclr"], ["care_moco", "--n_splits", "4", "--moco_queue_size", "64"], ["spectral"], ["vicreg"], ["binary_nce"]],
+    [
+        ["simclr"],
+        ["care_moco", "--n_splits", "4", "--moco_queue_size", "64"],
+        ["spectral"],
+        ["vicreg"],
+        ["binary_nce"],
+    ],
     ids=lambda m: m[0],
 )
 def test_run_care_other_methods(method: list[str], tmp_path: Path) -> None:
@@ -228,7 +247,11 @@ def test_run_care_other_methods(method: list[str], tmp_path: Path) -> None:
         "run_care.py", *TINY_IMAGES, "--method", *method, "--per_device_train_batch_size", "16",
         "--num_augmentations", "2", "--eval_strategy", "no", output_dir=output_dir,
     )  # fmt: skip
-    check_output(output_dir, ("eval_linear_probe_accuracy", "eval_equivariance_wahba_error"), ("embeddings.png", "loss_curves.png"))
+    check_output(
+        output_dir,
+        ("eval_linear_probe_accuracy", "eval_equivariance_wahba_error"),
+        ("embeddings.png", "loss_curves.png"),
+    )
 
 
 # ---- argument parsing: the registry resolves the method -------------------------------------------
@@ -253,16 +276,24 @@ def test_method_flags_come_from_the_chosen_objective(tmp_path: Path, capsys: pyt
     assert config.moco_queue_size == 32 and config.n_splits == 8  # a flag, and a script default
     assert args.per_device_train_batch_size == 128 and args.output_dir == str(tmp_path)
     with pytest.raises(SystemExit):  # SimCLR has no chunks: its parser has no --n_splits
-        parse_args_with_objective(types, method="care", defaults=run_care.DEFAULTS, args=["--method", "simclr", "--n_splits", "4"])
+        parse_args_with_objective(
+            types, method="care", defaults=run_care.DEFAULTS, args=["--method", "simclr", "--n_splits", "4"]
+        )
     assert "the hyperparameters of --method simclr are ['temperature']" in capsys.readouterr().err
     with pytest.raises(SystemExit):  # argparse: invalid choice, listing the registered objectives
-        parse_args_with_objective(types, method="care", defaults=run_care.DEFAULTS, args=["--method", "no_such_method"])
+        parse_args_with_objective(
+            types, method="care", defaults=run_care.DEFAULTS, args=["--method", "no_such_method"]
+        )
     with pytest.raises(SystemExit):  # `--method X --help` lists X's hyperparameter flags
-        parse_args_with_objective(types, method="care", defaults=run_care.DEFAULTS, args=["--method", "care_moco", "--help"])
+        parse_args_with_objective(
+            types, method="care", defaults=run_care.DEFAULTS, args=["--method", "care_moco", "--help"]
+        )
     assert "--moco_queue_size" in capsys.readouterr().out
     config_file = tmp_path / "args.json"
     config_file.write_text(json.dumps({"method": "simclr", "temperature": 0.3, "output_dir": str(tmp_path)}))
-    script, args, config = parse_args_with_objective(types, method="care", defaults=run_care.DEFAULTS, args=[str(config_file)])
+    script, args, config = parse_args_with_objective(
+        types, method="care", defaults=run_care.DEFAULTS, args=[str(config_file)]
+    )
     assert script.method == "simclr" and config.temperature == 0.3 and args.max_steps == 150
 
 
@@ -348,7 +379,11 @@ def test_run_ocl_supcon_long_tailed(tmp_path: Path) -> None:
         "run_ocl.py", *TINY_IMAGES, "--method", "supcon", "--per_device_train_batch_size", "8", "--imbalance_ratio", "4",
         output_dir=output_dir,
     )  # fmt: skip
-    results = check_output(output_dir, ("eval_linear_probe_macro_f1", "eval_knn_macro_f1", "eval_projection_class_orthogonality"), ("embeddings.png",))
+    results = check_output(
+        output_dir,
+        ("eval_linear_probe_macro_f1", "eval_knn_macro_f1", "eval_projection_class_orthogonality"),
+        ("embeddings.png",),
+    )
     assert results["train_imbalance_ratio"] > 2
     assert "long-tailed with imbalance 4" in stdout
 
@@ -377,7 +412,11 @@ def test_run_local_pairs(contrastive: str, tmp_path: Path) -> None:
         "run_local.py", *TINY_IMAGES, "--contrastive", contrastive, "--per_device_train_batch_size", "8",
         output_dir=output_dir,
     )  # fmt: skip
-    results = check_output(output_dir, ("eval_accuracy", "eval_macro_f1", "eval_knn_loo_accuracy", "eval_majority_class_accuracy"), ("embeddings.png",))
+    results = check_output(
+        output_dir,
+        ("eval_accuracy", "eval_macro_f1", "eval_knn_loo_accuracy", "eval_majority_class_accuracy"),
+        ("embeddings.png",),
+    )
     assert 0.0 <= results["eval_macro_f1"] <= 1.0 and 0.0 <= results["eval_accuracy"] <= 1.0
     state = __import__("torch").load(output_dir / "local_objective.pt")
     assert any(key.startswith("loss.") for key in state)  # the pair classifier, kept next to the encoder
@@ -426,7 +465,9 @@ def test_bad_images_are_skipped_and_counted(tmp_path: Path) -> None:
     root = bad_image_folder(tmp_path / "images")
     output_dir = tmp_path / "ocl"
     with pytest.warns(UserWarning) as caught:
-        stdout = run_example("run_ocl.py", "--dataset", str(root), *BAD_RUN, "--on_bad_image", "skip", output_dir=output_dir)
+        stdout = run_example(
+            "run_ocl.py", "--dataset", str(root), *BAD_RUN, "--on_bad_image", "skip", output_dir=output_dir
+        )
     messages = [str(w.message) for w in caught]
     results = check_output(output_dir, ("eval_linear_probe_accuracy", "train_loss"), ("embeddings.png",))
     assert results["train_skipped_images"] == 2
@@ -470,9 +511,8 @@ def test_the_equivariance_evaluator_names_a_bad_file_before_training(tmp_path: P
 @pytest.fixture(scope="module")
 def tiny_bert_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A random 2-layer BERT (hidden 32) with its tokenizer, saved like a Hub checkpoint."""
-    from transformers import BertModel
-
     from _tiny import tiny_bert_config, tiny_tokenizer
+    from transformers import BertModel
 
     path = tmp_path_factory.mktemp("tiny-bert")
     BertModel(tiny_bert_config()).save_pretrained(path)
@@ -486,15 +526,23 @@ TINY_TEXT = [
 ]  # fmt: skip
 
 
-def test_run_bert_supervised_pairs_from_a_local_file_with_sts_checkpoint_selection(tiny_bert_dir: Path, tmp_path: Path) -> None:
+def test_run_bert_supervised_pairs_from_a_local_file_with_sts_checkpoint_selection(
+    tiny_bert_dir: Path, tmp_path: Path
+) -> None:
     import csv
 
-    rows = [(f"the {a} eats {b}", f"a {a} is eating {b}", a) for a in ("cat", "dog", "cow", "fox") for b in ("food", "grass", "meat", "fish")]
+    rows = [
+        (f"the {a} eats {b}", f"a {a} is eating {b}", a)
+        for a in ("cat", "dog", "cow", "fox")
+        for b in ("food", "grass", "meat", "fish")
+    ]
     train = tmp_path / "pairs.csv"
     with train.open("w", newline="", encoding="utf-8") as handle:
         csv.writer(handle).writerows([("text", "paraphrase", "animal"), *rows])
     sts = tmp_path / "sts.tsv"
-    sts.write_text("a\tb\tgold\n" + "".join(f"{x}\t{y}\t{i % 5}\n" for i, (x, y, _) in enumerate(rows)), encoding="utf-8")
+    sts.write_text(
+        "a\tb\tgold\n" + "".join(f"{x}\t{y}\t{i % 5}\n" for i, (x, y, _) in enumerate(rows)), encoding="utf-8"
+    )
     output_dir = tmp_path / "bert"
     stdout = run_example(
         "run_bert.py", "--model", str(tiny_bert_dir), *TINY_TEXT, "--method", "simclr", "--dataset", str(train),
@@ -525,7 +573,9 @@ def test_run_bert_supervised_pairs_from_a_local_file_with_sts_checkpoint_selecti
 def test_run_bert_on_the_shipped_sentences(method: list[str], tiny_bert_dir: Path, tmp_path: Path) -> None:
     output_dir = tmp_path / "bert"
     stdout = run_example("run_bert.py", "--model", str(tiny_bert_dir), *TINY_TEXT, *method, output_dir=output_dir)
-    results = check_output(output_dir, ("eval_sts_spearman", "eval_knn_accuracy", "eval_equivariance_wahba_error"), ("embeddings.png",))
+    results = check_output(
+        output_dir, ("eval_sts_spearman", "eval_knn_accuracy", "eval_equivariance_wahba_error"), ("embeddings.png",)
+    )
     assert -1.0 <= results["eval_sts_spearman"] <= 1.0
     assert "STS on all 60 pairs" in stdout
     assert ("eval_best_step" in results) == ("--eval_strategy" not in method)  # no best step without evaluations

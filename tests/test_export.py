@@ -27,7 +27,17 @@ SENTENCES = ["the cat sat on the mat", "hello world", "a red car", "the dog is a
 @pytest.fixture(scope="module")
 def vision() -> ContrastiveEncoder:
     torch.manual_seed(0)
-    enc = tiny_timm_encoder(backbone_kwargs={"global_pool": "max"}, data_config={"input_size": [3, 32, 32], "mean": [0.4, 0.5, 0.6], "std": [0.2, 0.2, 0.2], "interpolation": "bicubic", "crop_pct": 1.0, "crop_mode": "center"})
+    enc = tiny_timm_encoder(
+        backbone_kwargs={"global_pool": "max"},
+        data_config={
+            "input_size": [3, 32, 32],
+            "mean": [0.4, 0.5, 0.6],
+            "std": [0.2, 0.2, 0.2],
+            "interpolation": "bicubic",
+            "crop_pct": 1.0,
+            "crop_mode": "center",
+        },
+    )
     enc.train()(pixel_values=torch.randn(8, 3, 32, 32))  # non-trivial BatchNorm statistics
     return enc.eval()
 
@@ -57,7 +67,11 @@ def test_export_timm_loads_with_timm(tmp_path, vision: ContrastiveEncoder, image
     config = json.loads((tmp_path / "config.json").read_text())
     assert config["architecture"] == TIMM_TEST_BACKBONE and config["num_classes"] == 0 and config["num_features"] == 96
     assert config["model_args"]["global_pool"] == "max"
-    assert config["pretrained_cfg"]["input_size"] == [3, 32, 32] and config["pretrained_cfg"]["mean"] == [0.4, 0.5, 0.6]
+    assert config["pretrained_cfg"]["input_size"] == [3, 32, 32] and config["pretrained_cfg"]["mean"] == [
+        0.4,
+        0.5,
+        0.6,
+    ]
     assert (tmp_path / "model.safetensors").is_file()
     model = timm.create_model("local-dir:" + str(tmp_path), pretrained=True).eval()
     torch.testing.assert_close(model(images), vision(pixel_values=images).embeddings, atol=1e-5, rtol=0)
@@ -82,7 +96,9 @@ def test_export_transformers_loads_with_auto_classes(tmp_path, text: Contrastive
     tokenizer = AutoTokenizer.from_pretrained(tmp_path)
     inputs = tokens(text)
     assert torch.equal(tokenizer(SENTENCES, padding=True, return_tensors="pt")["input_ids"], inputs["input_ids"])
-    torch.testing.assert_close(model(**inputs).last_hidden_state, text.backbone(**inputs).last_hidden_state, atol=1e-5, rtol=0)
+    torch.testing.assert_close(
+        model(**inputs).last_hidden_state, text.backbone(**inputs).last_hidden_state, atol=1e-5, rtol=0
+    )
 
 
 @pytest.mark.parametrize("pooling", ["mean", "cls"])
@@ -91,7 +107,13 @@ def test_export_sentence_transformers_gives_our_embeddings(tmp_path, pooling: st
     torch.manual_seed(0)
     enc = tiny_text_encoder(pooling=pooling).eval()
     export_sentence_transformers(enc, tmp_path)
-    for name in ("modules.json", "sentence_bert_config.json", "config_sentence_transformers.json", "config.json", "model.safetensors"):
+    for name in (
+        "modules.json",
+        "sentence_bert_config.json",
+        "config_sentence_transformers.json",
+        "config.json",
+        "model.safetensors",
+    ):
         assert (tmp_path / name).is_file(), name
     pooling_config = json.loads((tmp_path / "1_Pooling" / "config.json").read_text())
     assert pooling_config["pooling_mode_mean_tokens"] == (pooling == "mean")
@@ -111,7 +133,9 @@ def test_text_exports_reject_timm_and_missing_tokenizer(tmp_path, vision: Contra
     with caplog.at_level(logging.WARNING, logger="hf_contrast.models.modeling"):
         enc.save_pretrained(tmp_path / "no_tokenizer")
     assert "has no tokenizer" in caplog.text
-    assert (tmp_path / "no_tokenizer" / "config.json").is_file() and not (tmp_path / "no_tokenizer" / "modules.json").exists()
+    assert (tmp_path / "no_tokenizer" / "config.json").is_file() and not (
+        tmp_path / "no_tokenizer" / "modules.json"
+    ).exists()
     assert ContrastiveEncoder.from_pretrained(tmp_path / "no_tokenizer").tokenizer is None
 
 
@@ -123,8 +147,12 @@ def test_text_exports_reject_timm_and_missing_tokenizer(tmp_path, vision: Contra
 def test_save_pretrained_vision_layout(tmp_path, vision: ContrastiveEncoder, images: torch.Tensor) -> None:
     vision.save_pretrained(tmp_path)
     assert (tmp_path / "config.json").is_file() and (tmp_path / "model.safetensors").is_file()
-    assert (tmp_path / HUB_SUBFOLDER / "config.json").is_file() and (tmp_path / HUB_SUBFOLDER / "model.safetensors").is_file()
-    assert not [p.name for p in tmp_path.parent.iterdir() if p.name.startswith(f".{tmp_path.name}.")]  # no staging left
+    assert (tmp_path / HUB_SUBFOLDER / "config.json").is_file() and (
+        tmp_path / HUB_SUBFOLDER / "model.safetensors"
+    ).is_file()
+    assert not [
+        p.name for p in tmp_path.parent.iterdir() if p.name.startswith(f".{tmp_path.name}.")
+    ]  # no staging left
     expected = vision(pixel_values=images)
     loaded = ContrastiveEncoder.from_pretrained(tmp_path).eval()
     assert torch.equal(loaded(pixel_values=images).projections, expected.projections)
@@ -147,7 +175,9 @@ def test_save_pretrained_text_layout(tmp_path, text: ContrastiveEncoder) -> None
     assert loaded.tokenizer is not None
     assert torch.equal(loaded(**inputs).projections, expected.projections)
     native = AutoModel.from_pretrained(tmp_path).eval()
-    torch.testing.assert_close(native(**inputs).last_hidden_state, text.backbone(**inputs).last_hidden_state, atol=1e-5, rtol=0)
+    torch.testing.assert_close(
+        native(**inputs).last_hidden_state, text.backbone(**inputs).last_hidden_state, atol=1e-5, rtol=0
+    )
 
 
 def test_old_flat_saves_still_load(tmp_path, vision: ContrastiveEncoder, images: torch.Tensor) -> None:
@@ -166,7 +196,11 @@ def test_from_scratch_export_has_no_pretrained_provenance_and_the_trained_size(t
     pretrained_cfg = config["pretrained_cfg"]
     assert pretrained_cfg["input_size"] == [3, 32, 32]
     assert not set(pretrained_cfg) & set(PROVENANCE_KEYS), pretrained_cfg
-    assert json.loads((tmp_path / HUB_SUBFOLDER / "config.json").read_text())["data_config"]["input_size"] == [3, 32, 32]
+    assert json.loads((tmp_path / HUB_SUBFOLDER / "config.json").read_text())["data_config"]["input_size"] == [
+        3,
+        32,
+        32,
+    ]
     model = timm.create_model("local-dir:" + str(tmp_path), pretrained=True)
     assert tuple(timm.data.resolve_model_data_config(model)["input_size"]) == (3, 32, 32)
     # a pretrained source keeps its provenance (what base_model / license are read from)
@@ -177,12 +211,17 @@ def test_from_scratch_export_has_no_pretrained_provenance_and_the_trained_size(t
     assert fine_tuned.backbone.pretrained_cfg.get("hf_hub_id") is None  # the local source has none to keep
 
 
-
-def test_save_pretrained_writes_the_card_and_survives_card_failures(tmp_path, vision: ContrastiveEncoder, monkeypatch, caplog) -> None:
+def test_save_pretrained_writes_the_card_and_survives_card_failures(
+    tmp_path, vision: ContrastiveEncoder, monkeypatch, caplog
+) -> None:
     from hf_contrast.models import modeling as model_card  # where save_pretrained looks the writer up
 
     calls = []
-    monkeypatch.setattr(model_card, "write_model_card", lambda model, folder: (calls.append(model), (Path(folder) / "README.md").write_text("card")))
+    monkeypatch.setattr(
+        model_card,
+        "write_model_card",
+        lambda model, folder: (calls.append(model), (Path(folder) / "README.md").write_text("card")),
+    )
     vision.save_pretrained(tmp_path / "with_card")
     assert calls == [vision] and (tmp_path / "with_card" / "README.md").read_text() == "card"
 

@@ -72,7 +72,10 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, dict
     if done.returncode != 0:
         pytest.fail(f"torchrun failed ({done.returncode}):\n{done.stdout[-3000:]}\n{done.stderr[-5000:]}")
     script = _script()
-    single = {m: script.run(m, out_dir / "one", WORLD_SIZE * script.LOCAL_BATCH, WORLD_SIZE * script.LOCAL_SPLITS) for m in script.METHODS}
+    single = {
+        m: script.run(m, out_dir / "one", WORLD_SIZE * script.LOCAL_BATCH, WORLD_SIZE * script.LOCAL_SPLITS)
+        for m in script.METHODS
+    }
     return out_dir, single
 
 
@@ -191,7 +194,10 @@ def test_fsdp_sharded_checkpoint_resumes_in_new_processes_like_the_uninterrupted
     shards = sorted(p.name for p in (tmp_path / "resume" / "checkpoint").iterdir() if p.suffix == ".distcp")
     assert len(shards) == WORLD_SIZE, shards  # one file per process: a sharded save, not a gathered one
     _launch(tmp_path, "--resume", "resumed")
-    load = {name: torch.load(tmp_path / "resume" / f"{name}.pt", weights_only=False) for name in ("full", "first", "resumed", "model_only")}
+    load = {
+        name: torch.load(tmp_path / "resume" / f"{name}.pt", weights_only=False)
+        for name in ("full", "first", "resumed", "model_only")
+    }
     full, first, resumed, model_only = (load[n] for n in ("full", "first", "resumed", "model_only"))
     total = sum(v.numel() for v in full["parameters"].values())
     assert full["held_numel"] <= 0.6 * total  # it was sharded

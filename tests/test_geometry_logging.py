@@ -8,8 +8,8 @@ import warnings
 import numpy as np
 import pytest
 import torch
-
 from distributed_scripts.trainer_utils import fixed_views_collator, image_dataset, training_args, vit_encoder
+
 from hf_contrast.objectives import OCLObjective, SimOObjective
 from hf_contrast.objectives.geometry import GeometryMonitor, class_mean_abs_cosine, negative_cosine_counts
 from hf_contrast.training import OCLTrainer, SimOTrainer, SupConTrainer
@@ -56,7 +56,9 @@ def test_geometry_monitor_is_a_ratio_of_sums_over_the_interval() -> None:
 
 def test_supcon_logs_the_fraction_of_negative_pairs_below_zero_of_its_batches(tmp_path) -> None:
     images = image_dataset(n=8)
-    trainer = SupConTrainer(model=vit_encoder(), args=training_args(tmp_path), train_dataset=images, data_collator=fixed_views_collator)
+    trainer = SupConTrainer(
+        model=vit_encoder(), args=training_args(tmp_path), train_dataset=images, data_collator=fixed_views_collator
+    )
     model = trainer.model.train()
     batch = fixed_views_collator([images[i] for i in range(8)])
     trainer.compute_loss(model, dict(batch))
@@ -76,7 +78,9 @@ def _ocl_run(tmp_path, nonnegative: bool, max_steps: int):  # noqa: ANN001, ANN2
     if nonnegative:  # every projection in the positive orthant: no pair can have a negative cosine
         model.projection_head.register_forward_hook(lambda module, inputs, output: output.abs() + 1e-3)
     else:  # centred on the batch (a random encoder's projections start collapsed, all cosines >= 0)
-        model.projection_head.register_forward_hook(lambda module, inputs, output: output - output.mean(0, keepdim=True))
+        model.projection_head.register_forward_hook(
+            lambda module, inputs, output: output - output.mean(0, keepdim=True)
+        )
     args = training_args(tmp_path, max_steps=max_steps, logging_steps=1)
     trainer = OCLTrainer(model=model, args=args, train_dataset=image_dataset(n=16), data_collator=fixed_views_collator)
     with warnings.catch_warnings(record=True) as caught:
@@ -104,7 +108,10 @@ def test_ocl_does_not_warn_when_negative_cosines_occur(tmp_path) -> None:
 def test_simo_logs_class_mean_orthogonality(tmp_path) -> None:
     objective = SimOObjective(classes_per_batch=2, samples_per_class=4)
     trainer = SimOTrainer(
-        model=vit_encoder(), args=training_args(tmp_path), train_dataset=image_dataset(n=24, n_classes=6), objective=objective
+        model=vit_encoder(),
+        args=training_args(tmp_path),
+        train_dataset=image_dataset(n=24, n_classes=6),
+        objective=objective,
     )
     trainer.train()
     entries = [h for h in trainer.state.log_history if "loss" in h]

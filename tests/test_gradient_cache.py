@@ -5,9 +5,15 @@ from __future__ import annotations
 import datasets
 import pytest
 import torch
-
 from _tiny import tiny_text_encoder, tiny_tokenizer
-from distributed_scripts.trainer_utils import fixed_equivariance_views, fixed_views_collator, image_dataset, training_args, vit_encoder
+from distributed_scripts.trainer_utils import (
+    fixed_equivariance_views,
+    fixed_views_collator,
+    image_dataset,
+    training_args,
+    vit_encoder,
+)
+
 from hf_contrast.objectives import CAREObjective, SupConObjective
 from hf_contrast.training import ContrastiveTrainer, ContrastiveTrainingArguments
 from hf_contrast.training.gradient_cache import GradientCache
@@ -32,7 +38,11 @@ def _assert_same(direct: dict, cached: dict, atol: float = 1e-5) -> None:
 
 @pytest.mark.parametrize(
     "objective",
-    [lambda: "simclr", lambda: CAREObjective(n_splits=2, equivariance_augmentation=fixed_equivariance_views), lambda: SupConObjective()],
+    [
+        lambda: "simclr",
+        lambda: CAREObjective(n_splits=2, equivariance_augmentation=fixed_equivariance_views),
+        lambda: SupConObjective(),
+    ],
     ids=["simclr", "care", "supcon"],
 )
 def test_cached_step_equals_the_direct_step_for_a_layernorm_image_encoder(tmp_path, objective) -> None:
@@ -58,7 +68,9 @@ def _text_trainer(tmp_path, cache: int | None, dropout: float) -> ContrastiveTra
         if isinstance(module, torch.nn.Dropout):
             module.p = dropout
     args = training_args(tmp_path, gradient_cache_size=cache)
-    return ContrastiveTrainer(model=model, args=args, train_dataset=datasets.Dataset.from_dict({"text": SENTENCES}), objective="simclr")
+    return ContrastiveTrainer(
+        model=model, args=args, train_dataset=datasets.Dataset.from_dict({"text": SENTENCES}), objective="simclr"
+    )
 
 
 def test_cached_step_equals_the_direct_step_for_bert(tmp_path) -> None:

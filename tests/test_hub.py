@@ -14,6 +14,7 @@ import pytest
 import timm
 import torch
 from _tiny import tiny_text_encoder, tiny_timm_encoder, tiny_tokenizer
+from hub_server import HubServer, run_hub_server, use_hub_server
 from huggingface_hub import HfApi, ModelCard, constants, hf_hub_download
 from huggingface_hub.errors import EntryNotFoundError, RepositoryNotFoundError, RevisionNotFoundError
 from huggingface_hub.utils import get_session
@@ -22,10 +23,9 @@ from transformers import AutoModel, AutoTokenizer, Trainer, TrainingArguments
 
 from hf_contrast.hub import push_encoder_to_hub
 from hf_contrast.model_card import GENERATED_MARKER, ModelCardCallback, get_model_card_data
+from hf_contrast.models import ContrastiveEncoder
 from hf_contrast.training.checkpointing import CheckpointingMixin
 from hf_contrast.training.publishing import HubPublishingMixin
-from hf_contrast.models import ContrastiveEncoder
-from hub_server import HubServer, run_hub_server, use_hub_server
 
 README = "---\nlicense: mit\nlibrary_name: hf_contrast\ntags:\n- hf_contrast\n---\n# A card\n"
 
@@ -111,12 +111,17 @@ def test_invalid_readme_metadata_is_rejected(hub: HubServer) -> None:
     api = HfApi()
     api.create_repo("user/bad-card")
     with pytest.raises(ValueError, match="Invalid metadata in README.md"):
-        api.upload_file(path_or_fileobj=b"---\nlicense: [unclosed\n---\n", path_in_repo="README.md", repo_id="user/bad-card")
+        api.upload_file(
+            path_or_fileobj=b"---\nlicense: [unclosed\n---\n", path_in_repo="README.md", repo_id="user/bad-card"
+        )
 
 
 def test_repositories_persist_across_server_restarts(tmp_path: Path) -> None:
     for content in (b"first run", None):
-        with run_hub_server(tmp_path / "hub") as url, use_hub_server(url, cache_dir=tmp_path / f"cache{content is None}"):
+        with (
+            run_hub_server(tmp_path / "hub") as url,
+            use_hub_server(url, cache_dir=tmp_path / f"cache{content is None}"),
+        ):
             if content is not None:
                 HfApi().create_repo("user/persist")
                 HfApi().upload_file(path_or_fileobj=content, path_in_repo="a.txt", repo_id="user/persist")
@@ -136,11 +141,21 @@ def test_only_loopback_is_reachable(tmp_path: Path) -> None:
 
 
 def test_use_hub_server_restores_the_environment(tmp_path: Path) -> None:
-    before = (constants.ENDPOINT, constants.HF_HUB_OFFLINE, constants.HUGGINGFACE_CO_URL_TEMPLATE, constants.HF_HUB_CACHE)
+    before = (
+        constants.ENDPOINT,
+        constants.HF_HUB_OFFLINE,
+        constants.HUGGINGFACE_CO_URL_TEMPLATE,
+        constants.HF_HUB_CACHE,
+    )
     with run_hub_server(tmp_path / "hub") as url, use_hub_server(url, cache_dir=tmp_path / "cache"):
         assert constants.ENDPOINT == url and constants.HF_HUB_OFFLINE is False
         assert ModelCard  # imported names keep working inside the block
-    assert (constants.ENDPOINT, constants.HF_HUB_OFFLINE, constants.HUGGINGFACE_CO_URL_TEMPLATE, constants.HF_HUB_CACHE) == before
+    assert (
+        constants.ENDPOINT,
+        constants.HF_HUB_OFFLINE,
+        constants.HUGGINGFACE_CO_URL_TEMPLATE,
+        constants.HF_HUB_CACHE,
+    ) == before
 
 
 def test_use_hub_server_rejects_a_remote_url(tmp_path: Path) -> None:
@@ -188,7 +203,13 @@ def test_push_layout_and_commit_url(module_hub: HubServer, pushed_vision: tuple)
     _, commit, repo_id = pushed_vision
     assert commit == f"{module_hub.url}/{repo_id}/commit/{commit.oid}"
     files = set(HfApi().list_repo_files(repo_id))
-    assert {"README.md", "config.json", "model.safetensors", "hf_contrast/config.json", "hf_contrast/model.safetensors"} <= files
+    assert {
+        "README.md",
+        "config.json",
+        "model.safetensors",
+        "hf_contrast/config.json",
+        "hf_contrast/model.safetensors",
+    } <= files
 
 
 def test_pushed_vision_encoder_loads_with_hf_contrast(pushed_vision: tuple) -> None:
@@ -258,7 +279,9 @@ def test_repush_refreshes_the_card_and_pull_requests_leave_main(module_hub: HubS
 def test_a_hand_written_readme_on_the_hub_is_kept_unless_replaced(module_hub: HubServer) -> None:
     api = HfApi()
     api.create_repo("user/own-card")
-    api.upload_file(path_or_fileobj=README.encode(), path_in_repo="README.md", repo_id="user/own-card")  # has the tag, not our card
+    api.upload_file(
+        path_or_fileobj=README.encode(), path_in_repo="README.md", repo_id="user/own-card"
+    )  # has the tag, not our card
     encoder = tiny_timm_encoder()
     push_encoder_to_hub(encoder, "user/own-card")
     assert Path(hf_hub_download("user/own-card", "README.md")).read_text() == README
@@ -300,16 +323,35 @@ def test_trainer_pushes_carry_no_token_and_the_final_push_is_the_one_layout(hub:
     encoder = tiny_timm_encoder()
     pixels = torch.randn(8, 3, 32, 32).tolist()
     args = TrainingArguments(
-        output_dir=str(tmp_path / "run"), max_steps=2, per_device_train_batch_size=4, save_strategy="steps", save_steps=1,
-        push_to_hub=True, hub_model_id="user/secret-run", hub_strategy="checkpoint", hub_token=secret, report_to="none",
-        use_cpu=True, disable_tqdm=True, remove_unused_columns=False, logging_steps=1,
+        output_dir=str(tmp_path / "run"),
+        max_steps=2,
+        per_device_train_batch_size=4,
+        save_strategy="steps",
+        save_steps=1,
+        push_to_hub=True,
+        hub_model_id="user/secret-run",
+        hub_strategy="checkpoint",
+        hub_token=secret,
+        report_to="none",
+        use_cpu=True,
+        disable_tqdm=True,
+        remove_unused_columns=False,
+        logging_steps=1,
     )
-    trainer = _PushTrainer(model=encoder, args=args, train_dataset=datasets.Dataset.from_dict({"pixel_values": pixels}))
+    trainer = _PushTrainer(
+        model=encoder, args=args, train_dataset=datasets.Dataset.from_dict({"pixel_values": pixels})
+    )
     trainer.train()
     trainer.push_to_hub(license="mit", tags=["digits"])
     api = HfApi()
     files = api.list_repo_files("user/secret-run")
-    assert {"README.md", "config.json", "model.safetensors", "hf_contrast/model.safetensors", "last-checkpoint/trainer_state.json"} <= set(files)
+    assert {
+        "README.md",
+        "config.json",
+        "model.safetensors",
+        "hf_contrast/model.safetensors",
+        "last-checkpoint/trainer_state.json",
+    } <= set(files)
     for name in files:  # every file of the pushed repository, and everything left on disk
         assert secret.encode() not in Path(hf_hub_download("user/secret-run", name)).read_bytes(), name
     for path in (tmp_path / "run").rglob("*"):
@@ -332,10 +374,21 @@ def test_trainer_push_keeps_a_hand_written_readme(hub: HubServer, tmp_path: Path
     api.create_repo("user/kept")
     api.upload_file(path_or_fileobj=b"# Notes by hand\n", path_in_repo="README.md", repo_id="user/kept")
     args = TrainingArguments(
-        output_dir=str(tmp_path / "run"), max_steps=1, per_device_train_batch_size=4, save_strategy="no", hub_model_id="user/kept",
-        report_to="none", use_cpu=True, disable_tqdm=True, remove_unused_columns=False,
+        output_dir=str(tmp_path / "run"),
+        max_steps=1,
+        per_device_train_batch_size=4,
+        save_strategy="no",
+        hub_model_id="user/kept",
+        report_to="none",
+        use_cpu=True,
+        disable_tqdm=True,
+        remove_unused_columns=False,
     )
-    trainer = _PushTrainer(model=tiny_timm_encoder(), args=args, train_dataset=datasets.Dataset.from_dict({"pixel_values": torch.randn(4, 3, 32, 32).tolist()}))
+    trainer = _PushTrainer(
+        model=tiny_timm_encoder(),
+        args=args,
+        train_dataset=datasets.Dataset.from_dict({"pixel_values": torch.randn(4, 3, 32, 32).tolist()}),
+    )
     trainer.train()
     trainer.push_to_hub()
     assert Path(hf_hub_download("user/kept", "README.md")).read_bytes() == b"# Notes by hand\n"

@@ -27,7 +27,14 @@ from hf_contrast.objectives.local import LOCALConfig
 from hf_contrast.objectives.pair import BinaryNCEConfig, SimCLRConfig, VICRegConfig
 from hf_contrast.objectives.simo import SimOConfig
 from hf_contrast.objectives.supervised import SupConConfig
-from hf_contrast.tensor_checks import check_choice, check_int, check_range, check_size, check_temperature, check_unit_interval
+from hf_contrast.tensor_checks import (
+    check_choice,
+    check_int,
+    check_range,
+    check_size,
+    check_temperature,
+    check_unit_interval,
+)
 
 PACKAGE = Path(__file__).resolve().parents[1] / "hf_contrast"
 VOCABULARY = PACKAGE / "tensor_checks.py"
@@ -55,7 +62,10 @@ DOMAIN_CHECKS = {
     ("models/instances.py", "_check_timm_embedding"): "a timm model's pooled output, by a dry forward pass",
     ("training/trainer.py", "_check_objective_fits"): "the objective against the model and the arguments",
     ("training/trainer.py", "_check_evaluation_fits"): "the objective against the evaluation batch size and sets",
-    ("training/arguments.py", "_check_bf16_device"): "bf16 against the machine's devices (before transformers refuses it)",
+    (
+        "training/arguments.py",
+        "_check_bf16_device",
+    ): "bf16 against the machine's devices (before transformers refuses it)",
     ("views/afcl_sampler.py", "_check_labels_1d"): "a label sequence converted to a tensor",
     ("views/batched_params.py", "_check_generator"): "a torch.Generator's device",
     ("losses/binary_nce.py", "_check_scalar_tensor"): "a one-element float tensor (learnable values)",

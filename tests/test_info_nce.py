@@ -67,7 +67,10 @@ def test_module_matches_function_and_exposes_config() -> None:
     module = InfoNCELoss(temperature=0.2, normalize=False)
     torch.testing.assert_close(module(z1, z2), info_nce_loss(z1, z2, temperature=0.2, normalize=False))
     assert module.get_config_dict() == {
-        "temperature": 0.2, "normalize": False, "gather_distributed": False, "tile_size": None
+        "temperature": 0.2,
+        "normalize": False,
+        "gather_distributed": False,
+        "tile_size": None,
     }
     assert "Chen, Ting" in InfoNCELoss.citation and InfoNCELoss.citation.startswith("@")
 

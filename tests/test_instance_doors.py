@@ -11,17 +11,19 @@ import logging
 import pytest
 import timm
 import torch
+from _tiny import TIMM_TEST_BACKBONE, tiny_bert_config, tiny_tokenizer
 from transformers import BertModel
 
 from hf_contrast.errors import InputError, InputTypeError
 from hf_contrast.models import ContrastiveEncoder
-from _tiny import TIMM_TEST_BACKBONE, tiny_bert_config, tiny_tokenizer
 
 
 @pytest.mark.parametrize("name", [TIMM_TEST_BACKBONE, "test_vit"])
 def test_timm_model_without_global_pooling_is_refused_and_left_unchanged(name: str) -> None:
     model = timm.create_model(name, pretrained=False, num_classes=7, global_pool="")
-    with pytest.raises(InputError, match=r"`backbone` \(test_\w+\) gives features of shape \(1, .*global_pool=''.*num_classes=0"):
+    with pytest.raises(
+        InputError, match=r"`backbone` \(test_\w+\) gives features of shape \(1, .*global_pool=''.*num_classes=0"
+    ):
         ContrastiveEncoder.from_backbone(model)
     assert model.num_classes == 7 and model.training  # not changed by the refusal, mode restored
 
@@ -35,13 +37,17 @@ def test_timm_model_with_another_pooling_round_trips(tmp_path) -> None:
     assert encoder.config.backbone_kwargs == {"global_pool": "max"}
     encoder.save_pretrained(tmp_path)
     with torch.no_grad():
-        torch.testing.assert_close(ContrastiveEncoder.from_pretrained(tmp_path).eval()(pixel_values=x).embeddings, before)
+        torch.testing.assert_close(
+            ContrastiveEncoder.from_pretrained(tmp_path).eval()(pixel_values=x).embeddings, before
+        )
 
 
 def test_model_on_the_meta_device_is_refused() -> None:
     with torch.device("meta"):
         model = timm.create_model(TIMM_TEST_BACKBONE, pretrained=False)
-    with pytest.raises(InputError, match=r"`backbone` \(ResNet\) has \d+ tensor\(s\) on the meta device.*to_empty.*load"):
+    with pytest.raises(
+        InputError, match=r"`backbone` \(ResNet\) has \d+ tensor\(s\) on the meta device.*to_empty.*load"
+    ):
         ContrastiveEncoder.from_backbone(model)
     with torch.device("meta"):
         bert = BertModel(tiny_bert_config())
@@ -75,4 +81,3 @@ def test_encoder_takes_the_mode_of_the_instance_as_a_whole(training: bool) -> No
 def test_tokenizer_name_instead_of_a_tokenizer_is_refused() -> None:
     with pytest.raises(InputTypeError, match="`tokenizer` is a str; pass a tokenizer object"):
         ContrastiveEncoder.from_backbone(BertModel(tiny_bert_config()), tokenizer="bert-base-uncased")
-

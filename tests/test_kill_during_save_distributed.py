@@ -17,9 +17,8 @@ from pathlib import Path
 
 import pytest
 import torch
-from safetensors.torch import load_file
-
 from _launch import free_port, trainer_resumes_across_processes_on_cpu
+from safetensors.torch import load_file
 
 SCRIPT = Path(__file__).parent / "distributed_scripts" / "soak_run.py"
 MAX_STEPS, SAVE_STEPS = 40, 10
@@ -36,7 +35,11 @@ def _launch(output_dir: Path, log, *extra: str) -> subprocess.Popen:
         str(SCRIPT), "--output_dir", str(output_dir), "--max_steps", str(MAX_STEPS), "--save_steps", str(SAVE_STEPS),
         *extra,
     ]  # fmt: skip
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": os.pathsep.join([root, os.environ.get("PYTHONPATH", "")])}
+    env = {
+        **os.environ,
+        "OMP_NUM_THREADS": "1",
+        "PYTHONPATH": os.pathsep.join([root, os.environ.get("PYTHONPATH", "")]),
+    }
     return subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
 
 

@@ -21,9 +21,9 @@ from typing import Any
 
 import accelerate
 import pytest
-from packaging.version import Version
 import torch
 from _launch import free_port, load_script
+from packaging.version import Version
 
 ROOT = Path(__file__).resolve().parent.parent
 CONFIGS = ROOT / "examples" / "accelerate_configs"
@@ -82,7 +82,14 @@ def test_two_machines_on_localhost_train_save_once_and_equal_one_process(tmp_pat
     port = str(free_port())
     machines = [
         subprocess.Popen(
-            _launch(CONFIGS / "multi_node.yaml", tmp_path / f"machine{rank}", "--machine_rank", str(rank), "--main_process_port", port),
+            _launch(
+                CONFIGS / "multi_node.yaml",
+                tmp_path / f"machine{rank}",
+                "--machine_rank",
+                str(rank),
+                "--main_process_port",
+                port,
+            ),
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,

@@ -33,7 +33,9 @@ def _png(path, value=0):
 # ---- 1. sources: a missing local path is never sent to the Hub ----
 
 
-@pytest.mark.parametrize("text", ["/no/such/folder", "./missing", "../missing", "~/missing-hf-contrast", "a/b/c", "x.csv"])
+@pytest.mark.parametrize(
+    "text", ["/no/such/folder", "./missing", "../missing", "~/missing-hf-contrast", "a/b/c", "x.csv"]
+)
 def test_missing_local_path_names_argument_and_working_directory(text, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     with pytest.raises(MissingPathError, match=r"`path_or_id`=.*does not exist.*working directory") as info:
@@ -86,7 +88,9 @@ def test_nested_class_folders_are_an_error(tmp_path):
 def test_split_layout_without_train_names_the_splits(tmp_path):
     for rel in ("test/cat/1.png", "test/dog/1.png", "val/cat/1.png", "val/dog/1.png"):
         _png(tmp_path / rel)
-    with pytest.raises(InputError, match=r"`dataset`=.*no 'train' split \(its splits: \['test', 'validation'\]\).*train/"):
+    with pytest.raises(
+        InputError, match=r"`dataset`=.*no 'train' split \(its splits: \['test', 'validation'\]\).*train/"
+    ):
         load_image_splits(str(tmp_path))
     assert sorted(load_image_dataset(tmp_path, split=None)) == ["test", "validation"]  # readable as is
 
@@ -135,7 +139,9 @@ _SPLIT = st.sampled_from(["train", "test", "val"])
 _LEAF = st.tuples(st.booleans(), st.integers(1, 2))  # (nested one level deeper, number of images)
 _TREE = st.one_of(
     st.dictionaries(_NAME, _LEAF, max_size=3),  # root/<class>/...
-    st.dictionaries(_SPLIT, st.dictionaries(_NAME, _LEAF, max_size=3), min_size=1, max_size=2),  # root/<split>/<class>/...
+    st.dictionaries(
+        _SPLIT, st.dictionaries(_NAME, _LEAF, max_size=3), min_size=1, max_size=2
+    ),  # root/<split>/<class>/...
 )
 
 
@@ -191,7 +197,12 @@ def test_image_files_by_split_lists_every_file(tmp_path):
         ("blank.txt", "\n \n", {}, "`path_or_id`=.*is empty"),
         ("header.csv", "text,label\n", {}, "`path_or_id`=.*no data rows"),
         ("nums.csv", "text,label\n1,a\n2,b\n", {}, "`text_column`='text'.*not text"),
-        ("ok.csv", "text,label\nhi,a\nho,b\n", {"text_column": "sentence"}, "`text_column`='sentence' is not a column"),
+        (
+            "ok.csv",
+            "text,label\nhi,a\nho,b\n",
+            {"text_column": "sentence"},
+            "`text_column`='sentence' is not a column",
+        ),
         ("bad.jsonl", '{"text": "a"}\nnot json\n', {}, "`path_or_id`=.*could not be read as json"),
     ],
 )
@@ -241,7 +252,9 @@ def _rows(labels):
 def test_probe_evaluator_warns_once_and_refuses_one_class():
     from hf_contrast.evaluation import ProbeEvaluator
 
-    with pytest.warns(UnseenClassWarning, match=r"`score_dataset` holds 1 class\(es\) absent from `fit_dataset`: 2 \(3 rows\)"):
+    with pytest.warns(
+        UnseenClassWarning, match=r"`score_dataset` holds 1 class\(es\) absent from `fit_dataset`: 2 \(3 rows\)"
+    ):
         ProbeEvaluator(_rows([0, 1] * 4), _rows([0, 1, 2, 2, 2]), input_column="x")
     with pytest.raises(InputError, match="`fit_dataset` holds 1 class"):
         ProbeEvaluator(_rows([1] * 4), _rows([0, 1]), input_column="x")

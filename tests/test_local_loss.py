@@ -20,7 +20,11 @@ from hf_contrast.losses.local import (
 
 def _maps(seed: int, b: int = 4) -> list[torch.Tensor]:
     g = torch.Generator().manual_seed(seed)
-    return [torch.randn(b, 3, 8, 8, generator=g), torch.randn(b, 5, 4, 4, generator=g), torch.randn(b, 2, 2, 2, generator=g)]
+    return [
+        torch.randn(b, 3, 8, 8, generator=g),
+        torch.randn(b, 5, 4, 4, generator=g),
+        torch.randn(b, 2, 2, 2, generator=g),
+    ]
 
 
 def test_latent_correlation_matches_concatenate_then_average() -> None:

@@ -179,7 +179,9 @@ def test_alignment_and_uniformity_reference(gen: torch.Generator) -> None:
     pairs = [math.exp(-2.0 * float((xn[i] - xn[j]).pow(2).sum())) for i in range(12) for j in range(i + 1, 12)]
     assert uniformity(x) == pytest.approx(math.log(np.mean(pairs)), rel=1e-12)
     assert uniformity(x.numpy(), t=0.5, normalize=False) == pytest.approx(
-        math.log(np.mean([math.exp(-0.5 * float((x[i] - x[j]).pow(2).sum())) for i in range(12) for j in range(i + 1, 12)])),
+        math.log(
+            np.mean([math.exp(-0.5 * float((x[i] - x[j]).pow(2).sum())) for i in range(12) for j in range(i + 1, 12)])
+        ),
         rel=1e-12,
     )
 
@@ -213,7 +215,12 @@ def test_class_orthogonality_reference(gen: torch.Generator) -> None:
         zz = z / z.norm(dim=1, keepdim=True) if normalize else z
         means = [zz[labels == c].mean(0) for c in range(4)]
         ref = np.mean(
-            [abs(float(torch.dot(means[a], means[b]) / (means[a].norm() * means[b].norm()))) for a in range(4) for b in range(4) if a != b]
+            [
+                abs(float(torch.dot(means[a], means[b]) / (means[a].norm() * means[b].norm())))
+                for a in range(4)
+                for b in range(4)
+                if a != b
+            ]
         )
         assert class_orthogonality(z, labels, normalize=normalize) == pytest.approx(ref, rel=1e-12)
 
@@ -233,7 +240,9 @@ def test_effective_rank_closed_forms(gen: torch.Generator) -> None:
     q, _ = torch.linalg.qr(torch.randn(20, 6, generator=gen, dtype=torch.float64))
     assert effective_rank(q) == pytest.approx(6.0)  # isotropic: six equal singular values
     assert effective_rank(5.0 * q @ _rotation(6, gen)) == pytest.approx(6.0)
-    rank_one = torch.randn(20, 1, generator=gen, dtype=torch.float64) @ torch.randn(1, 6, generator=gen, dtype=torch.float64)
+    rank_one = torch.randn(20, 1, generator=gen, dtype=torch.float64) @ torch.randn(
+        1, 6, generator=gen, dtype=torch.float64
+    )
     assert effective_rank(rank_one) == pytest.approx(1.0, abs=1e-9)
     assert effective_rank(torch.zeros(5, 3)) == 0.0
     z = torch.randn(20, 6, generator=gen, dtype=torch.float64)
@@ -249,7 +258,9 @@ def test_mean_cosine_matches_pairwise_loop(gen: torch.Generator) -> None:
     norms = np.linalg.norm(u, axis=1)
     loop = [
         0.0 if norms[i] == 0 or norms[j] == 0 else float(u[i] @ u[j] / (norms[i] * norms[j]))
-        for i in range(17) for j in range(17) if i != j
+        for i in range(17)
+        for j in range(17)
+        if i != j
     ]
     assert mean_cosine(z) == pytest.approx(float(np.mean(loop)), abs=1e-12)
     same = torch.randn(1, 5, generator=gen).repeat(8, 1) * torch.arange(1, 9).unsqueeze(1)
@@ -260,7 +271,9 @@ def test_mean_cosine_matches_pairwise_loop(gen: torch.Generator) -> None:
 
 
 # -------------------------------------------------------------------------------- kNN
-def _knn_loop(train: np.ndarray, ytr: np.ndarray, test: np.ndarray, yte: np.ndarray, k: int, t: float, loo: bool) -> float:
+def _knn_loop(
+    train: np.ndarray, ytr: np.ndarray, test: np.ndarray, yte: np.ndarray, k: int, t: float, loo: bool
+) -> float:
     train = train / np.linalg.norm(train, axis=1, keepdims=True)
     test = test / np.linalg.norm(test, axis=1, keepdims=True)
     correct = 0
@@ -329,7 +342,9 @@ def _logistic_reference(x: np.ndarray, y: np.ndarray, C: float) -> tuple[np.ndar
         residual = C * (np.exp(log_p) - onehot)
         return loss, np.concatenate([(residual.T @ x + w).ravel(), residual.sum(0)])
 
-    theta = minimize(objective, np.zeros(k * d + k), jac=True, method="L-BFGS-B", options={"gtol": 1e-10, "maxiter": 10_000}).x
+    theta = minimize(
+        objective, np.zeros(k * d + k), jac=True, method="L-BFGS-B", options={"gtol": 1e-10, "maxiter": 10_000}
+    ).x
     return theta[: k * d].reshape(k, d), theta[k * d :]
 
 
@@ -353,7 +368,9 @@ def test_linear_probe_matches_scipy_reference(gen: torch.Generator) -> None:
 
 def test_linear_probe_separable_and_unseen_labels(gen: torch.Generator) -> None:
     labels = torch.tensor([2, 4, 8])[torch.arange(30) % 3]
-    z = 10.0 * torch.nn.functional.one_hot(torch.arange(30) % 3).double() + torch.randn(30, 3, generator=gen, dtype=torch.float64)
+    z = 10.0 * torch.nn.functional.one_hot(torch.arange(30) % 3).double() + torch.randn(
+        30, 3, generator=gen, dtype=torch.float64
+    )
     assert linear_probe_accuracy(z, labels, z, labels) == 1.0
     test_labels = labels.clone()
     test_labels[:3] = 99  # a class never seen in training cannot be predicted

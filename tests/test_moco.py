@@ -7,7 +7,6 @@ import copy
 import numpy as np
 import pytest
 import torch
-
 from distributed_scripts.trainer_utils import (
     fixed_equivariance_views,
     fixed_views_collator,
@@ -16,8 +15,9 @@ from distributed_scripts.trainer_utils import (
     training_args,
     vit_encoder,
 )
-from hf_contrast.objectives import CAREMoCoObjective
+
 from hf_contrast.losses import moco_info_nce_loss
+from hf_contrast.objectives import CAREMoCoObjective
 from hf_contrast.objectives.moco import MoCoState
 from hf_contrast.training import CARETrainer
 
@@ -153,7 +153,9 @@ def test_queue_fills_with_the_key_encoders_keys(tmp_path, images) -> None:
 
 
 def test_checkpoint_holds_key_encoder_and_queue(tmp_path, images) -> None:
-    trainer = _trainer(tmp_path / "run", images, per_device_train_batch_size=8, max_steps=2, save_strategy="steps", save_steps=2)
+    trainer = _trainer(
+        tmp_path / "run", images, per_device_train_batch_size=8, max_steps=2, save_strategy="steps", save_steps=2
+    )
     trainer.train()
     moco = trainer.objective.moco
     state = trainer.contrastive_state_dict()["objective"]

@@ -57,7 +57,10 @@ def _snippets(folder: Path, repo_id: str = "user/repo") -> list[str]:
     """The card's python blocks, pointed at the local folder instead of the Hub repository."""
     text = (folder / "README.md").read_text(encoding="utf-8")
     blocks = re.findall(r"```python\n(.*?)```", text, flags=re.S)
-    return [block.replace(f"hf-hub:{repo_id}", f"local-dir:{folder}").replace(f'"{repo_id}"', f'"{folder}"') for block in blocks]
+    return [
+        block.replace(f"hf-hub:{repo_id}", f"local-dir:{folder}").replace(f'"{repo_id}"', f'"{folder}"')
+        for block in blocks
+    ]
 
 
 # ----------------------------------------------------------------------------------------------
@@ -75,8 +78,15 @@ def test_from_scratch_image_card_has_timm_library_and_no_provenance() -> None:
 
 
 def _pretrained_stub(backbone: str, backbone_type: str = "timm") -> SimpleNamespace:
-    config = SimpleNamespace(backbone=backbone, backbone_type=backbone_type, backbone_pretrained=True, embedding_dim=512,
-                             projection_dim=16, normalize_projections=True, pooling="mean")
+    config = SimpleNamespace(
+        backbone=backbone,
+        backbone_type=backbone_type,
+        backbone_pretrained=True,
+        embedding_dim=512,
+        projection_dim=16,
+        normalize_projections=True,
+        pooling="mean",
+    )
     return SimpleNamespace(config=config, data_config={"input_size": (3, 224, 224)})
 
 
@@ -100,7 +110,9 @@ def test_no_local_path_reaches_the_card(tmp_path: Path) -> None:
     csv.write_text("sentence,label\nhello world,0\nthe cat,1\n")
     data = get_model_card_data(model)
     data.train_datasets = [{"name": str(tmp_path / "corpus")}]
-    data.set_datasets(datasets.load_dataset("csv", data_files=str(csv), split="train", cache_dir=str(tmp_path / "cache")))
+    data.set_datasets(
+        datasets.load_dataset("csv", data_files=str(csv), split="train", cache_dir=str(tmp_path / "cache"))
+    )
     text = generate_model_card(model)
     assert str(tmp_path) not in text and "/tmp" not in text
     meta = _yaml(text)
@@ -127,7 +139,9 @@ def test_hub_dataset_id_goes_to_metadata_and_metrics_to_model_index() -> None:
 def test_dataset_metadata_of_a_dataset_dict_and_an_iterable() -> None:
     import datasets
 
-    splits = datasets.DatasetDict({"train": datasets.Dataset.from_dict({"a": [1, 2, 3]}), "test": datasets.Dataset.from_dict({"a": [4]})})
+    splits = datasets.DatasetDict(
+        {"train": datasets.Dataset.from_dict({"a": [1, 2, 3]}), "test": datasets.Dataset.from_dict({"a": [4]})}
+    )
     assert [(e["size"], e["columns"]) for e in dataset_metadata(splits)] == [(3, ["a"]), (1, ["a"])]
     stream = datasets.Dataset.from_dict({"a": [1, 2]}).to_iterable_dataset()
     assert dataset_metadata(stream)[0]["size"] is None
@@ -156,16 +170,29 @@ def _images(n: int) -> Any:
     import datasets
 
     rng = np.random.default_rng(0)
-    return datasets.Dataset.from_dict({"pixel_values": rng.standard_normal((n, 3, 32, 32)).astype(np.float32).tolist(), "index": list(range(n))})
+    return datasets.Dataset.from_dict(
+        {"pixel_values": rng.standard_normal((n, 3, 32, 32)).astype(np.float32).tolist(), "index": list(range(n))}
+    )
 
 
 def test_callback_fills_datasets_hyperparameters_logs_and_metrics(tmp_path: Path) -> None:
     torch.manual_seed(0)
     model = tiny_timm_encoder()
     args = TrainingArguments(
-        output_dir=str(tmp_path), max_steps=4, per_device_train_batch_size=4, learning_rate=3e-3, logging_steps=2,
-        eval_strategy="steps", eval_steps=4, report_to="none", use_cpu=True, save_strategy="no", disable_tqdm=True,
-        hub_token="hf_secret_never_in_a_card", remove_unused_columns=False, label_names=["index"],
+        output_dir=str(tmp_path),
+        max_steps=4,
+        per_device_train_batch_size=4,
+        learning_rate=3e-3,
+        logging_steps=2,
+        eval_strategy="steps",
+        eval_steps=4,
+        report_to="none",
+        use_cpu=True,
+        save_strategy="no",
+        disable_tqdm=True,
+        hub_token="hf_secret_never_in_a_card",
+        remove_unused_columns=False,
+        label_names=["index"],
     )
     trainer = _TinyTrainer(model=model, args=args, train_dataset=_images(8), eval_dataset=_images(4))
     baseline = trainer.evaluate()  # step 0: the baseline
@@ -192,8 +219,13 @@ def test_callback_fills_datasets_hyperparameters_logs_and_metrics(tmp_path: Path
 
 def test_callback_hooks_record_baseline_only_at_step_zero() -> None:
     model = tiny_timm_encoder()
-    trainer = SimpleNamespace(model=model, args=TrainingArguments(output_dir="unused", report_to="none"), train_dataset=None,
-                              eval_dataset=None, objective=None)
+    trainer = SimpleNamespace(
+        model=model,
+        args=TrainingArguments(output_dir="unused", report_to="none"),
+        train_dataset=None,
+        eval_dataset=None,
+        objective=None,
+    )
     callback = ModelCardCallback(trainer)
     state = TrainerState()
     state.global_step = 0
@@ -217,7 +249,7 @@ def test_timm_usage_snippets_give_the_encoders_embeddings(tmp_path: Path, monkey
     encoder = tiny_timm_encoder(data_config={"input_size": (3, 48, 48)}).eval()
     folder = _save(encoder, tmp_path / "saved")
     timm_block, ours = _snippets(folder)
-    assert '.eval()' in timm_block and "is_training=False" in timm_block
+    assert ".eval()" in timm_block and "is_training=False" in timm_block
     monkeypatch.chdir(tmp_path)
     rng = np.random.default_rng(0)
     Image.fromarray(rng.integers(0, 256, (64, 80, 3), dtype=np.uint8)).save(tmp_path / "image.jpg")
@@ -230,7 +262,9 @@ def test_timm_usage_snippets_give_the_encoders_embeddings(tmp_path: Path, monkey
     torch.testing.assert_close(namespace["embeddings"], expected, atol=1e-5, rtol=1e-5)
     exec(ours, namespace)  # noqa: S102
     with torch.no_grad():
-        torch.testing.assert_close(namespace["encoder"](pixel_values=pixels).projections, encoder(pixel_values=pixels).projections)
+        torch.testing.assert_close(
+            namespace["encoder"](pixel_values=pixels).projections, encoder(pixel_values=pixels).projections
+        )
 
 
 @pytest.mark.parametrize("pooling", ["mean", "cls"])
@@ -293,5 +327,11 @@ def test_generating_does_not_modify_the_card_data() -> None:
 
 
 def test_non_default_training_args_drop_defaults_and_secrets() -> None:
-    args = TrainingArguments(output_dir=os.path.join("unused", "x"), learning_rate=3e-4, num_train_epochs=7, hub_token="hf_secret", report_to="none")
+    args = TrainingArguments(
+        output_dir=os.path.join("unused", "x"),
+        learning_rate=3e-4,
+        num_train_epochs=7,
+        hub_token="hf_secret",
+        report_to="none",
+    )
     assert non_default_training_args(args) == {"learning_rate": 3e-4, "num_train_epochs": 7}

@@ -19,7 +19,8 @@ import pytest
 import timm
 import torch
 import yaml
-from _tiny import tiny_bert_config, tiny_tokenizer, tiny_timm_encoder
+from _tiny import tiny_bert_config, tiny_timm_encoder, tiny_tokenizer
+from hub_server import HubServer, use_hub_server
 from huggingface_hub import HfApi, ModelCard, hf_hub_download
 from PIL import Image
 
@@ -28,14 +29,16 @@ from hf_contrast.evaluation import ProbeEvaluator
 from hf_contrast.model_card import CARD_DATA_FILE, ContrastiveModelCardData, generate_model_card, get_model_card_data
 from hf_contrast.models import ContrastiveEncoder
 from hf_contrast.training import ContrastiveTrainingArguments, SimCLRTrainer
-from hub_server import HubServer, use_hub_server
 
 PLACEHOLDER = "<user>/<repo>"
 
 
 @pytest.fixture()
 def hub(tmp_path: Path) -> Iterator[HubServer]:
-    with HubServer(tmp_path / "hub") as server, use_hub_server(server.url, cache_dir=tmp_path / "hub-cache") as refused:
+    with (
+        HubServer(tmp_path / "hub") as server,
+        use_hub_server(server.url, cache_dir=tmp_path / "hub-cache") as refused,
+    ):
         yield server
     assert refused == [], f"requests left loopback: {refused}"
 
@@ -97,20 +100,39 @@ def _metadata(text: str) -> dict[str, Any]:
 # ----------------------------------------------------------------------------------------------
 
 
-@pytest.mark.filterwarnings("ignore::hf_contrast.evaluation.RepresentationCollapseWarning")  # two steps from random weights
+@pytest.mark.filterwarnings(
+    "ignore::hf_contrast.evaluation.RepresentationCollapseWarning"
+)  # two steps from random weights
 def test_trained_card_survives_save_reload_and_push_without_local_paths(tmp_path: Path, hub: HubServer) -> None:
     torch.manual_seed(0)
-    backbone = _local_timm_copy(tmp_path / "models" / "resnet-copy", {"hf_hub_id": "timm/test_resnet.r160_in1k", "license": "apache-2.0"})
+    backbone = _local_timm_copy(
+        tmp_path / "models" / "resnet-copy", {"hf_hub_id": "timm/test_resnet.r160_in1k", "license": "apache-2.0"}
+    )
     encoder = ContrastiveEncoder.from_backbone(str(backbone), projection_dim=8)
     images = load_image_dataset(_image_folder(tmp_path / "data" / "pets"), cache_dir=str(tmp_path / "datasets-cache"))
     parts = images.train_test_split(test_size=8, seed=0, stratify_by_column="label")
     probe = ProbeEvaluator(parts["train"], parts["test"], name="probe", knn_k=3, batch_size=8, progress=False)
     args = ContrastiveTrainingArguments(
-        output_dir=str(tmp_path / "run"), max_steps=2, per_device_train_batch_size=8, per_device_eval_batch_size=8,
-        learning_rate=1e-3, eval_strategy="steps", eval_steps=2, logging_steps=1, save_strategy="no", use_cpu=True,
-        report_to="none", disable_tqdm=True, dataloader_num_workers=0, image_size=32, seed=0, knn_k=3,
+        output_dir=str(tmp_path / "run"),
+        max_steps=2,
+        per_device_train_batch_size=8,
+        per_device_eval_batch_size=8,
+        learning_rate=1e-3,
+        eval_strategy="steps",
+        eval_steps=2,
+        logging_steps=1,
+        save_strategy="no",
+        use_cpu=True,
+        report_to="none",
+        disable_tqdm=True,
+        dataloader_num_workers=0,
+        image_size=32,
+        seed=0,
+        knn_k=3,
     )
-    trainer = SimCLRTrainer(model=encoder, args=args, train_dataset=parts["train"], eval_dataset=parts["test"], evaluator=probe)
+    trainer = SimCLRTrainer(
+        model=encoder, args=args, train_dataset=parts["train"], eval_dataset=parts["test"], evaluator=probe
+    )
     baseline = trainer.evaluate()  # step 0: the baseline
     trainer.train()
     final = [entry for entry in trainer.state.log_history if entry.get("step") == 2 and "eval_loss" in entry][-1]
@@ -121,16 +143,25 @@ def test_trained_card_survives_save_reload_and_push_without_local_paths(tmp_path
 
     # What the card says about the run.
     meta = _metadata(trained_card)
-    assert meta["base_model"] == "timm/test_resnet.r160_in1k" and meta["license"] == "apache-2.0"  # kept from the local copy
+    assert (
+        meta["base_model"] == "timm/test_resnet.r160_in1k" and meta["license"] == "apache-2.0"
+    )  # kept from the local copy
     assert "simclr" in meta["tags"] and encoder.model_card_data.citations
     # a local image folder is no Hub dataset id: its metrics stay in the card's tables, out of model-index
     assert "model-index" not in meta
     assert "Baseline (before training)" in trained_card
     row = f"| **`knn_accuracy`** | {_cell(final['eval_probe_knn_accuracy'])} | {_cell(baseline['eval_probe_knn_accuracy'])} |"
     assert row in trained_card  # the evaluator's primary metric, this model next to the labelled baseline
-    assert "- pets, split `train`, 16 rows" in trained_card and "- pets, held-out rows of split `train`, 8 rows" in trained_card
+    assert (
+        "- pets, split `train`, 16 rows" in trained_card
+        and "- pets, held-out rows of split `train`, 8 rows" in trained_card
+    )
     assert "### pets: `ProbeEvaluator`" in trained_card and "### pets: the trainer's evaluation" in trained_card
-    assert "**GMACs:**" in trained_card and "**Parameters:**" in trained_card and "### Full model architecture" in trained_card
+    assert (
+        "**GMACs:**" in trained_card
+        and "**Parameters:**" in trained_card
+        and "### Full model architecture" in trained_card
+    )
 
     # The model folder carries the card data; a reloaded model has it and publishes the same card.
     assert (saved / "hf_contrast" / CARD_DATA_FILE).is_file()
@@ -165,17 +196,27 @@ def test_retraining_a_loaded_model_replaces_the_runs_fields_and_keeps_the_users(
     encoder = tiny_timm_encoder(projection_dim=8)
     data = get_model_card_data(encoder)
     data.license, data.language = "mit", None
-    first = SimCLRTrainer(model=encoder, args=training_args(tmp_path / "first", image_size=32, knn_k=3), train_dataset=image_dataset(16, 32),
-                          eval_dataset=image_dataset(8, 32, seed=1))
+    first = SimCLRTrainer(
+        model=encoder,
+        args=training_args(tmp_path / "first", image_size=32, knn_k=3),
+        train_dataset=image_dataset(16, 32),
+        eval_dataset=image_dataset(8, 32, seed=1),
+    )
     first.train()
     first.evaluate()
     encoder.model_card_data.model_id = "user/first"  # as a push sets it
     encoder.save_pretrained(tmp_path / "saved")
     loaded = ContrastiveEncoder.from_pretrained(tmp_path / "saved")
-    assert loaded.model_card_data.objective_name == encoder.model_card_data.objective_name and loaded.model_card_data.metrics
+    assert (
+        loaded.model_card_data.objective_name == encoder.model_card_data.objective_name
+        and loaded.model_card_data.metrics
+    )
     loaded.model_card_data.add_tags("vision")  # a change by hand after loading is the user's
-    second = SimCLRTrainer(model=loaded, args=training_args(tmp_path / "second", image_size=32, max_steps=3, learning_rate=5e-4),
-                           train_dataset=image_dataset(24, 32, seed=2))
+    second = SimCLRTrainer(
+        model=loaded,
+        args=training_args(tmp_path / "second", image_size=32, max_steps=3, learning_rate=5e-4),
+        train_dataset=image_dataset(24, 32, seed=2),
+    )
     second.train()
     card = loaded.model_card_data
     assert card.metrics == {} and card.baseline_metrics == {}  # the first run's metrics are not this model's
@@ -189,22 +230,31 @@ def test_retraining_a_loaded_model_replaces_the_runs_fields_and_keeps_the_users(
 def test_fields_given_to_create_model_card_are_saved_with_the_model(tmp_path: Path) -> None:
     from distributed_scripts.trainer_utils import image_dataset, training_args
 
-    trainer = SimCLRTrainer(model=tiny_timm_encoder(projection_dim=8), args=training_args(tmp_path / "run", image_size=32, max_steps=1),
-                            train_dataset=image_dataset(8, 32))
+    trainer = SimCLRTrainer(
+        model=tiny_timm_encoder(projection_dim=8),
+        args=training_args(tmp_path / "run", image_size=32, max_steps=1),
+        train_dataset=image_dataset(8, 32),
+    )
     trainer.train()
     trainer.save_model()
     trainer.create_model_card(license="mit", tags="pets", dataset_tags="my-org/pets", dataset="Pets")
     loaded = ContrastiveEncoder.from_pretrained(tmp_path / "run").model_card_data
     assert loaded.license == "mit" and "pets" in loaded.tags and loaded.objective_class == "SimCLRObjective"
-    assert generate_model_card(ContrastiveEncoder.from_pretrained(tmp_path / "run")) == (tmp_path / "run" / "README.md").read_text()
+    assert (
+        generate_model_card(ContrastiveEncoder.from_pretrained(tmp_path / "run"))
+        == (tmp_path / "run" / "README.md").read_text()
+    )
 
 
 def test_dataset_names_alone_rename_the_training_data_of_the_card(tmp_path: Path, caplog) -> None:
     """``create_model_card(dataset=...)`` without ``dataset_tags`` names the training data the card lists."""
     from distributed_scripts.trainer_utils import image_dataset, training_args
 
-    trainer = SimCLRTrainer(model=tiny_timm_encoder(projection_dim=8), args=training_args(tmp_path / "run", image_size=32, max_steps=1),
-                            train_dataset=image_dataset(8, 32))
+    trainer = SimCLRTrainer(
+        model=tiny_timm_encoder(projection_dim=8),
+        args=training_args(tmp_path / "run", image_size=32, max_steps=1),
+        train_dataset=image_dataset(8, 32),
+    )
     trainer.train()
     trainer.save_model()
     trainer.create_model_card(dataset="fashion-folder")
@@ -214,7 +264,9 @@ def test_dataset_names_alone_rename_the_training_data_of_the_card(tmp_path: Path
     with caplog.at_level("WARNING"):
         trainer.create_model_card(dataset=["a", "b"])  # two names for one dataset: not used, and said so
     assert "2 name(s) for 1 training dataset(s)" in caplog.text
-    assert [d["name"] for d in ContrastiveEncoder.from_pretrained(tmp_path / "run").model_card_data.train_datasets] == ["fashion-folder"]
+    assert [
+        d["name"] for d in ContrastiveEncoder.from_pretrained(tmp_path / "run").model_card_data.train_datasets
+    ] == ["fashion-folder"]
 
 
 # ----------------------------------------------------------------------------------------------
@@ -224,6 +276,7 @@ def test_dataset_names_alone_rename_the_training_data_of_the_card(tmp_path: Path
 
 def _local_sentence_transformer(folder: Path, readme_metadata: str) -> Path:
     from sentence_transformers import SentenceTransformer
+
     try:  # sentence-transformers >= 6
         from sentence_transformers.sentence_transformer import modules as models
     except ImportError:  # 5.x, the lowest supported
@@ -235,7 +288,11 @@ def _local_sentence_transformer(folder: Path, readme_metadata: str) -> Path:
     bert.save_pretrained(bert_dir)
     tiny_tokenizer(bert_dir).save_pretrained(bert_dir)
     transformer = models.Transformer(str(bert_dir), max_seq_length=24)
-    width = transformer.get_embedding_dimension() if hasattr(transformer, "get_embedding_dimension") else transformer.get_word_embedding_dimension()
+    width = (
+        transformer.get_embedding_dimension()
+        if hasattr(transformer, "get_embedding_dimension")
+        else transformer.get_word_embedding_dimension()
+    )
     pooling = models.Pooling(width, pooling_mode="mean")
     SentenceTransformer(modules=[transformer, pooling, models.Normalize()], device="cpu").save(str(folder))
     readme = (folder / "README.md").read_text(encoding="utf-8").split("---", 2)
@@ -244,26 +301,36 @@ def _local_sentence_transformer(folder: Path, readme_metadata: str) -> Path:
 
 
 def test_local_sentence_transformers_copy_keeps_base_model_and_license(tmp_path: Path) -> None:
-    folder = _local_sentence_transformer(tmp_path / "checkouts" / "mini-lm", "base_model: sentence-transformers/all-MiniLM-L6-v2\nlicense: apache-2.0\n")
+    folder = _local_sentence_transformer(
+        tmp_path / "checkouts" / "mini-lm", "base_model: sentence-transformers/all-MiniLM-L6-v2\nlicense: apache-2.0\n"
+    )
     encoder = ContrastiveEncoder.from_backbone(str(folder), projection_dim=8)
     assert encoder.model_card_data.base_model == "sentence-transformers/all-MiniLM-L6-v2"
     encoder.save_pretrained(tmp_path / "saved")
     card = (tmp_path / "saved" / "README.md").read_text(encoding="utf-8")
     meta = _metadata(card)
     assert meta["base_model"] == "sentence-transformers/all-MiniLM-L6-v2" and meta["license"] == "apache-2.0"
-    assert "- **Maximum sequence length:** 24 tokens" in card and "- **Similarity function:** cosine similarity" in card
+    assert (
+        "- **Maximum sequence length:** 24 tokens" in card and "- **Similarity function:** cosine similarity" in card
+    )
     assert "- **Pooling:** mean, then L2 normalisation" in card and "- **Output dimensionality:** 32" in card
-    assert json.loads((tmp_path / "saved" / "hf_contrast" / "config.json").read_text())["backbone"] == "mini-lm"  # its name, not its path
+    assert (
+        json.loads((tmp_path / "saved" / "hf_contrast" / "config.json").read_text())["backbone"] == "mini-lm"
+    )  # its name, not its path
     _assert_no_local_path(_folder_files(tmp_path / "saved"), _local_paths(tmp_path))
     # The user's word wins; a local path is refused as a base model.
-    mine = ContrastiveEncoder.from_backbone(str(folder), projection_dim=8, base_model="my-org/my-minilm", license="mit")
+    mine = ContrastiveEncoder.from_backbone(
+        str(folder), projection_dim=8, base_model="my-org/my-minilm", license="mit"
+    )
     assert (mine.model_card_data.base_model, mine.model_card_data.license) == ("my-org/my-minilm", "mit")
     with pytest.raises(ValueError, match="`base_model`=.* is not a Hub repository id"):
         ContrastiveEncoder.from_backbone(str(folder), base_model=str(folder))
 
 
 def test_local_timm_copy_keeps_its_hub_identity_from_the_pretrained_cfg(tmp_path: Path) -> None:
-    by_id = _local_timm_copy(tmp_path / "a" / "weights", {"hf_hub_id": "timm/test_resnet.r160_in1k", "license": "apache-2.0"})
+    by_id = _local_timm_copy(
+        tmp_path / "a" / "weights", {"hf_hub_id": "timm/test_resnet.r160_in1k", "license": "apache-2.0"}
+    )
     by_tag = _local_timm_copy(tmp_path / "b" / "weights", {"tag": "r160_in1k"})  # what timm's own save_for_hf keeps
     for folder in (by_id, f"local-dir:{by_tag}"):
         encoder = ContrastiveEncoder.from_backbone(str(folder), projection_dim=8)
@@ -297,14 +364,24 @@ def test_card_data_round_trips_through_json_and_rejects_other_files(tmp_path: Pa
 
 
 def test_paths_in_card_data_are_published_as_names() -> None:
-    data = ContrastiveModelCardData(train_datasets=[{"name": "/home/someone/data/pets", "id": "/home/someone/data/pets"}])
-    data.hyperparameters = {"resume_from_checkpoint": "/home/someone/run/checkpoint-4", "learning_rate": 0.1,
-                            "deepspeed": "C:\\Users\\someone\\ds.json", "run_name": "relative/name"}
+    data = ContrastiveModelCardData(
+        train_datasets=[{"name": "/home/someone/data/pets", "id": "/home/someone/data/pets"}]
+    )
+    data.hyperparameters = {
+        "resume_from_checkpoint": "/home/someone/run/checkpoint-4",
+        "learning_rate": 0.1,
+        "deepspeed": "C:\\Users\\someone\\ds.json",
+        "run_name": "relative/name",
+    }
     data.citations = ['@article{m, author = {M\\"uller}}']  # a backslash is not a path
     public = data.to_dict()
     assert public["train_datasets"][0]["name"] == "pets" and public["train_datasets"][0]["id"] is None
-    assert public["hyperparameters"] == {"resume_from_checkpoint": "checkpoint-4", "learning_rate": 0.1, "deepspeed": "ds.json",
-                                         "run_name": "relative/name"}
+    assert public["hyperparameters"] == {
+        "resume_from_checkpoint": "checkpoint-4",
+        "learning_rate": 0.1,
+        "deepspeed": "ds.json",
+        "run_name": "relative/name",
+    }
     assert public["citations"] == data.citations
     assert "/home/someone" not in json.dumps(public)
 
@@ -312,7 +389,9 @@ def test_paths_in_card_data_are_published_as_names() -> None:
 def test_log_table_shows_at_most_eight_columns_and_the_rest_in_a_details_block() -> None:
     model = tiny_timm_encoder()
     data = get_model_card_data(model)
-    data.evaluators = [{"prefix": "probe", "class": "ProbeEvaluator", "dataset_name": "pets", "primary_metric": "probe_knn_accuracy"}]
+    data.evaluators = [
+        {"prefix": "probe", "class": "ProbeEvaluator", "dataset_name": "pets", "primary_metric": "probe_knn_accuracy"}
+    ]
     extra = {f"eval_metric_{i}": 0.1 * i for i in range(12)}
     for step in (0, 5, 10):
         data.log(step, step / 10, {"loss": 1.0, "learning_rate": 0.1, "grad_norm": 2.0})
@@ -320,7 +399,10 @@ def test_log_table_shows_at_most_eight_columns_and_the_rest_in_a_details_block()
     text = generate_model_card(model)
     section = text.split("## Training logs")[1].split("<details>")[0]
     header = next(line for line in section.splitlines() if line.startswith("| epoch"))
-    assert header == "| epoch | step | loss | eval_loss | eval_probe_knn_accuracy | eval_metric_0 | eval_metric_1 | eval_metric_2 |"
+    assert (
+        header
+        == "| epoch | step | loss | eval_loss | eval_probe_knn_accuracy | eval_metric_0 | eval_metric_1 | eval_metric_2 |"
+    )
     details = text.split("<details>")[1].split("</details>")[0]
     assert "eval_metric_11" in details and "grad_norm" in details and "learning_rate" in details
 
@@ -330,22 +412,45 @@ def test_metrics_are_attributed_to_the_evaluator_that_reported_them() -> None:
     data = get_model_card_data(model)
     data.eval_datasets = [{"name": "pets-test", "id": "user/pets-test", "split": "test"}]
     data.evaluators = [
-        {"prefix": "", "class": "ProbeEvaluator", "dataset_name": "pets", "dataset_id": "user/pets", "split": "test",
-         "primary_metric": "knn_accuracy", "metric_names": ["knn_accuracy", "knn_macro_f1"]},
-        {"prefix": "sts", "class": "STSEvaluator", "dataset_name": "sick", "dataset_id": "user/sick", "primary_metric": "sts_spearman"},
+        {
+            "prefix": "",
+            "class": "ProbeEvaluator",
+            "dataset_name": "pets",
+            "dataset_id": "user/pets",
+            "split": "test",
+            "primary_metric": "knn_accuracy",
+            "metric_names": ["knn_accuracy", "knn_macro_f1"],
+        },
+        {
+            "prefix": "sts",
+            "class": "STSEvaluator",
+            "dataset_name": "sick",
+            "dataset_id": "user/sick",
+            "primary_metric": "sts_spearman",
+        },
     ]
-    data.set_metrics({"eval_knn_accuracy": 0.5, "eval_knn_macro_f1": 0.4, "eval_alignment": 0.1, "eval_loss": 1.0,
-                      "eval_sts_spearman": 0.7}, step=8)
+    data.set_metrics(
+        {
+            "eval_knn_accuracy": 0.5,
+            "eval_knn_macro_f1": 0.4,
+            "eval_alignment": 0.1,
+            "eval_loss": 1.0,
+            "eval_sts_spearman": 0.7,
+        },
+        step=8,
+    )
     text = generate_model_card(model)
     probe = text.split("### pets: `ProbeEvaluator`")[1].split("###")[0]
     trainer_eval = text.split("### pets-test: the trainer's evaluation")[1].split("##")[0]
     assert "**`knn_accuracy`** | 0.5" in probe and "`knn_macro_f1`" in probe and "alignment" not in probe
     assert "`alignment` | 0.1" in trainer_eval and "`loss` | 1.0" in trainer_eval and "knn" not in trainer_eval
     results = {(r.dataset_name, r.dataset_type, r.task_type, r.metric_type) for r in ModelCard(text).data.eval_results}
-    assert results == {("pets", "user/pets", "image-classification", "knn_accuracy"),
-                       ("pets", "user/pets", "image-classification", "knn_macro_f1"),
-                       ("sick", "user/sick", "semantic-similarity", "spearman"),
-                       ("pets-test", "user/pets-test", "image-feature-extraction", "alignment")}
+    assert results == {
+        ("pets", "user/pets", "image-classification", "knn_accuracy"),
+        ("pets", "user/pets", "image-classification", "knn_macro_f1"),
+        ("sick", "user/sick", "semantic-similarity", "spearman"),
+        ("pets-test", "user/pets-test", "image-feature-extraction", "alignment"),
+    }
 
 
 @pytest.mark.filterwarnings("ignore::hf_contrast.evaluation.RepresentationCollapseWarning")
@@ -362,8 +467,12 @@ def test_trainer_push_with_checkpoints_and_the_best_model_leaks_no_local_path(tm
         load_best_model_at_end=True, metric_for_best_model="loss", push_to_hub=True, hub_model_id="user/best",
         hub_strategy="checkpoint",
     )  # fmt: skip
-    trainer = SimCLRTrainer(model=tiny_timm_encoder(projection_dim=8), args=args, train_dataset=image_dataset(16, 32),
-                            eval_dataset=image_dataset(16, 32, seed=1))
+    trainer = SimCLRTrainer(
+        model=tiny_timm_encoder(projection_dim=8),
+        args=args,
+        train_dataset=image_dataset(16, 32),
+        eval_dataset=image_dataset(16, 32, seed=1),
+    )
     trainer.train()
     trainer.save_state()
     trainer.push_to_hub()
@@ -384,13 +493,20 @@ def test_equivariance_evaluator_is_named_by_the_data_its_batch_comes_from(tmp_pa
     is no Hub dataset id, so model-index leaves its metrics out."""
     from hf_contrast.evaluation import EquivarianceEvaluator
 
-    images = load_image_dataset(_image_folder(tmp_path / "pets", per_class=4), cache_dir=str(tmp_path / "datasets-cache"))
+    images = load_image_dataset(
+        _image_folder(tmp_path / "pets", per_class=4), cache_dir=str(tmp_path / "datasets-cache")
+    )
     model = tiny_timm_encoder(projection_dim=8)
     evaluator = EquivarianceEvaluator.from_image_dataset(images, model.data_config, num_samples=4, num_augmentations=1)
     data = get_model_card_data(model)
     data.set_evaluator(evaluator)
-    assert [(e["dataset_name"], e["split"], e["prefix"]) for e in data.evaluators] == [("pets", "train", "equivariance")]
+    assert [(e["dataset_name"], e["split"], e["prefix"]) for e in data.evaluators] == [
+        ("pets", "train", "equivariance")
+    ]
     data.set_metrics({f"eval_{k}": v for k, v in evaluator(model).items()}, step=1)  # keys: equivariance_*
     text = generate_model_card(model)
-    assert "### pets: `EquivarianceEvaluator`" in text and "wahba_error" in text.split("### pets: `EquivarianceEvaluator`")[1]
+    assert (
+        "### pets: `EquivarianceEvaluator`" in text
+        and "wahba_error" in text.split("### pets: `EquivarianceEvaluator`")[1]
+    )
     assert ModelCard(text).data.eval_results is None

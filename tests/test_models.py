@@ -11,10 +11,10 @@ from _tiny import TIMM_TEST_BACKBONE, tiny_bert_config, tiny_text_encoder, tiny_
 from transformers import AutoConfig, AutoModel
 
 from hf_contrast.models import (
+    HUB_SUBFOLDER,
     ContrastiveEncoder,
     ContrastiveEncoderConfig,
     ContrastiveEncoderOutput,
-    HUB_SUBFOLDER,
     HubUnavailableError,
     ProjectionHead,
     export_timm,
@@ -53,7 +53,9 @@ def batch(encoder: ContrastiveEncoder, texts: list[str] = SENTENCES) -> dict[str
 
 
 def test_config_defaults_and_serialisation_round_trip() -> None:
-    config = ContrastiveEncoderConfig(backbone="bert", backbone_type="text", text_config=tiny_bert_config(), num_labels=4)
+    config = ContrastiveEncoderConfig(
+        backbone="bert", backbone_type="text", text_config=tiny_bert_config(), num_labels=4
+    )
     assert (config.projection_dim, config.projection_layers, config.projection_norm) == (128, 2, "batchnorm")
     assert config.normalize_projections and config.pooling == "mean" and config.num_labels == 4
     loaded = ContrastiveEncoderConfig.from_dict(config.to_dict())
@@ -81,7 +83,10 @@ def test_config_defaults_and_serialisation_round_trip() -> None:
         ({"backbone_kwargs": ["drop_rate"]}, "`backbone_kwargs`"),
         ({"feature_stages": "last"}, "`feature_stages`"),
         ({"backbone_type": "text", "text_config": {"hidden_size": 8}}, "`model_type`"),
-        ({"backbone_type": "text", "text_config": {"model_type": "bert"}, "data_config": {"input_size": [3, 8, 8]}}, "for timm backbones"),
+        (
+            {"backbone_type": "text", "text_config": {"model_type": "bert"}, "data_config": {"input_size": [3, 8, 8]}},
+            "for timm backbones",
+        ),
         ({"data_config": [3, 32, 32]}, "`data_config` must be a dict"),
     ],
 )
@@ -154,7 +159,9 @@ def test_feature_maps_in_one_pass(vision: ContrastiveEncoder, images: torch.Tens
     reference = timm.create_model(TIMM_TEST_BACKBONE, num_classes=0)
     channels = [info["num_chs"] for info in reference.feature_info]
     reductions = [info["reduction"] for info in reference.feature_info]
-    assert [tuple(f.shape) for f in out.feature_maps] == [(4, c, 32 // r, 32 // r) for c, r in zip(channels, reductions)]
+    assert [tuple(f.shape) for f in out.feature_maps] == [
+        (4, c, 32 // r, 32 // r) for c, r in zip(channels, reductions)
+    ]
     torch.testing.assert_close(out.embeddings, vision(pixel_values=images).embeddings)
 
     enc = tiny_timm_encoder(feature_stages=[1, 3]).eval()
@@ -167,7 +174,9 @@ def test_feature_maps_in_one_pass(vision: ContrastiveEncoder, images: torch.Tens
 # ----------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("norm", "norm_type"), [("batchnorm", torch.nn.BatchNorm1d), ("layernorm", torch.nn.LayerNorm), (None, None)])
+@pytest.mark.parametrize(
+    ("norm", "norm_type"), [("batchnorm", torch.nn.BatchNorm1d), ("layernorm", torch.nn.LayerNorm), (None, None)]
+)
 def test_projection_head_layers(norm: str | None, norm_type: type | None) -> None:
     head = ProjectionHead(16, 24, 8, num_layers=3, norm=norm)
     linears = [m for m in head.layers if isinstance(m, torch.nn.Linear)]
@@ -275,7 +284,10 @@ def test_vision_round_trip(tmp_path, images: torch.Tensor) -> None:
     enc.save_pretrained(tmp_path)
     assert (tmp_path / HUB_SUBFOLDER / "model.safetensors").is_file() and (tmp_path / "config.json").is_file()
     loaded = ContrastiveEncoder.from_pretrained(tmp_path).eval()
-    expected, got = enc(pixel_values=images, output_feature_maps=True), loaded(pixel_values=images, output_feature_maps=True)
+    expected, got = (
+        enc(pixel_values=images, output_feature_maps=True),
+        loaded(pixel_values=images, output_feature_maps=True),
+    )
     for name in ("embeddings", "projections", "logits"):
         assert torch.equal(getattr(expected, name), getattr(got, name)), name
     assert all(torch.equal(a, b) for a, b in zip(expected.feature_maps, got.feature_maps))
@@ -302,7 +314,9 @@ def test_non_persistent_timm_buffers_survive_loading(tmp_path) -> None:
     # uninitialised by transformers' meta-device loading unless rebuilt. A tiny Swin (every supported
     # timm has it; its `test_*` models have no such buffer before timm 1.0.31's test_coatnet).
     swin = dict(img_size=32, patch_size=4, window_size=4, embed_dim=16, depths=(1, 1), num_heads=(1, 1))
-    enc = ContrastiveEncoder.from_backbone("swin_tiny_patch4_window7_224", pretrained=False, projection_dim=8, backbone_kwargs=swin).eval()
+    enc = ContrastiveEncoder.from_backbone(
+        "swin_tiny_patch4_window7_224", pretrained=False, projection_dim=8, backbone_kwargs=swin
+    ).eval()
     non_persistent = set(dict(enc.backbone.named_buffers())) - set(enc.backbone.state_dict())
     assert non_persistent, "the test needs a backbone with persistent=False buffers"
     enc.save_pretrained(tmp_path)
@@ -314,7 +328,9 @@ def test_non_persistent_timm_buffers_survive_loading(tmp_path) -> None:
     assert torch.equal(enc(pixel_values=x).projections, loaded(pixel_values=x).projections)
 
 
-def test_from_backbone_keeps_pretrained_timm_weights(tmp_path, vision: ContrastiveEncoder, images: torch.Tensor) -> None:
+def test_from_backbone_keeps_pretrained_timm_weights(
+    tmp_path, vision: ContrastiveEncoder, images: torch.Tensor
+) -> None:
     export_timm(vision, tmp_path)
     for name in ("local-dir:" + str(tmp_path), str(tmp_path)):
         enc = ContrastiveEncoder.from_backbone(name, pretrained=True, projection_dim=8).eval()
@@ -340,7 +356,10 @@ def _checkpointing(enc: ContrastiveEncoder, enable: bool) -> None:
 
 def test_activation_checkpointing_reaches_the_backbone(images: torch.Tensor) -> None:
     vision_enc, text_enc = tiny_timm_encoder(), tiny_text_encoder()
-    flags = {"timm": lambda: vision_enc.backbone.grad_checkpointing, "text": lambda: text_enc.backbone.encoder.layer[0].gradient_checkpointing}
+    flags = {
+        "timm": lambda: vision_enc.backbone.grad_checkpointing,
+        "text": lambda: text_enc.backbone.encoder.layer[0].gradient_checkpointing,
+    }
     for enc, inputs in ((vision_enc, {"pixel_values": images}), (text_enc, batch(text_enc))):
         enc.eval()
         before = enc(**inputs).projections
@@ -393,8 +412,14 @@ def test_vision_input_errors(vision: ContrastiveEncoder, inputs: dict, match: st
     [
         ({}, "`input_ids` of shape"),
         ({"input_ids": torch.ones(4, dtype=torch.long)}, r"`input_ids` must have shape \(B, L\)"),
-        ({"input_ids": torch.ones(2, 4, dtype=torch.long), "attention_mask": torch.ones(2, 5)}, "`attention_mask` must have the shape"),
-        ({"input_ids": torch.ones(2, 4, dtype=torch.long), "output_feature_maps": True}, "`output_feature_maps=True` needs a timm"),
+        (
+            {"input_ids": torch.ones(2, 4, dtype=torch.long), "attention_mask": torch.ones(2, 5)},
+            "`attention_mask` must have the shape",
+        ),
+        (
+            {"input_ids": torch.ones(2, 4, dtype=torch.long), "output_feature_maps": True},
+            "`output_feature_maps=True` needs a timm",
+        ),
     ],
 )
 def test_text_input_errors(text: ContrastiveEncoder, inputs: dict, match: str) -> None:
@@ -403,7 +428,9 @@ def test_text_input_errors(text: ContrastiveEncoder, inputs: dict, match: str) -
 
 
 def test_head_width_must_fit_the_backbone() -> None:
-    with pytest.raises(ValueError, match=r"`embedding_dim`=64 does not fit .* output width is 96: pass `embedding_dim=96`"):
+    with pytest.raises(
+        ValueError, match=r"`embedding_dim`=64 does not fit .* output width is 96: pass `embedding_dim=96`"
+    ):
         tiny_timm_encoder(embedding_dim=64)
     with pytest.raises(ValueError, match=r"`embedding_dim`=16 does not fit .* 32"):
         tiny_text_encoder(embedding_dim=16)
@@ -453,7 +480,9 @@ def offline_empty_cache(tmp_path, monkeypatch):
 
 def test_pretrained_timm_weights_offline_fail_fast(offline_empty_cache) -> None:
     start = time.perf_counter()
-    with pytest.raises(HubUnavailableError, match=r"Hub is unreachable \(HF_HUB_OFFLINE=1 is set\).*local path.*HF_HUB_OFFLINE=1") as info:
+    with pytest.raises(
+        HubUnavailableError, match=r"Hub is unreachable \(HF_HUB_OFFLINE=1 is set\).*local path.*HF_HUB_OFFLINE=1"
+    ) as info:
         ContrastiveEncoder.from_backbone(TIMM_TEST_BACKBONE, pretrained=True)
     assert isinstance(info.value, OSError)
     assert time.perf_counter() - start < 10.0
@@ -461,7 +490,9 @@ def test_pretrained_timm_weights_offline_fail_fast(offline_empty_cache) -> None:
 
 def test_pretrained_text_weights_offline_fail_fast(offline_empty_cache) -> None:
     start = time.perf_counter()
-    with pytest.raises(HubUnavailableError, match="`backbone`='someone/tiny-bert': the Hugging Face Hub is unreachable"):
+    with pytest.raises(
+        HubUnavailableError, match="`backbone`='someone/tiny-bert': the Hugging Face Hub is unreachable"
+    ):
         ContrastiveEncoder.from_backbone("someone/tiny-bert")
     assert time.perf_counter() - start < 10.0
 
@@ -475,7 +506,9 @@ def test_a_from_scratch_resnet_sees_the_whole_image() -> None:
     # timm's zero_init_last makes a random ResNet a function of the top-left 8x8 corner at 32 px (every
     # block starts as its 1x1 stride-2 shortcut); from-scratch encoders start from full residual blocks.
     torch.manual_seed(0)
-    encoder = ContrastiveEncoder.from_backbone("resnet18", pretrained=False, projection_dim=8).eval()  # random weights, offline
+    encoder = ContrastiveEncoder.from_backbone(
+        "resnet18", pretrained=False, projection_dim=8
+    ).eval()  # random weights, offline
     assert encoder.config.backbone_kwargs.get("zero_init_last") is False
     x = torch.rand(2, 3, 32, 32)
     y = x.clone()

@@ -7,10 +7,16 @@ import math
 
 import pytest
 import torch
+from distributed_scripts.trainer_utils import (
+    fixed_views_collator,
+    image_dataset,
+    parameters,
+    training_args,
+    vit_encoder,
+)
 from torch import nn
 from transformers import TrainerCallback
 
-from distributed_scripts.trainer_utils import fixed_views_collator, image_dataset, parameters, training_args, vit_encoder
 from hf_contrast.losses import InfoNCELoss
 from hf_contrast.models import ContrastiveEncoder
 from hf_contrast.objectives import CustomPairObjective
@@ -144,7 +150,12 @@ def test_skip_policy_drops_the_step_and_counts_it(tmp_path, images) -> None:
     model = vit_encoder()
     initial = parameters(model)
     args = training_args(
-        tmp_path, max_steps=5, per_device_train_batch_size=4, nonfinite_policy="skip", save_strategy="steps", save_steps=1
+        tmp_path,
+        max_steps=5,
+        per_device_train_batch_size=4,
+        nonfinite_policy="skip",
+        save_strategy="steps",
+        save_steps=1,
     )
     trainer = ContrastiveTrainer(
         model=model, args=args, train_dataset=images, data_collator=fixed_views_collator,
@@ -203,7 +214,9 @@ def test_skip_keeps_batchnorm_statistics_and_reports_the_mean_of_the_kept_steps(
             if state.global_step == 2:
                 buffers["after"] = {k: v.clone() for k, v in model.named_buffers()}
 
-    args = training_args(tmp_path, max_steps=4, per_device_train_batch_size=4, nonfinite_policy="skip", save_strategy="no")
+    args = training_args(
+        tmp_path, max_steps=4, per_device_train_batch_size=4, nonfinite_policy="skip", save_strategy="no"
+    )
     trainer = SimCLRTrainer(
         model=_resnet_encoder(), args=args, train_dataset=images, data_collator=_NaNPixelsAt(bad_call=2),
         callbacks=[Snapshot()],

@@ -10,10 +10,16 @@ from typing import Any
 
 import pytest
 import torch
+from distributed_scripts.trainer_utils import (
+    fixed_views_collator,
+    image_dataset,
+    parameters,
+    training_args,
+    vit_encoder,
+)
 from torch import Tensor, nn
 from transformers import HfArgumentParser
 
-from distributed_scripts.trainer_utils import fixed_views_collator, image_dataset, parameters, training_args, vit_encoder
 from hf_contrast.objectives import (
     AlignUniformConfig,
     BinaryNCEConfig,
@@ -151,7 +157,9 @@ def test_a_user_registered_objective_trains_by_name(tmp_path, images, mine) -> N
     model = vit_encoder()
     before = parameters(model)
     args = training_args(tmp_path, max_steps=3, learning_rate=0.05)
-    trainer = ContrastiveTrainer(model=model, args=args, train_dataset=images, objective="mine", data_collator=fixed_views_collator)
+    trainer = ContrastiveTrainer(
+        model=model, args=args, train_dataset=images, objective="mine", data_collator=fixed_views_collator
+    )
     assert isinstance(trainer.objective, mine) and trainer.objective.config.scale == 2.0
     trainer.train()
     assert any(not torch.equal(before[k], p) for k, p in parameters(model).items())
@@ -161,7 +169,9 @@ def test_a_user_registered_objective_trains_by_name(tmp_path, images, mine) -> N
     for entry in logged:
         assert entry["loss"] == pytest.approx(entry["loss_distance"] + entry["loss_offset"], rel=1e-5)
     # with hyperparameters, by name
-    other = ContrastiveTrainer(model=vit_encoder(), args=args, train_dataset=images, objective=build_objective("mine", scale=0.5))
+    other = ContrastiveTrainer(
+        model=vit_encoder(), args=args, train_dataset=images, objective=build_objective("mine", scale=0.5)
+    )
     assert other.objective.config.scale == 0.5
     with pytest.raises(ValueError, match="`scale`"):
         build_objective("mine", scale=-1.0)
@@ -206,7 +216,9 @@ BAD_VALUES = [
 ]
 
 
-@pytest.mark.parametrize(("config_cls", "field", "value"), BAD_VALUES, ids=[f"{c.__name__}.{f}" for c, f, _ in BAD_VALUES])
+@pytest.mark.parametrize(
+    ("config_cls", "field", "value"), BAD_VALUES, ids=[f"{c.__name__}.{f}" for c, f, _ in BAD_VALUES]
+)
 def test_config_rejects_out_of_range_values_naming_the_field(config_cls, field: str, value: object) -> None:
     with pytest.raises(ValueError, match=f"`{field}`"):
         config_cls(**{field: value})

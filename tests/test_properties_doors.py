@@ -58,7 +58,9 @@ def rows_of(n: int, dim: int):
 
 TEXT_INPUTS = st.one_of(
     wrong_types,
-    st.lists(st.one_of(st.text(max_size=6), st.none(), st.integers(), st.lists(st.text(max_size=3), max_size=2)), max_size=3),
+    st.lists(
+        st.one_of(st.text(max_size=6), st.none(), st.integers(), st.lists(st.text(max_size=3), max_size=2)), max_size=3
+    ),
     tensors(max_rank=4, max_side=4),
 )
 IMAGE_INPUTS = st.one_of(
@@ -74,31 +76,48 @@ IMAGE_INPUTS = st.one_of(
 @given(inputs=TEXT_INPUTS)
 def test_text_encode(text_encoder: ContrastiveEncoder, inputs: Any) -> None:
     n = len(inputs) if isinstance(inputs, list) else 1
-    assert_package_error_or_result(lambda: text_encoder.encode(inputs, show_progress_bar=False), ("inputs", "sentences"), rows_of(n, 32))
+    assert_package_error_or_result(
+        lambda: text_encoder.encode(inputs, show_progress_bar=False), ("inputs", "sentences"), rows_of(n, 32)
+    )
 
 
 @FEW
 @given(inputs=IMAGE_INPUTS)
 def test_image_encode(image_encoder: ContrastiveEncoder, inputs: Any) -> None:
     n = len(inputs) if isinstance(inputs, (list, torch.Tensor)) and getattr(inputs, "ndim", 4) == 4 else 1
-    assert_package_error_or_result(lambda: image_encoder.encode(inputs, show_progress_bar=False), ("inputs", "images", "pixel_values"), rows_of(n, 96))
+    assert_package_error_or_result(
+        lambda: image_encoder.encode(inputs, show_progress_bar=False),
+        ("inputs", "images", "pixel_values"),
+        rows_of(n, 96),
+    )
 
 
 @FEW
 @given(data=st.data())
 def test_encode_options(image_encoder: ContrastiveEncoder, data: st.DataObject) -> None:
-    argument = data.draw(st.sampled_from(["batch_size", "output", "normalize_embeddings", "convert_to_numpy", "device"]), label="argument")
+    argument = data.draw(
+        st.sampled_from(["batch_size", "output", "normalize_embeddings", "convert_to_numpy", "device"]),
+        label="argument",
+    )
     value = data.draw(st.one_of(wrong_types, bad_numbers, bad_names), label=argument)
     images = torch.rand(2, 3, 32, 32)
-    assert_package_error_or_result(lambda: image_encoder.encode(images, show_progress_bar=False, **{argument: value}), (argument,), None)
+    assert_package_error_or_result(
+        lambda: image_encoder.encode(images, show_progress_bar=False, **{argument: value}), (argument,), None
+    )
 
 
 @FEWER
 @given(backbone=bad_names, data=st.data())
 def test_from_backbone_bad_name_or_kwargs(backbone: Any, data: st.DataObject) -> None:
     kwargs = data.draw(
-        st.one_of(st.just({}), st.dictionaries(st.sampled_from(["projection_dim", "pooling", "backbone_kwargs", "pretrained"]),
-                                               st.one_of(wrong_types, bad_numbers, bad_names), max_size=1)),
+        st.one_of(
+            st.just({}),
+            st.dictionaries(
+                st.sampled_from(["projection_dim", "pooling", "backbone_kwargs", "pretrained"]),
+                st.one_of(wrong_types, bad_numbers, bad_names),
+                max_size=1,
+            ),
+        ),
         label="kwargs",
     )
     names = ("backbone", *kwargs)
@@ -110,7 +129,9 @@ def test_from_backbone_bad_name_or_kwargs(backbone: Any, data: st.DataObject) ->
         try:
             return ContrastiveEncoder.from_backbone(backbone, **{"pretrained": False, **kwargs})
         except HubUnavailableError as error:
-            assert isinstance(backbone, str) and is_hub_repo_id(backbone), f"HubUnavailableError for a non-Hub-id {backbone!r}"
+            assert isinstance(backbone, str) and is_hub_repo_id(backbone), (
+                f"HubUnavailableError for a non-Hub-id {backbone!r}"
+            )
             assert f"`backbone`={backbone!r}" in str(error), str(error)
             return None
 
@@ -141,7 +162,9 @@ def _folder(tmp_path: Path, kind: str) -> Path:
 @given(kind=FOLDERS)
 def test_from_pretrained_bad_folder(tmp_path: Path, kind: str) -> None:
     folder = _folder(tmp_path, kind)
-    assert_package_error_or_result(lambda: ContrastiveEncoder.from_pretrained(folder), (str(folder), folder.name), None)
+    assert_package_error_or_result(
+        lambda: ContrastiveEncoder.from_pretrained(folder), (str(folder), folder.name), None
+    )
 
 
 @FEW
@@ -161,14 +184,33 @@ def test_loaders_bad_folder(tmp_path: Path, kind: str, loader: str) -> None:
 def test_loaders_bad_arguments(tmp_path: Path, data: st.DataObject) -> None:
     tsv = tmp_path / "pairs.tsv"
     tsv.write_text("sentence1\tsentence2\tscore\na cat\ta dog\t1.0\na man\ta woman\t2.5\n")
-    argument = data.draw(st.sampled_from(["sentence1_column", "sentence2_column", "score_column", "split", "delimiter"]), label="argument")
+    argument = data.draw(
+        st.sampled_from(["sentence1_column", "sentence2_column", "score_column", "split", "delimiter"]),
+        label="argument",
+    )
     value = data.draw(st.one_of(bad_names, wrong_types), label=argument)
-    assert_package_error_or_result(lambda: load_sts_pairs(tsv, **{argument: value}, cache_dir=str(tmp_path / "cache")), (argument, str(value)), None)
+    assert_package_error_or_result(
+        lambda: load_sts_pairs(tsv, **{argument: value}, cache_dir=str(tmp_path / "cache")),
+        (argument, str(value)),
+        None,
+    )
 
 
-ARGUMENT_FIELDS = ["gather_distributed", "nonfinite_policy", "gradient_cache_size", "image_column", "text_column",
-                   "label_column", "on_bad_image", "max_length", "image_size", "views_on_device", "eval_representation",
-                   "knn_k", "knn_temperature"]
+ARGUMENT_FIELDS = [
+    "gather_distributed",
+    "nonfinite_policy",
+    "gradient_cache_size",
+    "image_column",
+    "text_column",
+    "label_column",
+    "on_bad_image",
+    "max_length",
+    "image_size",
+    "views_on_device",
+    "eval_representation",
+    "knn_k",
+    "knn_temperature",
+]
 
 
 @FEW
@@ -177,14 +219,33 @@ def test_training_arguments(tmp_path: Path, data: st.DataObject) -> None:
     argument = data.draw(st.sampled_from(ARGUMENT_FIELDS), label="argument")
     value = data.draw(st.one_of(wrong_types, bad_numbers, bad_names), label=argument)
     assert_package_error_or_result(
-        lambda: ContrastiveTrainingArguments(output_dir=str(tmp_path), use_cpu=True, report_to="none", **{argument: value}),
-        (argument,), None,
+        lambda: ContrastiveTrainingArguments(
+            output_dir=str(tmp_path), use_cpu=True, report_to="none", **{argument: value}
+        ),
+        (argument,),
+        None,
     )
 
 
 @FEWER
-@given(model=st.one_of(wrong_types, st.just(torch.nn.Linear(2, 2))), dataset=st.one_of(wrong_types, st.lists(st.dictionaries(bad_names.filter(lambda n: isinstance(n, str)), wrong_types, max_size=2), max_size=2)))
+@given(
+    model=st.one_of(wrong_types, st.just(torch.nn.Linear(2, 2))),
+    dataset=st.one_of(
+        wrong_types,
+        st.lists(st.dictionaries(bad_names.filter(lambda n: isinstance(n, str)), wrong_types, max_size=2), max_size=2),
+    ),
+)
 def test_trainer_constructor(tmp_path: Path, image_encoder: ContrastiveEncoder, model: Any, dataset: Any) -> None:
-    args = ContrastiveTrainingArguments(output_dir=str(tmp_path), use_cpu=True, report_to="none", max_steps=1, disable_tqdm=True)
-    assert_package_error_or_result(lambda: SimCLRTrainer(model=model, args=args, train_dataset=[{"image": torch.rand(3, 32, 32)}] * 4), ("model",), None)
-    assert_package_error_or_result(lambda: SimCLRTrainer(model=image_encoder, args=args, train_dataset=dataset), ("train_dataset", "image", "column"), None)
+    args = ContrastiveTrainingArguments(
+        output_dir=str(tmp_path), use_cpu=True, report_to="none", max_steps=1, disable_tqdm=True
+    )
+    assert_package_error_or_result(
+        lambda: SimCLRTrainer(model=model, args=args, train_dataset=[{"image": torch.rand(3, 32, 32)}] * 4),
+        ("model",),
+        None,
+    )
+    assert_package_error_or_result(
+        lambda: SimCLRTrainer(model=image_encoder, args=args, train_dataset=dataset),
+        ("train_dataset", "image", "column"),
+        None,
+    )

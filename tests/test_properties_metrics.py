@@ -42,9 +42,9 @@ def correlation(result: Any) -> None:
     """A correlation: in [-1, 1], or NaN announced by a ConstantInputWarning (a constant input, as scipy)."""
     value, caught = result
     if isinstance(value, float) and math.isnan(value):
-        assert any(issubclass(w.category, metrics.ConstantInputWarning) and "constant" in str(w.message) for w in caught), (
-            "returned NaN without a ConstantInputWarning"
-        )
+        assert any(
+            issubclass(w.category, metrics.ConstantInputWarning) and "constant" in str(w.message) for w in caught
+        ), "returned NaN without a ConstantInputWarning"
         return
     in_range(-1, 1)(value)
 
@@ -70,30 +70,86 @@ def in_range(low: float, high: float):
 
 # (metric, valid kwargs, {argument: (strategy, names)}, check)
 METRICS = [
-    ("alignment", {"x": Z, "y": Z.flip(0)}, {"x": any_bad((N, D)), "y": any_bad((N, D)), "alpha": HYPER}, ("x", "y"), finite_float),
+    (
+        "alignment",
+        {"x": Z, "y": Z.flip(0)},
+        {"x": any_bad((N, D)), "y": any_bad((N, D)), "alpha": HYPER},
+        ("x", "y"),
+        finite_float,
+    ),
     ("uniformity", {"x": Z}, {"x": any_bad((N, D)), "t": HYPER}, ("x",), finite_float),
-    ("class_orthogonality", {"z": Z, "labels": Y}, {"z": any_bad((N, D)), "labels": any_bad((N,))}, ("z", "labels"), finite_float),
+    (
+        "class_orthogonality",
+        {"z": Z, "labels": Y},
+        {"z": any_bad((N, D)), "labels": any_bad((N,))},
+        ("z", "labels"),
+        finite_float,
+    ),
     ("effective_rank", {"z": Z}, {"z": any_bad((N, D))}, ("z",), finite_float),
     ("mean_cosine", {"z": Z}, {"z": any_bad((N, D))}, ("z",), in_range(-1, 1)),
-    ("relative_rotational_equivariance", {"f": Z, "f_a": Z.flip(0)}, {"f": any_bad((N, D)), "f_a": any_bad((N, D))}, ("f", "f_a"), finite_float),
-    ("knn_accuracy", {"train_z": Z, "train_y": Y, "k": 3},
-     {"train_z": any_bad((N, D)), "train_y": any_bad((N,)), "test_z": any_bad((N, D)), "k": HYPER, "temperature": st.one_of(HYPER, tiny_temperatures),
-      "batch_size": HYPER}, ("train_z", "train_y", "test_z", "test_y"), in_range(0, 1)),
-    ("linear_probe_accuracy", {"train_z": Z, "train_y": Y, "test_z": Z, "test_y": Y},
-     {"train_z": any_bad((N, D)), "train_y": any_bad((N,)), "test_y": any_bad((N,)), "C": HYPER, "max_iter": HYPER},
-     ("train_z", "train_y", "test_z", "test_y"), in_range(0, 1)),
-    ("macro_f1", {"predicted": Y, "labels": Y}, {"predicted": any_bad((N,)), "labels": any_bad((N,)), "num_classes": HYPER},
-     ("predicted", "labels"), in_range(0, 1)),
-    ("spearman_correlation", {"x": Z[:, 0], "y": Z[:, 1]}, {"x": any_bad((N,)), "y": any_bad((N,))}, ("x", "y"), correlation),
-    ("sts_spearman", {"a": Z, "b": Z.flip(0), "scores": Z[:, 0]},
-     {"a": any_bad((N, D)), "b": any_bad((N, D)), "scores": any_bad((N,))}, ("a", "b", "scores"), correlation),
+    (
+        "relative_rotational_equivariance",
+        {"f": Z, "f_a": Z.flip(0)},
+        {"f": any_bad((N, D)), "f_a": any_bad((N, D))},
+        ("f", "f_a"),
+        finite_float,
+    ),
+    (
+        "knn_accuracy",
+        {"train_z": Z, "train_y": Y, "k": 3},
+        {
+            "train_z": any_bad((N, D)),
+            "train_y": any_bad((N,)),
+            "test_z": any_bad((N, D)),
+            "k": HYPER,
+            "temperature": st.one_of(HYPER, tiny_temperatures),
+            "batch_size": HYPER,
+        },
+        ("train_z", "train_y", "test_z", "test_y"),
+        in_range(0, 1),
+    ),
+    (
+        "linear_probe_accuracy",
+        {"train_z": Z, "train_y": Y, "test_z": Z, "test_y": Y},
+        {"train_z": any_bad((N, D)), "train_y": any_bad((N,)), "test_y": any_bad((N,)), "C": HYPER, "max_iter": HYPER},
+        ("train_z", "train_y", "test_z", "test_y"),
+        in_range(0, 1),
+    ),
+    (
+        "macro_f1",
+        {"predicted": Y, "labels": Y},
+        {"predicted": any_bad((N,)), "labels": any_bad((N,)), "num_classes": HYPER},
+        ("predicted", "labels"),
+        in_range(0, 1),
+    ),
+    (
+        "spearman_correlation",
+        {"x": Z[:, 0], "y": Z[:, 1]},
+        {"x": any_bad((N,)), "y": any_bad((N,))},
+        ("x", "y"),
+        correlation,
+    ),
+    (
+        "sts_spearman",
+        {"a": Z, "b": Z.flip(0), "scores": Z[:, 0]},
+        {"a": any_bad((N, D)), "b": any_bad((N, D)), "scores": any_bad((N,))},
+        ("a", "b", "scores"),
+        correlation,
+    ),
 ]
 #: Findings not fixed yet (strict: the case turns red once fixed; then remove the entry).
 FINDINGS: dict[str, str] = {}
 METRIC_PARAMS = [
     pytest.param(
-        name, valid, strategies[arg], (arg, *coupled), check, id=f"{name}-{arg}",
-        marks=[pytest.mark.xfail(strict=True, reason=FINDINGS[f"{name}-{arg}"])] if f"{name}-{arg}" in FINDINGS else [],
+        name,
+        valid,
+        strategies[arg],
+        (arg, *coupled),
+        check,
+        id=f"{name}-{arg}",
+        marks=[pytest.mark.xfail(strict=True, reason=FINDINGS[f"{name}-{arg}"])]
+        if f"{name}-{arg}" in FINDINGS
+        else [],
     )
     for name, valid, strategies, coupled, check in METRICS
     for arg in strategies
@@ -113,7 +169,11 @@ def test_metric_gives_a_finite_value_or_names_the_argument(name, valid, strategy
 @given(data=st.data())
 def test_objective_config_names_the_bad_hyperparameter(name: str, data: st.DataObject) -> None:
     objective = get_objective(name)
-    fields = sorted(getattr(objective.config_class, "__dataclass_fields__", {})) if hasattr(objective, "config_class") else []
+    fields = (
+        sorted(getattr(objective.config_class, "__dataclass_fields__", {}))
+        if hasattr(objective, "config_class")
+        else []
+    )
     if not fields:
         pytest.skip(f"{name} declares no hyperparameters")
     argument = data.draw(st.sampled_from(fields), label="hyperparameter")
@@ -126,7 +186,16 @@ def test_get_objective_names_the_unknown_method(name: Any) -> None:
     assert_package_error_or_result(lambda: get_objective(name), ("name", "objective", "method", str(name)), None)
 
 
-EMBEDDING_METRICS_ARGS = ["knn_k", "knn_temperature", "probe", "probe_test_fraction", "max_samples", "seed", "warn_collapse", "progress"]
+EMBEDDING_METRICS_ARGS = [
+    "knn_k",
+    "knn_temperature",
+    "probe",
+    "probe_test_fraction",
+    "max_samples",
+    "seed",
+    "warn_collapse",
+    "progress",
+]
 
 
 @given(data=st.data())
@@ -152,7 +221,10 @@ def test_sts_evaluator_constructor(data: st.DataObject) -> None:
     kwargs: dict[str, Any] = {"sentences1": ["a cat", "a dog"], "sentences2": ["a mat", "a car"], "scores": [1.0, 2.0]}
     argument = data.draw(st.sampled_from([*kwargs, "batch_size", "name", "output", "max_length"]), label="argument")
     kwargs[argument] = data.draw(
-        st.one_of(wrong_types, bad_numbers, bad_names, st.lists(st.one_of(st.text(max_size=3), bad_numbers), max_size=3)), label=argument
+        st.one_of(
+            wrong_types, bad_numbers, bad_names, st.lists(st.one_of(st.text(max_size=3), bad_numbers), max_size=3)
+        ),
+        label=argument,
     )
     assert_package_error_or_result(lambda: STSEvaluator(**kwargs), (argument,), None)
 
@@ -160,11 +232,24 @@ def test_sts_evaluator_constructor(data: st.DataObject) -> None:
 @given(data=st.data())
 def test_equivariance_evaluator_constructor(data: st.DataObject) -> None:
     kwargs: dict[str, Any] = {"batch": {"pixel_values": torch.zeros(2, 3, 32, 32)}, "augment": lambda x: x}
-    argument = data.draw(st.sampled_from(["batch", "augment", "augment_key", "num_augmentations", "output", "seed", "name"]), label="argument")
-    kwargs[argument] = data.draw(st.one_of(wrong_types, bad_numbers, bad_names, st.dictionaries(bad_names.filter(lambda n: isinstance(n, str)), wrong_types, max_size=2)), label=argument)
+    argument = data.draw(
+        st.sampled_from(["batch", "augment", "augment_key", "num_augmentations", "output", "seed", "name"]),
+        label="argument",
+    )
+    kwargs[argument] = data.draw(
+        st.one_of(
+            wrong_types,
+            bad_numbers,
+            bad_names,
+            st.dictionaries(bad_names.filter(lambda n: isinstance(n, str)), wrong_types, max_size=2),
+        ),
+        label=argument,
+    )
     assert_package_error_or_result(lambda: EquivarianceEvaluator(**kwargs), (argument,), None)
 
 
 @given(evaluators=st.one_of(wrong_types, st.lists(wrong_types, max_size=3)), primary=HYPER)
 def test_sequential_evaluator_constructor(evaluators: Any, primary: Any) -> None:
-    assert_package_error_or_result(lambda: SequentialEvaluator(evaluators, primary=primary), ("evaluators", "primary"), None)
+    assert_package_error_or_result(
+        lambda: SequentialEvaluator(evaluators, primary=primary), ("evaluators", "primary"), None
+    )

@@ -5,13 +5,13 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
+from _tiny import tiny_bert_config, tiny_timm_encoder, tiny_tokenizer
 from huggingface_hub import ModelCard
 from transformers import BertModel
 
 from hf_contrast.model_card import generate_model_card, get_model_card_data
 from hf_contrast.models import ContrastiveEncoder
 from hf_contrast.provenance import backbone_provenance
-from _tiny import tiny_bert_config, tiny_timm_encoder, tiny_tokenizer
 
 _CARD = """---
 language: de
@@ -40,7 +40,12 @@ def test_local_copy_names_the_hub_model_its_card_loads_and_keeps_its_language(tm
     folder = _local_copy(tmp_path / "tiny-copy", _CARD.format(identity="org/tiny-copy"))
     encoder = ContrastiveEncoder.from_backbone(str(folder), projection_dim=8)
     data = get_model_card_data(encoder)
-    assert (encoder.config.backbone, data.base_model, data.license, data.language) == ("org/tiny-copy", "org/tiny-copy", "apache-2.0", "de")
+    assert (encoder.config.backbone, data.base_model, data.license, data.language) == (
+        "org/tiny-copy",
+        "org/tiny-copy",
+        "apache-2.0",
+        "de",
+    )
     meta = ModelCard(generate_model_card(encoder)).data
     assert (meta.base_model, meta.language, meta.license) == ("org/tiny-copy", "de", "apache-2.0")
 
@@ -59,9 +64,21 @@ def test_model_index_names_hub_datasets_only() -> None:
     model = tiny_timm_encoder()
     data = get_model_card_data(model)
     data.evaluators = [
-        {"prefix": "hub", "class": "ProbeEvaluator", "dataset_name": "Fashion-MNIST", "dataset_id": "zalando-datasets/fashion_mnist",
-         "split": "test", "primary_metric": "hub_knn_accuracy"},
-        {"prefix": "local", "class": "ProbeEvaluator", "dataset_name": "my-folder", "split": "test", "primary_metric": "local_knn_accuracy"},
+        {
+            "prefix": "hub",
+            "class": "ProbeEvaluator",
+            "dataset_name": "Fashion-MNIST",
+            "dataset_id": "zalando-datasets/fashion_mnist",
+            "split": "test",
+            "primary_metric": "hub_knn_accuracy",
+        },
+        {
+            "prefix": "local",
+            "class": "ProbeEvaluator",
+            "dataset_name": "my-folder",
+            "split": "test",
+            "primary_metric": "local_knn_accuracy",
+        },
     ]
     data.set_metrics({"eval_hub_knn_accuracy": 0.5, "eval_local_knn_accuracy": 0.25}, step=4)
     text = generate_model_card(model)

@@ -5,10 +5,9 @@ from __future__ import annotations
 import logging
 import warnings
 
-import pytest
+from distributed_scripts.trainer_utils import image_dataset, training_args, vit_encoder
 from transformers.utils import logging as transformers_logging
 
-from distributed_scripts.trainer_utils import image_dataset, training_args, vit_encoder
 from hf_contrast.evaluation import EmbeddingEvaluator, encode_dataset
 from hf_contrast.training import SupConTrainer
 
@@ -60,9 +59,13 @@ def test_the_package_loggers_follow_the_trainers_log_level(tmp_path) -> None:
     package = logging.getLogger("hf_contrast")
     previous = package.level
     try:
-        SupConTrainer(model=vit_encoder(), args=training_args(tmp_path, log_level="error"), train_dataset=image_dataset())
+        SupConTrainer(
+            model=vit_encoder(), args=training_args(tmp_path, log_level="error"), train_dataset=image_dataset()
+        )
         assert not logging.getLogger("hf_contrast.training.checkpointing").isEnabledFor(logging.WARNING)
-        SupConTrainer(model=vit_encoder(), args=training_args(tmp_path, log_level="info"), train_dataset=image_dataset())
+        SupConTrainer(
+            model=vit_encoder(), args=training_args(tmp_path, log_level="info"), train_dataset=image_dataset()
+        )
         assert logging.getLogger("hf_contrast.evaluation.embedding_metrics").isEnabledFor(logging.INFO)
     finally:
         package.setLevel(previous)

@@ -7,7 +7,6 @@ import math
 
 import pytest
 import torch
-
 from _tiny import tiny_text_encoder, tiny_tokenizer
 from distributed_scripts.trainer_utils import (
     fixed_equivariance_views,
@@ -17,6 +16,7 @@ from distributed_scripts.trainer_utils import (
     training_args,
     vit_encoder,
 )
+
 from hf_contrast.losses import CARELoss
 from hf_contrast.objectives import CAREObjective
 from hf_contrast.training import CARETrainer, SupConTrainer
@@ -83,7 +83,9 @@ def test_care_eval_loss_scores_the_whole_batches_only(tmp_path, images) -> None:
         for start in (0, 8):  # the ragged last batch (6 rows) has no whole chunks: not scored
             batch = fixed_views_collator([images[i] for i in range(start, start + 8)])
             eq1, eq2 = fixed_equivariance_views(batch["pixel_values_eq"])
-            z = [model(pixel_values=v).projections for v in (batch["pixel_values_1"], batch["pixel_values_2"], eq1, eq2)]
+            z = [
+                model(pixel_values=v).projections for v in (batch["pixel_values_1"], batch["pixel_values_2"], eq1, eq2)
+            ]
             want.append(loss(*z)["loss"].item())
     assert metrics["eval_loss"] == pytest.approx(sum(want) / 2, rel=1e-5)
     # the embedding metrics use every row, the ragged batch included
@@ -93,7 +95,9 @@ def test_care_eval_loss_scores_the_whole_batches_only(tmp_path, images) -> None:
 def test_care_text_drops_the_ragged_last_batch_of_every_epoch(tmp_path, sentences) -> None:
     model = tiny_text_encoder(tiny_tokenizer())
     before = parameters(model)
-    args = training_args(tmp_path, max_steps=-1, num_train_epochs=3, per_device_train_batch_size=4, per_device_eval_batch_size=4)
+    args = training_args(
+        tmp_path, max_steps=-1, num_train_epochs=3, per_device_train_batch_size=4, per_device_eval_batch_size=4
+    )
     trainer = CARETrainer(
         model=model, args=args, train_dataset=sentences, eval_dataset=sentences, objective=CAREObjective(n_splits=2)
     )

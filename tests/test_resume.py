@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 import torch
-
 from distributed_scripts.trainer_utils import image_dataset, parameters, training_args, vit_encoder
+
 from hf_contrast.objectives import BinaryNCEObjective, CAREMoCoObjective
 from hf_contrast.training import CARETrainer, SimCLRTrainer
 

@@ -10,7 +10,6 @@ from pathlib import Path
 
 import pytest
 import torch
-
 from _launch import free_port, trainer_resumes_across_processes_on_cpu
 
 SCRIPT = Path(__file__).parent / "distributed_scripts" / "checkpoint_resume.py"
@@ -37,15 +36,22 @@ def test_two_processes_killed_during_a_save_resume_exactly(tmp_path) -> None:
     for phase in ("full", "killed", "resumed"):
         done = _launch(tmp_path, phase)
         if (done.returncode != 0) != (phase == "killed"):
-            pytest.fail(f"{phase}: accelerate launch returned {done.returncode}:\n{done.stdout[-3000:]}\n{done.stderr[-5000:]}")
+            pytest.fail(
+                f"{phase}: accelerate launch returned {done.returncode}:\n{done.stdout[-3000:]}\n{done.stderr[-5000:]}"
+            )
         if phase == "killed":
             run = tmp_path / "run"
-            assert sorted(p.name for p in run.iterdir() if p.name.startswith("checkpoint-")) == ["checkpoint-2", "checkpoint-4"]
+            assert sorted(p.name for p in run.iterdir() if p.name.startswith("checkpoint-")) == [
+                "checkpoint-2",
+                "checkpoint-4",
+            ]
             assert not (run / "checkpoint-4" / "trainer_state.json").exists()  # killed before the end of its save
     full = torch.load(tmp_path / "full.pt", weights_only=True)
     resumed = torch.load(tmp_path / "resumed.pt", weights_only=True)
     assert sorted(resumed["losses"]) == [1, 2, 3, 4, 5, 6]  # 1-2 from checkpoint-2's log history
-    assert [resumed["losses"][s] for s in (3, 4, 5, 6)] == pytest.approx([full["losses"][s] for s in (3, 4, 5, 6)], rel=1e-5)
+    assert [resumed["losses"][s] for s in (3, 4, 5, 6)] == pytest.approx(
+        [full["losses"][s] for s in (3, 4, 5, 6)], rel=1e-5
+    )
     for name, value in resumed["parameters"].items():
         torch.testing.assert_close(value, full["parameters"][name], atol=1e-6, rtol=1e-5, msg=name)
     assert sorted(p.name for p in (tmp_path / "run").iterdir()) == ["checkpoint-6"]  # leftovers removed, rotated

@@ -35,7 +35,10 @@ def _png(height: int, width: int, seed: int = 0) -> bytes:
 
 def _images(sizes: list[tuple[int, int]], decode: bool = False) -> datasets.Dataset:
     """Rows of PNG bytes of the given (height, width), labels 0/1 alternating."""
-    rows = {"image": [{"bytes": _png(h, w, i), "path": None} for i, (h, w) in enumerate(sizes)], "label": [i % 2 for i in range(len(sizes))]}
+    rows = {
+        "image": [{"bytes": _png(h, w, i), "path": None} for i, (h, w) in enumerate(sizes)],
+        "label": [i % 2 for i in range(len(sizes))],
+    }
     features = datasets.Features({"image": datasets.Image(decode=decode), "label": datasets.Value("int64")})
     return datasets.Dataset.from_dict(rows, features=features)
 
@@ -104,7 +107,9 @@ def test_the_rule_order_and_the_resize_warning(data_side: int, explicit: int | N
     assert choice.resize_factor == pytest.approx(factor)
     resize_warnings = [str(w.message) for w in caught if "resize" in str(w.message)]
     if factor > MAX_RESIZE_FACTOR:
-        assert len(resize_warnings) == 1 and f"{factor:.1f}x" in resize_warnings[0] and "image_size" in resize_warnings[0]
+        assert (
+            len(resize_warnings) == 1 and f"{factor:.1f}x" in resize_warnings[0] and "image_size" in resize_warnings[0]
+        )
     else:
         assert not resize_warnings
 
@@ -156,7 +161,9 @@ def test_the_trainer_trains_at_the_data_size_logs_the_setup_and_writes_it_in_the
     encoder = tiny_timm_encoder()
 
     objective = get_objective("care")(get_objective("care").config_class(n_splits=2))
-    trainer = ContrastiveTrainer(model=encoder, args=_args(tmp_path), objective=objective, train_dataset=_images([(40, 40)] * 8))
+    trainer = ContrastiveTrainer(
+        model=encoder, args=_args(tmp_path), objective=objective, train_dataset=_images([(40, 40)] * 8)
+    )
     assert encoder.data_config["input_size"][1:] == (40, 40)  # evaluators and the saved model take the size
     assert trainer.image_size_choice.rule == "data"
     with caplog.at_level(logging.INFO, logger="hf_contrast"):
@@ -193,13 +200,18 @@ def test_a_reloaded_encoder_keeps_its_trained_size(tmp_path) -> None:
 def test_bf16_without_an_accelerator_is_refused_naming_the_fix(tmp_path) -> None:
     with pytest.raises(InputError, match=r"`bf16=True`.*use_cpu=True"):
         ContrastiveTrainingArguments(output_dir=str(tmp_path), bf16=True)
-    assert ContrastiveTrainingArguments(output_dir=str(tmp_path), bf16=True, use_cpu=True).bf16  # CPU autocast: allowed
+    assert ContrastiveTrainingArguments(
+        output_dir=str(tmp_path), bf16=True, use_cpu=True
+    ).bf16  # CPU autocast: allowed
 
 
 def test_fp16_on_a_cpu_warns_at_init_and_the_summary_says_fp32(tmp_path) -> None:
     with pytest.warns(UserWarning, match=r"`fp16=True` has no effect on a CPU"):
         trainer = ContrastiveTrainer(
-            model=tiny_timm_encoder(), args=_args(tmp_path, fp16=True), objective="simclr", train_dataset=_images([(32, 32)] * 4)
+            model=tiny_timm_encoder(),
+            args=_args(tmp_path, fp16=True),
+            objective="simclr",
+            train_dataset=_images([(32, 32)] * 4),
         )
     from hf_contrast.training.run_setup import describe_run
 

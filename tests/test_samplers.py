@@ -11,9 +11,9 @@ from collections import Counter
 import numpy as np
 import pytest
 import torch
+from _launch import free_port
 from torch.utils.data import DataLoader, TensorDataset
 
-from _launch import free_port
 from hf_contrast.views import AFCLBatchSampler
 
 
@@ -144,8 +144,6 @@ def test_defaults_replicas_from_the_process_group(monkeypatch: pytest.MonkeyPatc
     assert (sampler.num_replicas, sampler.rank, len(sampler)) == (4, 3, 200 // 48)
 
 
-
-
 @pytest.mark.distributed
 def test_two_real_processes_get_distinct_batches(tmp_path) -> None:
     script = tmp_path / "worker.py"
@@ -168,8 +166,17 @@ def test_two_real_processes_get_distinct_batches(tmp_path) -> None:
     )
     result_base = str(tmp_path / "out")
     env = dict(os.environ, OMP_NUM_THREADS="1")
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port",
-           str(free_port()), str(script), result_base]
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc_per_node",
+        "2",
+        "--master_port",
+        str(free_port()),
+        str(script),
+        result_base,
+    ]
     completed = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120)
     assert completed.returncode == 0, completed.stderr[-2000:]
     import json
@@ -195,7 +202,11 @@ def test_two_real_processes_get_distinct_batches(tmp_path) -> None:
         ([], {}, "`labels` must be a non-empty 1-D sequence"),
         ([0.0, 1.0, 2.0, 3.0, 4.0], {}, "`labels` must hold int class ids, got dtype torch.float"),
         (["a", "b"], {}, "`labels` must be a 1-D sequence of int class ids"),
-        (_labels(), {"batch_size": 10}, "`batch_size`=10 must equal `classes_per_batch` × `samples_per_class` = 2 × 4"),
+        (
+            _labels(),
+            {"batch_size": 10},
+            "`batch_size`=10 must equal `classes_per_batch` × `samples_per_class` = 2 × 4",
+        ),
         (_labels(), {"samples_per_class": 0}, "`samples_per_class` must be an integer >= 1, got 0"),
         (_labels(), {"classes_per_batch": 1.5}, "`classes_per_batch` must be an integer >= 1"),
         (_labels(), {"rank": 2, "num_replicas": 2}, "`rank` must be an int in \\[0, 2\\), got 2"),

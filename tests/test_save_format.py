@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from _tiny import tiny_timm_encoder
 
 from hf_contrast.errors import InputError
 from hf_contrast.models import (
@@ -15,7 +16,6 @@ from hf_contrast.models import (
     ContrastiveEncoder,
     NewerSaveFormatWarning,
 )
-from _tiny import tiny_timm_encoder
 
 
 @pytest.fixture(scope="module")
@@ -54,13 +54,22 @@ def test_newer_versions_and_unknown_keys_warn_once_naming_them(saved: Path, tmp_
         model = ContrastiveEncoder.from_pretrained(folder)
     assert len([w for w in record if issubclass(w.category, NewerSaveFormatWarning)]) == 1
     message = str(record[0].message)
-    for part in (f"format_version {SAVE_FORMAT_VERSION + 1}", "['token_mixer']", "version 7", "pip install -U hf-contrast"):
+    for part in (
+        f"format_version {SAVE_FORMAT_VERSION + 1}",
+        "['token_mixer']",
+        "version 7",
+        "pip install -U hf-contrast",
+    ):
         assert part in message
     assert model(pixel_values=torch.rand(2, 3, 32, 32)).embeddings.shape == (2, 96)  # still loads
 
 
-@pytest.mark.parametrize(("name", "key", "value"), [("config.json", "format_version", "2.0"), ("model_card.json", "version", -1)])
-def test_an_unparseable_version_raises_naming_the_file(saved: Path, tmp_path: Path, name: str, key: str, value) -> None:
+@pytest.mark.parametrize(
+    ("name", "key", "value"), [("config.json", "format_version", "2.0"), ("model_card.json", "version", -1)]
+)
+def test_an_unparseable_version_raises_naming_the_file(
+    saved: Path, tmp_path: Path, name: str, key: str, value
+) -> None:
     folder = _copy(saved, tmp_path)
     _edit(folder, name, **{key: value})
     with pytest.raises(InputError, match=rf"{name} has `{key}`={value!r}, which is not a version"):

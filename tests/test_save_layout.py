@@ -143,7 +143,11 @@ def test_sentence_transformers_model_round_trip(tmp_path, pooling: str, normaliz
     assert original.max_seq_length == 12
 
     encoder = ContrastiveEncoder.from_backbone(str(st_dir), projection_dim=8).eval()
-    assert (encoder.config.pooling, encoder.config.normalize_embeddings, encoder.config.max_seq_length) == (pooling, normalize, 12)
+    assert (encoder.config.pooling, encoder.config.normalize_embeddings, encoder.config.max_seq_length) == (
+        pooling,
+        normalize,
+        12,
+    )
     assert encoder.tokenizer.model_max_length == 12  # truncates like sentence-transformers
     _close(encoder(**_tokens(encoder)).embeddings, original.encode(SENTENCES, convert_to_tensor=True))
 
@@ -160,7 +164,11 @@ def test_sentence_transformers_model_round_trip(tmp_path, pooling: str, normaliz
     if normalize:
         _close(got.norm(dim=-1), torch.ones(len(SENTENCES)))
     reloaded = ContrastiveEncoder.from_pretrained(tmp_path / "fine_tuned").eval()
-    assert (reloaded.config.pooling, reloaded.config.normalize_embeddings, reloaded.config.max_seq_length) == (pooling, normalize, 12)
+    assert (reloaded.config.pooling, reloaded.config.normalize_embeddings, reloaded.config.max_seq_length) == (
+        pooling,
+        normalize,
+        12,
+    )
 
 
 def test_explicit_pooling_overrides_a_sentence_transformers_model_with_a_warning(tmp_path, caplog) -> None:
@@ -175,14 +183,22 @@ def test_unsupported_sentence_transformers_modules_are_refused(tmp_path) -> None
     modules = json.loads((st_dir / "modules.json").read_text())
     modules.append({"idx": 2, "name": "2", "path": "2_Dense", "type": "sentence_transformers.models.Dense"})
     (st_dir / "modules.json").write_text(json.dumps(modules))
-    with pytest.raises(ValueError, match=r"has the modules \['Transformer', 'Pooling', 'Dense'\].*Transformer -> Pooling"):
+    with pytest.raises(
+        ValueError, match=r"has the modules \['Transformer', 'Pooling', 'Dense'\].*Transformer -> Pooling"
+    ):
         ContrastiveEncoder.from_backbone(str(st_dir))
     modules.pop()
     (st_dir / "modules.json").write_text(json.dumps(modules))
     pooling_file = st_dir / "1_Pooling" / "config.json"
     for config, match in (
-        ({"embedding_dimension": 32, "pooling_mode": "weightedmean"}, r"sets \['weightedmean'\]"),  # sentence-transformers >= 6
-        ({"word_embedding_dimension": 32, "pooling_mode_weightedmean_tokens": True}, "pooling_mode_weightedmean_tokens"),
+        (
+            {"embedding_dimension": 32, "pooling_mode": "weightedmean"},
+            r"sets \['weightedmean'\]",
+        ),  # sentence-transformers >= 6
+        (
+            {"word_embedding_dimension": 32, "pooling_mode_weightedmean_tokens": True},
+            "pooling_mode_weightedmean_tokens",
+        ),
         ({"embedding_dimension": 32, "pooling_mode": ["mean", "max"]}, r"sets \['mean', 'max'\]"),
     ):
         pooling_file.write_text(json.dumps(config))
@@ -214,8 +230,8 @@ def test_save_over_a_model_replaces_it_and_keeps_other_files(tmp_path) -> None:
 
 
 def test_push_to_hub_uploads_the_layout_and_keeps_a_hand_written_readme(tmp_path, trained_timm) -> None:
-    from huggingface_hub import HfApi, hf_hub_download
     from hub_server import HubServer, use_hub_server
+    from huggingface_hub import HfApi, hf_hub_download
 
     encoder, _ = trained_timm
     images = RandomImages(n=2, seed=3).images
@@ -225,7 +241,12 @@ def test_push_to_hub_uploads_the_layout_and_keeps_a_hand_written_readme(tmp_path
         api.upload_file(path_or_fileobj=b"# Notes by hand\n", path_in_repo="README.md", repo_id="user/kept")
         encoder.push_to_hub("user/kept")
         files = set(api.list_repo_files("user/kept"))
-        assert {"config.json", "model.safetensors", f"{HUB_SUBFOLDER}/config.json", f"{HUB_SUBFOLDER}/model.safetensors"} <= files
+        assert {
+            "config.json",
+            "model.safetensors",
+            f"{HUB_SUBFOLDER}/config.json",
+            f"{HUB_SUBFOLDER}/model.safetensors",
+        } <= files
         assert Path(hf_hub_download("user/kept", "README.md")).read_text() == "# Notes by hand\n"
         native = timm.create_model("hf-hub:user/kept", pretrained=True).eval()
         _close(native(images), encoder(pixel_values=images).embeddings)

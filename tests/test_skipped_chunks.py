@@ -68,7 +68,9 @@ def pairs(labels: list[int], bad_rows: dict[int, str]) -> datasets.Dataset:
     pre = [_image(i, bad_rows.get(i)) for i in range(len(labels))]
     post = [_image(i + 1, None) for i in range(len(labels))]
     dataset = datasets.Dataset.from_dict({"image_pre": pre, "image_post": post, "label": labels})
-    return dataset.cast_column("image_pre", datasets.Image(decode=False)).cast_column("image_post", datasets.Image(decode=False))
+    return dataset.cast_column("image_pre", datasets.Image(decode=False)).cast_column(
+        "image_post", datasets.Image(decode=False)
+    )
 
 
 # ---- the rules ------------------------------------------------------------------------------------
@@ -154,7 +156,9 @@ def _train(tmp_path: Path, method: str, hyperparameters: dict, train: datasets.D
     }  # fmt: skip
     args = training_args(tmp_path / method, **{**options, **overrides})
     objective = build_objective(method, **hyperparameters)
-    trainer = ContrastiveTrainer(model=tiny_timm_encoder(projection_dim=8), args=args, train_dataset=train, objective=objective)
+    trainer = ContrastiveTrainer(
+        model=tiny_timm_encoder(projection_dim=8), args=args, train_dataset=train, objective=objective
+    )
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the collators name each file in a warning (tested above)
         return trainer, trainer.train()
@@ -209,7 +213,10 @@ def test_local_trains_through_skipped_pairs_and_counts_them(tmp_path: Path) -> N
         tmp_path, image_size=16, max_steps=-1, num_train_epochs=1, per_device_train_batch_size=16, on_bad_image="skip"
     )
     trainer = ContrastiveTrainer(
-        model=tiny_timm_encoder(projection_dim=8), args=args, train_dataset=pairs(labels, bad), objective=LOCALObjective(beta=0.5)
+        model=tiny_timm_encoder(projection_dim=8),
+        args=args,
+        train_dataset=pairs(labels, bad),
+        objective=LOCALObjective(beta=0.5),
     )
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -222,7 +229,9 @@ def test_local_trains_through_skipped_pairs_and_counts_them(tmp_path: Path) -> N
 
 @settings(max_examples=6, deadline=None)
 @given(bad=st.dictionaries(st.integers(0, 31), st.sampled_from(sorted(BAD)), min_size=1, max_size=3))
-def test_raise_names_every_bad_file_before_the_first_step(tmp_path_factory: pytest.TempPathFactory, bad: dict[int, str]) -> None:
+def test_raise_names_every_bad_file_before_the_first_step(
+    tmp_path_factory: pytest.TempPathFactory, bad: dict[int, str]
+) -> None:
     tmp_path = tmp_path_factory.mktemp("raise")
     args = training_args(tmp_path, image_size=16, per_device_train_batch_size=16)
     trainer = ContrastiveTrainer(

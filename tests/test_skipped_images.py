@@ -65,7 +65,9 @@ def test_trainer_reports_the_rows_it_left_out_in_training_and_in_each_evaluation
         tmp_path / "run", image_size=32, max_steps=-1, num_train_epochs=1, per_device_train_batch_size=8,
         per_device_eval_batch_size=12, on_bad_image="skip", dataloader_num_workers=workers, eval_strategy="epoch",
     )  # fmt: skip
-    trainer = SimCLRTrainer(model=tiny_timm_encoder(projection_dim=8), args=args, train_dataset=train, eval_dataset=evaluation)
+    trainer = SimCLRTrainer(
+        model=tiny_timm_encoder(projection_dim=8), args=args, train_dataset=train, eval_dataset=evaluation
+    )
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the collators name each file in a warning (tested in test_collators.py)
         result = trainer.train()
@@ -78,7 +80,11 @@ def test_trainer_reports_the_rows_it_left_out_in_training_and_in_each_evaluation
 
 def test_nothing_skipped_adds_no_metric(tmp_path: Path) -> None:
     args = training_args(tmp_path / "run", image_size=32, max_steps=1, on_bad_image="skip")
-    trainer = SimCLRTrainer(model=tiny_timm_encoder(projection_dim=8), args=args, train_dataset=undecoded_images(8, set()),
-                            eval_dataset=undecoded_images(8, set(), seed=1))
+    trainer = SimCLRTrainer(
+        model=tiny_timm_encoder(projection_dim=8),
+        args=args,
+        train_dataset=undecoded_images(8, set()),
+        eval_dataset=undecoded_images(8, set(), seed=1),
+    )
     assert "train_skipped_images" not in trainer.train().metrics
     assert "eval_skipped_images" not in trainer.evaluate()

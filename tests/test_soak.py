@@ -12,7 +12,6 @@ import random
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -27,7 +26,11 @@ pytestmark = pytest.mark.slow
 
 def _env() -> dict[str, str]:
     root = str(Path(__file__).resolve().parents[1])
-    return {**os.environ, "PYTHONPATH": os.pathsep.join([root, os.environ.get("PYTHONPATH", "")]), "OMP_NUM_THREADS": "1"}
+    return {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([root, os.environ.get("PYTHONPATH", "")]),
+        "OMP_NUM_THREADS": "1",
+    }
 
 
 def _start(output_dir: Path, log) -> subprocess.Popen:
@@ -42,7 +45,11 @@ def _kill(process: subprocess.Popen) -> None:
 
 
 def _rss(log_path: Path) -> list[tuple[int, int]]:
-    return [(int(p[1]), int(p[2])) for p in (line.split() for line in log_path.read_text().splitlines()) if p[:1] == ["RSS"]]
+    return [
+        (int(p[1]), int(p[2]))
+        for p in (line.split() for line in log_path.read_text().splitlines())
+        if p[:1] == ["RSS"]
+    ]
 
 
 def test_soak_kills_and_resumes_to_the_uninterrupted_weights(tmp_path) -> None:
@@ -81,5 +88,7 @@ def test_soak_kills_and_resumes_to_the_uninterrupted_weights(tmp_path) -> None:
     # memory: the uninterrupted run's resident set at each of its 40 checkpoints, after a warm-up of 5
     rss = [b for _, b in _rss(tmp_path / "reference.log")][5:]
     growth = (rss[-1] - rss[0]) / 2**20
-    print(f"resident memory over {len(rss)} checkpoints: {rss[0] / 2**20:.0f} -> {rss[-1] / 2**20:.0f} MiB ({growth:+.1f} MiB)")
+    print(
+        f"resident memory over {len(rss)} checkpoints: {rss[0] / 2**20:.0f} -> {rss[-1] / 2**20:.0f} MiB ({growth:+.1f} MiB)"
+    )
     assert growth < 50, f"resident memory grew by {growth:.0f} MiB over {len(rss)} checkpoints"

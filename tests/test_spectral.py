@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 import torch
-
 from _launch import free_port
+
 from hf_contrast.losses import SpectralContrastiveLoss, spectral_contrastive_loss
 
 
@@ -160,8 +160,17 @@ def test_gather_distributed_equals_single_process(tmp_path: Path) -> None:
     worker.write_text(_WORKER)
     port = free_port()
     result_file = tmp_path / "result.json"
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", str(port),
-           str(worker), str(result_file)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc_per_node",
+        "2",
+        "--master_port",
+        str(port),
+        str(worker),
+        str(result_file),
+    ]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=180)
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = json.loads(result_file.read_text())

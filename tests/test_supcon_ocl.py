@@ -123,7 +123,10 @@ def test_module_matches_function_and_exposes_config(module_cls: type, loss_fn: L
     torch.testing.assert_close(module(z, labels), loss_fn(z, labels, temperature=0.3, normalize=False))
     torch.testing.assert_close(module_cls()(z, labels), loss_fn(z, labels, temperature=0.1))
     assert module.get_config_dict() == {
-        "temperature": 0.3, "normalize": False, "gather_distributed": False, "tile_size": None
+        "temperature": 0.3,
+        "normalize": False,
+        "gather_distributed": False,
+        "tile_size": None,
     }
 
 

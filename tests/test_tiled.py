@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 import torch
+from _launch import free_port, load_script
 from torch import Tensor
 
-from _launch import free_port, load_script
 from hf_contrast.losses import (
     AlignUniformLoss,
     BinaryNCELoss,
@@ -44,7 +44,9 @@ from hf_contrast.losses.tiled import (
 # name -> loss(z1, z2, labels, tile_size): every tiled loss, in one signature
 LOSSES: dict[str, Callable[[Tensor, Tensor, Tensor, int], Tensor]] = {
     "info_nce": lambda z1, z2, y, tile: info_nce_loss(z1, z2, temperature=0.3, tile_size=tile),
-    "info_nce_raw": lambda z1, z2, y, tile: info_nce_loss(z1 / 3, z2 / 3, temperature=0.7, normalize=False, tile_size=tile),
+    "info_nce_raw": lambda z1, z2, y, tile: info_nce_loss(
+        z1 / 3, z2 / 3, temperature=0.7, normalize=False, tile_size=tile
+    ),
     "supcon": lambda z1, z2, y, tile: supcon_loss(z1, y, temperature=0.1, tile_size=tile),
     "ocl": lambda z1, z2, y, tile: ocl_loss(z1, y, temperature=0.1, tile_size=tile),
     "ocl_raw": lambda z1, z2, y, tile: ocl_loss(z1 / 3, y, temperature=0.5, normalize=False, tile_size=tile),
@@ -72,9 +74,7 @@ def _value_and_grads(name: str, z1: Tensor, z2: Tensor, labels: Tensor, tile: in
 
 
 @pytest.mark.parametrize("name", sorted(LOSSES))
-@pytest.mark.parametrize(
-    ("dtype", "tol"), [(torch.float64, 1e-5), (torch.float32, 1e-4)], ids=["float64", "float32"]
-)
+@pytest.mark.parametrize(("dtype", "tol"), [(torch.float64, 1e-5), (torch.float32, 1e-4)], ids=["float64", "float32"])
 @pytest.mark.parametrize("tile", [4, 6, 64])  # divides B = 28, leaves a partial last tile, exceeds B
 def test_tiled_equals_dense(name: str, dtype: torch.dtype, tol: float, tile: int) -> None:
     z1, z2, labels = _inputs(28, 16, dtype)
@@ -272,7 +272,9 @@ def test_two_processes_tiled_equal_dense_and_one_process(tmp_path: Path) -> None
         if name == "uniformity":
             continue
         # ... and the mean over the ranks is one process's dense loss on the global batch.
-        single_loss, single_grads = script.loss_and_grads(name, model, x1, x2, labels, gather_distributed=False, tile_size=0)
+        single_loss, single_grads = script.loss_and_grads(
+            name, model, x1, x2, labels, gather_distributed=False, tile_size=0
+        )
         mean_loss = torch.stack([results[f"{name}/tiled"]["loss"] for results in ranks]).mean()
         torch.testing.assert_close(mean_loss, single_loss, rtol=0, atol=1e-5, msg=name)
         for got, expected in zip(ranks[0][f"{name}/tiled"]["grads"], single_grads, strict=True):

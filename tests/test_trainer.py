@@ -8,8 +8,6 @@ import warnings
 import numpy as np
 import pytest
 import torch
-from transformers import EvalPrediction, HfArgumentParser, TrainerCallback, TrainingArguments
-
 from distributed_scripts.trainer_utils import (
     fixed_views_collator,
     image_dataset,
@@ -17,6 +15,8 @@ from distributed_scripts.trainer_utils import (
     training_args,
     vit_encoder,
 )
+from transformers import EvalPrediction, HfArgumentParser, TrainerCallback, TrainingArguments
+
 from hf_contrast.losses import InfoNCELoss
 from hf_contrast.metrics.geometry import alignment, uniformity
 from hf_contrast.metrics.probes import knn_accuracy
@@ -59,7 +59,10 @@ def test_arguments_parse_from_the_command_line(tmp_path) -> None:
     assert (args.eval_representation, args.knn_k) == ("projections", 5)
     assert args.remove_unused_columns is False  # the collators read columns the encoder does not take
     assert args.logging_nan_inf_filter is False  # a NaN loss is never logged as something else
-    assert args.nonfinite_policy == "skip" and ContrastiveTrainingArguments(output_dir=str(tmp_path)).nonfinite_policy == "raise"
+    assert (
+        args.nonfinite_policy == "skip"
+        and ContrastiveTrainingArguments(output_dir=str(tmp_path)).nonfinite_policy == "raise"
+    )
     assert isinstance(args, TrainingArguments)
 
 
@@ -88,7 +91,9 @@ def test_method_hyperparameters_are_not_training_arguments(tmp_path) -> None:
 
 def test_trainer_requires_contrastive_arguments(tmp_path, images) -> None:
     with pytest.raises(ValueError, match="`args` must be a ContrastiveTrainingArguments"):
-        SimCLRTrainer(model=vit_encoder(), args=TrainingArguments(output_dir=str(tmp_path), use_cpu=True), train_dataset=images)
+        SimCLRTrainer(
+            model=vit_encoder(), args=TrainingArguments(output_dir=str(tmp_path), use_cpu=True), train_dataset=images
+        )
 
 
 def test_base_trainer_needs_an_objective(tmp_path, images) -> None:
@@ -160,7 +165,9 @@ def test_gradient_accumulation_equals_one_large_batch(tmp_path, images) -> None:
         torch.testing.assert_close(accumulated[name], full[name], atol=1e-6, rtol=1e-5)
 
 
-@pytest.mark.parametrize(("trainer_cls", "objective_cls"), [(SupConTrainer, SupConObjective), (OCLTrainer, OCLObjective)])
+@pytest.mark.parametrize(
+    ("trainer_cls", "objective_cls"), [(SupConTrainer, SupConObjective), (OCLTrainer, OCLObjective)]
+)
 def test_a_batch_without_positive_pair_is_skipped_with_a_warning(tmp_path, trainer_cls, objective_cls) -> None:
     # one batch of 4 distinct classes (in any sampling order); one view -> no positive pair
     data = image_dataset(n=4, labels=[0, 1, 2, 3])
@@ -168,7 +175,11 @@ def test_a_batch_without_positive_pair_is_skipped_with_a_warning(tmp_path, train
     before = parameters(model)
     args = training_args(tmp_path, per_device_train_batch_size=4, max_steps=3)
     trainer = trainer_cls(
-        model=model, args=args, train_dataset=data, data_collator=fixed_views_collator, objective=objective_cls(n_views=1)
+        model=model,
+        args=args,
+        train_dataset=data,
+        data_collator=fixed_views_collator,
+        objective=objective_cls(n_views=1),
     )
     assert trainer.objective.name == trainer_cls.default_objective
     with pytest.warns(RuntimeWarning, match="no positive pair"):
@@ -184,7 +195,11 @@ def test_a_batch_with_positives_is_not_skipped(tmp_path) -> None:
     model = vit_encoder()
     args = training_args(tmp_path, per_device_train_batch_size=4, max_steps=2)
     trainer = SupConTrainer(
-        model=model, args=args, train_dataset=data, data_collator=fixed_views_collator, objective=SupConObjective(n_views=1)
+        model=model,
+        args=args,
+        train_dataset=data,
+        data_collator=fixed_views_collator,
+        objective=SupConObjective(n_views=1),
     )
     with warnings.catch_warnings():
         warnings.simplefilter("error", RuntimeWarning)
@@ -197,7 +212,11 @@ def test_objective_owned_parameters_are_optimized_and_checkpointed(tmp_path, ima
         args = training_args(output_dir, learning_rate=0.05, save_strategy="steps", save_steps=2, **overrides)
         objective = BinaryNCEObjective(learnable_temperature=True, learnable_bias=True)
         return SimCLRTrainer(
-            model=vit_encoder(), args=args, train_dataset=images, objective=objective, data_collator=fixed_views_collator
+            model=vit_encoder(),
+            args=args,
+            train_dataset=images,
+            objective=objective,
+            data_collator=fixed_views_collator,
         )
 
     trainer = build(tmp_path / "run")
@@ -213,7 +232,9 @@ def test_objective_owned_parameters_are_optimized_and_checkpointed(tmp_path, ima
     assert resumed.objective.loss.bias.item() == pytest.approx(-10.0)
     resumed.train(resume_from_checkpoint=str(tmp_path / "run" / "checkpoint-2"))
     torch.testing.assert_close(resumed.objective.loss.bias.detach(), loss.bias.detach(), atol=0, rtol=0)
-    torch.testing.assert_close(resumed.objective.loss.log_temperature.detach(), loss.log_temperature.detach(), atol=0, rtol=0)
+    torch.testing.assert_close(
+        resumed.objective.loss.log_temperature.detach(), loss.log_temperature.detach(), atol=0, rtol=0
+    )
     # the saved encoder stays a clean ContrastiveEncoder (the objective is not part of it)
     trainer.save_model(str(tmp_path / "final"))
     reloaded = ContrastiveEncoder.from_pretrained(str(tmp_path / "final"))
@@ -226,7 +247,9 @@ def test_objective_owned_parameters_are_optimized_and_checkpointed(tmp_path, ima
 def test_remove_unused_columns_is_refused_with_the_fix(tmp_path, images) -> None:
     data = images.add_column("noise", list(range(len(images))))
     args = training_args(tmp_path, max_steps=1, remove_unused_columns=True)
-    with pytest.raises(ValueError, match=r"remove_unused_columns=True.*'image'.*remove_unused_columns=False.*select_columns"):
+    with pytest.raises(
+        ValueError, match=r"remove_unused_columns=True.*'image'.*remove_unused_columns=False.*select_columns"
+    ):
         SupConTrainer(model=vit_encoder(), args=args, train_dataset=data)
     # the fix the message gives: keep the columns the objective reads, nothing else reaches the collator
     seen: list[set[str]] = []
@@ -236,7 +259,9 @@ def test_remove_unused_columns_is_refused_with_the_fix(tmp_path, images) -> None
         return fixed_views_collator(features)
 
     kept = data.select_columns(["image", "label"])
-    trainer = SupConTrainer(model=vit_encoder(), args=training_args(tmp_path, max_steps=1), train_dataset=kept, data_collator=collator)
+    trainer = SupConTrainer(
+        model=vit_encoder(), args=training_args(tmp_path, max_steps=1), train_dataset=kept, data_collator=collator
+    )
     trainer.train()
     assert seen and all(columns == {"image", "label"} for columns in seen)
 
@@ -254,19 +279,39 @@ def test_a_batch_sampler_loader_keeps_every_trainer_dataloader_option(tmp_path) 
         options["dataloader_in_order"] = False
     data = image_dataset(n=30, size=16, n_classes=5)
     args = training_args(tmp_path, per_device_train_batch_size=6, **options)
-    trainer = SimOTrainer(model=vit_encoder(), args=args, train_dataset=data, objective=SimOObjective(classes_per_batch=2, samples_per_class=3))
+    trainer = SimOTrainer(
+        model=vit_encoder(),
+        args=args,
+        train_dataset=data,
+        objective=SimOObjective(classes_per_batch=2, samples_per_class=3),
+    )
     ours, reference = trainer.get_train_dataloader(), Trainer.get_train_dataloader(trainer)  # the Trainer's own loader
     assert type(ours.batch_sampler).__name__ == "AFCLBatchSampler" != type(reference.batch_sampler).__name__
-    for name in ("num_workers", "prefetch_factor", "persistent_workers", "pin_memory", "multiprocessing_context", "in_order", "timeout"):
+    for name in (
+        "num_workers",
+        "prefetch_factor",
+        "persistent_workers",
+        "pin_memory",
+        "multiprocessing_context",
+        "in_order",
+        "timeout",
+    ):
         assert getattr(ours, name, None) == getattr(reference, name, None), name
     assert ours.num_workers == 2 and ours.prefetch_factor == 3 and ours.persistent_workers
-    assert ours.worker_init_fn.func is seed_worker and ours.worker_init_fn.keywords == reference.worker_init_fn.keywords
+    assert (
+        ours.worker_init_fn.func is seed_worker and ours.worker_init_fn.keywords == reference.worker_init_fn.keywords
+    )
 
 
 def test_auto_find_batch_size_is_refused_for_a_batch_sampler(tmp_path) -> None:
     data = image_dataset(n=30, size=16, n_classes=5)
     args = training_args(tmp_path, per_device_train_batch_size=6, auto_find_batch_size=True)
-    trainer = SimOTrainer(model=vit_encoder(), args=args, train_dataset=data, objective=SimOObjective(classes_per_batch=2, samples_per_class=3))
+    trainer = SimOTrainer(
+        model=vit_encoder(),
+        args=args,
+        train_dataset=data,
+        objective=SimOObjective(classes_per_batch=2, samples_per_class=3),
+    )
     with pytest.raises(ValueError, match="auto_find_batch_size=True` cannot resize the batches of SimOObjective"):
         trainer.get_train_dataloader()
 
@@ -353,7 +398,11 @@ def test_load_best_model_at_end_uses_eval_loss_by_default(tmp_path, images) -> N
 def test_load_best_model_without_eval_loss_is_rejected_before_training(tmp_path) -> None:
     data = image_dataset(n=16, size=16, n_classes=8)
     args = training_args(
-        tmp_path, per_device_train_batch_size=4, eval_strategy="steps", save_strategy="steps", load_best_model_at_end=True
+        tmp_path,
+        per_device_train_batch_size=4,
+        eval_strategy="steps",
+        save_strategy="steps",
+        load_best_model_at_end=True,
     )
     with pytest.raises(ValueError, match="metric_for_best_model"):
         SimOTrainer(model=vit_encoder(), args=args, train_dataset=data, eval_dataset=data, objective="simo")
@@ -433,7 +482,9 @@ def test_evaluator_metrics_are_reported_and_choose_the_best_checkpoint(tmp_path,
         save_strategy="steps", save_steps=2, load_best_model_at_end=True, metric_for_best_model="eval_probe_score",
         greater_is_better=True,
     )  # fmt: skip
-    trainer = SimCLRTrainer(model=vit_encoder(), args=args, train_dataset=images, eval_dataset=images, evaluator=evaluator)
+    trainer = SimCLRTrainer(
+        model=vit_encoder(), args=args, train_dataset=images, eval_dataset=images, evaluator=evaluator
+    )
     trainer.train()
     scores = [h["eval_probe_score"] for h in trainer.state.log_history if "eval_probe_score" in h]
     assert scores == [0.1, 0.9, 0.3]

@@ -17,7 +17,6 @@ from typing import Any
 
 import pytest
 import torch
-
 from _launch import free_port, load_script
 
 SCRIPT = Path(__file__).parent / "distributed_scripts" / "trainer_distributed.py"
@@ -28,8 +27,6 @@ pytestmark = pytest.mark.distributed
 
 def _load_script() -> ModuleType:
     return load_script("trainer_distributed", SCRIPT)
-
-
 
 
 @pytest.fixture(scope="module")
@@ -47,7 +44,9 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, dict
         pytest.fail(f"accelerate launch failed ({done.returncode}):\n{done.stdout[-3000:]}\n{done.stderr[-5000:]}")
     script = _load_script()
     single = {
-        method: script.run(method, out_dir / "single", WORLD_SIZE * script.LOCAL_BATCH, WORLD_SIZE * script.LOCAL_SPLITS)
+        method: script.run(
+            method, out_dir / "single", WORLD_SIZE * script.LOCAL_BATCH, WORLD_SIZE * script.LOCAL_SPLITS
+        )
         for method in ("care", "ocl")
     }
     return out_dir, single
@@ -70,7 +69,9 @@ def test_two_processes_train_like_one_process_on_the_global_batch(runs, method: 
     one_losses = [h["loss"] for h in one["log_history"] if "loss" in h]
     assert two_losses == pytest.approx(one_losses, rel=1e-5, abs=1e-6)
     if method != "ocl":  # per-term logs are reduced over processes too
-        for a, b in zip((h for h in two["log_history"] if "loss" in h), (h for h in one["log_history"] if "loss" in h)):
+        for a, b in zip(
+            (h for h in two["log_history"] if "loss" in h), (h for h in one["log_history"] if "loss" in h)
+        ):
             assert a["loss_invariance"] == pytest.approx(b["loss_invariance"], rel=1e-5)
             assert a["loss_equivariance"] == pytest.approx(b["loss_equivariance"], rel=1e-4, abs=1e-7)
 

@@ -43,7 +43,9 @@ NOT_DATASETS = st.one_of(
     st.lists(st.integers(), min_size=1, max_size=5),
     st.integers(),
     st.floats(allow_nan=False),
-    st.dictionaries(st.sampled_from(["text", "image", "label"]), st.lists(st.text(max_size=4), max_size=3), min_size=1),
+    st.dictionaries(
+        st.sampled_from(["text", "image", "label"]), st.lists(st.text(max_size=4), max_size=3), min_size=1
+    ),
 )
 
 
@@ -71,15 +73,22 @@ def test_eval_dataset_of_the_wrong_type_is_named(model, args, images, value) -> 
 
 def test_split_dicts_frames_and_tuple_rows_name_the_fix(model, args, images) -> None:
     splits = datasets.DatasetDict(train=images, test=images)
-    with pytest.raises(InputTypeError, match=r"`train_dataset` is a DatasetDict of the splits \['train', 'test'\]; pass one split, e.g. `train_dataset=data\['train'\]`"):
+    with pytest.raises(
+        InputTypeError,
+        match=r"`train_dataset` is a DatasetDict of the splits \['train', 'test'\]; pass one split, e.g. `train_dataset=data\['train'\]`",
+    ):
         SimCLRTrainer(model=model, args=args, train_dataset=splits)
     pandas = pytest.importorskip("pandas")
-    with pytest.raises(InputTypeError, match=r"`train_dataset` is a pandas DataFrame; pass `datasets.Dataset.from_pandas\(frame\)`"):
+    with pytest.raises(
+        InputTypeError, match=r"`train_dataset` is a pandas DataFrame; pass `datasets.Dataset.from_pandas\(frame\)`"
+    ):
         SimCLRTrainer(model=model, args=args, train_dataset=pandas.DataFrame({"text": ["a", "b"]}))
     tensors = torch.utils.data.TensorDataset(torch.zeros(4, 3, 16, 16), torch.zeros(4, dtype=torch.long))
     with pytest.raises(InputTypeError, match=r"`train_dataset` \(TensorDataset\) yields rows of type tuple"):
         SimCLRTrainer(model=model, args=args, train_dataset=tensors)
-    SimCLRTrainer(model=model, args=args, train_dataset=images, eval_dataset=splits)  # a DatasetDict evaluates each split
+    SimCLRTrainer(
+        model=model, args=args, train_dataset=images, eval_dataset=splits
+    )  # a DatasetDict evaluates each split
 
 
 @pytest.mark.parametrize("value", ["resnet18", "outputs/care", 3, {"backbone": "resnet18"}])
@@ -93,17 +102,28 @@ def test_model_must_be_a_model_object_and_the_message_lists_only_what_is_accepte
 
 
 def test_image_column_of_integers_is_named_before_any_work(model, images, tmp_path) -> None:
-    with pytest.raises(InputTypeError, match=r"`image_column`='label' names a column of numbers \(int64\) in `train_dataset`.*set `image_column`"):
+    with pytest.raises(
+        InputTypeError,
+        match=r"`image_column`='label' names a column of numbers \(int64\) in `train_dataset`.*set `image_column`",
+    ):
         SimCLRTrainer(model=model, args=training_args(tmp_path, image_column="label"), train_dataset=images)
     rows = [{"image": i, "label": 0} for i in range(4)]  # no features: the first row tells
     with pytest.raises(InputTypeError, match=r"`image_column`='image' names a column of numbers \(int\)"):
         SimCLRTrainer(model=model, args=training_args(tmp_path), train_dataset=rows)
     with pytest.raises(InputTypeError, match=r"in `eval_dataset`"):
-        SimCLRTrainer(model=model, args=training_args(tmp_path), train_dataset=images, eval_dataset=images.rename_column("image", "x").rename_column("label", "image"))
+        SimCLRTrainer(
+            model=model,
+            args=training_args(tmp_path),
+            train_dataset=images,
+            eval_dataset=images.rename_column("image", "x").rename_column("label", "image"),
+        )
 
 
 def test_label_column_of_images_or_strings_is_named_before_arrow_sees_it(model, images, tmp_path) -> None:
-    with pytest.raises(InputTypeError, match=r"`label_column`='image' names a column of images \(an Image feature\) in `train_dataset`"):
+    with pytest.raises(
+        InputTypeError,
+        match=r"`label_column`='image' names a column of images \(an Image feature\) in `train_dataset`",
+    ):
         SupConTrainer(model=model, args=training_args(tmp_path, label_column="image"), train_dataset=images)
     named = datasets.Dataset.from_dict({"image": list(images["image"]), "label": [str(i % 4) for i in range(16)]})
     with pytest.raises(InputTypeError, match=r"`label_column`='label' names a column of strings.*class_encode_column"):
@@ -116,7 +136,11 @@ def test_text_column_of_numbers_is_named(tmp_path) -> None:
 
     data = datasets.Dataset.from_dict({"text": ["a b", "c d", "e f", "g h"], "n": [1, 2, 3, 4]})
     with pytest.raises(InputTypeError, match=r"`text_column`='n' names a column of numbers"):
-        SimCLRTrainer(model=tiny_text_encoder(), args=training_args(tmp_path, text_column="n", per_device_train_batch_size=4), train_dataset=data)
+        SimCLRTrainer(
+            model=tiny_text_encoder(),
+            args=training_args(tmp_path, text_column="n", per_device_train_batch_size=4),
+            train_dataset=data,
+        )
 
 
 def _small_class_images() -> datasets.Dataset:
@@ -128,7 +152,12 @@ def test_simo_replacement_is_an_option_and_the_advice_names_it(model, tmp_path) 
     data = _small_class_images()
     args = training_args(tmp_path, per_device_train_batch_size=8, max_steps=1)
     with pytest.raises(InputError) as caught:  # at construction, not at the first batch
-        SimOTrainer(model=model, args=args, train_dataset=data, objective=SimOObjective(classes_per_batch=2, samples_per_class=4))
+        SimOTrainer(
+            model=model,
+            args=args,
+            train_dataset=data,
+            objective=SimOObjective(classes_per_batch=2, samples_per_class=4),
+        )
     message = str(caught.value)
     assert "class 5 has 2" in message and "replacement=True" in message and "`--replacement`" in message
     trainer = SimOTrainer(
@@ -136,13 +165,18 @@ def test_simo_replacement_is_an_option_and_the_advice_names_it(model, tmp_path) 
         objective=SimOObjective(classes_per_batch=2, samples_per_class=4, replacement=True),
     )  # fmt: skip
     sampler = trainer.get_train_dataloader().batch_sampler
-    assert getattr(sampler, "replacement", None) is True or "replacement=True" in repr(trainer.objective.train_batch_sampler(data, trainer.views))
+    assert getattr(sampler, "replacement", None) is True or "replacement=True" in repr(
+        trainer.objective.train_batch_sampler(data, trainer.views)
+    )
     with pytest.raises(InputError, match="`replacement` must be True or False, got 'yes'"):
         SimOConfig(replacement="yes").validate()
 
 
 def test_simo_batch_size_mismatch_names_both_sides_and_the_fix(model, tmp_path) -> None:
-    with pytest.raises(InputError, match=r"`per_device_train_batch_size`=6 must equal .* 2 × 4 = 8.*set `per_device_train_batch_size`=8"):
+    with pytest.raises(
+        InputError,
+        match=r"`per_device_train_batch_size`=6 must equal .* 2 × 4 = 8.*set `per_device_train_batch_size`=8",
+    ):
         SimOTrainer(
             model=model, args=training_args(tmp_path, per_device_train_batch_size=6), train_dataset=_small_class_images(),
             objective=SimOObjective(classes_per_batch=2, samples_per_class=4, replacement=True),

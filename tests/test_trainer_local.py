@@ -8,8 +8,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-
 from distributed_scripts.trainer_utils import parameters, training_args
+
 from hf_contrast.losses.local import LOCALLoss, inverse_frequency_weights, pair_difference
 from hf_contrast.objectives import LOCALObjective
 from hf_contrast.training import LOCALTrainer
@@ -35,7 +35,11 @@ def pairs():
         }
     )
     return datasets.Dataset.from_dict(
-        {"image_pre": [Image.fromarray(p) for p in pre], "image_post": [Image.fromarray(p) for p in post], "label": labels},
+        {
+            "image_pre": [Image.fromarray(p) for p in pre],
+            "image_post": [Image.fromarray(p) for p in post],
+            "label": labels,
+        },
         features=features,
     )
 
@@ -108,7 +112,9 @@ def test_local_evaluation_and_the_pair_classifier(tmp_path, pairs) -> None:
     with torch.no_grad():
         pre, post = model(pixel_values=batch["pixel_values_pre"]), model(pixel_values=batch["pixel_values_post"])
         torch.testing.assert_close(logits, trainer.objective.loss.classify(pre.embeddings, post.embeddings))
-        torch.testing.assert_close(torch.from_numpy(z), pair_difference(pre.projections, post.projections), atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(
+            torch.from_numpy(z), pair_difference(pre.projections, post.projections), atol=1e-5, rtol=1e-5
+        )
     # evaluate() reports the classifier: its accuracy and macro-F1 match the predictions' logits
     torch.testing.assert_close(torch.from_numpy(output.predictions[1]), logits, atol=1e-5, rtol=1e-5)
     labels = torch.tensor(pairs["label"])

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import pytest
 import torch
-
 from _tiny import tiny_text_encoder, tiny_tokenizer
 from distributed_scripts.trainer_utils import (
     fixed_equivariance_views,
@@ -14,6 +13,7 @@ from distributed_scripts.trainer_utils import (
     training_args,
     vit_encoder,
 )
+
 from hf_contrast.losses import AFCLLoss, CARELoss
 from hf_contrast.objectives import (
     AlignUniformObjective,
@@ -56,17 +56,43 @@ CASES = [
     ("vicreg", SimCLRTrainer, "vicreg", {}, {"loss_invariance", "loss_variance", "loss_covariance"}),
     ("binary_nce", SimCLRTrainer, "binary_nce", {}, set()),
     ("care", CARETrainer, lambda: CAREObjective(n_splits=2), {}, {"loss_invariance", "loss_equivariance"}),
-    ("care_shared", CARETrainer, lambda: CAREObjective(n_splits=2, share_views=True), {}, {"loss_invariance", "loss_equivariance"}),
-    ("care_moco", CARETrainer, lambda: CAREMoCoObjective(n_splits=2, moco_queue_size=32), {}, {"loss_invariance", "loss_equivariance"}),
+    (
+        "care_shared",
+        CARETrainer,
+        lambda: CAREObjective(n_splits=2, share_views=True),
+        {},
+        {"loss_invariance", "loss_equivariance"},
+    ),
+    (
+        "care_moco",
+        CARETrainer,
+        lambda: CAREMoCoObjective(n_splits=2, moco_queue_size=32),
+        {},
+        {"loss_invariance", "loss_equivariance"},
+    ),
     ("supcon", SupConTrainer, None, {}, set()),
     ("ocl", OCLTrainer, None, {}, set()),
-    ("simo", SimOTrainer, lambda: SimOObjective(classes_per_batch=2, samples_per_class=2), {"per_device_train_batch_size": 4}, {"loss_same", "loss_mean", "loss_diff"}),
-    ("align_uniform", AlignUniformTrainer, lambda: AlignUniformObjective(simcse_weight=0.5), {}, {"loss_align", "loss_uniform", "loss_simcse"}),
+    (
+        "simo",
+        SimOTrainer,
+        lambda: SimOObjective(classes_per_batch=2, samples_per_class=2),
+        {"per_device_train_batch_size": 4},
+        {"loss_same", "loss_mean", "loss_diff"},
+    ),
+    (
+        "align_uniform",
+        AlignUniformTrainer,
+        lambda: AlignUniformObjective(simcse_weight=0.5),
+        {},
+        {"loss_align", "loss_uniform", "loss_simcse"},
+    ),
 ]
 
 
 @pytest.mark.parametrize(("name", "trainer_cls", "objective", "extra", "terms"), CASES, ids=[c[0] for c in CASES])
-def test_each_image_trainer_trains_and_logs_its_terms(tmp_path, images, name, trainer_cls, objective, extra, terms) -> None:
+def test_each_image_trainer_trains_and_logs_its_terms(
+    tmp_path, images, name, trainer_cls, objective, extra, terms
+) -> None:
     model = vit_encoder()
     before = parameters(model)
     objective = objective() if callable(objective) else objective
@@ -75,7 +101,9 @@ def test_each_image_trainer_trains_and_logs_its_terms(tmp_path, images, name, tr
         kwargs["data_collator"] = fixed_views_collator
         if trainer_cls is CARETrainer:
             objective.equivariance_augmentation = fixed_equivariance_views
-    trainer = trainer_cls(model=model, args=training_args(tmp_path, **extra), train_dataset=images, objective=objective, **kwargs)
+    trainer = trainer_cls(
+        model=model, args=training_args(tmp_path, **extra), train_dataset=images, objective=objective, **kwargs
+    )
     assert trainer.objective.name == name.replace("care_shared", "care")
     trainer.train()
     after = parameters(model)
@@ -90,7 +118,9 @@ def test_each_image_trainer_trains_and_logs_its_terms(tmp_path, images, name, tr
 
 def test_care_feeds_the_four_views_to_care_loss(tmp_path, images) -> None:
     model = vit_encoder()
-    objective = CAREObjective(care_weight=0.5, temperature=0.3, n_splits=2, equivariance_augmentation=fixed_equivariance_views)
+    objective = CAREObjective(
+        care_weight=0.5, temperature=0.3, n_splits=2, equivariance_augmentation=fixed_equivariance_views
+    )
     trainer = CARETrainer(
         model=model, args=training_args(tmp_path), train_dataset=images, data_collator=fixed_views_collator,
         objective=objective,
@@ -151,7 +181,9 @@ def test_simo_batches_are_class_major_and_views_are_grouped(tmp_path) -> None:
 
     args = training_args(tmp_path, per_device_train_batch_size=6, max_steps=3)
     objective = Recording(classes_per_batch=2, samples_per_class=3, n_views=2)
-    trainer = SimOTrainer(model=vit_encoder(), args=args, train_dataset=data, data_collator=fixed_views_collator, objective=objective)
+    trainer = SimOTrainer(
+        model=vit_encoder(), args=args, train_dataset=data, data_collator=fixed_views_collator, objective=objective
+    )
     trainer.train()
     assert len(seen) == 3
     for labels in seen:
@@ -195,7 +227,9 @@ def test_supcon_and_ocl_differ_only_in_the_negatives(tmp_path, images) -> None:
     z = torch.cat([model(pixel_values=batch[k]).projections for k in ("pixel_values_1", "pixel_values_2")])
     y = batch["labels"].repeat(2)
     for cls, loss in [(SupConTrainer, SupConLoss()), (OCLTrainer, OCLoss())]:
-        trainer = cls(model=model, args=training_args(tmp_path), train_dataset=images, data_collator=fixed_views_collator)
+        trainer = cls(
+            model=model, args=training_args(tmp_path), train_dataset=images, data_collator=fixed_views_collator
+        )
         torch.testing.assert_close(trainer.compute_loss(model, batch), loss(z, y), atol=1e-6, rtol=1e-5)
 
 
@@ -217,7 +251,12 @@ def test_bad_method_names_are_rejected(tmp_path, images) -> None:
         (SimCLRTrainer, None, {}, set()),
         (CARETrainer, lambda: CAREObjective(n_splits=2), {}, {"loss_invariance", "loss_equivariance"}),
         (SupConTrainer, None, {"text_pair_column": "pair"}, set()),
-        (AlignUniformTrainer, lambda: AlignUniformObjective(simcse_weight=1.0), {}, {"loss_align", "loss_uniform", "loss_simcse", "loss_task"}),
+        (
+            AlignUniformTrainer,
+            lambda: AlignUniformObjective(simcse_weight=1.0),
+            {},
+            {"loss_align", "loss_uniform", "loss_simcse", "loss_task"},
+        ),
     ],
     ids=["simcse", "care_text", "supcon_pairs", "equibert"],
 )

@@ -26,8 +26,10 @@ def reference_vicreg(
 
     def var_cov(z: list[list[float]]) -> tuple[float, float]:
         means = [sum(z[i][k] for i in range(n)) / n for k in range(d)]
-        cov = [[sum((z[i][k] - means[k]) * (z[i][l] - means[l]) for i in range(n)) / (n - 1) for l in range(d)]
-               for k in range(d)]
+        cov = [
+            [sum((z[i][k] - means[k]) * (z[i][l] - means[l]) for i in range(n)) / (n - 1) for l in range(d)]
+            for k in range(d)
+        ]
         v = sum(max(0.0, gamma - math.sqrt(cov[k][k] + eps)) for k in range(d)) / d
         c = sum(cov[k][l] ** 2 for k in range(d) for l in range(d) if k != l) / d
         return v, c
@@ -38,7 +40,9 @@ def reference_vicreg(
     return terms
 
 
-def _views(seed: int, b: int = 10, d: int = 4, dtype: torch.dtype = torch.float32) -> tuple[torch.Tensor, torch.Tensor]:
+def _views(
+    seed: int, b: int = 10, d: int = 4, dtype: torch.dtype = torch.float32
+) -> tuple[torch.Tensor, torch.Tensor]:
     g = torch.Generator().manual_seed(seed)
     # scale 0.5 so that some dimensions have std < 1 and the variance hinge is active
     z1 = 0.5 * torch.randn(b, d, generator=g, dtype=dtype)
@@ -62,9 +66,7 @@ def test_matches_reference_loop(kwargs: dict[str, float]) -> None:
     assert out64["loss"].item() == pytest.approx(expected["loss"], rel=1e-12)
 
 
-@pytest.mark.parametrize(
-    "weights", [(25.0, 25.0, 1.0), (1.0, 0.5, 0.04)]
-)
+@pytest.mark.parametrize("weights", [(25.0, 25.0, 1.0), (1.0, 0.5, 0.04)])
 def test_equals_lightly(weights: tuple[float, float, float]) -> None:
     lightly_loss = pytest.importorskip("lightly.loss")
     lam, mu, nu = weights
@@ -105,7 +107,11 @@ def test_functional_equals_module_and_terms_sum() -> None:
     torch.testing.assert_close(out["loss"], out["invariance"] + out["variance"] + out["covariance"])
     assert module.get_config_dict() == kwargs
     assert VICRegLoss().get_config_dict() == {
-        "invariance_weight": 25.0, "variance_weight": 25.0, "covariance_weight": 1.0, "gamma": 1.0, "eps": 1e-4
+        "invariance_weight": 25.0,
+        "variance_weight": 25.0,
+        "covariance_weight": 1.0,
+        "gamma": 1.0,
+        "eps": 1e-4,
     }
     assert "bardes2022vicreg" in module.citation
 

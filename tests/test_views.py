@@ -68,7 +68,9 @@ def test_views_are_chosen_once_from_the_model() -> None:
 
 
 def test_both_implementations_answer_the_whole_interface() -> None:
-    abstract = {name for name, member in inspect.getmembers(ViewBuilder) if getattr(member, "__isabstractmethod__", False)}
+    abstract = {
+        name for name, member in inspect.getmembers(ViewBuilder) if getattr(member, "__isabstractmethod__", False)
+    }
     assert {"collator", "view", "augmented", "eval_views", "merge", "chunked_views", "paired_collator"} <= abstract
     for implementation in (ImageViews, TextViews):
         assert not implementation.__abstractmethods__
@@ -83,7 +85,11 @@ def test_image_views_of_a_batch(image_views: ImageViews) -> None:
     x["pixel_values"] = torch.zeros(4, 3, 32, 32)
     v1, v2 = image_views.augmented(x, 2)
     assert v1["pixel_values"] is x["pixel_values_1"] and v2["pixel_values"] is x["pixel_values_2"]
-    assert [v["pixel_values"] for v in image_views.eval_views(x)] == [x["pixel_values"], x["pixel_values_1"], x["pixel_values_2"]]
+    assert [v["pixel_values"] for v in image_views.eval_views(x)] == [
+        x["pixel_values"],
+        x["pixel_values_1"],
+        x["pixel_values_2"],
+    ]
     assert image_views.view(x, "pre")["pixel_values"] is x["pixel_values_pre"]
     merged = image_views.merge([v1, v2])
     assert torch.equal(merged["pixel_values"], torch.cat([x["pixel_values_1"], x["pixel_values_2"]]))
@@ -120,7 +126,9 @@ def test_padding_views_together_does_not_change_their_embeddings(text_views: Tex
     model = text_views.model.eval()
     tokenizer = text_views.processing_class
     short = dict(tokenizer(["the cat", "a dog sat"], padding=True, return_tensors="pt"))
-    long = dict(tokenizer(["the man and the woman sat on the red mat", "hello world"], padding=True, return_tensors="pt"))
+    long = dict(
+        tokenizer(["the man and the woman sat on the red mat", "hello world"], padding=True, return_tensors="pt")
+    )
     with torch.no_grad():
         together = text_views.encode(model, [short, long])
         alone = [model(**short), model(**long)]
@@ -137,7 +145,9 @@ def test_collators_and_chunked_augmentations_follow_the_model(image_views: Image
     assert text_views.input_columns() == ("text", "input_ids") and image_views.input_columns()[0] == "image"
 
 
-def test_care_gets_its_equivariance_views_from_either_implementation(image_views: ImageViews, text_views: TextViews) -> None:
+def test_care_gets_its_equivariance_views_from_either_implementation(
+    image_views: ImageViews, text_views: TextViews
+) -> None:
     tokenizer = text_views.processing_class
     for views, batch in (
         (image_views, {"pixel_values_eq": torch.randint(0, 255, (8, 3, 32, 32), dtype=torch.uint8)}),

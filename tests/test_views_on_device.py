@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 import torch
+from distributed_scripts.trainer_utils import image_dataset, parameters, training_args, vit_encoder
 from transformers import HfArgumentParser
 
-from distributed_scripts.trainer_utils import image_dataset, parameters, training_args, vit_encoder
 from hf_contrast.objectives import CAREObjective, LOCALObjective, SupConObjective
 from hf_contrast.training import CARETrainer, ContrastiveTrainingArguments, LOCALTrainer, SimCLRTrainer, SupConTrainer
 from hf_contrast.training.checkpoint_validation import CONTRASTIVE_STATE_NAME
@@ -63,7 +63,9 @@ def test_resume_with_device_views_is_bit_exact(tmp_path, images, name) -> None:
     checkpoint = tmp_path / "full" / "checkpoint-2"
     state = torch.load(checkpoint / CONTRASTIVE_STATE_NAME, weights_only=True)
     assert int(state["device_views"]["next_batch"]) == 2  # two training batches drawn before the checkpoint
-    resumed = _trainer(tmp_path / "resumed", images, name, model_seed=1)  # other initial weights: the checkpoint's must win
+    resumed = _trainer(
+        tmp_path / "resumed", images, name, model_seed=1
+    )  # other initial weights: the checkpoint's must win
     resumed.train(resume_from_checkpoint=str(checkpoint))
     assert resumed.state.global_step == 4 and resumed._train_view_batches == 4
     assert _equal_weights(resumed.model, full.model)
@@ -79,7 +81,12 @@ def test_resume_with_device_views_is_bit_exact(tmp_path, images, name) -> None:
 
 def test_device_views_change_training_and_follow_the_seed(tmp_path, images) -> None:
     runs = {}
-    for key, options in {"cpu": {"views_on_device": False}, "device": {}, "device_again": {}, "other_seed": {"seed": 1}}.items():
+    for key, options in {
+        "cpu": {"views_on_device": False},
+        "device": {},
+        "device_again": {},
+        "other_seed": {"seed": 1},
+    }.items():
         trainer = _trainer(tmp_path / key, images, save_strategy="no", **options)
         trainer.train()
         runs[key] = trainer.model

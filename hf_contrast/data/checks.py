@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from hf_contrast.errors import InputError, InputTypeError
-
 from collections.abc import Mapping, Sequence
 from typing import Any
+
+from hf_contrast.errors import InputError, InputTypeError
 
 from ..tensor_checks import check_int
 
@@ -224,8 +224,12 @@ def check_dataset_type(dataset: Any, *, name: str = "train_dataset", allow_dict:
         TorchIterable = ()  # type: ignore[assignment]
     if isinstance(dataset, TorchIterable):
         return
-    if not (hasattr(dataset, "__getitem__") and hasattr(dataset, "__len__")) or isinstance(dataset, (bytes, bytearray)):
-        raise InputTypeError(f"`{name}` is a {kind.__module__}.{kind.__qualname__} ({_short(dataset)}), not a dataset; {_DATASET_FIX}.")
+    if not (hasattr(dataset, "__getitem__") and hasattr(dataset, "__len__")) or isinstance(
+        dataset, (bytes, bytearray)
+    ):
+        raise InputTypeError(
+            f"`{name}` is a {kind.__module__}.{kind.__qualname__} ({_short(dataset)}), not a dataset; {_DATASET_FIX}."
+        )
     try:
         first = dataset[0] if len(dataset) > 0 else None
     except Exception as error:  # any failure to read row 0 is the user's dataset's

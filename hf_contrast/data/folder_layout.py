@@ -71,21 +71,27 @@ def _visible(path: Path) -> bool:
 def _children(folder: Path) -> tuple[list[Path], list[Path]]:
     """The visible sub-folders and image files directly in ``folder``, sorted."""
     entries = sorted(p for p in folder.iterdir() if _visible(p))
-    return [p for p in entries if p.is_dir()], [p for p in entries if p.is_file() and p.suffix.lower() in IMAGE_SUFFIXES]
+    return [p for p in entries if p.is_dir()], [
+        p for p in entries if p.is_file() and p.suffix.lower() in IMAGE_SUFFIXES
+    ]
 
 
 def _images_below(folder: Path) -> list[Path]:
     return sorted(
         p
         for p in folder.rglob("*")
-        if p.is_file() and p.suffix.lower() in IMAGE_SUFFIXES and all(_visible(q) for q in p.relative_to(folder).parents if q.name)
+        if p.is_file()
+        and p.suffix.lower() in IMAGE_SUFFIXES
+        and all(_visible(q) for q in p.relative_to(folder).parents if q.name)
         and _visible(p)
     )
 
 
 def _names(paths: Iterable[Path], root: Path, limit: int = 5) -> str:
     names = [p.relative_to(root).as_posix() + ("/" if p.is_dir() else "") for p in paths]
-    return ", ".join(repr(n) for n in names[:limit]) + (f" and {len(names) - limit} more" if len(names) > limit else "")
+    return ", ".join(repr(n) for n in names[:limit]) + (
+        f" and {len(names) - limit} more" if len(names) > limit else ""
+    )
 
 
 def _class_files(split_dir: Path, root: Path, argument: str, labelled: bool) -> list[Path]:
@@ -137,7 +143,9 @@ def image_files_by_split(root: Path, argument: str, labelled: bool) -> dict[str,
     Raises:
         InputError: on a layout of the module docstring's refused list.
     """
-    if any((root / name).is_file() for name in _METADATA) or any(p.name in _METADATA for p in root.rglob("metadata.*")):
+    if any((root / name).is_file() for name in _METADATA) or any(
+        p.name in _METADATA for p in root.rglob("metadata.*")
+    ):
         return None
     sub_dirs, loose = _children(root)
     split_dirs = [d for d in sub_dirs if d.name.lower() in SPLIT_FOLDERS]

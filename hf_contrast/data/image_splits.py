@@ -93,7 +93,10 @@ def load_image_splits(
             raise InputError(f"`dataset`={os.fspath(dataset)!r} has no 'train' split (its splits: {found}); {fix}.")
         name_dataset(loaded, os.fspath(dataset), dataset_name)
         data = prepare_image_splits(loaded, os.fspath(dataset), image_column, label_column, decode=True)
-    image_column, label_column = CANONICAL_COLUMNS["image_column"], CANONICAL_COLUMNS["label_column"]  # renamed by the loader
+    image_column, label_column = (
+        CANONICAL_COLUMNS["image_column"],
+        CANONICAL_COLUMNS["label_column"],
+    )  # renamed by the loader
     if "test" not in data and "validation" in data:
         data["test"] = data.pop("validation")
     if "test" not in data:

@@ -141,7 +141,9 @@ def prepare_image_splits(loaded: Any, source: str, image_column: str, label_colu
     )
 
 
-def read_image_source(argument: str, path_or_id: object, labelled: bool, load_kwargs: dict[str, Any]) -> tuple[Any, bool]:
+def read_image_source(
+    argument: str, path_or_id: object, labelled: bool, load_kwargs: dict[str, Any]
+) -> tuple[Any, bool]:
     """Check and read ``path_or_id`` (a local image folder or a Hub id) as ``datasets`` gives it.
 
     The shared door of :func:`load_image_dataset` and :func:`~hf_contrast.data.load_image_splits`
@@ -161,8 +163,10 @@ def read_image_source(argument: str, path_or_id: object, labelled: bool, load_kw
             f"(root/<class>/<image>), e.g. {str(local.parent)!r} if that is it."
         )
     if is_local:
-        files = None if {"data_files", "data_dir"} & set(load_kwargs) else image_files_by_split(
-            local, argument, labelled=labelled
+        files = (
+            None
+            if {"data_files", "data_dir"} & set(load_kwargs)
+            else image_files_by_split(local, argument, labelled=labelled)
         )
         empty = empty_class_folders(local)
         if empty:

@@ -29,9 +29,7 @@ def long_tailed_counts(n_max: int, num_classes: int, imbalance_ratio: float) -> 
         raise InputError(f"`num_classes` must be >= 2, got {num_classes}.")
     if not imbalance_ratio >= 1.0:
         raise InputError(f"`imbalance_ratio` must be >= 1 (max count / min count), got {imbalance_ratio}.")
-    return [
-        max(2, int(round(n_max * imbalance_ratio ** (-c / (num_classes - 1))))) for c in range(num_classes)
-    ]
+    return [max(2, int(round(n_max * imbalance_ratio ** (-c / (num_classes - 1))))) for c in range(num_classes)]
 
 
 def make_long_tailed(

@@ -9,11 +9,11 @@ folder: ``corpus``).
 
 from __future__ import annotations
 
-from hf_contrast.errors import InputError
-
 import os
 from pathlib import Path
 from typing import Any
+
+from hf_contrast.errors import InputError
 
 __all__ = ["local_dataset_name", "name_dataset"]
 
@@ -41,7 +41,9 @@ def name_dataset(dataset: Any, source: str | os.PathLike[str], dataset_name: str
         ValueError: If ``dataset_name`` is not a non-empty string.
     """
     if dataset_name is not None and (not isinstance(dataset_name, str) or not dataset_name.strip()):
-        raise InputError(f"`dataset_name` must be a non-empty string (the dataset's name in model cards), got {dataset_name!r}.")
+        raise InputError(
+            f"`dataset_name` must be a non-empty string (the dataset's name in model cards), got {dataset_name!r}."
+        )
     name = dataset_name or (local_dataset_name(source) if Path(os.fspath(source)).expanduser().exists() else None)
     if name:
         for part in dataset.values() if hasattr(dataset, "values") and not hasattr(dataset, "info") else [dataset]:

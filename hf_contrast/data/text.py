@@ -74,7 +74,10 @@ def _has_text(path: Path) -> bool:
 
 
 def _check_text(
-    dataset: Any, source: str, columns: dict[str, str | None], text_options: tuple[str, ...] = ("text_column", "text_pair_column")
+    dataset: Any,
+    source: str,
+    columns: dict[str, str | None],
+    text_options: tuple[str, ...] = ("text_column", "text_pair_column"),
 ) -> None:
     """Each named column exists; those of ``text_options`` hold strings in every row (messages name the option)."""
     names = list(dataset.column_names)
@@ -104,8 +107,13 @@ def _check_text(
 
 
 def _prepare(
-    dataset: Any, source: str, text_column: str, text_pair_column: str | None, label_column: str | None,
-    score_column: str | None, names: dict[str, str] | None = None,
+    dataset: Any,
+    source: str,
+    text_column: str,
+    text_pair_column: str | None,
+    label_column: str | None,
+    score_column: str | None,
+    names: dict[str, str] | None = None,
 ) -> Any:
     """Check and rename one split; ``names`` maps a role (``"text_column"``…) to the caller's argument name for
     the messages (``load_sts_pairs`` calls its text column ``sentence1_column``)."""
@@ -114,8 +122,12 @@ def _prepare(
     names = names or {}
     if len(dataset) == 0:
         raise InputError(f"{source!r} holds no rows (only a header?); pass a file with data rows.")
-    roles = {"text_column": text_column, "text_pair_column": text_pair_column, "label_column": label_column,
-             "score_column": score_column}
+    roles = {
+        "text_column": text_column,
+        "text_pair_column": text_pair_column,
+        "label_column": label_column,
+        "score_column": score_column,
+    }
     text_options = tuple(names.get(role, role) for role in ("text_column", "text_pair_column"))
     _check_text(dataset, source, {names.get(role, role): column for role, column in roles.items()}, text_options)
     if label_column is not None:
@@ -133,13 +145,15 @@ def _prepare(
         try:
             dataset = dataset.cast_column(score_column, datasets.Value("float32"))
         except (ValueError, TypeError) as error:
-            raise InputError(
-                f"`score_column`={score_column!r} of {source!r} must hold numbers ({error})."
-            ) from error
+            raise InputError(f"`score_column`={score_column!r} of {source!r} must hold numbers ({error}).") from error
     return rename_to_canonical(
         dataset,
-        {"text_column": text_column, "text_pair_column": text_pair_column, "label_column": label_column,
-         "score_column": score_column},
+        {
+            "text_column": text_column,
+            "text_pair_column": text_pair_column,
+            "label_column": label_column,
+            "score_column": score_column,
+        },
         source,
     )
 
@@ -186,15 +200,31 @@ def load_text_dataset(
         ConnectionError: if a Hub id cannot be reached (the message suggests a local file).
     """
     return _load_text(
-        "path_or_id", path_or_id, split, text_column, text_pair_column, label_column, score_column, delimiter,
-        dataset_name, load_kwargs,
+        "path_or_id",
+        path_or_id,
+        split,
+        text_column,
+        text_pair_column,
+        label_column,
+        score_column,
+        delimiter,
+        dataset_name,
+        load_kwargs,
     )
 
 
 def _load_text(
-    argument: str, path_or_id: object, split: str | None, text_column: str, text_pair_column: str | None,
-    label_column: str | None, score_column: str | None, delimiter: str | None, dataset_name: str | None,
-    load_kwargs: dict[str, Any], names: dict[str, str] | None = None,
+    argument: str,
+    path_or_id: object,
+    split: str | None,
+    text_column: str,
+    text_pair_column: str | None,
+    label_column: str | None,
+    score_column: str | None,
+    delimiter: str | None,
+    dataset_name: str | None,
+    load_kwargs: dict[str, Any],
+    names: dict[str, str] | None = None,
 ) -> Any:
     import datasets
 
@@ -217,7 +247,9 @@ def _load_text(
                 "file's format (or `delimiter=`), or load it with `datasets.load_dataset` yourself."
             ) from error
     elif is_local:
-        raise InputError(f"`{argument}`={source!r} is a folder; pass one file in it (CSV, TSV, JSON, JSONL, parquet, txt).")
+        raise InputError(
+            f"`{argument}`={source!r} is a folder; pass one file in it (CSV, TSV, JSON, JSONL, parquet, txt)."
+        )
     else:
         if delimiter is not None:
             raise InputError(f"`delimiter` applies to local files; {source!r} is not one (read as a Hub id).")
@@ -262,16 +294,31 @@ def load_sts_pairs(
         ValueError: as :func:`load_text_dataset`, or if fewer than 2 pairs are found (a
             correlation needs two).
     """
-    for name, value in (("sentence1_column", sentence1_column), ("sentence2_column", sentence2_column), ("score_column", score_column)):
+    for name, value in (
+        ("sentence1_column", sentence1_column),
+        ("sentence2_column", sentence2_column),
+        ("score_column", score_column),
+    ):
         check_name(name, value)
     columns = [sentence1_column, sentence2_column, score_column]
     if len(set(columns)) != 3:
         raise InputError(f"The sentence and score columns must be three different columns, got {columns}.")
     pairs = _load_text(
-        "path", path, split, sentence1_column, sentence2_column, None, score_column, delimiter, dataset_name, load_kwargs,
+        "path",
+        path,
+        split,
+        sentence1_column,
+        sentence2_column,
+        None,
+        score_column,
+        delimiter,
+        dataset_name,
+        load_kwargs,
         names={"text_column": "sentence1_column", "text_pair_column": "sentence2_column"},
     )
-    pairs = pairs.select_columns(["text", "text_pair", "score"]).rename_columns({"text": "sentence1", "text_pair": "sentence2"})
+    pairs = pairs.select_columns(["text", "text_pair", "score"]).rename_columns(
+        {"text": "sentence1", "text_pair": "sentence2"}
+    )
     if len(pairs) < 2:
         raise InputError(f"{str(path)!r} holds {len(pairs)} scored pair(s); an STS correlation needs at least 2.")
     return pairs

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from hf_contrast.errors import InputError
-
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
 import torch
 from torch import Tensor, nn
+
+from hf_contrast.errors import InputError
 
 __all__ = ["eval_mode", "model_device", "model_output", "to_device", "unwrap_model"]
 

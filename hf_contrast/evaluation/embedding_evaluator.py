@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from hf_contrast.errors import InputError
-
 from collections.abc import Callable, Mapping
 from typing import Any
 
 from torch import Tensor, nn
+
+from hf_contrast.errors import InputError
 
 from .embedding_metrics import EmbeddingMetrics
 from .encode import encode_dataset

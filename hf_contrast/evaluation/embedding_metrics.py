@@ -7,8 +7,6 @@ examples and the model card.
 
 from __future__ import annotations
 
-from hf_contrast.errors import InputError
-
 import math
 import warnings
 from collections.abc import Callable, Sequence
@@ -18,6 +16,8 @@ import torch
 from torch import Tensor
 from tqdm.auto import tqdm
 from transformers.utils import logging
+
+from hf_contrast.errors import InputError
 
 from ..metrics import (
     alignment,
@@ -214,7 +214,9 @@ class EmbeddingMetrics:
                 phases.append(("linear_probe_holdout_accuracy", lambda: self._probe(z, y)))
             phases.append(("class_orthogonality", lambda: self._class_orthogonality(z, y)))
         metrics: dict[str, float] = {}
-        with tqdm(total=len(phases), desc="Embedding metrics", disable=not progress_enabled(self.progress), leave=False) as bar:
+        with tqdm(
+            total=len(phases), desc="Embedding metrics", disable=not progress_enabled(self.progress), leave=False
+        ) as bar:
             for name, phase in phases:
                 bar.set_postfix_str(name)
                 value = _value_or_nan(phase, name, self)

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from hf_contrast.errors import InputError
-
 import warnings
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -13,9 +11,11 @@ from torch import Tensor, nn
 from torch.utils.data import DataLoader
 from tqdm.auto import tqdm
 
-from .progress import progress_enabled
-from ._model import eval_mode, model_device, model_output, to_device, unwrap_model
+from hf_contrast.errors import InputError
+
 from ..tensor_checks import check_choice, check_int
+from ._model import eval_mode, model_device, model_output, to_device, unwrap_model
+from .progress import progress_enabled
 
 __all__ = ["encode_dataset"]
 
@@ -63,7 +63,9 @@ def _default_collate(model: nn.Module, input_column: str | None, max_length: int
     )
 
 
-def _decoded_rows(rows: list[Any], values: list[Any], first_row: int, on_bad_image: str) -> tuple[list[Any], list[Any]]:
+def _decoded_rows(
+    rows: list[Any], values: list[Any], first_row: int, on_bad_image: str
+) -> tuple[list[Any], list[Any]]:
     """Decode the image ``values`` of ``rows`` (rows ``first_row…`` of the dataset): a bad one raises
     (naming the file and the row) or, under ``"skip"``, is left out with its row and a warning."""
     from ..views.decode import BadImageError, decode_image, image_source
@@ -150,7 +152,9 @@ def encode_dataset(
             cannot take, labels on some rows only, or a missing ``output``.
     """
     if collate_fn is not None and transform is not None:
-        raise InputError("Pass either `collate_fn` (rows -> model inputs) or `transform` (one image -> tensor), not both.")
+        raise InputError(
+            "Pass either `collate_fn` (rows -> model inputs) or `transform` (one image -> tensor), not both."
+        )
     check_int("batch_size", batch_size, 1)
     check_choice("on_bad_image", on_bad_image, ("raise", "skip"))
     if transform is not None:
@@ -159,7 +163,9 @@ def encode_dataset(
         make_inputs, column = _default_collate(model, input_column, max_length)
     else:
         make_inputs, column = None, input_column
-    is_images = transform is not None or (collate_fn is None and getattr(unwrap_model(model), "tokenizer", None) is None)
+    is_images = transform is not None or (
+        collate_fn is None and getattr(unwrap_model(model), "tokenizer", None) is None
+    )
     target = torch.device(device) if device is not None else model_device(model)
     loader = DataLoader(dataset, batch_size=batch_size, collate_fn=list, shuffle=False)
     try:
@@ -170,7 +176,9 @@ def encode_dataset(
     labels: list[Tensor] = []
     rows_seen = rows_labelled = position = 0  # position: dataset row of the batch's first row
     with eval_mode(model):
-        for rows in tqdm(loader, total=total, desc="Encoding", unit="batch", disable=not progress_enabled(progress), leave=False):
+        for rows in tqdm(
+            loader, total=total, desc="Encoding", unit="batch", disable=not progress_enabled(progress), leave=False
+        ):
             start, position = position, position + len(rows)
             if make_inputs is None:
                 inputs = dict(collate_fn(rows))
@@ -179,7 +187,9 @@ def encode_dataset(
                 values = [_field(row, column, 0) for row in rows]
                 if any(value is _NO_VALUE for value in values):
                     keys = sorted(rows[0]) if isinstance(rows[0], Mapping) else type(rows[0]).__name__
-                    raise InputError(f"`input_column` {column!r} is not in the rows (got {keys}); pass `input_column=`.")
+                    raise InputError(
+                        f"`input_column` {column!r} is not in the rows (got {keys}); pass `input_column=`."
+                    )
                 if is_images:
                     rows, values = _decoded_rows(rows, values, start, on_bad_image)
                     if not rows:
@@ -206,11 +216,22 @@ def encode_dataset(
 
 
 def encode_texts(
-    model: nn.Module, texts: Sequence[str], *, batch_size: int = 64, output: str = "embeddings",
-    max_length: int | None = None, progress: bool = False,
+    model: nn.Module,
+    texts: Sequence[str],
+    *,
+    batch_size: int = 64,
+    output: str = "embeddings",
+    max_length: int | None = None,
+    progress: bool = False,
 ) -> Tensor:
     """Embeddings of sentences (:func:`encode_dataset` on a list of strings). Shape: ``(n, D)``."""
     z, _ = encode_dataset(
-        model, list(texts), label_column=None, batch_size=batch_size, output=output, max_length=max_length, progress=progress
+        model,
+        list(texts),
+        label_column=None,
+        batch_size=batch_size,
+        output=output,
+        max_length=max_length,
+        progress=progress,
     )
     return z

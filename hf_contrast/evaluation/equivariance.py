@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from hf_contrast.errors import InputError
-
 import math
 import warnings
 from collections.abc import Callable, Mapping
@@ -12,12 +10,14 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from hf_contrast.errors import InputError
+
 from ..metrics import relative_rotational_equivariance, wahba_error
 from ..seeding import seeded_cpu_rng
+from ..tensor_checks import check_choice, check_int
 from ._model import model_device, model_output, to_device
 from .evaluator import Evaluator
 from .sampling import sample_rows
-from ..tensor_checks import check_choice, check_int
 
 __all__ = ["EquivarianceEvaluator"]
 
@@ -168,12 +168,19 @@ class EquivarianceEvaluator(Evaluator):
         check_int("num_samples", num_samples, 2, maximum=n_rows, fix="the dataset size.")
         labels = None
         if label_column is not None:
-            labels = dataset[label_column] if hasattr(dataset, "column_names") else [row[label_column] for row in dataset]
+            labels = (
+                dataset[label_column] if hasattr(dataset, "column_names") else [row[label_column] for row in dataset]
+            )
             labels = torch.as_tensor(list(labels))
         rows = sample_rows(n_rows, num_samples, seed, labels)
         channels, height, width = (int(v) for v in data_config["input_size"])
-        raw = v2.Compose([*to_image_steps(channels), v2.ToDtype(torch.uint8, scale=True),
-                          v2.Resize((height, width), antialias=True)])
+        raw = v2.Compose(
+            [
+                *to_image_steps(channels),
+                v2.ToDtype(torch.uint8, scale=True),
+                v2.Resize((height, width), antialias=True),
+            ]
+        )
         from ..views.decode import BadImageError
 
         check_choice("on_bad_image", on_bad_image, ("raise", "skip"))

@@ -7,12 +7,12 @@ the best checkpoint by any of them (``"eval_sts_spearman"``).
 
 from __future__ import annotations
 
-from hf_contrast.errors import InputError, InputTypeError
-
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Mapping, Sequence
 
 from torch import nn
+
+from hf_contrast.errors import InputError, InputTypeError
 
 from ._model import eval_mode
 from .failures import metrics_or_nan
@@ -94,7 +94,9 @@ class SequentialEvaluator(Evaluator):
 
     def __init__(self, evaluators: Sequence[Evaluator], primary: int = 0) -> None:
         if isinstance(evaluators, Evaluator):
-            raise InputTypeError(f"`evaluators` must be a list of Evaluator instances, got one {type(evaluators).__name__}: wrap it in a list.")
+            raise InputTypeError(
+                f"`evaluators` must be a list of Evaluator instances, got one {type(evaluators).__name__}: wrap it in a list."
+            )
         if isinstance(evaluators, (str, bytes, Mapping)) or not isinstance(evaluators, Iterable):
             raise InputTypeError(
                 f"`evaluators` must be a non-empty list of Evaluator instances, got {evaluators!r} of type {type(evaluators).__name__}."

@@ -9,12 +9,12 @@ evaluator and the cause; later failures of the same pair are silent (the ``nan``
 
 from __future__ import annotations
 
-from hf_contrast.errors import InputError
-
 import math
 import warnings
 from collections.abc import Callable, Iterable
 from typing import TypeVar
+
+from hf_contrast.errors import InputError
 
 __all__ = ["EvaluationFailedWarning", "metrics_or_nan"]
 

@@ -29,7 +29,9 @@ def _check_labelled(argument: str, dataset: Any, label_column: str) -> None:
     ``column_names``, or the keys of a list of dict rows. Other datasets are checked when encoded."""
     columns = getattr(dataset, "column_names", None)
     if isinstance(columns, dict):  # a DatasetDict
-        raise InputError(f"`{argument}` must be one split (e.g. dataset['test']), got a DatasetDict {sorted(columns)}.")
+        raise InputError(
+            f"`{argument}` must be one split (e.g. dataset['test']), got a DatasetDict {sorted(columns)}."
+        )
     if columns is None and isinstance(dataset, (list, tuple)):
         unlabelled = [i for i, row in enumerate(dataset) if isinstance(row, Mapping) and label_column not in row]
         if unlabelled:

@@ -6,11 +6,12 @@ helpers take every class in turn instead.
 
 from __future__ import annotations
 
-from hf_contrast.errors import InputError
-
 import numpy as np
 import torch
 from torch import Tensor
+
+from hf_contrast.errors import InputError
+
 from ..tensor_checks import check_int
 
 __all__ = ["balanced_subset", "balanced_split", "sample_rows"]
@@ -21,7 +22,12 @@ def _labels(labels: object) -> Tensor:
         labels = torch.from_numpy(labels)
     elif isinstance(labels, (list, tuple)):
         labels = torch.tensor(labels)
-    if not isinstance(labels, Tensor) or labels.ndim != 1 or labels.dtype.is_floating_point or labels.dtype == torch.bool:
+    if (
+        not isinstance(labels, Tensor)
+        or labels.ndim != 1
+        or labels.dtype.is_floating_point
+        or labels.dtype == torch.bool
+    ):
         raise InputError(
             f"`labels` must be a 1-D integer tensor/array of shape (N,), got "
             f"{getattr(labels, 'dtype', type(labels).__name__)} of shape {tuple(getattr(labels, 'shape', ()))}."

@@ -9,8 +9,6 @@ user gets for the same embeddings; only the embedding step is ours (:func:`encod
 
 from __future__ import annotations
 
-from hf_contrast.errors import InputError, InputTypeError
-
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
@@ -18,9 +16,11 @@ from typing import Any
 import numpy as np
 from torch import nn
 
+from hf_contrast.errors import InputError, InputTypeError
+
+from ..tensor_checks import check_int, check_name
 from .encode import encode_texts
 from .evaluator import Evaluator
-from ..tensor_checks import check_int, check_name
 
 __all__ = ["STSEvaluator"]
 
@@ -112,7 +112,9 @@ class STSEvaluator(Evaluator):
                 f"The STS dataset has no column(s) {missing} (columns: {columns}); pass `sentence1_column=`, "
                 "`sentence2_column=` and `score_column=`."
             )
-        return cls(list(dataset[sentence1_column]), list(dataset[sentence2_column]), list(dataset[score_column]), **kwargs)
+        return cls(
+            list(dataset[sentence1_column]), list(dataset[sentence2_column]), list(dataset[score_column]), **kwargs
+        )
 
     def compute(self, model: nn.Module) -> dict[str, float]:
         if getattr(self, "_scorer", None) is None:
@@ -124,7 +126,9 @@ class STSEvaluator(Evaluator):
 def _as_list(name: str, values: object, of: str) -> list[Any]:
     """``values`` (a list, tuple, array or other iterable of ``of``; not a string or mapping) as a list."""
     if isinstance(values, (str, bytes, Mapping)) or not isinstance(values, Iterable):
-        raise InputTypeError(f"`{name}` must be a sequence of {of} (one per pair), got {values!r} of type {type(values).__name__}.")
+        raise InputTypeError(
+            f"`{name}` must be a sequence of {of} (one per pair), got {values!r} of type {type(values).__name__}."
+        )
     return list(values)
 
 
@@ -135,7 +139,9 @@ def _as_score(i: int, score: object) -> float:
             raise TypeError
         return float(score)  # type: ignore[arg-type]
     except (TypeError, ValueError, RuntimeError):
-        raise InputTypeError(f"`scores[{i}]` must be a number, got {score!r} of type {type(score).__name__}.") from None
+        raise InputTypeError(
+            f"`scores[{i}]` must be a number, got {score!r} of type {type(score).__name__}."
+        ) from None
 
 
 def _cosine_similarity_scorer(sts: STSEvaluator) -> Any:
@@ -157,6 +163,11 @@ def _cosine_similarity_scorer(sts: STSEvaluator) -> Any:
             pass
 
     return CosineSimilarityScorer(
-        sts.sentences1, sts.sentences2, sts.scores, batch_size=sts.batch_size, main_similarity="cosine",
-        show_progress_bar=sts.progress, write_csv=False,
+        sts.sentences1,
+        sts.sentences2,
+        sts.scores,
+        batch_size=sts.batch_size,
+        main_similarity="cosine",
+        show_progress_bar=sts.progress,
+        write_csv=False,
     )

@@ -2,10 +2,14 @@
 
 Every loss follows ``docs/methods.md``; see each module for the formula, shapes and errors.
 """
+
 from __future__ import annotations
-from .info_nce import info_nce_loss, InfoNCELoss
-from .supcon import flatten_views, supcon_loss, SupConLoss
-from .ocl import ocl_loss, OCLoss
+
+from ..tensor_checks import finite_input_checks
+from .align_uniform import AlignUniformLoss, alignment_loss, uniformity_loss
+from .binary_nce import BinaryNCELoss, binary_nce_loss
+from .care import CARELoss, care_equivariance_loss
+from .info_nce import InfoNCELoss, info_nce_loss
 from .local import (
     LOCALLoss,
     inverse_frequency_weights,
@@ -14,14 +18,12 @@ from .local import (
     local_loss,
     pair_difference,
 )
-from .care import care_equivariance_loss, CARELoss
-from .moco import moco_info_nce_loss, CAREMoCoLoss
-from .simo import simo_loss, afcl_loss, SimOLoss, AFCLLoss
-from .align_uniform import alignment_loss, uniformity_loss, AlignUniformLoss
-from .spectral import spectral_contrastive_loss, SpectralContrastiveLoss
-from .vicreg import vicreg_loss, VICRegLoss
-from .binary_nce import binary_nce_loss, BinaryNCELoss
-from ..tensor_checks import finite_input_checks
+from .moco import CAREMoCoLoss, moco_info_nce_loss
+from .ocl import OCLoss, ocl_loss
+from .simo import AFCLLoss, SimOLoss, afcl_loss, simo_loss
+from .spectral import SpectralContrastiveLoss, spectral_contrastive_loss
+from .supcon import SupConLoss, flatten_views, supcon_loss
+from .vicreg import VICRegLoss, vicreg_loss
 
 __all__ = [
     "info_nce_loss",

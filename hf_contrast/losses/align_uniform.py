@@ -10,23 +10,23 @@ The training form is ``align_weight * L_align(z1, z2) + uniform_weight * (L_unif
 
 from __future__ import annotations
 
-from hf_contrast.errors import InputError
-
 import math
 from dataclasses import dataclass
 
 import torch
 from torch import Tensor
 
+from hf_contrast.errors import InputError
+
 from ..distributed import gather_with_offset
 from ..tensor_checks import (
-    compute_dtype,
     check_bool,
     check_embeddings,
     check_finite_weighted,
     check_non_negative,
     check_positive,
     check_same_shape,
+    compute_dtype,
     float32_math,
     l2_normalize,
     value_checks_enabled,
@@ -157,7 +157,9 @@ def _uniformity_loss(
     normalize = check_bool("normalize", normalize)
     gather_distributed = check_bool("gather_distributed", gather_distributed)
     if not gather_distributed and x.shape[0] < 2:
-        raise InputError(f"`{name}` must have at least 2 rows (uniformity averages over pairs), got shape {tuple(x.shape)}.")
+        raise InputError(
+            f"`{name}` must have at least 2 rows (uniformity averages over pairs), got shape {tuple(x.shape)}."
+        )
     loss = _uniformity(x, t, normalize, gather_distributed, tile_size, name)
     if value_checks_enabled(loss) and not bool(torch.isfinite(loss)):
         raise InputError(
@@ -168,7 +170,9 @@ def _uniformity_loss(
     return loss
 
 
-def _uniformity(x: Tensor, t: float, normalize: bool, gather_distributed: bool, tile_size: int | None, name: str) -> Tensor:
+def _uniformity(
+    x: Tensor, t: float, normalize: bool, gather_distributed: bool, tile_size: int | None, name: str
+) -> Tensor:
     with float32_math(x.device.type):
         a = x.to(compute_dtype(x))
         if normalize:
@@ -253,6 +257,16 @@ class AlignUniformLoss(HyperparameterModule):
         u1 = _uniformity_loss(z1, *args, name="z1")
         u2 = _uniformity_loss(z2, *args, name="z2")
         uniform = self.uniform_weight * (u1 + u2) / 2
-        check_finite_weighted(align, "the alignment term", f"`align_weight`={self.align_weight:g}", "use weights of order 1 (the paper's: 1)")
-        check_finite_weighted(uniform, "the uniformity term", f"`uniform_weight`={self.uniform_weight:g}", "use weights of order 1 (the paper's: 1)")
+        check_finite_weighted(
+            align,
+            "the alignment term",
+            f"`align_weight`={self.align_weight:g}",
+            "use weights of order 1 (the paper's: 1)",
+        )
+        check_finite_weighted(
+            uniform,
+            "the uniformity term",
+            f"`uniform_weight`={self.uniform_weight:g}",
+            "use weights of order 1 (the paper's: 1)",
+        )
         return {"align": align, "uniform": uniform, "loss": align + uniform}

@@ -12,8 +12,6 @@ over all pairs (``negatives="all"``, SigLIP's loss) or over the positive and the
 
 from __future__ import annotations
 
-from hf_contrast.errors import InputError
-
 import dataclasses
 import math
 from dataclasses import dataclass
@@ -24,7 +22,19 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ..tensor_checks import compute_dtype, check_bool, check_choice, check_embeddings, check_temperature, check_same_shape, float32_math, l2_normalize, value_checks_enabled
+from hf_contrast.errors import InputError
+
+from ..tensor_checks import (
+    check_bool,
+    check_choice,
+    check_embeddings,
+    check_same_shape,
+    check_temperature,
+    compute_dtype,
+    float32_math,
+    l2_normalize,
+    value_checks_enabled,
+)
 from .hyperparameters import Hyperparameters, hyperparameter
 from .tiled import check_tile_size, checked_tile_size, resolve_tile_size, tiled_binary_nce_sum
 
@@ -150,7 +160,13 @@ def binary_nce_loss(
 
 
 def _binary_nce(
-    z1: Tensor, z2: Tensor, temperature: float | Tensor, bias: float | Tensor, negatives: str, normalize: bool, tile_size: int | None
+    z1: Tensor,
+    z2: Tensor,
+    temperature: float | Tensor,
+    bias: float | Tensor,
+    negatives: str,
+    normalize: bool,
+    tile_size: int | None,
 ) -> Tensor:
     """:func:`binary_nce_loss` on checked arguments."""
 

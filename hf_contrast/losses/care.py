@@ -12,23 +12,23 @@ inner products within the chunk.
 
 from __future__ import annotations
 
-from hf_contrast.errors import InputError
-
 from dataclasses import dataclass
 from functools import partial
 
 import torch
 from torch import Tensor
 
+from hf_contrast.errors import InputError
+
 from ..tensor_checks import (
-    compute_dtype,
     check_bool,
-    check_finite_weighted,
     check_embeddings,
+    check_finite_weighted,
     check_int,
     check_non_negative,
-    check_temperature,
     check_same_shape,
+    check_temperature,
+    compute_dtype,
     float32_math,
     l2_normalize,
 )
@@ -193,5 +193,10 @@ class CARELoss(HyperparameterModule):
         equivariance = self.care_weight * _care_equivariance_loss(
             z1_eq, z2_eq, n_splits=self.n_splits, normalize=self.normalize, names=eq_names
         )
-        check_finite_weighted(equivariance, "the CARE equivariance term", f"`care_weight`={self.care_weight:g}", "use the paper's 0.01 to 0.001")
+        check_finite_weighted(
+            equivariance,
+            "the CARE equivariance term",
+            f"`care_weight`={self.care_weight:g}",
+            "use the paper's 0.01 to 0.001",
+        )
         return {"invariance": invariance, "equivariance": equivariance, "loss": invariance + equivariance}

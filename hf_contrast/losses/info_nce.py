@@ -6,8 +6,6 @@ ICML 2020, https://arxiv.org/abs/2002.05709.
 
 from __future__ import annotations
 
-from hf_contrast.errors import InputError
-
 import math
 from dataclasses import dataclass
 
@@ -15,10 +13,26 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from hf_contrast.errors import InputError
+
 from ..distributed import gather_with_offset, world_size
-from ..tensor_checks import compute_dtype, check_bool, check_embeddings, check_temperature, check_same_shape, float32_math, l2_normalize
+from ..tensor_checks import (
+    check_bool,
+    check_embeddings,
+    check_same_shape,
+    check_temperature,
+    compute_dtype,
+    float32_math,
+    l2_normalize,
+)
 from .hyperparameters import HyperparameterModule, Hyperparameters, hyperparameter
-from .tiled import checked_tile_size, check_tile_size, resolve_tile_size, tiled_row_logsumexp, tiled_symmetric_logsumexp
+from .tiled import (
+    check_tile_size,
+    checked_tile_size,
+    resolve_tile_size,
+    tiled_row_logsumexp,
+    tiled_symmetric_logsumexp,
+)
 
 __all__ = ["info_nce_loss", "InfoNCELoss"]
 

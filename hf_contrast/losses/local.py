@@ -34,9 +34,9 @@ from ..tensor_checks import (
     check_int,
     check_labels,
     check_non_negative,
-    check_temperature,
     check_same_shape,
     check_size,
+    check_temperature,
     check_unit_interval,
     compute_dtype,
     l2_normalize,
@@ -101,7 +101,9 @@ def latent_correlation_embedding(
         check_embeddings(f"maps_post[{i}]", b, ndim=4, shape_doc="(B, C, H, W)")
         check_same_shape(f"maps_pre[{i}]", a, f"maps_post[{i}]", b)
         if a.shape[0] != maps_pre[0].shape[0]:
-            raise InputError(f"all maps must share the batch size {maps_pre[0].shape[0]}, `maps_pre[{i}]` has {a.shape[0]}.")
+            raise InputError(
+                f"all maps must share the batch size {maps_pre[0].shape[0]}, `maps_pre[{i}]` has {a.shape[0]}."
+            )
     size = tuple(maps_pre[0].shape[-2:]) if output_size is None else check_size("output_size", output_size)
 
     total = None
@@ -220,8 +222,11 @@ def _local_terms(
     check_temperature("temperature", temperature)
     check_choice("contrastive", contrastive, _CONTRASTIVE)
     check_index_range(
-        "labels", labels, logits.shape[1], fix="the classifier has one logit per class: build `LOCALLoss` with "
-        "`num_classes` = the number of classes of the dataset (largest label + 1), or remap the labels to 0..K-1."
+        "labels",
+        labels,
+        logits.shape[1],
+        fix="the classifier has one logit per class: build `LOCALLoss` with "
+        "`num_classes` = the number of classes of the dataset (largest label + 1), or remap the labels to 0..K-1.",
     )
     if latent is not None:
         check_embeddings("latent", latent, shape_doc="(B, D_L)")
@@ -233,7 +238,9 @@ def _local_terms(
             raise InputError(
                 f"`class_weights` must have shape ({logits.shape[1]},) (one weight per class), got {tuple(class_weights.shape)}."
             )
-        if value_checks_enabled(class_weights) and (bool((class_weights < 0).any()) or not bool(class_weights.sum() > 0)):
+        if value_checks_enabled(class_weights) and (
+            bool((class_weights < 0).any()) or not bool(class_weights.sum() > 0)
+        ):
             raise InputError(
                 "`class_weights` must be >= 0 with a positive sum (e.g. `inverse_frequency_weights(class_counts)`), "
                 f"got {class_weights.tolist()}."
@@ -325,7 +332,9 @@ class LOCALHyperparameters(Hyperparameters):
     beta: float = hyperparameter(1.0, check_non_negative)
     temperature: float = hyperparameter(0.1, check_temperature)
     contrastive: str = hyperparameter("ocl", partial(check_choice, choices=_CONTRASTIVE))
-    classifier_hidden_dim: int | None = hyperparameter(None, partial(check_int, minimum=1, maximum=MAX_WIDTH, allow_none=True))
+    classifier_hidden_dim: int | None = hyperparameter(
+        None, partial(check_int, minimum=1, maximum=MAX_WIDTH, allow_none=True)
+    )
     latent_size: int | tuple[int, int] | None = hyperparameter(None, _optional_size)
 
 

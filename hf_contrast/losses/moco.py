@@ -12,8 +12,6 @@ The key encoder and the queue themselves are training state: :class:`hf_contrast
 
 from __future__ import annotations
 
-from hf_contrast.errors import InputError
-
 from dataclasses import dataclass
 from functools import partial
 
@@ -21,9 +19,19 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from ..tensor_checks import check_embeddings, check_finite_weighted, check_int, check_non_negative, check_temperature, float32_math, l2_normalize
-from .hyperparameters import HyperparameterModule, Hyperparameters, hyperparameter
+from hf_contrast.errors import InputError
+
+from ..tensor_checks import (
+    check_embeddings,
+    check_finite_weighted,
+    check_int,
+    check_non_negative,
+    check_temperature,
+    float32_math,
+    l2_normalize,
+)
 from .care import CARELoss, _care_equivariance_loss
+from .hyperparameters import HyperparameterModule, Hyperparameters, hyperparameter
 
 __all__ = ["moco_info_nce_loss", "CAREMoCoLoss"]
 
@@ -103,6 +111,13 @@ class CAREMoCoLoss(HyperparameterModule):
 
     def forward(self, q: Tensor, k: Tensor, queue: Tensor, z1_eq: Tensor, z2_eq: Tensor) -> dict[str, Tensor]:
         invariance = moco_info_nce_loss(q, k, queue, self.temperature)
-        equivariance = self.care_weight * _care_equivariance_loss(z1_eq, z2_eq, n_splits=self.n_splits, names=("z1_eq", "z2_eq"))
-        check_finite_weighted(equivariance, "the CARE equivariance term", f"`care_weight`={self.care_weight:g}", "use the paper's 0.01 to 0.001")
+        equivariance = self.care_weight * _care_equivariance_loss(
+            z1_eq, z2_eq, n_splits=self.n_splits, names=("z1_eq", "z2_eq")
+        )
+        check_finite_weighted(
+            equivariance,
+            "the CARE equivariance term",
+            f"`care_weight`={self.care_weight:g}",
+            "use the paper's 0.01 to 0.001",
+        )
         return {"invariance": invariance, "equivariance": equivariance, "loss": invariance + equivariance}

@@ -28,21 +28,21 @@ built per batch by the sampler); DDP then averages the gradients.
 
 from __future__ import annotations
 
-from hf_contrast.errors import InputError
-
 from dataclasses import MISSING, dataclass
 from functools import partial
 
 import torch
 from torch import Tensor
 
+from hf_contrast.errors import InputError
+
 from ..tensor_checks import (
-    compute_dtype,
     check_embeddings,
     check_finite_result,
     check_int,
     check_positive,
     check_unit_interval,
+    compute_dtype,
     float32_math,
     power_of_two_scale,
 )

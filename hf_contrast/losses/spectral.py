@@ -11,19 +11,19 @@ Its minimisers span the top eigenspace of the augmentation graph's normalised ad
 
 from __future__ import annotations
 
-from hf_contrast.errors import InputError
-
 from dataclasses import dataclass
 
 from torch import Tensor
 
+from hf_contrast.errors import InputError
+
 from ..distributed import gather_with_offset, world_size
 from ..tensor_checks import (
-    compute_dtype,
     check_bool,
     check_embeddings,
     check_finite_result,
     check_same_shape,
+    compute_dtype,
     float32_math,
     power_of_two_scale,
 )

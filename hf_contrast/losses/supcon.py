@@ -6,8 +6,6 @@ https://arxiv.org/abs/2004.11362.
 
 from __future__ import annotations
 
-from hf_contrast.errors import InputError
-
 import math
 import warnings
 from collections.abc import Sequence
@@ -17,10 +15,26 @@ import torch
 import torch.distributed as dist
 from torch import Tensor
 
+from hf_contrast.errors import InputError
+
 from ..distributed import gather, gather_with_offset, world_size
-from ..tensor_checks import compute_dtype, check_bool, check_embeddings, check_labels, check_temperature, float32_math, l2_normalize
+from ..tensor_checks import (
+    check_bool,
+    check_embeddings,
+    check_labels,
+    check_temperature,
+    compute_dtype,
+    float32_math,
+    l2_normalize,
+)
 from .hyperparameters import HyperparameterModule, Hyperparameters, hyperparameter
-from .tiled import checked_tile_size, check_tile_size, resolve_tile_size, tiled_row_logsumexp, tiled_symmetric_logsumexp
+from .tiled import (
+    check_tile_size,
+    checked_tile_size,
+    resolve_tile_size,
+    tiled_row_logsumexp,
+    tiled_symmetric_logsumexp,
+)
 
 __all__ = ["supcon_loss", "SupConLoss", "flatten_views"]
 
@@ -59,7 +73,9 @@ def flatten_views(z_views: Tensor | Sequence[Tensor], labels: Tensor) -> tuple[T
         z = check_embeddings("z_views", z_views, ndim=3, shape_doc="(V, B, D)")
     else:
         if isinstance(z_views, (str, bytes)) or not isinstance(z_views, Sequence) or len(z_views) == 0:
-            raise InputError(f"`z_views` must be a (V, B, D) tensor or a non-empty sequence of (B, D) tensors, got {type(z_views).__name__}.")
+            raise InputError(
+                f"`z_views` must be a (V, B, D) tensor or a non-empty sequence of (B, D) tensors, got {type(z_views).__name__}."
+            )
         for v, view in enumerate(z_views):
             check_embeddings(f"z_views[{v}]", view)
             if view.shape != z_views[0].shape:

@@ -34,10 +34,10 @@ positive integer forces tiles of that size).
 
 from __future__ import annotations
 
-from hf_contrast.errors import InputError
-
 import torch
 from torch import Tensor
+
+from hf_contrast.errors import InputError
 
 __all__ = [
     "DEFAULT_TILE_SIZE",
@@ -216,7 +216,13 @@ class _TiledRowLogSumExp(torch.autograd.Function):
                     c = candidates[c0:c1]
                     yc = candidate_labels[c0:c1] if labelled else None
                     g, same, sign = _contrastive_block(
-                        a, c, ya, yc, ctx.abs_negatives, _self_index(r0, r1, c0, c1, ctx.offset, device), want_sign=True
+                        a,
+                        c,
+                        ya,
+                        yc,
+                        ctx.abs_negatives,
+                        _self_index(r0, r1, c0, c1, ctx.offset, device),
+                        want_sign=True,
                     )
                     # d lse_i / d s'_ij = softmax_ij (0 on the anchor itself), in place.
                     g.sub_(lse[r0:r1, None]).exp_().mul_(g_lse[r0:r1, None])
@@ -542,7 +548,9 @@ class _TiledSymmetricUniformity(torch.autograd.Function):
         return grad_a, grad_sq, None, None
 
 
-def tiled_symmetric_uniformity_logsumexp(a: Tensor, sq: Tensor, t: float, tile_size: int = DEFAULT_TILE_SIZE) -> Tensor:
+def tiled_symmetric_uniformity_logsumexp(
+    a: Tensor, sq: Tensor, t: float, tile_size: int = DEFAULT_TILE_SIZE
+) -> Tensor:
     """:func:`tiled_uniformity_logsumexp` of ``a`` against itself, each off-diagonal block once.
 
     The distance matrix of one process's rows is symmetric: block ``(I, J)`` of the upper
@@ -612,4 +620,3 @@ def tiled_binary_nce_sum(a: Tensor, c: Tensor, bias: Tensor, tile_size: int = DE
     if tile_size < 1:
         raise InputError(f"`tile_size` must be >= 1 for the tiled path, got {tile_size}.")
     return _TiledBinaryNCE.apply(a, c, bias, int(tile_size))
-

@@ -12,22 +12,22 @@ with the unbiased (``B - 1``) variance and covariance over the batch.
 
 from __future__ import annotations
 
-from hf_contrast.errors import InputError
-
 from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from hf_contrast.errors import InputError
+
 from ..tensor_checks import (
-    compute_dtype,
     check_embeddings,
     check_finite_result,
     check_finite_weighted,
     check_non_negative,
     check_positive,
     check_same_shape,
+    compute_dtype,
     float32_math,
     power_of_two_scale,
 )
@@ -111,7 +111,9 @@ def _vicreg_terms(
     }
     for name, term in terms.items():
         weight = getattr(hp, f"{name}_weight")
-        check_finite_weighted(term, f"the VICReg {name} term", f"`{name}_weight`={weight:g}", "use the paper's weights (25, 25, 1)")
+        check_finite_weighted(
+            term, f"the VICReg {name} term", f"`{name}_weight`={weight:g}", "use the paper's weights (25, 25, 1)"
+        )
     weights = ", ".join(f"`{name}_weight`={getattr(hp, f'{name}_weight'):g}" for name in terms)
     total = terms["invariance"] + terms["variance"] + terms["covariance"]
     terms["loss"] = check_finite_weighted(total, "the VICReg loss", weights, "use the paper's weights (25, 25, 1)")

@@ -49,6 +49,7 @@ def __getattr__(name: str) -> Any:
         return getattr(import_module(f".{_LAZY[name]}", __name__), name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
+
 __all__ = [
     "WahbaResult",
     "wahba_error",

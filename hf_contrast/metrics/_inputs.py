@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from hf_contrast.errors import InputError
-
 import numpy as np
 import torch
 from torch import Tensor
+
+from hf_contrast.errors import InputError
 
 from ..tensor_checks import check_embeddings, check_labels, check_same_shape
 
@@ -19,9 +19,7 @@ def _to_tensor(x: object) -> object:
     return x
 
 
-def as_embeddings(
-    name: str, z: object, min_rows: int = 1, ndim: int = 2, shape_doc: str = "(n, D)"
-) -> Tensor:
+def as_embeddings(name: str, z: object, min_rows: int = 1, ndim: int = 2, shape_doc: str = "(n, D)") -> Tensor:
     """Check ``z`` (torch tensor or numpy array) and return it detached, in float64.
 
     Raises:

@@ -17,8 +17,6 @@ in float64. The ``evaluate`` distributed mode (``num_process``/``process_id`` wi
 
 from __future__ import annotations
 
-from hf_contrast.errors import InputError
-
 from typing import Any
 
 import datasets
@@ -26,6 +24,8 @@ import evaluate
 import numpy as np
 import torch
 from torch import Tensor
+
+from hf_contrast.errors import InputError
 
 from .geometry import (
     alignment,

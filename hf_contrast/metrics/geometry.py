@@ -6,8 +6,6 @@ returns Python floats (or a small ``NamedTuple``).
 
 from __future__ import annotations
 
-from hf_contrast.errors import InputError
-
 import math
 import warnings
 from typing import NamedTuple
@@ -15,8 +13,10 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
-from ..tensor_checks import l2_normalize
+from hf_contrast.errors import InputError
+
 from ..losses.align_uniform import alignment_loss, uniformity_loss
+from ..tensor_checks import l2_normalize
 from ._inputs import as_embeddings, as_labels, as_pair
 
 __all__ = [

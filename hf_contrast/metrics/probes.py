@@ -9,13 +9,13 @@ numbers of a probe fitted on one split and scored on another, under the names
 
 from __future__ import annotations
 
-from hf_contrast.errors import InputError
-
 import warnings
 
 import torch
 from torch import Tensor
 from transformers.utils import logging
+
+from hf_contrast.errors import InputError
 
 from ..tensor_checks import check_int, check_positive, check_temperature, l2_normalize
 from ._inputs import as_embeddings, as_labels
@@ -68,9 +68,7 @@ def unseen_classes(train_y: object, test_y: object) -> dict[int, int]:
     return {int(c): int(n) for c, n in zip(classes.tolist(), counts.tolist())}
 
 
-def unseen_message(
-    unseen: dict[int, int], total: int, fit: str, score: str, names: list[str] | None = None
-) -> str:
+def unseen_message(unseen: dict[int, int], total: int, fit: str, score: str, names: list[str] | None = None) -> str:
     """The :class:`UnseenClassWarning` text for :func:`unseen_classes`' result (``names``: class names)."""
     listed = ", ".join(
         f"{names[c]!r} ({n} rows)" if names is not None and 0 <= c < len(names) else f"{c} ({n} rows)"

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from hf_contrast.errors import InputError
-
 import warnings
 
 import torch
 from torch import Tensor
+
+from hf_contrast.errors import InputError
 
 from ..tensor_checks import l2_normalize
 from ._inputs import as_embeddings, as_pair

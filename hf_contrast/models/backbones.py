@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-from hf_contrast.errors import InputError, MissingPathError
-from hf_contrast.hub_ids import is_hub_repo_id
-
 import difflib
 import json
 import logging
@@ -16,6 +13,9 @@ import timm
 import torch
 from torch import nn
 from transformers import AutoConfig, AutoModel, AutoTokenizer, PretrainedConfig, PreTrainedModel
+
+from hf_contrast.errors import InputError, MissingPathError
+from hf_contrast.hub_ids import is_hub_repo_id
 
 __all__ = [
     "HubUnavailableError",
@@ -53,7 +53,12 @@ def _is_hub_unreachable(error: BaseException) -> bool:
     """Whether ``error`` (or anything it was raised from) says the Hub could not be contacted."""
     from huggingface_hub.errors import LocalEntryNotFoundError, OfflineModeIsEnabled
 
-    unreachable: tuple[type[BaseException], ...] = (LocalEntryNotFoundError, OfflineModeIsEnabled, ConnectionError, TimeoutError)
+    unreachable: tuple[type[BaseException], ...] = (
+        LocalEntryNotFoundError,
+        OfflineModeIsEnabled,
+        ConnectionError,
+        TimeoutError,
+    )
     try:
         import httpx
 
@@ -73,8 +78,10 @@ def _is_hub_unreachable(error: BaseException) -> bool:
 def _unavailable(name: str, error: BaseException, pretrained: bool = True) -> HubUnavailableError:
     reason = "HF_HUB_OFFLINE=1 is set" if _hub_offline() else "the network request failed"
     what = "pretrained weights" if pretrained else "the config (`pretrained=False` still reads it)"
-    read_as = "" if name.startswith(TIMM_SOURCES) else (
-        " It is not a timm model name nor an existing local folder, so it was read as a Hub model id."
+    read_as = (
+        ""
+        if name.startswith(TIMM_SOURCES)
+        else (" It is not a timm model name nor an existing local folder, so it was read as a Hub model id.")
     )
     return HubUnavailableError(
         f"Cannot load {what} for `backbone`={name!r}: the Hugging Face Hub is unreachable ({reason}) and "
@@ -144,8 +151,11 @@ def backbone_type_of(name: str) -> str:
             f"{os.getcwd()!r}): check the path, or pass a timm name or a Hub id."
         )
     if not is_hub_repo_id(name):  # not a timm name, not a folder, and no Hub id either: say so before any request
-        raise _unknown(name, _close_timm_names(name), " It is not a valid Hub id either ('name' or 'user/name' of letters, "
-                       "digits, '-', '_', '.').")
+        raise _unknown(
+            name,
+            _close_timm_names(name),
+            " It is not a valid Hub id either ('name' or 'user/name' of letters, digits, '-', '_', '.').",
+        )
     return "text"
 
 
@@ -161,7 +171,9 @@ def _timm_source_config(name: str) -> tuple[str, dict[str, Any]]:
     return architecture, dict(model_args or {})
 
 
-def create_timm_backbone(name: str, pretrained: bool, backbone_kwargs: dict[str, Any] | None = None) -> tuple[nn.Module, str, dict[str, Any]]:
+def create_timm_backbone(
+    name: str, pretrained: bool, backbone_kwargs: dict[str, Any] | None = None
+) -> tuple[nn.Module, str, dict[str, Any]]:
     """Create a timm backbone without classifier (``num_classes=0``), optionally with pretrained weights.
 
     Args:
@@ -231,7 +243,9 @@ def build_timm_backbone(architecture: str, backbone_kwargs: dict[str, Any] | Non
     try:
         return timm.create_model(architecture, pretrained=False, num_classes=0, **(backbone_kwargs or {}))
     except TypeError as error:
-        raise InputError(f"`backbone_kwargs` {backbone_kwargs!r} do not fit timm model `{architecture}`: {error}") from error
+        raise InputError(
+            f"`backbone_kwargs` {backbone_kwargs!r} do not fit timm model `{architecture}`: {error}"
+        ) from error
 
 
 def built_input_size(model: nn.Module) -> tuple[int, ...] | None:
@@ -269,7 +283,11 @@ def timm_data_config(model: nn.Module) -> dict[str, Any]:
     built_size = built_input_size(model)
     if built_size is not None:  # the size the module was built at (a ViT with img_size=16), not its tag's
         resolved["input_size"] = built_size
-    return {key: list(value) if isinstance(value, tuple) else value for key, value in resolved.items() if key in _DATA_CONFIG_KEYS}
+    return {
+        key: list(value) if isinstance(value, tuple) else value
+        for key, value in resolved.items()
+        if key in _DATA_CONFIG_KEYS
+    }
 
 
 def load_text_backbone(name: str, pretrained: bool = True, **hub_kwargs: Any) -> tuple[PreTrainedModel, Any]:
@@ -301,13 +319,17 @@ def load_text_backbone(name: str, pretrained: bool = True, **hub_kwargs: Any) ->
             if matches:  # most likely a misspelt timm name, not a Hub id
                 raise _unknown(name, matches, " (The Hub is unreachable, so Hub ids cannot be checked.)") from error
             raise _unavailable(name, error, pretrained) from error
-        if isinstance(error, RepositoryNotFoundError) or "is not a local folder and is not a valid model identifier" in str(error):
+        if isinstance(
+            error, RepositoryNotFoundError
+        ) or "is not a local folder and is not a valid model identifier" in str(error):
             raise _unknown(name, _close_timm_names(name)) from error
         raise
     try:
         tokenizer = AutoTokenizer.from_pretrained(name, **hub_kwargs)
     except (OSError, ValueError) as error:
-        logger.warning("No tokenizer could be loaded for `%s` (%s); set `encoder.tokenizer` before exporting.", name, error)
+        logger.warning(
+            "No tokenizer could be loaded for `%s` (%s); set `encoder.tokenizer` before exporting.", name, error
+        )
         tokenizer = None
     return model, tokenizer
 
@@ -339,7 +361,8 @@ def restore_non_persistent_buffers(backbone: nn.Module, architecture: str, backb
     names = [
         name
         for name, _ in backbone.named_buffers()
-        if name.rsplit(".", 1)[-1] in backbone.get_submodule(name.rsplit(".", 1)[0] if "." in name else "")._non_persistent_buffers_set
+        if name.rsplit(".", 1)[-1]
+        in backbone.get_submodule(name.rsplit(".", 1)[0] if "." in name else "")._non_persistent_buffers_set
     ]
     if not names:
         return
@@ -351,5 +374,9 @@ def restore_non_persistent_buffers(backbone: nn.Module, architecture: str, backb
         current = parent._buffers[buffer_name]
         value = fresh[name]
         device = current.device if current is not None and current.device.type != "meta" else torch.device("cpu")
-        dtype = current.dtype if current is not None and current.is_floating_point() and value.is_floating_point() else value.dtype
+        dtype = (
+            current.dtype
+            if current is not None and current.is_floating_point() and value.is_floating_point()
+            else value.dtype
+        )
         parent._buffers[buffer_name] = value.to(device=device, dtype=dtype)

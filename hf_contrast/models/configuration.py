@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-from hf_contrast.errors import InputError
-
 from typing import Any
 
 from transformers import AutoConfig, PretrainedConfig
 
+from hf_contrast.errors import InputError
 from hf_contrast.models.save_format import SAVE_FORMAT_VERSION
 
 __all__ = ["ContrastiveEncoderConfig", "BACKBONE_TYPES", "POOLINGS", "PROJECTION_NORMS"]
@@ -124,7 +123,9 @@ class ContrastiveEncoderConfig(PretrainedConfig):
         if isinstance(num_labels, bool) or not isinstance(num_labels, int) or num_labels < 0:
             raise InputError(f"`num_labels` must be an int >= 0 (0 = no task head), got {num_labels!r}.")
         if backbone_kwargs is not None and not isinstance(backbone_kwargs, dict):
-            raise InputError(f"`backbone_kwargs` must be a dict of timm.create_model arguments, got {type(backbone_kwargs).__name__}.")
+            raise InputError(
+                f"`backbone_kwargs` must be a dict of timm.create_model arguments, got {type(backbone_kwargs).__name__}."
+            )
         if backbone_kwargs and "num_classes" in backbone_kwargs:
             raise InputError(
                 "`backbone_kwargs` must not set `num_classes`: the backbone is built with num_classes=0; "
@@ -141,7 +142,9 @@ class ContrastiveEncoderConfig(PretrainedConfig):
                 raise InputError("`text_config` given as a dict must contain its `model_type` (e.g. 'bert').")
             text_config = AutoConfig.for_model(**text_config)
         if text_config is not None and not isinstance(text_config, PretrainedConfig):
-            raise InputError(f"`text_config` must be a PretrainedConfig, a dict or None, got {type(text_config).__name__}.")
+            raise InputError(
+                f"`text_config` must be a PretrainedConfig, a dict or None, got {type(text_config).__name__}."
+            )
         if backbone_type == "timm" and (normalize_embeddings or max_seq_length is not None):
             raise InputError(
                 "`normalize_embeddings` and `max_seq_length` are for text backbones; a timm backbone's output is "
@@ -153,7 +156,9 @@ class ContrastiveEncoderConfig(PretrainedConfig):
                 "and its tokenizer."
             )
         if data_config is not None and not isinstance(data_config, dict):
-            raise InputError(f"`data_config` must be a dict like timm.data.resolve_data_config's, got {type(data_config).__name__}.")
+            raise InputError(
+                f"`data_config` must be a dict like timm.data.resolve_data_config's, got {type(data_config).__name__}."
+            )
 
         self.backbone = backbone
         self.backbone_type = backbone_type

@@ -22,7 +22,6 @@ What each model takes:
 
 from __future__ import annotations
 
-
 import logging
 import os
 from collections.abc import Sequence
@@ -76,7 +75,9 @@ def _checked_image(name: str, value: Any, channels: int) -> Any:
         return check_image_array(name, value, channels=channels)
     if isinstance(value, Image.Image):
         return value
-    raise InputTypeError(f"`{name}` is a {type(value).__name__}; an image encoder takes {_IMAGE_KINDS} (got {value!r:.60}).")
+    raise InputTypeError(
+        f"`{name}` is a {type(value).__name__}; an image encoder takes {_IMAGE_KINDS} (got {value!r:.60})."
+    )
 
 
 def _image_batch(inputs: Any, channels: int) -> tuple[list[Any], bool]:

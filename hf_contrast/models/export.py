@@ -16,8 +16,6 @@ This module reads encoders through their config only (it does not import ``model
 
 from __future__ import annotations
 
-from hf_contrast.errors import InputError
-
 import inspect
 import json
 import os
@@ -28,6 +26,7 @@ from typing import Any
 import torch
 import transformers
 
+from hf_contrast.errors import InputError
 from hf_contrast.models.configuration import ContrastiveEncoderConfig
 from hf_contrast.models.st_layout import write_st_modules
 
@@ -67,18 +66,24 @@ def _backbone_state(encoder: Any, state_dict: Mapping[str, torch.Tensor] | None)
         tensors = dict(encoder.backbone.state_dict())
     else:
         prefix = "backbone."
-        tensors = {key[len(prefix):]: value for key, value in state_dict.items() if key.startswith(prefix)}
+        tensors = {key[len(prefix) :]: value for key, value in state_dict.items() if key.startswith(prefix)}
     unique: dict[str, torch.Tensor] = {}
     seen: set[tuple[int, int]] = set()
     for key, value in tensors.items():  # safetensors refuses tensors sharing storage
         value = value.detach().contiguous()
-        identity = (value.untyped_storage().data_ptr(), value.storage_offset()) if value.device.type != "meta" else (id(value), 0)
+        identity = (
+            (value.untyped_storage().data_ptr(), value.storage_offset())
+            if value.device.type != "meta"
+            else (id(value), 0)
+        )
         unique[key] = value.clone() if identity in seen and value.numel() else value
         seen.add(identity)
     return unique
 
 
-def export_timm(encoder: Any, save_dir: str | os.PathLike[str], state_dict: Mapping[str, torch.Tensor] | None = None) -> Path:
+def export_timm(
+    encoder: Any, save_dir: str | os.PathLike[str], state_dict: Mapping[str, torch.Tensor] | None = None
+) -> Path:
     """Save the timm backbone alone in timm's Hub format (``config.json`` + ``model.safetensors``).
 
     ``config.json`` holds ``architecture``, ``num_classes`` (0), ``num_features``, ``model_args`` (the
@@ -111,7 +116,9 @@ def export_timm(encoder: Any, save_dir: str | os.PathLike[str], state_dict: Mapp
 
     save_dir = Path(save_dir)
     save_dir.mkdir(parents=True, exist_ok=True)
-    safetensors.torch.save_file(_backbone_state(encoder, state_dict), str(save_dir / "model.safetensors"), metadata={"format": "pt"})
+    safetensors.torch.save_file(
+        _backbone_state(encoder, state_dict), str(save_dir / "model.safetensors"), metadata={"format": "pt"}
+    )
     options: dict[str, Any] = {"model_args": dict(encoder.config.backbone_kwargs) or None}
     if "data_config" in inspect.signature(save_config_for_hf).parameters:
         options["data_config"] = encoder.data_config
@@ -131,7 +138,9 @@ def export_timm(encoder: Any, save_dir: str | os.PathLike[str], state_dict: Mapp
     return save_dir
 
 
-def export_transformers(encoder: Any, save_dir: str | os.PathLike[str], state_dict: Mapping[str, torch.Tensor] | None = None) -> Path:
+def export_transformers(
+    encoder: Any, save_dir: str | os.PathLike[str], state_dict: Mapping[str, torch.Tensor] | None = None
+) -> Path:
     """Save the text backbone with ``save_pretrained`` plus its tokenizer (``AutoModel``/``AutoTokenizer`` load it).
 
     Args:
@@ -162,7 +171,10 @@ def text_max_seq_length(encoder: Any) -> int | None:
     """``config.max_seq_length``, else the smaller of the position limit and the tokenizer's ``model_max_length``."""
     if encoder.config.max_seq_length is not None:
         return int(encoder.config.max_seq_length)
-    limits = [getattr(encoder.backbone.config, "max_position_embeddings", None), getattr(encoder.tokenizer, "model_max_length", None)]
+    limits = [
+        getattr(encoder.backbone.config, "max_position_embeddings", None),
+        getattr(encoder.tokenizer, "model_max_length", None),
+    ]
     valid = [int(limit) for limit in limits if isinstance(limit, int) and 0 < limit < 1_000_000]
     return min(valid) if valid else None
 
@@ -213,7 +225,9 @@ def export_sentence_transformers(
     return save_dir
 
 
-def export_native(encoder: Any, save_dir: str | os.PathLike[str], state_dict: Mapping[str, torch.Tensor] | None = None) -> Path:
+def export_native(
+    encoder: Any, save_dir: str | os.PathLike[str], state_dict: Mapping[str, torch.Tensor] | None = None
+) -> Path:
     """:func:`export_timm` for a timm encoder, :func:`export_sentence_transformers` for a text encoder."""
     if getattr(getattr(encoder, "config", None), "backbone_type", None) == "timm":
         return export_timm(encoder, save_dir, state_dict)

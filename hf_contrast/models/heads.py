@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from hf_contrast.errors import InputError
-
 import torch  # noqa: F401  (used in the docstring example)
 from torch import Tensor, nn
+
+from hf_contrast.errors import InputError
+
 from ..tensor_checks import check_int
 
 __all__ = ["ProjectionHead"]
@@ -39,9 +40,16 @@ class ProjectionHead(nn.Module):
         torch.Size([4, 8])
     """
 
-    def __init__(self, input_dim: int, hidden_dim: int, output_dim: int, num_layers: int = 2, norm: str | None = "batchnorm") -> None:
+    def __init__(
+        self, input_dim: int, hidden_dim: int, output_dim: int, num_layers: int = 2, norm: str | None = "batchnorm"
+    ) -> None:
         super().__init__()
-        for name, value in (("input_dim", input_dim), ("hidden_dim", hidden_dim), ("output_dim", output_dim), ("num_layers", num_layers)):
+        for name, value in (
+            ("input_dim", input_dim),
+            ("hidden_dim", hidden_dim),
+            ("output_dim", output_dim),
+            ("num_layers", num_layers),
+        ):
             check_int(name, value, 1)
         if norm not in ("batchnorm", "layernorm", None):
             raise InputError(f"`norm` must be 'batchnorm', 'layernorm' or None, got {norm!r}.")

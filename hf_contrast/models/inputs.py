@@ -20,16 +20,22 @@ Deliberate behaviours:
 
 from __future__ import annotations
 
-from hf_contrast.errors import InputError, InputTypeError
-
 from typing import Any
 
 import torch
 from torch import Tensor, nn
 
+from hf_contrast.errors import InputError, InputTypeError
+
 from ..tensor_checks import check_finite_values, check_index_range, value_checks_enabled
 
-__all__ = ["accepted_channels", "check_image_array", "check_pixel_values", "check_token_inputs", "check_training_batch"]
+__all__ = [
+    "accepted_channels",
+    "check_image_array",
+    "check_pixel_values",
+    "check_token_inputs",
+    "check_training_batch",
+]
 
 _BATCH_NORMS = (nn.BatchNorm1d, nn.BatchNorm2d, nn.BatchNorm3d, nn.SyncBatchNorm)
 
@@ -100,7 +106,9 @@ def check_image_array(name: str, image: Any, *, channels: int) -> Any:
             f"encoder with `backbone_kwargs={{'in_chans': {c}}}`.{hint}"
         )
     if h < 1 or w < 1:
-        raise InputError(f"`{name}` has shape {shape}: an image of {h}×{w} pixels has nothing to encode; pass images of 1×1 pixels or more.")
+        raise InputError(
+            f"`{name}` has shape {shape}: an image of {h}×{w} pixels has nothing to encode; pass images of 1×1 pixels or more."
+        )
     if is_tensor and image.ndim == 2:
         return image.unsqueeze(0)
     return image

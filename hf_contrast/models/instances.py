@@ -18,8 +18,6 @@ object gave before:
 
 from __future__ import annotations
 
-from hf_contrast.errors import InputError, InputTypeError
-
 import logging
 from typing import Any
 
@@ -27,7 +25,8 @@ import torch
 from torch import nn
 from transformers import PreTrainedModel
 
-from hf_contrast.models.backbones import built_input_size, build_timm_backbone
+from hf_contrast.errors import InputError, InputTypeError
+from hf_contrast.models.backbones import build_timm_backbone, built_input_size
 from hf_contrast.models.configuration import ContrastiveEncoderConfig
 from hf_contrast.models.st_layout import SentenceTransformerLayout, layout_options, pooling_from_config
 
@@ -84,7 +83,11 @@ def _shapes(model: nn.Module, skip: set[int] = frozenset()) -> dict[str, tuple[i
     """``{name: shape}`` of the persistent tensors of ``model`` (its state dict), leaving out those in ``skip`` (ids)."""
     by_name = dict(model.named_parameters(remove_duplicate=False))
     by_name.update(model.named_buffers(remove_duplicate=False))
-    return {name: tuple(t.shape) for name, t in model.state_dict(keep_vars=True).items() if id(by_name.get(name, t)) not in skip}
+    return {
+        name: tuple(t.shape)
+        for name, t in model.state_dict(keep_vars=True).items()
+        if id(by_name.get(name, t)) not in skip
+    }
 
 
 def _timm_parts(model: nn.Module) -> dict[str, Any]:
@@ -117,7 +120,11 @@ def _timm_parts(model: nn.Module) -> dict[str, Any]:
         except ValueError:
             fresh = None
     classifier = model.get_classifier() if getattr(model, "num_classes", 0) else None
-    head = {id(t) for t in classifier.parameters()} | {id(t) for t in classifier.buffers()} if isinstance(classifier, nn.Module) else set()
+    head = (
+        {id(t) for t in classifier.parameters()} | {id(t) for t in classifier.buffers()}
+        if isinstance(classifier, nn.Module)
+        else set()
+    )
     shapes = _shapes(model, skip=head)  # without the classifier, which is removed only once the model is accepted
     fresh_shapes = _shapes(fresh) if fresh is not None else None
     if shapes != fresh_shapes:
@@ -135,7 +142,9 @@ def _timm_parts(model: nn.Module) -> dict[str, Any]:
         "backbone_type": "timm",
         "backbone_architecture": architecture,
         "backbone_kwargs": kwargs,
-        "backbone_pretrained": bool(pretrained_cfg.get("hf_hub_id") or pretrained_cfg.get("url") or pretrained_cfg.get("file")),
+        "backbone_pretrained": bool(
+            pretrained_cfg.get("hf_hub_id") or pretrained_cfg.get("url") or pretrained_cfg.get("file")
+        ),
     }
 
 
@@ -154,7 +163,11 @@ def _sentence_transformer_parts(model: Any) -> tuple[PreTrainedModel, Any, dict[
             "[-> Normalize] only. Pass its transformer alone (`model[0].auto_model`) to train without the other modules."
         )
     transformer = modules[0].auto_model
-    name = getattr(model.model_card_data, "base_model", None) or transformer.config.name_or_path or transformer.config.model_type
+    name = (
+        getattr(model.model_card_data, "base_model", None)
+        or transformer.config.name_or_path
+        or transformer.config.model_type
+    )
     layout = SentenceTransformerLayout(
         transformer_path="",
         pooling=pooling_from_config(modules[1].get_config_dict(), name),
@@ -190,7 +203,9 @@ def _tokenizer_of(model: PreTrainedModel) -> Any:
         reason = "the model has no `name_or_path`"
     logger.warning(
         "No tokenizer for the %s backbone (%s): pass `tokenizer=` to `from_backbone`, or set `encoder.tokenizer` "
-        "before encoding, training or saving.", type(model).__name__, reason,
+        "before encoding, training or saving.",
+        type(model).__name__,
+        reason,
     )
     return None
 
@@ -232,10 +247,14 @@ def encoder_from_instance(
             "`ContrastiveEncoder.from_pretrained(folder)` to load a saved one."
         )
     if not is_backbone_instance(backbone):
-        raise InputError(f"`backbone` is a {type(backbone).__module__}.{type(backbone).__qualname__}; expected {ACCEPTED_BACKBONES}.")
+        raise InputError(
+            f"`backbone` is a {type(backbone).__module__}.{type(backbone).__qualname__}; expected {ACCEPTED_BACKBONES}."
+        )
     for name, value in (("backbone_kwargs", backbone_kwargs), ("hub_kwargs", hub_kwargs)):
         if value:
-            raise InputError(f"`{name}` apply when `backbone` is a name; the {type(backbone).__name__} instance is already built.")
+            raise InputError(
+                f"`{name}` apply when `backbone` is a name; the {type(backbone).__name__} instance is already built."
+            )
     for reserved in ("backbone", "backbone_type", "text_config", "backbone_architecture", "backbone_pretrained"):
         if reserved in config_kwargs:
             raise InputError(f"`{reserved}` is set by `from_backbone`; do not pass it in `config_kwargs`.")
@@ -247,7 +266,9 @@ def encoder_from_instance(
         )
     if _is_timm_model(backbone):
         if tokenizer is not None:
-            raise InputError(f"`tokenizer` was given but the {type(backbone).__name__} is a timm vision model; drop it.")
+            raise InputError(
+                f"`tokenizer` was given but the {type(backbone).__name__} is a timm vision model; drop it."
+            )
         _check_timm_embedding(backbone, device, dtype)
         config = ContrastiveEncoderConfig(**_timm_parts(backbone), **config_kwargs)
         return _placed(encoder_class(config, backbone=backbone), backbone, device, dtype)
@@ -261,7 +282,11 @@ def encoder_from_instance(
         name = module.config.name_or_path or module.config.model_type
     tokenizer = tokenizer if tokenizer is not None else own_tokenizer
     max_seq_length = config_kwargs.get("max_seq_length")
-    if max_seq_length is not None and tokenizer is not None and getattr(tokenizer, "model_max_length", 0) > max_seq_length:
+    if (
+        max_seq_length is not None
+        and tokenizer is not None
+        and getattr(tokenizer, "model_max_length", 0) > max_seq_length
+    ):
         tokenizer.model_max_length = int(max_seq_length)  # truncate as sentence-transformers does
     config = ContrastiveEncoderConfig(
         backbone=name,
@@ -316,7 +341,9 @@ def _placed(encoder: nn.Module, backbone: nn.Module, device: torch.device, dtype
         logger.warning(
             "The backbone's weights are %s, so the encoder's heads are too: training %s weights directly loses "
             "precision; for mixed precision keep float32 weights (`model.float()`) and pass `bf16=True` / `fp16=True` "
-            "to the trainer.", dtype, dtype,
+            "to the trainer.",
+            dtype,
+            dtype,
         )
     return encoder.train(backbone.training)
 

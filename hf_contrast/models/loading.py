@@ -11,8 +11,6 @@ transformers' load report). Each raises an error naming the file, what is wrong 
 
 from __future__ import annotations
 
-from hf_contrast.errors import InputError, MissingPathError
-
 import json
 import os
 from collections.abc import Mapping
@@ -22,24 +20,36 @@ import torch
 from torch import nn
 from transformers.utils import cached_file
 
+from hf_contrast.errors import InputError, MissingPathError
 from hf_contrast.hub_ids import is_hub_repo_id
 from hf_contrast.models.configuration import ContrastiveEncoderConfig
 from hf_contrast.models.export import HUB_SUBFOLDER
 
-__all__ = ["check_local_save", "check_source", "encoder_subfolder", "weights_location", "check_loaded_weights", "read_saved_json"]
+__all__ = [
+    "check_local_save",
+    "check_source",
+    "encoder_subfolder",
+    "weights_location",
+    "check_loaded_weights",
+    "read_saved_json",
+]
 
 _FIX_SAVE = "pass the folder that `save_pretrained` / `trainer.save_model` wrote (or a checkpoint-* folder)"
 
 
 def _lookup(path: str | os.PathLike[str], filename: str, subfolder: str, hub_kwargs: Mapping[str, Any]) -> str | None:
-    options = dict(hub_kwargs, _raise_exceptions_for_missing_entries=False, _raise_exceptions_for_connection_errors=False)
+    options = dict(
+        hub_kwargs, _raise_exceptions_for_missing_entries=False, _raise_exceptions_for_connection_errors=False
+    )
     try:
         return cached_file(path, filename, subfolder=subfolder, **options)
     except Exception:  # an unreachable Hub: from_pretrained reports it with its own error
         return None
 
 
-def read_saved_json(path: str | os.PathLike[str], filename: str, subfolder: str, hub_kwargs: Mapping[str, Any]) -> tuple[Any, str]:
+def read_saved_json(
+    path: str | os.PathLike[str], filename: str, subfolder: str, hub_kwargs: Mapping[str, Any]
+) -> tuple[Any, str]:
     """``(content, location)`` of a JSON file of a save (``content`` is ``None`` if it is absent or unreadable:
     ``from_pretrained`` reports an unreadable config with its own error)."""
     found = _lookup(path, filename, subfolder, hub_kwargs)
@@ -54,7 +64,12 @@ def read_saved_json(path: str | os.PathLike[str], filename: str, subfolder: str,
 
 
 _ARGUMENT = "pretrained_model_name_or_path"
-_WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin", "pytorch_model.bin.index.json")
+_WEIGHT_FILES = (
+    "model.safetensors",
+    "model.safetensors.index.json",
+    "pytorch_model.bin",
+    "pytorch_model.bin.index.json",
+)
 _FIX_BACKBONE = (
     "a plain timm or transformers model folder is not a ContrastiveEncoder: start one on it with "
     "`ContrastiveEncoder.from_backbone('<folder>')`"

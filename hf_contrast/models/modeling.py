@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from hf_contrast.errors import InputError
-
 import logging
 import os
 import shutil
@@ -18,7 +16,7 @@ from torch import Tensor, nn
 from transformers import AutoTokenizer, PretrainedConfig, PreTrainedModel
 from transformers.utils import ModelOutput, cached_file
 
-from hf_contrast.tensor_checks import l2_normalize
+from hf_contrast.errors import InputError
 from hf_contrast.model_card import (
     CARD_DATA_FILE,
     CARD_DATA_VERSION,
@@ -28,7 +26,6 @@ from hf_contrast.model_card import (
     save_card_data,
     write_model_card,
 )
-from hf_contrast.provenance import backbone_provenance
 from hf_contrast.models.backbones import (
     backbone_type_of,
     build_text_backbone,
@@ -42,15 +39,24 @@ from hf_contrast.models.configuration import ContrastiveEncoderConfig
 from hf_contrast.models.encode import encode as encode_inputs
 from hf_contrast.models.export import HUB_SUBFOLDER, export_native
 from hf_contrast.models.heads import ProjectionHead
-from hf_contrast.models.loading import check_loaded_weights, check_local_save, check_source, encoder_subfolder, read_saved_json, weights_location
-from hf_contrast.models.save_format import check_save_format
-from hf_contrast.models.instances import encoder_from_instance
 from hf_contrast.models.inputs import check_pixel_values, check_token_inputs, check_training_batch
+from hf_contrast.models.instances import encoder_from_instance
+from hf_contrast.models.loading import (
+    check_loaded_weights,
+    check_local_save,
+    check_source,
+    encoder_subfolder,
+    read_saved_json,
+    weights_location,
+)
 from hf_contrast.models.pooling import pool_tokens
+from hf_contrast.models.save_format import check_save_format
 from hf_contrast.models.st_layout import layout_options, read_st_layout
 from hf_contrast.models.staging import staged_directory
 from hf_contrast.models.statistics import model_details
 from hf_contrast.models.upload import upload_model_folder
+from hf_contrast.provenance import backbone_provenance
+from hf_contrast.tensor_checks import l2_normalize
 
 __all__ = ["ContrastiveEncoder", "ContrastiveEncoderOutput", "HUB_SUBFOLDER"]
 
@@ -120,17 +126,25 @@ class ContrastiveEncoder(PreTrainedModel):
     supports_gradient_checkpointing = True
     _no_split_modules: list[str] = []
 
-    def __init__(self, config: ContrastiveEncoderConfig, backbone: nn.Module | None = None, tokenizer: Any = None) -> None:
+    def __init__(
+        self, config: ContrastiveEncoderConfig, backbone: nn.Module | None = None, tokenizer: Any = None
+    ) -> None:
         super().__init__(config)
         if config.backbone_type == "timm":
             architecture = config.backbone_architecture or config.backbone
             if architecture is None and backbone is None:
                 raise InputError("A timm encoder needs `backbone` (a timm model name, e.g. 'resnet18') in its config.")
-            self.backbone = backbone if backbone is not None else build_timm_backbone(architecture, config.backbone_kwargs)
+            self.backbone = (
+                backbone if backbone is not None else build_timm_backbone(architecture, config.backbone_kwargs)
+            )
             width = int(self.backbone.num_features)
             config.data_config = {**timm_data_config(self.backbone), **(config.data_config or {})}
             num_stages = len(getattr(self.backbone, "feature_info", []) or [])
-            if config.feature_stages is not None and num_stages and any(not -num_stages <= i < num_stages for i in config.feature_stages):
+            if (
+                config.feature_stages is not None
+                and num_stages
+                and any(not -num_stages <= i < num_stages for i in config.feature_stages)
+            ):
                 raise InputError(
                     f"`feature_stages` {config.feature_stages} index stages that `{architecture}` does not have: "
                     f"it has {num_stages} (valid indices 0..{num_stages - 1})."
@@ -155,7 +169,11 @@ class ContrastiveEncoder(PreTrainedModel):
         if config.projection_hidden_dim is None:
             config.projection_hidden_dim = width
         self.projection_head = ProjectionHead(
-            width, config.projection_hidden_dim, config.projection_dim, config.projection_layers, config.projection_norm
+            width,
+            config.projection_hidden_dim,
+            config.projection_dim,
+            config.projection_layers,
+            config.projection_norm,
         )
         self.classifier = nn.Linear(width, config.num_labels) if config.num_labels > 0 else None
         self.tokenizer = tokenizer
@@ -217,7 +235,12 @@ class ContrastiveEncoder(PreTrainedModel):
         """
         if not isinstance(backbone, str):
             return encoder_from_instance(
-                cls, backbone, tokenizer=tokenizer, backbone_kwargs=backbone_kwargs, hub_kwargs=hub_kwargs, **config_kwargs
+                cls,
+                backbone,
+                tokenizer=tokenizer,
+                backbone_kwargs=backbone_kwargs,
+                hub_kwargs=hub_kwargs,
+                **config_kwargs,
             )
         kind = backbone_type_of(backbone)
         provenance = backbone_provenance(backbone, base_model=base_model, license=license)  # no local path is saved
@@ -252,7 +275,11 @@ class ContrastiveEncoder(PreTrainedModel):
         module.config.name_or_path = provenance.name  # saved inside `text_config`: never the local folder's path
         tokenizer = tokenizer if tokenizer is not None else loaded_tokenizer
         max_seq_length = config_kwargs.get("max_seq_length")
-        if max_seq_length is not None and tokenizer is not None and getattr(tokenizer, "model_max_length", 0) > max_seq_length:
+        if (
+            max_seq_length is not None
+            and tokenizer is not None
+            and getattr(tokenizer, "model_max_length", 0) > max_seq_length
+        ):
             tokenizer.model_max_length = int(max_seq_length)  # truncate as sentence-transformers does
         config = ContrastiveEncoderConfig(
             backbone=provenance.name,
@@ -273,7 +300,9 @@ class ContrastiveEncoder(PreTrainedModel):
         return self
 
     @classmethod
-    def from_text_config(cls, text_config: PretrainedConfig, tokenizer: Any = None, **config_kwargs: Any) -> ContrastiveEncoder:
+    def from_text_config(
+        cls, text_config: PretrainedConfig, tokenizer: Any = None, **config_kwargs: Any
+    ) -> ContrastiveEncoder:
         """Build a text encoder with a randomly initialised backbone from its config (tests, from-scratch training).
 
         Args:
@@ -295,7 +324,9 @@ class ContrastiveEncoder(PreTrainedModel):
             32
         """
         if not isinstance(text_config, PretrainedConfig):
-            raise InputError(f"`text_config` must be a transformers PretrainedConfig (e.g. BertConfig), got {type(text_config).__name__}.")
+            raise InputError(
+                f"`text_config` must be a transformers PretrainedConfig (e.g. BertConfig), got {type(text_config).__name__}."
+            )
         config_kwargs.setdefault("backbone", text_config.model_type)
         config = ContrastiveEncoderConfig(backbone_type="text", text_config=text_config, **config_kwargs)
         return cls(config, tokenizer=tokenizer)
@@ -315,7 +346,9 @@ class ContrastiveEncoder(PreTrainedModel):
         ``crop_pct``, ``crop_mode``), ready for ``timm.data.create_transform(**enc.data_config)``; text: ``None``."""
         if self.config.backbone_type != "timm" or self.config.data_config is None:
             return None
-        return {key: tuple(value) if isinstance(value, list) else value for key, value in self.config.data_config.items()}
+        return {
+            key: tuple(value) if isinstance(value, list) else value for key, value in self.config.data_config.items()
+        }
 
     def set_image_size(self, image_size: int | tuple[int, int] | list[int]) -> None:
         """Record the image size the encoder is trained / used at in ``data_config`` (and so in timm's export).
@@ -335,13 +368,19 @@ class ContrastiveEncoder(PreTrainedModel):
         """
         if self.config.backbone_type != "timm":
             raise InputError(f"`set_image_size` is for timm encoders; `{self.config.backbone}` is a text backbone.")
-        size = [image_size, image_size] if isinstance(image_size, int) and not isinstance(image_size, bool) else image_size
+        size = (
+            [image_size, image_size]
+            if isinstance(image_size, int) and not isinstance(image_size, bool)
+            else image_size
+        )
         if (
             not isinstance(size, (list, tuple))
             or len(size) != 2
             or not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in size)
         ):
-            raise InputError(f"`image_size` must be a positive int or (height, width) of positive ints, got {image_size!r}.")
+            raise InputError(
+                f"`image_size` must be a positive int or (height, width) of positive ints, got {image_size!r}."
+            )
         current = self.data_config or {}
         channels, *current_hw = current.get("input_size", (3, 0, 0))
         fixed = bool(getattr(self.backbone, "pretrained_cfg", {}).get("fixed_input_size", False))
@@ -353,7 +392,10 @@ class ContrastiveEncoder(PreTrainedModel):
                 f"{tuple(current_hw)}: build the encoder with `backbone_kwargs={{'img_size': {size[0]}}}` (or resize the images "
                 f"to {tuple(current_hw)})."
             )
-        self.config.data_config = {**(self.config.data_config or {}), "input_size": [int(channels), int(size[0]), int(size[1])]}
+        self.config.data_config = {
+            **(self.config.data_config or {}),
+            "input_size": [int(channels), int(size[0]), int(size[1])],
+        }
 
     #: ``encoder.encode(sentences or images, batch_size=32, normalize_embeddings=False, convert_to_tensor=False...)``:
     #: embeddings as ``SentenceTransformer.encode`` gives them (:func:`hf_contrast.models.encode.encode`).
@@ -401,7 +443,9 @@ class ContrastiveEncoder(PreTrainedModel):
             if pixel_values is None:
                 raise InputError("`pixel_values` of shape (B, C, H, W) are required for a timm vision backbone.")
             if pixel_values.ndim != 4:
-                raise InputError(f"`pixel_values` must have shape (B, C, H, W), got shape {tuple(pixel_values.shape)}.")
+                raise InputError(
+                    f"`pixel_values` must have shape (B, C, H, W), got shape {tuple(pixel_values.shape)}."
+                )
             pixel_values = check_pixel_values(
                 pixel_values,
                 channels=int((self.data_config or {}).get("input_size", (pixel_values.shape[1],))[0]),
@@ -419,7 +463,9 @@ class ContrastiveEncoder(PreTrainedModel):
                     "(and `attention_mask`) from the tokenizer, e.g. `enc(**enc.tokenizer(texts, padding=True, return_tensors='pt'))`."
                 )
             if output_feature_maps:
-                raise InputError("`output_feature_maps=True` needs a timm vision backbone; text backbones have no stage maps.")
+                raise InputError(
+                    "`output_feature_maps=True` needs a timm vision backbone; text backbones have no stage maps."
+                )
             embeddings = self._encode_text(input_ids, attention_mask, token_type_ids)
             if self.config.normalize_embeddings:
                 embeddings = F.normalize(embeddings, p=2, dim=-1)
@@ -427,7 +473,9 @@ class ContrastiveEncoder(PreTrainedModel):
         if self.config.normalize_projections:
             projections = l2_normalize(projections)
         logits = self.classifier(embeddings) if self.classifier is not None else None
-        output = ContrastiveEncoderOutput(embeddings=embeddings, projections=projections, feature_maps=feature_maps, logits=logits)
+        output = ContrastiveEncoderOutput(
+            embeddings=embeddings, projections=projections, feature_maps=feature_maps, logits=logits
+        )
         if return_dict is False:
             return output.to_tuple()
         return output
@@ -440,7 +488,9 @@ class ContrastiveEncoder(PreTrainedModel):
         except (IndexError, KeyError, TypeError):
             return 1
 
-    def _encode_images(self, pixel_values: Tensor, output_feature_maps: bool) -> tuple[Tensor, tuple[Tensor, ...] | None]:
+    def _encode_images(
+        self, pixel_values: Tensor, output_feature_maps: bool
+    ) -> tuple[Tensor, tuple[Tensor, ...] | None]:
         if not output_feature_maps:
             return self.backbone(pixel_values), None
         if not hasattr(self.backbone, "forward_intermediates"):
@@ -452,9 +502,13 @@ class ContrastiveEncoder(PreTrainedModel):
         embeddings = self.backbone.forward_head(final, pre_logits=True)
         return embeddings, tuple(intermediates)
 
-    def _encode_text(self, input_ids: Tensor | None, attention_mask: Tensor | None, token_type_ids: Tensor | None) -> Tensor:
+    def _encode_text(
+        self, input_ids: Tensor | None, attention_mask: Tensor | None, token_type_ids: Tensor | None
+    ) -> Tensor:
         if input_ids is None:
-            raise InputError("`input_ids` of shape (B, L) are required for a text backbone (with `attention_mask` for padded batches).")
+            raise InputError(
+                "`input_ids` of shape (B, L) are required for a text backbone (with `attention_mask` for padded batches)."
+            )
         if input_ids.ndim != 2:
             raise InputError(f"`input_ids` must have shape (B, L), got shape {tuple(input_ids.shape)}.")
         for name, tensor in (("attention_mask", attention_mask), ("token_type_ids", token_type_ids)):
@@ -540,7 +594,9 @@ class ContrastiveEncoder(PreTrainedModel):
             ValueError: If ``push_to_hub=True`` is passed: call :meth:`push_to_hub`.
         """
         if push_to_hub:
-            raise InputError("`save_pretrained(push_to_hub=True)` is not supported: call `encoder.push_to_hub(repo_id)`.")
+            raise InputError(
+                "`save_pretrained(push_to_hub=True)` is not supported: call `encoder.push_to_hub(repo_id)`."
+            )
         kwargs.pop("safe_serialization", None)
         if not is_main_process:
             return
@@ -549,11 +605,14 @@ class ContrastiveEncoder(PreTrainedModel):
                 logger.warning(
                     "The text encoder has no tokenizer: %s gets the transformers backbone at the root but no tokenizer and no "
                     "sentence-transformers modules, so AutoTokenizer / SentenceTransformer cannot load it. Set "
-                    "`encoder.tokenizer` before saving.", save_directory,
+                    "`encoder.tokenizer` before saving.",
+                    save_directory,
                 )
                 backbone_state = None
                 if state_dict is not None:
-                    backbone_state = {k[len("backbone."):]: v for k, v in state_dict.items() if k.startswith("backbone.")}
+                    backbone_state = {
+                        k[len("backbone.") :]: v for k, v in state_dict.items() if k.startswith("backbone.")
+                    }
                 self.backbone.save_pretrained(folder, state_dict=backbone_state)
             else:
                 export_native(self, folder, state_dict)
@@ -573,16 +632,22 @@ class ContrastiveEncoder(PreTrainedModel):
             data.model_details = model_details(self, data.model_details)
             save_card_data(self, folder)
         except Exception as error:  # the card must never make a save fail
-            logger.warning("Model card data not saved (%s: %s); the card will not survive a reload.", type(error).__name__, error)
+            logger.warning(
+                "Model card data not saved (%s: %s); the card will not survive a reload.", type(error).__name__, error
+            )
 
     def _write_model_card(self, folder: os.PathLike[str]) -> None:
         try:
             write_model_card(self, folder)
         except Exception as error:  # the card must never make a save fail
-            logger.warning("Model card not written (%s: %s); the model is saved without README.md.", type(error).__name__, error)
+            logger.warning(
+                "Model card not written (%s: %s); the model is saved without README.md.", type(error).__name__, error
+            )
 
     @classmethod
-    def from_pretrained(cls, pretrained_model_name_or_path: str | os.PathLike[str], *model_args: Any, **kwargs: Any) -> ContrastiveEncoder:
+    def from_pretrained(
+        cls, pretrained_model_name_or_path: str | os.PathLike[str], *model_args: Any, **kwargs: Any
+    ) -> ContrastiveEncoder:
         """Load an encoder saved with :meth:`save_pretrained` (a folder, a checkpoint or a Hub repository).
 
         Reads the ``hf_contrast/`` subfolder of the save layout, or an older flat save (our
@@ -614,8 +679,12 @@ class ContrastiveEncoder(PreTrainedModel):
             kwargs["subfolder"] = encoder_subfolder(pretrained_model_name_or_path, hub_kwargs)
         check_local_save(pretrained_model_name_or_path, kwargs["subfolder"])
         output_loading_info = kwargs.pop("output_loading_info", False)
-        config_json, config_location = read_saved_json(pretrained_model_name_or_path, "config.json", kwargs["subfolder"], hub_kwargs)
-        card_json, card_location = read_saved_json(pretrained_model_name_or_path, CARD_DATA_FILE, kwargs["subfolder"], hub_kwargs)
+        config_json, config_location = read_saved_json(
+            pretrained_model_name_or_path, "config.json", kwargs["subfolder"], hub_kwargs
+        )
+        card_json, card_location = read_saved_json(
+            pretrained_model_name_or_path, CARD_DATA_FILE, kwargs["subfolder"], hub_kwargs
+        )
         check_save_format(
             config_json if isinstance(config_json, dict) else None,
             card_json if isinstance(card_json, dict) else None,
@@ -643,9 +712,13 @@ class ContrastiveEncoder(PreTrainedModel):
             model.model_card_data = card_data
         config = model.config
         if config.backbone_type == "timm":
-            restore_non_persistent_buffers(model.backbone, config.backbone_architecture or config.backbone, config.backbone_kwargs)
+            restore_non_persistent_buffers(
+                model.backbone, config.backbone_architecture or config.backbone, config.backbone_kwargs
+            )
         elif model.tokenizer is None:
-            model.tokenizer = _load_tokenizer(pretrained_model_name_or_path, kwargs["subfolder"], hub_kwargs, config.text_config)
+            model.tokenizer = _load_tokenizer(
+                pretrained_model_name_or_path, kwargs["subfolder"], hub_kwargs, config.text_config
+            )
         return (model, loading_info) if output_loading_info else model
 
     def push_to_hub(
@@ -689,7 +762,9 @@ class ContrastiveEncoder(PreTrainedModel):
         if not isinstance(repo_id, str) or not repo_id.strip("/"):
             raise InputError(f"`repo_id` must be a Hub repository id like 'user/name', got {repo_id!r}.")
         if create_pr and revision not in (None, "main"):
-            raise InputError(f"`create_pr=True` opens a pull request against `main`; got `revision={revision!r}`: pass one or the other.")
+            raise InputError(
+                f"`create_pr=True` opens a pull request against `main`; got `revision={revision!r}`: pass one or the other."
+            )
         api = HfApi(token=token, library_name="hf_contrast", library_version=_library_version())
         repo_id = api.create_repo(repo_id, private=private, exist_ok=True).repo_id
         if revision not in (None, "main"):
@@ -729,7 +804,9 @@ def _library_version() -> str:
 
 def _load_card_data(path: str | os.PathLike[str], subfolder: str, hub_kwargs: dict[str, Any]) -> Any:
     """The card data saved beside the encoder (``model_card.json``), or ``None`` (an older save has none)."""
-    options = dict(hub_kwargs, _raise_exceptions_for_missing_entries=False, _raise_exceptions_for_connection_errors=False)
+    options = dict(
+        hub_kwargs, _raise_exceptions_for_missing_entries=False, _raise_exceptions_for_connection_errors=False
+    )
     try:
         found = cached_file(path, CARD_DATA_FILE, subfolder=subfolder, **options)
     except (OSError, ValueError):
@@ -737,12 +814,16 @@ def _load_card_data(path: str | os.PathLike[str], subfolder: str, hub_kwargs: di
     return load_card_data(found) if found is not None else None
 
 
-def _load_tokenizer(path: str | os.PathLike[str], subfolder: str, hub_kwargs: dict[str, Any], text_config: PretrainedConfig | None) -> Any:
+def _load_tokenizer(
+    path: str | os.PathLike[str], subfolder: str, hub_kwargs: dict[str, Any], text_config: PretrainedConfig | None
+) -> Any:
     """The tokenizer saved beside the encoder, or ``None``. ``config=text_config`` (the backbone's, e.g. a
     ``BertConfig``) lets ``AutoTokenizer`` match the saved tokenizer class to its model type; from the
     encoder's own config transformers 5.0 falls back to a generic ``TokenizersBackend`` without the
     backbone's ``model_input_names`` (no ``token_type_ids`` for BERT)."""
-    options = dict(hub_kwargs, _raise_exceptions_for_missing_entries=False, _raise_exceptions_for_connection_errors=False)
+    options = dict(
+        hub_kwargs, _raise_exceptions_for_missing_entries=False, _raise_exceptions_for_connection_errors=False
+    )
     try:
         if cached_file(path, "tokenizer_config.json", subfolder=subfolder, **options) is None:
             return None

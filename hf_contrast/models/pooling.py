@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from hf_contrast.errors import InputError
-
 import torch  # noqa: F401  (used in the docstring example)
 from torch import Tensor
+
+from hf_contrast.errors import InputError
 
 __all__ = ["mean_pool", "cls_pool", "max_pool", "pool_tokens"]
 

@@ -81,7 +81,9 @@ def check_save_format(
     if config is not None:
         version = format_version(config.get("format_version"), key="format_version", location=config_location)
         if version > SAVE_FORMAT_VERSION:
-            found.append(f"{config_location} has format_version {version} (this release reads up to {SAVE_FORMAT_VERSION})")
+            found.append(
+                f"{config_location} has format_version {version} (this release reads up to {SAVE_FORMAT_VERSION})"
+            )
         unknown = sorted(set(config) - _known_config_keys(config_class))
         if unknown:
             found.append(f"{config_location} has keys this release does not know: {unknown}")
@@ -91,7 +93,9 @@ def check_save_format(
             found.append(f"{card_location} has version {version} (this release reads up to {card_version})")
     if found:
         warnings.warn(
-            "The model was saved by a newer hf_contrast: " + "; ".join(found) + ". This release ignores what it does not "
+            "The model was saved by a newer hf_contrast: "
+            + "; ".join(found)
+            + ". This release ignores what it does not "
             f"know, so the loaded model may differ from the saved one. Upgrade with {_UPGRADE}.",
             NewerSaveFormatWarning,
             stacklevel=3,

@@ -11,8 +11,6 @@ sentence-transformers itself is needed for neither.
 
 from __future__ import annotations
 
-from hf_contrast.errors import InputError
-
 import json
 import logging
 import os
@@ -20,13 +18,24 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from hf_contrast.errors import InputError
+
 __all__ = [
-    "SentenceTransformerLayout", "read_st_layout", "pooling_from_config", "layout_options", "write_st_modules", "POOLING_MODES",
+    "SentenceTransformerLayout",
+    "read_st_layout",
+    "pooling_from_config",
+    "layout_options",
+    "write_st_modules",
+    "POOLING_MODES",
 ]
 
 #: Our pooling name -> the key of sentence-transformers' ``1_Pooling/config.json``.
 POOLING_MODES = {"cls": "pooling_mode_cls_token", "mean": "pooling_mode_mean_tokens", "max": "pooling_mode_max_tokens"}
-_OTHER_POOLING_MODES = ("pooling_mode_mean_sqrt_len_tokens", "pooling_mode_weightedmean_tokens", "pooling_mode_lasttoken")
+_OTHER_POOLING_MODES = (
+    "pooling_mode_mean_sqrt_len_tokens",
+    "pooling_mode_weightedmean_tokens",
+    "pooling_mode_lasttoken",
+)
 _MODULE = "sentence_transformers.models."
 
 logger = logging.getLogger(__name__)
@@ -56,7 +65,9 @@ def _module_kind(entry: dict[str, Any]) -> str:
 def _read_json(name: str, filename: str, hub_kwargs: dict[str, Any]) -> Any:
     from transformers.utils import cached_file
 
-    options = dict(hub_kwargs, _raise_exceptions_for_missing_entries=False, _raise_exceptions_for_connection_errors=False)
+    options = dict(
+        hub_kwargs, _raise_exceptions_for_missing_entries=False, _raise_exceptions_for_connection_errors=False
+    )
     folder, _, base = filename.rpartition("/")
     try:
         path = cached_file(name, base, subfolder=folder, **options)
@@ -108,7 +119,9 @@ def read_st_layout(name: str | os.PathLike[str], **hub_kwargs: Any) -> SentenceT
     st_config = _read_json(str(name), f"{prefix}sentence_bert_config.json", hub_kwargs) or {}
     max_seq_length = st_config.get("max_seq_length")
     if max_seq_length is None:  # sentence-transformers >= 6 keeps it as the tokenizer's model_max_length
-        max_seq_length = (_read_json(str(name), f"{prefix}tokenizer_config.json", hub_kwargs) or {}).get("model_max_length")
+        max_seq_length = (_read_json(str(name), f"{prefix}tokenizer_config.json", hub_kwargs) or {}).get(
+            "model_max_length"
+        )
     valid = isinstance(max_seq_length, int) and 0 < max_seq_length < 1_000_000
     return SentenceTransformerLayout(
         transformer_path=transformer_path,
@@ -162,11 +175,19 @@ def layout_options(layout: SentenceTransformerLayout, config_kwargs: dict[str, A
         The completed options.
     """
     options = dict(config_kwargs)
-    for key, value in (("pooling", layout.pooling), ("normalize_embeddings", layout.normalize), ("max_seq_length", layout.max_seq_length)):
+    for key, value in (
+        ("pooling", layout.pooling),
+        ("normalize_embeddings", layout.normalize),
+        ("max_seq_length", layout.max_seq_length),
+    ):
         if key in options and options[key] != value:
             logger.warning(
                 "`%s=%r` overrides the sentence-transformers model `%s`, which uses %r: the embeddings will differ "
-                "from its SentenceTransformer.encode.", key, options[key], name, value,
+                "from its SentenceTransformer.encode.",
+                key,
+                options[key],
+                name,
+                value,
             )
         options.setdefault(key, value)
     return options

@@ -31,7 +31,9 @@ def count_parameters(module: nn.Module) -> int:
     return int(sum(getattr(parameter, "ds_numel", parameter.numel()) for parameter in module.parameters()))
 
 
-def backbone_gmacs(architecture: str, backbone_kwargs: dict[str, Any], input_size: tuple[int, int, int] | list[int]) -> float | None:
+def backbone_gmacs(
+    architecture: str, backbone_kwargs: dict[str, Any], input_size: tuple[int, int, int] | list[int]
+) -> float | None:
     """GMACs of one image of ``input_size`` (C, H, W) through a timm backbone (``num_classes=0``).
 
     Args:
@@ -60,7 +62,11 @@ def _architecture(encoder: Any, backbone_parameters: int) -> str:
         source = f"timm '{config.backbone_architecture or config.backbone}'"
     else:
         source = f"transformers '{getattr(config.text_config, 'model_type', None) or type(encoder.backbone).__name__}'"
-    pooling = "" if config.backbone_type == "timm" else f", {config.pooling} pooling" + (" + Normalize" if config.normalize_embeddings else "")
+    pooling = (
+        ""
+        if config.backbone_type == "timm"
+        else f", {config.pooling} pooling" + (" + Normalize" if config.normalize_embeddings else "")
+    )
     lines = [
         f"{type(encoder).__name__}(",
         f"  (backbone): {type(encoder.backbone).__name__}({source}, {backbone_parameters:,} parameters{pooling})"

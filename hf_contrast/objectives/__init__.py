@@ -9,11 +9,9 @@ their loss terms (``negative_cos_below_zero``, ``class_mean_abs_cos``; :meth:`Ob
 
 from __future__ import annotations
 
-from .base import Objective, ObjectiveConfig
-from .registry import available_objectives, build_objective, get_objective, register_objective
-
 # Registration: importing a module registers its objectives.
 from .align_uniform import AlignUniformConfig, AlignUniformObjective
+from .base import Objective, ObjectiveConfig
 from .care import CAREConfig, CAREMoCoConfig, CAREMoCoObjective, CAREObjective
 from .local import LOCALConfig, LOCALObjective
 from .pair import (
@@ -27,6 +25,7 @@ from .pair import (
     VICRegConfig,
     VICRegObjective,
 )
+from .registry import available_objectives, build_objective, get_objective, register_objective
 from .simo import SimOConfig, SimOObjective
 from .supervised import OCLObjective, SupConConfig, SupConObjective
 

@@ -9,8 +9,6 @@ on a BERT sentence embedding). Works for images (two SimCLR views) and text (dro
 
 from __future__ import annotations
 
-from hf_contrast.errors import InputError
-
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -18,9 +16,11 @@ from typing import Any
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from hf_contrast.errors import InputError
+
 from ..losses import AlignUniformLoss, InfoNCELoss
-from ..views import ViewBuilder
 from ..tensor_checks import check_non_negative
+from ..views import ViewBuilder
 from .base import Objective, ObjectiveConfig
 from .registry import register_objective
 

@@ -21,13 +21,13 @@ Its ``state_dict`` (parameters, buffers, ``get_extra_state``) is saved in every 
 
 from __future__ import annotations
 
-from hf_contrast.errors import InputError
-
 import dataclasses
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from torch import Tensor, nn
+
+from hf_contrast.errors import InputError
 
 from ..evaluation import EmbeddingMetrics
 
@@ -192,9 +192,7 @@ class Objective(nn.Module):
         Trainer syncs anyway); accumulate on the device in :meth:`forward`, read here. Default: none."""
         return {}
 
-    def eval_embeddings(
-        self, model: nn.Module, inputs: Mapping[str, Any], views: ViewBuilder
-    ) -> tuple[Tensor, ...]:
+    def eval_embeddings(self, model: nn.Module, inputs: Mapping[str, Any], views: ViewBuilder) -> tuple[Tensor, ...]:
         """``(representation of the deterministic view[, view 1, view 2])`` of an evaluation batch: the
         ``predictions`` that :meth:`compute_metrics` scores."""
         return views.eval_representations(model, inputs)

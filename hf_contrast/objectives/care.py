@@ -19,8 +19,6 @@ the Trainer's default 8 included.
 
 from __future__ import annotations
 
-from hf_contrast.errors import InputError
-
 import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -28,10 +26,12 @@ from typing import Any
 
 from torch import Tensor, nn
 
+from hf_contrast.errors import InputError
+
 from .. import distributed
 from ..losses import CARELoss, CAREMoCoLoss
-from ..views import ViewBuilder, WholeChunks
 from ..tensor_checks import check_bool, check_int, check_unit_interval
+from ..views import ViewBuilder, WholeChunks
 from .base import Objective, ObjectiveConfig
 from .moco import MoCoState, MomentumUpdateCallback
 from .registry import register_objective

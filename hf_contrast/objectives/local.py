@@ -12,8 +12,6 @@ checkpointed, used by :meth:`classify`), not of the saved encoder.
 
 from __future__ import annotations
 
-from hf_contrast.errors import InputError
-
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -22,10 +20,12 @@ import torch
 from torch import Tensor, nn
 from transformers import EvalPrediction
 
+from hf_contrast.errors import InputError
+
 from ..losses.local import LOCALLoss, local_alpha, pair_difference
 from ..metrics.probes import macro_f1
-from ..views import ViewBuilder
 from ..tensor_checks import check_choice, check_int, check_name, check_unit_interval
+from ..views import ViewBuilder
 from .base import Objective, ObjectiveConfig
 from .registry import register_objective
 
@@ -89,7 +89,11 @@ class LOCALObjective(Objective):
         super().setup(views, train_dataset)
         views.check_pairs(self.config.pre_column, self.config.post_column)
         column = views.args.label_column
-        if train_dataset is None or not hasattr(train_dataset, "column_names") or column not in train_dataset.column_names:
+        if (
+            train_dataset is None
+            or not hasattr(train_dataset, "column_names")
+            or column not in train_dataset.column_names
+        ):
             raise InputError(
                 f"LOCAL needs a training `datasets.Dataset` with the label column `label_column`={column!r} (the class "
                 "weights are 1/frequency over it)."
@@ -127,7 +131,9 @@ class LOCALObjective(Objective):
         """α at the current integer epoch."""
         return local_alpha(int(views.epoch), self.config.alpha_schedule, self.config.alpha)
 
-    def _encode(self, model: nn.Module, inputs: Mapping[str, Any], views: ViewBuilder, maps: bool) -> list[dict[str, Any]]:
+    def _encode(
+        self, model: nn.Module, inputs: Mapping[str, Any], views: ViewBuilder, maps: bool
+    ) -> list[dict[str, Any]]:
         pair = [views.view(inputs, "pre"), views.view(inputs, "post")]
         return views.encode(model, pair, output_feature_maps=maps)
 

@@ -16,14 +16,14 @@ gathered from all processes before they are enqueued, as in MoCo.
 
 from __future__ import annotations
 
-from hf_contrast.errors import InputError
-
 import copy
 from typing import Any
 
 import torch
 from torch import Tensor, nn
 from transformers import TrainerCallback
+
+from hf_contrast.errors import InputError
 
 from ..tensor_checks import check_int, check_unit_interval, l2_normalize
 
@@ -92,8 +92,7 @@ class MoCoState(nn.Module):
         n = keys.shape[0]
         if n > self.queue_size:
             raise InputError(
-                f"`moco_queue_size`={self.queue_size} must be at least the number of keys per step ({n}); "
-                "increase it."
+                f"`moco_queue_size`={self.queue_size} must be at least the number of keys per step ({n}); increase it."
             )
         queue = self.queue_for(keys.shape[1], keys.device)
         index = (self.queue_ptr + torch.arange(n, device=queue.device)) % self.queue_size
@@ -122,6 +121,8 @@ class MomentumUpdateCallback(TrainerCallback):
     def __init__(self, state: MoCoState) -> None:
         self.moco = state
 
-    def on_optimizer_step(self, args: Any, state: Any, control: Any, model: nn.Module | None = None, **kwargs: Any) -> None:
+    def on_optimizer_step(
+        self, args: Any, state: Any, control: Any, model: nn.Module | None = None, **kwargs: Any
+    ) -> None:
         if model is not None:
             self.moco.momentum_update(model)

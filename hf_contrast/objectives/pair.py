@@ -7,8 +7,6 @@ sentence as the second view. docs/methods.md §1 and §9.
 
 from __future__ import annotations
 
-from hf_contrast.errors import InputError
-
 import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -17,8 +15,9 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from .. import distributed
+from hf_contrast.errors import InputError
 
+from .. import distributed
 from ..losses import BinaryNCELoss, InfoNCELoss, SpectralContrastiveLoss, VICRegLoss
 from ..views import ViewBuilder
 from .base import Objective, ObjectiveConfig

@@ -11,10 +11,10 @@ resolve here; adding a method is one file with a class decorated by :func:`regis
 
 from __future__ import annotations
 
-from hf_contrast.errors import InputError, InputTypeError
-
 from collections.abc import Callable
 from typing import Any, TypeVar
+
+from hf_contrast.errors import InputError, InputTypeError
 
 from .base import Objective
 

@@ -15,8 +15,6 @@ batches are not class-major): choose the best checkpoint with a metric (``metric
 
 from __future__ import annotations
 
-from hf_contrast.errors import InputError
-
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -24,9 +22,11 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from hf_contrast.errors import InputError
+
 from ..losses import AFCLLoss
-from ..views import AFCLBatchSampler, ViewBuilder, WholeClassGroups
 from ..tensor_checks import check_bool, check_choice, check_int
+from ..views import AFCLBatchSampler, ViewBuilder, WholeClassGroups
 from .base import Objective, ObjectiveConfig
 from .geometry import GeometryMonitor, class_mean_abs_cosine
 from .registry import register_objective
@@ -44,7 +44,9 @@ class SimOConfig(ObjectiveConfig):
     n_views: int = field(default=1, metadata={"help": "SimO: augmented views per sample (1 or 2)."})
     replacement: bool = field(
         default=False,
-        metadata={"help": "SimO/AFCL: draw a class's k samples with replacement (allows classes with fewer than k samples)."},
+        metadata={
+            "help": "SimO/AFCL: draw a class's k samples with replacement (allows classes with fewer than k samples)."
+        },
     )
 
     def validate(self) -> None:

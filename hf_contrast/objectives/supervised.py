@@ -14,8 +14,6 @@ training steps (or by the end of a shorter run): the run is then training exactl
 
 from __future__ import annotations
 
-from hf_contrast.errors import InputError
-
 import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -25,11 +23,13 @@ import torch
 from torch import Tensor, nn
 from transformers import TrainerCallback
 
+from hf_contrast.errors import InputError
+
 from .. import distributed
 from ..data.checks import dataset_classes
 from ..losses import OCLoss, SupConLoss
-from ..views import ViewBuilder
 from ..tensor_checks import check_choice
+from ..views import ViewBuilder
 from .base import Objective, ObjectiveConfig
 from .geometry import GeometryMonitor, negative_cosine_counts
 from .registry import register_objective

@@ -15,8 +15,8 @@ from __future__ import annotations
 
 from .argument_parser import parse_args_with_objective
 from .arguments import NONFINITE_POLICIES, ContrastiveTrainingArguments
-from .loss_terms import NonFiniteLossError
 from .image_size import ImageSizeChoice, choose_image_size
+from .loss_terms import NonFiniteLossError
 from .scripts import detect_last_checkpoint, set_cpu_threads, setup_logging
 from .trainer import ContrastiveTrainer
 from .trainers import (

@@ -77,5 +77,7 @@ def parse_args_with_objective(
     *parsed, rest = parser.parse_args_into_dataclasses(args=argv, return_remaining_strings=True)
     if rest:  # e.g. `--n_splits` with `--method simclr`
         fields = sorted(f.name for f in dataclasses.fields(config_class))
-        parser.error(f"unrecognized arguments: {' '.join(rest)} (the hyperparameters of --method {method} are {fields})")
+        parser.error(
+            f"unrecognized arguments: {' '.join(rest)} (the hyperparameters of --method {method} are {fields})"
+        )
     return tuple(parsed)

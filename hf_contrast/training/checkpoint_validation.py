@@ -52,7 +52,9 @@ SCALER_NAME = "scaler.pt"
 _CHECKPOINT_RE = re.compile(rf"^{PREFIX_CHECKPOINT_DIR}-(\d+)$")
 # Staging folders of a killed save: `tmp-checkpoint-N` / `tmp-old-checkpoint-N` (earlier hf_contrast versions wrote
 # checkpoints there first) and the hidden `.<folder>.staging-*` / `.<folder>.replaced-*` of save_pretrained.
-_STAGING_RE = re.compile(rf"^(\.?tmp-(old-)?{PREFIX_CHECKPOINT_DIR}-\d+.*|\.(tmp-)?{PREFIX_CHECKPOINT_DIR}-\d+\.(staging|replaced)-.*)$")
+_STAGING_RE = re.compile(
+    rf"^(\.?tmp-(old-)?{PREFIX_CHECKPOINT_DIR}-\d+.*|\.(tmp-)?{PREFIX_CHECKPOINT_DIR}-\d+\.(staging|replaced)-.*)$"
+)
 
 
 def checkpoint_step(folder: str | os.PathLike[str]) -> int | None:
@@ -70,7 +72,11 @@ def _safetensors_problem(path: Path) -> str | None:
             if header_length > size - 8:
                 return f"{path.name} is truncated ({size} bytes, shorter than its header)"
             header = json.loads(handle.read(header_length))
-        end = 8 + header_length + max((entry["data_offsets"][1] for key, entry in header.items() if key != "__metadata__"), default=0)
+        end = (
+            8
+            + header_length
+            + max((entry["data_offsets"][1] for key, entry in header.items() if key != "__metadata__"), default=0)
+        )
         if end != size:
             return f"{path.name} is truncated ({size} bytes, its header describes {end})"
     except (OSError, ValueError, KeyError, TypeError, struct.error) as error:
@@ -128,9 +134,10 @@ def _weights_problem(folder: Path) -> str | None:
         if (encoder / "model.safetensors").is_file():
             return _safetensors_problem(encoder / "model.safetensors")
         found = sorted(path.name for path in encoder.iterdir() if path.suffix in (".bin", ".pt", ".pth"))
-        return (
-            f"{HUB_SUBFOLDER}/model.safetensors is missing"
-            + (f" ({HUB_SUBFOLDER}/ holds {', '.join(found)}, which a resume does not read: the root weights are the bare backbone)" if found else "")
+        return f"{HUB_SUBFOLDER}/model.safetensors is missing" + (
+            f" ({HUB_SUBFOLDER}/ holds {', '.join(found)}, which a resume does not read: the root weights are the bare backbone)"
+            if found
+            else ""
         )
     if (folder / "model.safetensors.index.json").is_file():
         return _sharded_safetensors_problem(folder / "model.safetensors.index.json")
@@ -207,7 +214,11 @@ def checkpoint_problem(
 def _checkpoints_newest_first(output_dir: str | os.PathLike[str]) -> list[Path]:
     if not os.path.isdir(output_dir):
         return []
-    found = [(step, Path(output_dir) / name) for name in os.listdir(output_dir) if (step := checkpoint_step(name)) is not None]
+    found = [
+        (step, Path(output_dir) / name)
+        for name in os.listdir(output_dir)
+        if (step := checkpoint_step(name)) is not None
+    ]
     return [path for _, path in sorted(found, reverse=True) if path.is_dir()]
 
 
@@ -243,7 +254,11 @@ def interrupted_save_leftovers(
     """
     if not os.path.isdir(output_dir):
         return []
-    leftovers = [(Path(output_dir) / name, "staging folder of an interrupted save") for name in sorted(os.listdir(output_dir)) if _STAGING_RE.match(name)]
+    leftovers = [
+        (Path(output_dir) / name, "staging folder of an interrupted save")
+        for name in sorted(os.listdir(output_dir))
+        if _STAGING_RE.match(name)
+    ]
     for path in _checkpoints_newest_first(output_dir):
         if checkpoint_step(path) > resume_step:  # type: ignore[operator]
             problem = checkpoint_problem(path, **requirements)  # type: ignore[arg-type]

@@ -31,8 +31,6 @@ each because no public hook decides what it decides:
 
 from __future__ import annotations
 
-from hf_contrast.errors import InputError
-
 import copy
 import dataclasses
 import json
@@ -47,6 +45,7 @@ import torch
 from torch import nn
 from transformers.utils import logging
 
+from hf_contrast.errors import InputError
 from hf_contrast.models.export import HUB_SUBFOLDER
 
 from .checkpoint_validation import (
@@ -128,7 +127,9 @@ class CheckpointingMixin:
 
     # ---- saving --------------------------------------------------------------------------------
 
-    def save_model(self, output_dir: str | None = None, _internal_call: bool = False, *, allow_nonfinite: bool = False) -> None:
+    def save_model(
+        self, output_dir: str | None = None, _internal_call: bool = False, *, allow_nonfinite: bool = False
+    ) -> None:
         """``Trainer.save_model``, refusing a model with NaN/inf weights; in a checkpoint, with ``contrastive_state.pt``.
 
         Args:
@@ -182,7 +183,9 @@ class CheckpointingMixin:
             model.save_pretrained(output_dir, state_dict=state_dict)
         else:
             state = state_dict if state_dict is not None else model.state_dict()
-            safetensors.torch.save_file(state, os.path.join(output_dir, "model.safetensors"), metadata={"format": "pt"})
+            safetensors.torch.save_file(
+                state, os.path.join(output_dir, "model.safetensors"), metadata={"format": "pt"}
+            )
         processor = self.processing_class
         if processor is None:
             processor = getattr(self.data_collator, "tokenizer", None)
@@ -213,7 +216,9 @@ class CheckpointingMixin:
     def _load_contrastive_state(self, folder: str) -> None:
         path = os.path.join(folder, CONTRASTIVE_STATE_NAME)
         if os.path.isfile(path) and hasattr(self, "load_contrastive_state_dict"):
-            self.load_contrastive_state_dict(torch.load(path, map_location="cpu", weights_only=True))  # copied onto the objective's devices
+            self.load_contrastive_state_dict(
+                torch.load(path, map_location="cpu", weights_only=True)
+            )  # copied onto the objective's devices
 
     # Private override: see the module docstring (the Trainer would read the bare backbone at the root).
     def _load_from_checkpoint(self, resume_from_checkpoint: str, model: nn.Module | None = None) -> None:
@@ -241,7 +246,9 @@ class CheckpointingMixin:
         """What a checkpoint of this run must hold to be resumed from (:func:`checkpoint_problem`'s options)."""
         return {
             "require_optimizer": not self.args.save_only_model,
-            "require_contrastive_state": bool(self.contrastive_state_dict()) if hasattr(self, "contrastive_state_dict") else False,
+            "require_contrastive_state": bool(self.contrastive_state_dict())
+            if hasattr(self, "contrastive_state_dict")
+            else False,
             "world_size": self.args.world_size,
         }
 
@@ -273,7 +280,9 @@ class CheckpointingMixin:
             if resume_from_checkpoint is not None:
                 state = json.loads(Path(resume_from_checkpoint, TRAINER_STATE_NAME).read_text(encoding="utf-8"))
                 step = int(state.get("global_step", 0))
-            for path, reason in interrupted_save_leftovers(self.args.output_dir, step, **self.checkpoint_requirements()):
+            for path, reason in interrupted_save_leftovers(
+                self.args.output_dir, step, **self.checkpoint_requirements()
+            ):
                 logger.warning("Removing %s, left by an interrupted save (%s).", path, reason)
                 shutil.rmtree(path, ignore_errors=True)
         self.accelerator.wait_for_everyone()

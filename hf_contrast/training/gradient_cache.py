@@ -62,7 +62,9 @@ def _rows(inputs: Mapping[str, Any]) -> int:
 
 
 def _slice(inputs: Mapping[str, Any], start: int, stop: int, n: int) -> dict[str, Any]:
-    return {k: v[start:stop] if isinstance(v, Tensor) and v.ndim > 0 and v.shape[0] == n else v for k, v in inputs.items()}
+    return {
+        k: v[start:stop] if isinstance(v, Tensor) and v.ndim > 0 and v.shape[0] == n else v for k, v in inputs.items()
+    }
 
 
 def _leaf(value: Tensor) -> Tensor:
@@ -106,15 +108,21 @@ class GradientCache:
         rng: list[_RNGState] = []
         parts: list[Mapping[str, Any]] = []
         # BatchNorm running statistics move in the graph pass only (once per row, as in a direct step).
-        norms = [m for m in model.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm) and m.track_running_stats]
-        saved = [[b.clone() for b in (m.running_mean, m.running_var, m.num_batches_tracked) if b is not None] for m in norms]
+        norms = [
+            m for m in model.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm) and m.track_running_stats
+        ]
+        saved = [
+            [b.clone() for b in (m.running_mean, m.running_var, m.num_batches_tracked) if b is not None] for m in norms
+        ]
         for chunk in chunks:
             rng.append(_RNGState.capture([v for v in chunk.values() if isinstance(v, Tensor)]))
             with torch.no_grad():
                 parts.append(model(**chunk, **forward_kwargs))
         with torch.no_grad():
             for module, buffers in zip(norms, saved):
-                current = [b for b in (module.running_mean, module.running_var, module.num_batches_tracked) if b is not None]
+                current = [
+                    b for b in (module.running_mean, module.running_var, module.num_batches_tracked) if b is not None
+                ]
                 for target, value in zip(current, buffers):
                     target.copy_(value)
         outputs: dict[str, Any] = {}

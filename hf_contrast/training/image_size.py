@@ -26,7 +26,14 @@ from typing import Any
 
 from hf_contrast.models.backbones import timm_data_config
 
-__all__ = ["MAX_RESIZE_FACTOR", "MAX_ROWS_READ", "ImageSizeChoice", "apply_image_size", "choose_image_size", "data_image_sizes"]
+__all__ = [
+    "MAX_RESIZE_FACTOR",
+    "MAX_ROWS_READ",
+    "ImageSizeChoice",
+    "apply_image_size",
+    "choose_image_size",
+    "data_image_sizes",
+]
 
 #: A resize by more than this factor (up or down, either side) is warned about.
 MAX_RESIZE_FACTOR = 2.0
@@ -145,7 +152,9 @@ def _sample_rows(dataset: Any, image_column: str, max_rows: int) -> list[Any]:
     return []
 
 
-def data_image_sizes(dataset: Any, image_column: str = "image", max_rows: int = MAX_ROWS_READ) -> tuple[list[tuple[int, int]], int]:
+def data_image_sizes(
+    dataset: Any, image_column: str = "image", max_rows: int = MAX_ROWS_READ
+) -> tuple[list[tuple[int, int]], int]:
     """The distinct ``(height, width)`` of the images of at most ``max_rows`` rows, read from the file headers.
 
     Args:

@@ -68,7 +68,9 @@ class LossTermTracker:
                 first = self._first_bad_step
                 here = torch.full_like(value, step, dtype=torch.long)
                 none = torch.full_like(here, -1)
-                self._first_bad_step = torch.where(bad, here, none) if first is None else torch.where((first < 0) & bad, here, first)
+                self._first_bad_step = (
+                    torch.where(bad, here, none) if first is None else torch.where((first < 0) & bad, here, first)
+                )
                 continue
             sums[name] = sums[name] + value if name in sums else value
             counts[name] = counts.get(name, 0) + 1

@@ -103,7 +103,8 @@ class HubPublishingMixin:
         if ignored:
             logger.warning(
                 "create_model_card: %s not used by hf_contrast cards (their task is feature extraction); set fields on "
-                "`trainer.model.model_card_data` for anything else.", ", ".join(f"`{name}`" for name in ignored)
+                "`trainer.model.model_card_data` for anything else.",
+                ", ".join(f"`{name}`" for name in ignored),
             )
         if not self.is_world_process_zero():
             return
@@ -120,7 +121,9 @@ class HubPublishingMixin:
         for index, dataset_id in enumerate(ids):
             if dataset_id not in known:
                 name = names[index] if index < len(names) else dataset_id
-                data.train_datasets.append({"id": dataset_id, "name": name, "size": None})  # the card template reads `size`
+                data.train_datasets.append(
+                    {"id": dataset_id, "name": name, "size": None}
+                )  # the card template reads `size`
         if names and not ids:  # names alone: the names of the training data the card already lists
             if len(names) == len(data.train_datasets):
                 for entry, name in zip(data.train_datasets, names):
@@ -129,7 +132,9 @@ class HubPublishingMixin:
                 logger.warning(
                     "create_model_card: `dataset`=%r gives %d name(s) for %d training dataset(s) in the card; not used. "
                     "Name the data when loading it (`dataset_name=`) or pass one name per training dataset.",
-                    dataset, len(names), len(data.train_datasets),
+                    dataset,
+                    len(names),
+                    len(data.train_datasets),
                 )
         self._set_card_model_id()
         write_model_card(self.model, self.args.output_dir)
@@ -159,7 +164,10 @@ class HubPublishingMixin:
             return
         path = Path(self.args.output_dir) / _TRAINER_STATE_NAME
         state = json.loads(path.read_text(encoding="utf-8"))
-        path.write_text(json.dumps(portable_trainer_state(state, self.args.output_dir), indent=2, sort_keys=True) + "\n", encoding="utf-8")
+        path.write_text(
+            json.dumps(portable_trainer_state(state, self.args.output_dir), indent=2, sort_keys=True) + "\n",
+            encoding="utf-8",
+        )
 
     def push_to_hub(
         self,
@@ -238,7 +246,11 @@ class HubPublishingMixin:
             )
         ]  # fmt: skip
         if self.args.hub_strategy in (HubStrategy.CHECKPOINT, HubStrategy.ALL_CHECKPOINTS):
-            path_in_repo = "last-checkpoint" if self.args.hub_strategy == HubStrategy.CHECKPOINT else os.path.basename(checkpoint_folder)
+            path_in_repo = (
+                "last-checkpoint"
+                if self.args.hub_strategy == HubStrategy.CHECKPOINT
+                else os.path.basename(checkpoint_folder)
+            )
             jobs.append(
                 api.create_commit(
                     repo_id=self.hub_model_id, operations=self._checkpoint_upload(checkpoint_folder, path_in_repo),

@@ -56,7 +56,11 @@ def precision(trainer: Any) -> str:
 def _caps(member: Any) -> str:
     name = type(member).__name__
     caps = []
-    for attr, label in (("max_samples", "at most {} rows"), ("n", "{} images"), ("num_augmentations", "{} augmentations")):
+    for attr, label in (
+        ("max_samples", "at most {} rows"),
+        ("n", "{} images"),
+        ("num_augmentations", "{} augmentations"),
+    ):
         value = getattr(member, attr, None)
         if isinstance(value, int) and not isinstance(value, bool):
             caps.append(label.format(value))
@@ -104,7 +108,9 @@ def describe_run(trainer: Any) -> dict[str, str]:
     if args.gradient_cache_size is not None:
         setup["gradient cache"] = f"the encoder runs in mini-batches of {args.gradient_cache_size} rows"
     if choice is not None:
-        setup["views"] = "made on the device, per batch" if args.views_on_device else "made per sample in the DataLoader"
+        setup["views"] = (
+            "made on the device, per batch" if args.views_on_device else "made per sample in the DataLoader"
+        )
     evaluation = _evaluation(trainer)
     if evaluation and (args.eval_strategy != "no" or trainer.eval_dataset is not None):
         setup["evaluation"] = evaluation

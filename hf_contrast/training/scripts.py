@@ -13,8 +13,6 @@ The examples (``examples/run_*.py``) call these, as transformers' example script
 
 from __future__ import annotations
 
-from hf_contrast.errors import InputError
-
 import logging
 import os
 import sys
@@ -24,7 +22,15 @@ import transformers
 from transformers import TrainingArguments
 from transformers.trainer_utils import get_last_checkpoint
 
-__all__ = ["cpu_threads_source", "detect_last_checkpoint", "launched_by_accelerate", "set_cpu_threads", "setup_logging"]
+from hf_contrast.errors import InputError
+
+__all__ = [
+    "cpu_threads_source",
+    "detect_last_checkpoint",
+    "launched_by_accelerate",
+    "set_cpu_threads",
+    "setup_logging",
+]
 
 logger = logging.getLogger(__name__)
 

@@ -24,8 +24,6 @@ by DDP), and the objective's ``state_dict`` is stored in every checkpoint and re
 
 from __future__ import annotations
 
-from hf_contrast.errors import InputError
-
 import contextlib
 import inspect
 import time
@@ -42,6 +40,8 @@ from torch.utils.data import DataLoader, IterableDataset
 from transformers import Trainer, TrainerCallback
 from transformers.trainer_utils import TrainOutput, seed_worker
 from transformers.utils import logging
+
+from hf_contrast.errors import InputError
 
 from .. import distributed
 from ..data.checks import check_dataset, dataset_columns
@@ -180,7 +180,9 @@ class ContrastiveTrainer(CheckpointingMixin, HubPublishingMixin, Trainer):
                 "(e.g. objective='simclr'), or use a named trainer such as SimCLRTrainer or CARETrainer."
             )
         self.objective: Objective = build_objective(objective)
-        model = as_encoder(model, ContrastiveEncoder)  # a SentenceTransformer, timm or transformers instance becomes an encoder
+        model = as_encoder(
+            model, ContrastiveEncoder
+        )  # a SentenceTransformer, timm or transformers instance becomes an encoder
         if processing_class is None and model is not None:
             processing_class = getattr(model, "tokenizer", None)
         if compute_metrics is None:
@@ -207,7 +209,9 @@ class ContrastiveTrainer(CheckpointingMixin, HubPublishingMixin, Trainer):
         self.evaluator = evaluator
         check_precision(self.args)  # fp16 on a CPU: said before training
         #: The image size this run trains at and why (:mod:`hf_contrast.training.image_size`); None for text.
-        self.image_size_choice = choose_image_size(self.model, self.args.image_size, train_dataset, self.args.image_column)
+        self.image_size_choice = choose_image_size(
+            self.model, self.args.image_size, train_dataset, self.args.image_column
+        )
         apply_image_size(self.model, self.image_size_choice)  # the evaluators' views and the saved model take it
         self.views = views_for(self.model, self.args, self.processing_class, epoch=lambda: self.state.epoch)
         self.views.prepare_model()  # image views: the saved data config says `args.image_size`
@@ -289,7 +293,9 @@ class ContrastiveTrainer(CheckpointingMixin, HubPublishingMixin, Trainer):
                 name="train_dataset",
                 min_rows=args.per_device_train_batch_size if full else 1,
                 columns=objective.required_columns(self.views),
-                why=f"{type(objective).__name__} trains on whole batches of {args.per_device_train_batch_size}" if full else None,
+                why=f"{type(objective).__name__} trains on whole batches of {args.per_device_train_batch_size}"
+                if full
+                else None,
             )
             pair = CANONICAL_COLUMNS["text_pair_column"]
             if (
@@ -374,7 +380,9 @@ class ContrastiveTrainer(CheckpointingMixin, HubPublishingMixin, Trainer):
         with finite_input_checks(not model.training):  # a non-finite training loss is `nonfinite_policy`'s business
             terms = dict(self.objective(model, inputs, self.views))
         if "loss" not in terms:
-            raise InputError(f"{type(self.objective).__name__} must return its total under 'loss', got {sorted(terms)}.")
+            raise InputError(
+                f"{type(self.objective).__name__} must return its total under 'loss', got {sorted(terms)}."
+            )
         skipped = terms.pop("skipped", None)
         if model.training:
             if skipped is not None:
@@ -493,7 +501,10 @@ class ContrastiveTrainer(CheckpointingMixin, HubPublishingMixin, Trainer):
         logged loss) become the means of the kept steps' losses, in place (``train()``'s returned metrics are
         this dict), plus ``skipped_steps``. The Trainer's own means count a dropped step as its loss, or as 0
         when the loss was not finite; these sums hold only the kept steps (:class:`LossTermTracker`)."""
-        for key, scope, start in (("train_loss", "run", self._train_call_start), ("loss", "log", self._loss_log_start)):
+        for key, scope, start in (
+            ("train_loss", "run", self._train_call_start),
+            ("loss", "log", self._loss_log_start),
+        ):
             if key not in logs:
                 continue
             kept_sum = self.loss_terms.kept_loss_sum(scope)
@@ -600,9 +611,15 @@ class ContrastiveTrainer(CheckpointingMixin, HubPublishingMixin, Trainer):
         ``worker_init_fn`` seeding each worker with transformers' ``seed_worker``. Batching
         (``batch_size``, ``drop_last``, samplers) is not included."""
         accepted = inspect.signature(DataLoader).parameters
-        options = {name: getattr(self.args, f"dataloader_{name}") for name in accepted if hasattr(self.args, f"dataloader_{name}")}
+        options = {
+            name: getattr(self.args, f"dataloader_{name}")
+            for name in accepted
+            if hasattr(self.args, f"dataloader_{name}")
+        }
         options.pop("drop_last", None)
-        options["worker_init_fn"] = partial(seed_worker, num_workers=self.args.dataloader_num_workers, rank=self.args.process_index)
+        options["worker_init_fn"] = partial(
+            seed_worker, num_workers=self.args.dataloader_num_workers, rank=self.args.process_index
+        )
         return options
 
     @contextlib.contextmanager
@@ -715,7 +732,10 @@ class ContrastiveTrainer(CheckpointingMixin, HubPublishingMixin, Trainer):
     def _count_skipped_images(self, inputs: dict[str, Any], stage: str) -> None:
         """Add the rows this batch's collator left out (``skipped_images``, popped from ``inputs``) to the
         ``stage`` count, on the device (no host sync per step)."""
-        for counts, value in ((self._skipped_images, pop_skipped_images(inputs)), (self._dropped_rows, pop_dropped_rows(inputs))):
+        for counts, value in (
+            (self._skipped_images, pop_skipped_images(inputs)),
+            (self._dropped_rows, pop_dropped_rows(inputs)),
+        ):
             if value is not None:
                 count = counts.get(stage)
                 counts[stage] = value if count is None else count + value.to(count.device)
@@ -775,7 +795,9 @@ class ContrastiveTrainer(CheckpointingMixin, HubPublishingMixin, Trainer):
             self._next_view_index = int(state["collator"]["next_index"])
             self.data_collator.next_index = self._next_view_index
 
-    def save_model(self, output_dir: str | None = None, _internal_call: bool = False, *, allow_nonfinite: bool = False) -> None:
+    def save_model(
+        self, output_dir: str | None = None, _internal_call: bool = False, *, allow_nonfinite: bool = False
+    ) -> None:
         """:meth:`CheckpointingMixin.save_model <hf_contrast.training.checkpointing.CheckpointingMixin.save_model>`
         after :meth:`check_finite` (a non-finite loss is named by its step and terms) and a check of the
         objective's own parameters and buffers (its state is in every checkpoint).

@@ -31,8 +31,14 @@ from .chunked_text import ChunkedTextAugmentation, simcse_views
 from .decode import BadImageError
 from .device_views import ChunkSharedDeviceViews, DeviceViews
 from .for_model import views_for
+from .image_collators import (
+    ImageViewCollator,
+    PairedImageCollator,
+    pop_dropped_rows,
+    pop_skipped_images,
+    pop_view_batch_index,
+)
 from .image_scan import BadImageFile, scan_images
-from .image_collators import ImageViewCollator, PairedImageCollator, pop_dropped_rows, pop_skipped_images, pop_view_batch_index
 from .image_transforms import (
     TwoViewTransform,
     eval_transform,

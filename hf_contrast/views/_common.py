@@ -3,12 +3,11 @@ checks are :mod:`hf_contrast.tensor_checks`'."""
 
 from __future__ import annotations
 
-from hf_contrast.errors import InputError
-
 from collections.abc import Sequence
 
 from torchvision.transforms import InterpolationMode, v2
 
+from hf_contrast.errors import InputError
 from hf_contrast.views.decode import ConvertImageMode
 
 __all__ = [

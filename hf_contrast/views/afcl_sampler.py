@@ -8,8 +8,6 @@ fewer than half of the classes per batch; :class:`AFCLBatchSampler` enforces tha
 
 from __future__ import annotations
 
-from hf_contrast.errors import InputError
-
 import math
 from collections.abc import Iterator, Sequence
 from typing import Any
@@ -19,6 +17,7 @@ import torch
 from torch.utils.data import Sampler
 
 from hf_contrast import distributed
+from hf_contrast.errors import InputError
 from hf_contrast.tensor_checks import check_int
 
 __all__ = ["AFCLBatchSampler"]
@@ -30,7 +29,9 @@ def _check_labels_1d(labels: Any) -> torch.Tensor:
     except (TypeError, ValueError) as error:
         raise InputError(f"`labels` must be a 1-D sequence of int class ids, got {type(labels).__name__}.") from error
     if array.ndim != 1 or array.numel() == 0:
-        raise InputError(f"`labels` must be a non-empty 1-D sequence of int class ids, got shape {tuple(array.shape)}.")
+        raise InputError(
+            f"`labels` must be a non-empty 1-D sequence of int class ids, got shape {tuple(array.shape)}."
+        )
     if array.is_floating_point() or array.is_complex() or array.dtype == torch.bool:
         raise InputError(f"`labels` must hold int class ids, got dtype {array.dtype}.")
     return array.detach().cpu().long()

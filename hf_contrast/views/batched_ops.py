@@ -52,6 +52,7 @@ __all__ = [
 GRAY_WEIGHTS = (0.2989, 0.587, 0.114)
 """ITU-R 601-2 luma weights, the ones torchvision's ``rgb_to_grayscale`` uses."""
 
+
 def _per_sample(value: Tensor, like: Tensor) -> Tensor:
     """A ``(B,)`` parameter shaped ``(B, 1, 1, 1)`` in ``like``'s dtype for broadcasting."""
     return value.to(dtype=like.dtype).reshape(-1, 1, 1, 1)
@@ -87,7 +88,12 @@ def _interpolation_matrix(start: Tensor, length: Tensor, in_size: int, out_size:
 
 
 def crop_matrices(
-    boxes: Tensor, in_size: tuple[int, int], out_size: tuple[int, int], *, flip: Tensor | None = None, antialias: bool = True
+    boxes: Tensor,
+    in_size: tuple[int, int],
+    out_size: tuple[int, int],
+    *,
+    flip: Tensor | None = None,
+    antialias: bool = True,
 ) -> tuple[Tensor, Tensor]:
     """Per-sample resized-crop (and horizontal flip) as interpolation matrices.
 
@@ -127,9 +133,7 @@ def resized_crop(
     Returns:
         The crops. Shape: ``(B, C, H_out, W_out)``.
     """
-    rows, cols = crop_matrices(
-        boxes.to(images.dtype), tuple(images.shape[-2:]), size, flip=flip, antialias=antialias
-    )
+    rows, cols = crop_matrices(boxes.to(images.dtype), tuple(images.shape[-2:]), size, flip=flip, antialias=antialias)
     return rows.unsqueeze(1) @ images @ cols.mT.unsqueeze(1)
 
 

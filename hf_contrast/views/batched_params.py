@@ -17,13 +17,13 @@ two-sample KS and binomial tests in ``tests/test_device_views.py``), not its ran
 
 from __future__ import annotations
 
-from hf_contrast.errors import InputError
-
 import math
 from dataclasses import dataclass, fields, replace
 
 import torch
 from torch import Tensor
+
+from hf_contrast.errors import InputError
 
 __all__ = [
     "ViewParams",
@@ -84,9 +84,13 @@ def sample_resized_crop(
     """
     _check_generator(generator)
     area = float(height * width)
-    fraction = scale[0] + (scale[1] - scale[0]) * torch.rand(n, MAX_CROP_TRIES, generator=generator, dtype=torch.float64)
+    fraction = scale[0] + (scale[1] - scale[0]) * torch.rand(
+        n, MAX_CROP_TRIES, generator=generator, dtype=torch.float64
+    )
     log_lo, log_hi = math.log(ratio[0]), math.log(ratio[1])
-    aspect = torch.exp(log_lo + (log_hi - log_lo) * torch.rand(n, MAX_CROP_TRIES, generator=generator, dtype=torch.float64))
+    aspect = torch.exp(
+        log_lo + (log_hi - log_lo) * torch.rand(n, MAX_CROP_TRIES, generator=generator, dtype=torch.float64)
+    )
     corner = torch.rand(n, 2, generator=generator, dtype=torch.float64)
     target = area * fraction
     w = torch.round(torch.sqrt(target * aspect))  # round half to even, as Python's round()

@@ -21,8 +21,6 @@ always bilinear (antialiased by default, as there).
 
 from __future__ import annotations
 
-from hf_contrast.errors import InputError
-
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -31,9 +29,9 @@ import torch
 from torch import Tensor
 
 import hf_contrast.views.batched_ops as ops
+from hf_contrast.errors import InputError
 from hf_contrast.tensor_checks import check_int, check_size
 from hf_contrast.views._common import check_mean_std
-from hf_contrast.views.simclr_recipe import SimCLRRecipe
 from hf_contrast.views.batched_params import (
     ViewParams,
     jitter_ranges,
@@ -42,6 +40,7 @@ from hf_contrast.views.batched_params import (
     sample_resized_crop,
     sample_uniform,
 )
+from hf_contrast.views.simclr_recipe import SimCLRRecipe
 
 __all__ = ["BatchedSimCLRViews"]
 
@@ -134,9 +133,7 @@ class BatchedSimCLRViews:
         state = np.random.SeedSequence(key).generate_state(1, dtype=np.uint64)[0]
         return torch.Generator().manual_seed(int(state >> np.uint64(1)))
 
-    def sample(
-        self, n: int, input_size: tuple[int, int], generator: torch.Generator | None = None
-    ) -> ViewParams:
+    def sample(self, n: int, input_size: tuple[int, int], generator: torch.Generator | None = None) -> ViewParams:
         """Draw ``n`` independent parameter sets on the CPU (a fixed number of draws per call).
 
         Args:

@@ -9,14 +9,14 @@ one forward pass. Two implementations answer: :class:`~hf_contrast.views.ImageVi
 
 from __future__ import annotations
 
-from hf_contrast.errors import InputError
-
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, ClassVar
 
 import torch
 from torch import Tensor, nn
+
+from hf_contrast.errors import InputError
 
 from .whole_rows import WholeRows
 
@@ -33,8 +33,10 @@ def split_output(output: Mapping[str, Any], sizes: list[int]) -> list[dict[str, 
         if isinstance(value, Tensor) and value.ndim > 0 and value.shape[0] == total:
             for part, chunk in zip(parts, value.split(sizes)):
                 part[key] = chunk
-        elif isinstance(value, (tuple, list)) and value and all(
-            isinstance(v, Tensor) and v.ndim > 0 and v.shape[0] == total for v in value
+        elif (
+            isinstance(value, (tuple, list))
+            and value
+            and all(isinstance(v, Tensor) and v.ndim > 0 and v.shape[0] == total for v in value)
         ):
             chunks = [v.split(sizes) for v in value]
             for i, part in enumerate(parts):
@@ -163,7 +165,9 @@ class ViewBuilder(ABC):
         """CARE's default equivariance augmentation: one random draw per chunk of ``n_splits``."""
 
     @abstractmethod
-    def chunked_views(self, augment: Callable[..., tuple[Any, Any]], inputs: Mapping[str, Any]) -> list[dict[str, Tensor]]:
+    def chunked_views(
+        self, augment: Callable[..., tuple[Any, Any]], inputs: Mapping[str, Any]
+    ) -> list[dict[str, Tensor]]:
         """The two chunk-shared views ``augment`` makes of the batch, on its device.
 
         Raises:
@@ -193,7 +197,9 @@ class ViewBuilder(ABC):
             )
         return inputs["labels"]
 
-    def encode(self, model: nn.Module, views: Sequence[Mapping[str, Tensor]], **forward_kwargs: Any) -> list[dict[str, Any]]:
+    def encode(
+        self, model: nn.Module, views: Sequence[Mapping[str, Tensor]], **forward_kwargs: Any
+    ) -> list[dict[str, Any]]:
         """Encode several views in ONE forward pass and split the outputs back per view.
 
         With BatchNorm the statistics are those of all views together, as in SimCLR.

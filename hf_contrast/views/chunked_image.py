@@ -11,8 +11,6 @@ calls on whatever device it lives on (the GPU in training). The Python loop runs
 
 from __future__ import annotations
 
-from hf_contrast.errors import InputError
-
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import nullcontext
 from typing import Any
@@ -20,6 +18,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from hf_contrast.errors import InputError
 from hf_contrast.seeding import seeded_cpu_rng
 from hf_contrast.tensor_checks import check_int
 from hf_contrast.views._common import ImageSize

@@ -13,14 +13,13 @@
 
 from __future__ import annotations
 
-from hf_contrast.errors import InputError
-
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, TypeVar
 
 import torch
 from torch import Tensor
 
+from hf_contrast.errors import InputError
 from hf_contrast.tensor_checks import check_int
 
 __all__ = ["simcse_views", "ChunkedTextAugmentation"]
@@ -122,9 +121,7 @@ class ChunkedTextAugmentation:
         ops = tuple(ops) if not isinstance(ops, str) else (ops,)
         unknown = [op for op in ops if op not in _OP_CODES]
         if not ops or unknown or len(set(ops)) != len(ops):
-            raise InputError(
-                f"`ops` must be a non-empty subset of {tuple(_OP_CODES)} without repeats, got {ops!r}."
-            )
+            raise InputError(f"`ops` must be a non-empty subset of {tuple(_OP_CODES)} without repeats, got {ops!r}.")
         if not 0.0 < span_fraction <= 1.0:
             raise InputError(f"`span_fraction` must be in (0, 1], got {span_fraction}.")
         if "mask" in ops and mask_token_id is None:
@@ -184,7 +181,9 @@ class ChunkedTextAugmentation:
 
     def _check(self, batch: Mapping[str, Any]) -> tuple[Tensor, Tensor, Tensor | None]:
         if not isinstance(batch, Mapping) or "input_ids" not in batch or "attention_mask" not in batch:
-            raise InputError("`batch` must be a mapping with 'input_ids' and 'attention_mask' tensors of shape (B, L).")
+            raise InputError(
+                "`batch` must be a mapping with 'input_ids' and 'attention_mask' tensors of shape (B, L)."
+            )
         ids, am = batch["input_ids"], batch["attention_mask"]
         tt = batch.get("token_type_ids")
         if not isinstance(ids, Tensor) or ids.ndim != 2 or ids.is_floating_point() or ids.dtype == torch.bool:
@@ -203,8 +202,11 @@ class ChunkedTextAugmentation:
                 f"(and L={length} > 0)."
             )
         for key, value in batch.items():
-            if key not in ("input_ids", "attention_mask", "token_type_ids") and isinstance(value, Tensor) \
-                    and value.shape[:2] == ids.shape:
+            if (
+                key not in ("input_ids", "attention_mask", "token_type_ids")
+                and isinstance(value, Tensor)
+                and value.shape[:2] == ids.shape
+            ):
                 raise InputError(
                     f"`batch[{key!r}]` is aligned with the tokens (shape {tuple(value.shape)}) and cannot follow the "
                     f"insertions/deletions; drop it before augmenting."

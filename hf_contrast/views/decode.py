@@ -20,12 +20,12 @@ Tensors and NumPy arrays pass through unchanged (the transforms' ``v2.RGB`` /
 
 from __future__ import annotations
 
-from hf_contrast.errors import InputError
-
 from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
+
+from hf_contrast.errors import InputError
 
 __all__ = ["BadImageError", "ConvertImageMode", "convert_image_mode", "decode_image", "image_source"]
 

@@ -16,12 +16,11 @@ read back, and a resumed run draws the same views as the uninterrupted one.
 
 from __future__ import annotations
 
-from hf_contrast.errors import InputError
-
 import torch
 from torch import Tensor
 
 from hf_contrast import distributed
+from hf_contrast.errors import InputError
 from hf_contrast.tensor_checks import check_int
 from hf_contrast.views.batched_simclr import BatchedSimCLRViews
 
@@ -45,7 +44,9 @@ class DeviceViews:
 
     def __init__(self, views: BatchedSimCLRViews) -> None:
         if views.seed is None:
-            raise InputError("`views` must be seeded (BatchedSimCLRViews(..., seed=...)): the views of a batch follow its index.")
+            raise InputError(
+                "`views` must be seeded (BatchedSimCLRViews(..., seed=...)): the views of a batch follow its index."
+            )
         self.views = views
         self._generator: torch.Generator | None = None
 

@@ -38,8 +38,6 @@ as is.
 
 from __future__ import annotations
 
-from hf_contrast.errors import InputError
-
 import warnings
 from collections.abc import Callable, Mapping, MutableMapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
@@ -50,13 +48,21 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from hf_contrast.errors import InputError
+
 from ..seeding import seeded_cpu_rng
 from ..tensor_checks import check_choice, check_int
 from .decode import BadImageError, ConvertImageMode, image_source
 from .labels import collate_labels
 from .whole_rows import WholeRows
 
-__all__ = ["ImageViewCollator", "PairedImageCollator", "pop_dropped_rows", "pop_skipped_images", "pop_view_batch_index"]
+__all__ = [
+    "ImageViewCollator",
+    "PairedImageCollator",
+    "pop_dropped_rows",
+    "pop_skipped_images",
+    "pop_view_batch_index",
+]
 
 ON_BAD_IMAGE = ("raise", "skip")
 
@@ -133,10 +139,14 @@ class _SeededViews:
             return nullcontext(), None
         index = self.next_index
         self.next_index += 1
-        batch_seed = int(np.random.SeedSequence([self.seed, index]).generate_state(1, dtype=np.uint64)[0]) >> 2  # a Python int: NumPy 1.x cannot shift a uint64 by an int
+        batch_seed = (
+            int(np.random.SeedSequence([self.seed, index]).generate_state(1, dtype=np.uint64)[0]) >> 2
+        )  # a Python int: NumPy 1.x cannot shift a uint64 by an int
         return seeded_cpu_rng(batch_seed), index
 
-    def _finish(self, batch: dict[str, Any], features: Sequence[Mapping[str, Any]], index: int | None) -> dict[str, Any]:
+    def _finish(
+        self, batch: dict[str, Any], features: Sequence[Mapping[str, Any]], index: int | None
+    ) -> dict[str, Any]:
         """Add ``labels`` (from ``label_column``), ``view_batch_index`` (seeded batches) and ``skipped_images``
         (``on_bad_image="skip"``) to ``batch``."""
         labels = collate_labels(features, self.label_column)  # type: ignore[attr-defined]

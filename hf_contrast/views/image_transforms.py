@@ -12,8 +12,6 @@ taken from a timm data config (``encoder.data_config``, i.e. the output of
 
 from __future__ import annotations
 
-from hf_contrast.errors import InputError
-
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -23,6 +21,7 @@ from torch import Tensor
 from torchvision import tv_tensors
 from torchvision.transforms import InterpolationMode, v2
 
+from hf_contrast.errors import InputError
 from hf_contrast.tensor_checks import check_size
 from hf_contrast.views._common import (
     ImageSize,
@@ -43,6 +42,7 @@ __all__ = [
     "default_blur_kernel",
     "raw_image_transform",
 ]
+
 
 def _data_config_fields(data_config: Mapping[str, Any]) -> tuple[tuple[int, int], list[float], list[float], dict]:
     missing = [k for k in ("input_size", "mean", "std") if k not in data_config]
@@ -277,5 +277,10 @@ def raw_image_transform(image_size: int | tuple[int, int], n_channels: int = 3) 
     """
     size = (image_size, image_size) if isinstance(image_size, int) else tuple(image_size)
     return v2.Compose(
-        [*to_image_steps(n_channels), v2.Resize(size, antialias=True), v2.ToDtype(torch.uint8, scale=True), v2.ToPureTensor()]
+        [
+            *to_image_steps(n_channels),
+            v2.Resize(size, antialias=True),
+            v2.ToDtype(torch.uint8, scale=True),
+            v2.ToPureTensor(),
+        ]
     )

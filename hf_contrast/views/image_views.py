@@ -12,13 +12,13 @@ from it on the batch's device by :class:`~hf_contrast.views.DeviceViews`, seeded
 
 from __future__ import annotations
 
-from hf_contrast.errors import InputError
-
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import torch
 from torch import Tensor
+
+from hf_contrast.errors import InputError
 
 from .batched_simclr import BatchedSimCLRViews
 from .builder import ViewBuilder
@@ -207,7 +207,9 @@ class ImageViews(ViewBuilder):
             )
         return inputs["pixel_values_eq"]
 
-    def chunked_views(self, augment: Callable[..., tuple[Any, Any]], inputs: Mapping[str, Any]) -> list[dict[str, Tensor]]:
+    def chunked_views(
+        self, augment: Callable[..., tuple[Any, Any]], inputs: Mapping[str, Any]
+    ) -> list[dict[str, Tensor]]:
         """``augment(pixel_values_eq)``: ``(B, C, H, W) uint8`` to two normalised views."""
         if "pixel_values_eq" not in inputs:
             raise InputError(

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from hf_contrast.errors import InputError
-
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 import torch
 from torch import Tensor
+
+from hf_contrast.errors import InputError
 
 __all__ = ["collate_labels"]
 
@@ -25,7 +25,9 @@ def collate_labels(features: Sequence[Mapping[str, Any]], label_column: str | No
     labels = [f[label_column] for f in features]
     if any(isinstance(y, bool) or not isinstance(y, (int, np.integer)) for y in labels):
         row, got = next(
-            (i, type(y).__name__) for i, y in enumerate(labels) if isinstance(y, bool) or not isinstance(y, (int, np.integer))
+            (i, type(y).__name__)
+            for i, y in enumerate(labels)
+            if isinstance(y, bool) or not isinstance(y, (int, np.integer))
         )
         raise InputError(
             f"`{label_column}` (the label column) must hold integer class labels, got a {got} in row {row} of "

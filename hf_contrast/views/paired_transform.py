@@ -10,8 +10,6 @@ and calls an optional photometric transform on each image separately.
 
 from __future__ import annotations
 
-from hf_contrast.errors import InputError
-
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -20,6 +18,7 @@ from torch import Tensor
 from torchvision import tv_tensors
 from torchvision.transforms import InterpolationMode, v2
 
+from hf_contrast.errors import InputError
 from hf_contrast.tensor_checks import check_range, check_size, check_unit_interval
 from hf_contrast.views._common import (
     ImageSize,
@@ -74,8 +73,10 @@ class PairedTransform:
                 raise InputError(f"`{name}` must be callable, got {type(value).__name__}.")
         self.geometric = geometric
         self.photometric = photometric
-        self.finalize = finalize if finalize is not None else v2.Compose(
-            [v2.ToDtype(torch.float32, scale=True), v2.ToPureTensor()]
+        self.finalize = (
+            finalize
+            if finalize is not None
+            else v2.Compose([v2.ToDtype(torch.float32, scale=True), v2.ToPureTensor()])
         )
         self.n_channels = n_channels
         self._to_image = v2.Compose([ConvertImageMode(n_channels), v2.ToImage()])
@@ -170,6 +171,8 @@ def paired_transform(
     if check_unit_interval("jitter_p", jitter_p) > 0 and s > 0:
         jitter = v2.ColorJitter(brightness=0.8 * s, contrast=0.8 * s, saturation=0.8 * s, hue=min(0.2 * s, 0.5))
         photometric = v2.RandomApply([jitter], p=jitter_p)
-    finalize = v2.Compose([v2.ToDtype(torch.float32, scale=True), v2.Normalize(mean_list, std_list), v2.ToPureTensor()])
+    finalize = v2.Compose(
+        [v2.ToDtype(torch.float32, scale=True), v2.Normalize(mean_list, std_list), v2.ToPureTensor()]
+    )
     n_channels = len(mean_list) if len(mean_list) in (1, 3) else None
     return PairedTransform(v2.Compose(geometric), photometric, finalize=finalize, n_channels=n_channels)

@@ -11,13 +11,12 @@ BYOL, Grill et al. 2020, https://arxiv.org/abs/2006.07733): random resized crop 
 
 from __future__ import annotations
 
-from hf_contrast.errors import InputError
-
 import dataclasses
 import math
 from dataclasses import dataclass
 from typing import Any
 
+from hf_contrast.errors import InputError
 from hf_contrast.tensor_checks import check_non_negative, check_range, check_size, check_unit_interval
 from hf_contrast.views._common import ImageSize
 
@@ -79,7 +78,9 @@ class SimCLRRecipe:
         for name in ("hflip_p", "jitter_p", "grayscale_p", "blur_p", "solarize_p"):
             checked[name] = check_unit_interval(name, getattr(self, name))
         kernel = self.blur_kernel
-        if kernel is not None and (not isinstance(kernel, int) or isinstance(kernel, bool) or kernel <= 0 or kernel % 2 == 0):
+        if kernel is not None and (
+            not isinstance(kernel, int) or isinstance(kernel, bool) or kernel <= 0 or kernel % 2 == 0
+        ):
             raise InputError(f"`blur_kernel` must be a positive odd int (or None: ~10% of the side), got {kernel!r}.")
         for name, value in checked.items():
             object.__setattr__(self, name, value)

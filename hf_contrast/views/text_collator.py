@@ -8,13 +8,13 @@ positive-pair column, and ``labels`` (``int64``) when the label column exists. R
 
 from __future__ import annotations
 
-from hf_contrast.errors import InputError
-
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from torch import Tensor
+
+from hf_contrast.errors import InputError
 
 from .labels import collate_labels
 
@@ -58,9 +58,7 @@ class TextViewCollator:
                     f"Row {row} of the batch holds a {type(text).__name__} in the text column {column!r}, not a "
                     "string; remove or fill missing texts (e.g. `dataset.filter(lambda r: r[column] is not None)`)."
                 )
-        encoded = self.tokenizer(
-            texts, padding=True, truncation=True, max_length=self.max_length, return_tensors="pt"
-        )
+        encoded = self.tokenizer(texts, padding=True, truncation=True, max_length=self.max_length, return_tensors="pt")
         return dict(encoded)
 
     def __call__(self, features: Sequence[Mapping[str, Any]]) -> dict[str, Tensor]:

@@ -8,13 +8,13 @@ column, ``labels``. Random views are SimCSE's: the same sentence encoded again u
 
 from __future__ import annotations
 
-from hf_contrast.errors import InputError
-
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import torch
 from torch import Tensor
+
+from hf_contrast.errors import InputError
 
 from .builder import Collator, ViewBuilder
 from .chunked_text import ChunkedTextAugmentation
@@ -127,7 +127,9 @@ class TextViews(ViewBuilder):
         """Token delete / insert / mask drawn once per chunk, with the tokenizer's special ids."""
         return ChunkedTextAugmentation.from_tokenizer(self.processing_class, n_splits)
 
-    def chunked_views(self, augment: Callable[..., tuple[Any, Any]], inputs: Mapping[str, Any]) -> list[dict[str, Tensor]]:
+    def chunked_views(
+        self, augment: Callable[..., tuple[Any, Any]], inputs: Mapping[str, Any]
+    ) -> list[dict[str, Tensor]]:
         """``augment`` of the sentence's tokens (a dict of ``(B, L)`` tensors) to two token views."""
         view1, view2 = augment(self.view(inputs, ""))
         return [dict(view1), dict(view2)]

@@ -49,7 +49,9 @@ def main() -> None:
         output_dir, max_steps=6, per_device_train_batch_size=4, save_strategy="steps", save_steps=2, save_total_limit=1,
         learning_rate=1e-2, full_determinism=True,
     )  # fmt: skip
-    trainer = SimCLRTrainer(model=vit_encoder(seed=1 if phase == "resumed" else 0), args=args, train_dataset=image_dataset(n=16))
+    trainer = SimCLRTrainer(
+        model=vit_encoder(seed=1 if phase == "resumed" else 0), args=args, train_dataset=image_dataset(n=16)
+    )
     if phase == "killed":
         _die_while_writing(os.path.join("checkpoint-4", "optimizer.pt"))
     trainer.train(resume_from_checkpoint=True if phase == "resumed" else None)

@@ -63,7 +63,10 @@ STEPS = 2
 LOCAL_BATCH = 4
 LOCAL_SPLITS = 2
 N_SAMPLES = 16
-SENTENCES = [f"the {a} {b} sat on the mat {i}" for i, (a, b) in enumerate([("red", "cat"), ("a", "dog"), ("the", "man"), ("red", "car")] * 4)]
+SENTENCES = [
+    f"the {a} {b} sat on the mat {i}"
+    for i, (a, b) in enumerate([("red", "cat"), ("a", "dog"), ("the", "man"), ("red", "car")] * 4)
+]
 
 
 def _text_encoder(out_dir: Path) -> Any:
@@ -85,13 +88,17 @@ def build(method: str, out_dir: Path, batch_size: int, n_splits: int, **override
     )  # fmt: skip
     if method == "text":
         model = _text_encoder(out_dir)
-        return ContrastiveTrainer(model=model, args=args, train_dataset=datasets.Dataset.from_dict({"text": SENTENCES}), objective="simclr")
+        return ContrastiveTrainer(
+            model=model, args=args, train_dataset=datasets.Dataset.from_dict({"text": SENTENCES}), objective="simclr"
+        )
     data = image_dataset(n=N_SAMPLES, size=16, n_classes=4)
     common = {"model": vit_encoder(), "args": args, "train_dataset": data, "data_collator": fixed_views_collator}
     if method == "simclr":
         return SimCLRTrainer(**common, objective=SimCLRObjective())
     if method == "care":
-        objective = CAREObjective(care_weight=0.5, n_splits=n_splits, equivariance_augmentation=fixed_equivariance_views)
+        objective = CAREObjective(
+            care_weight=0.5, n_splits=n_splits, equivariance_augmentation=fixed_equivariance_views
+        )
         return CARETrainer(**common, objective=objective)
     if method == "supcon":  # one view per sample: 4 classes in 4 local rows, positives only across processes
         return SupConTrainer(**common, objective=SupConObjective(n_views=1))
@@ -129,8 +136,14 @@ def _full_state_dict(model: torch.nn.Module) -> dict[str, torch.Tensor]:
 
 def rows(method: str, batch_size: int, rank: int, step: int) -> list[dict[str, Any]]:
     """This process's rows of global batch ``step`` (sequential order, ``batch_size`` rows per process)."""
-    data = datasets.Dataset.from_dict({"text": SENTENCES}) if method == "text" else image_dataset(n=N_SAMPLES, size=16, n_classes=4)
-    start = (step * distributed.world_size() + rank) * batch_size if distributed.world_size() > 1 else step * batch_size
+    data = (
+        datasets.Dataset.from_dict({"text": SENTENCES})
+        if method == "text"
+        else image_dataset(n=N_SAMPLES, size=16, n_classes=4)
+    )
+    start = (
+        (step * distributed.world_size() + rank) * batch_size if distributed.world_size() > 1 else step * batch_size
+    )
     return [data[i % len(data)] for i in range(start, start + batch_size)]
 
 
@@ -140,7 +153,9 @@ def run(method: str, out_dir: Path, batch_size: int, n_splits: int, engine: str 
     trainer = build(method, out_dir / engine, batch_size, n_splits)
     model = trainer.model
     if engine == "ddp":
-        model = torch.nn.parallel.DistributedDataParallel(model, find_unused_parameters=True)  # as the Trainer wraps it
+        model = torch.nn.parallel.DistributedDataParallel(
+            model, find_unused_parameters=True
+        )  # as the Trainer wraps it
     elif engine == "fsdp":
         model = _shard(model)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
@@ -156,7 +171,9 @@ def run(method: str, out_dir: Path, batch_size: int, n_splits: int, engine: str 
             torch.distributed.all_reduce(total)
             total /= distributed.world_size()
         losses.append(total.item())
-    state = _full_state_dict(model) if engine != "none" else {k: v.detach().clone() for k, v in model.state_dict().items()}
+    state = (
+        _full_state_dict(model) if engine != "none" else {k: v.detach().clone() for k, v in model.state_dict().items()}
+    )
     held = [local_numel(model)]
     if distributed.world_size() > 1:
         held = [0] * distributed.world_size()
@@ -164,7 +181,12 @@ def run(method: str, out_dir: Path, batch_size: int, n_splits: int, engine: str 
     if distributed.rank() == 0:  # the Trainer's FULL_STATE_DICT save: the wrapped model writes the gathered state
         target = model.module if engine == "ddp" else model
         target.save_pretrained(str(out_dir / engine / method), state_dict=dict(state))  # a copy: it is consumed
-    return {"parameters": state, "losses": losses, "held_numel": held, "total_numel": sum(v.numel() for v in state.values())}
+    return {
+        "parameters": state,
+        "losses": losses,
+        "held_numel": held,
+        "total_numel": sum(v.numel() for v in state.values()),
+    }
 
 
 def trainer_run(out_dir: Path) -> None:
@@ -193,7 +215,9 @@ RESUME_STEPS = 4
 RESUME_AT = 2
 
 
-def _resume_train(out_dir: Path, seed: int, steps: range, checkpoint: Path | None, load_optimizer: bool) -> dict[str, Any]:
+def _resume_train(
+    out_dir: Path, seed: int, steps: range, checkpoint: Path | None, load_optimizer: bool
+) -> dict[str, Any]:
     """FSDP2 SimCLR with AdamW over ``steps`` (global step indices, for the rows); ``checkpoint``: load model
     (and the optimizer when ``load_optimizer``) from this sharded checkpoint first."""
     import torch.distributed.checkpoint as dcp
@@ -256,7 +280,10 @@ def resume_run(out_dir: Path, phase: str) -> None:
     for name, result in runs.items():
         state = _full_state_dict(result["model"])
         if distributed.rank() == 0:
-            torch.save({"parameters": state, "losses": result["losses"], "held_numel": local_numel(result["model"])}, out_dir / f"{name}.pt")
+            torch.save(
+                {"parameters": state, "losses": result["losses"], "held_numel": local_numel(result["model"])},
+                out_dir / f"{name}.pt",
+            )
     if phase == "first":  # one more step past the checkpoint, never saved, then every process is killed (SIGKILL)
         _train_steps(runs["first"], range(RESUME_AT, RESUME_AT + 1))
         torch.distributed.barrier()

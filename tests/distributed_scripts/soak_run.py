@@ -19,9 +19,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import psutil  # noqa: E402  (accelerate's dependency)
 import torch  # noqa: E402
 from safetensors.torch import save_file  # noqa: E402
+from trainer_utils import image_dataset, training_args, vit_encoder  # noqa: E402
 from transformers import TrainerCallback  # noqa: E402
 
-from trainer_utils import image_dataset, training_args, vit_encoder  # noqa: E402
 from hf_contrast.training import SimCLRTrainer  # noqa: E402
 
 
@@ -62,10 +62,16 @@ def main() -> None:
         full_determinism=True, image_size=16,
     )  # fmt: skip
     trainer = SimCLRTrainer(
-        model=vit_encoder(img_size=16, projection_dim=4), args=args, train_dataset=image_dataset(n=32, size=16),
+        model=vit_encoder(img_size=16, projection_dim=4),
+        args=args,
+        train_dataset=image_dataset(n=32, size=16),
         callbacks=[_ReportMemory()],
     )
-    started = any(name.startswith("checkpoint-") for name in os.listdir(options.output_dir)) if os.path.isdir(options.output_dir) else False
+    started = (
+        any(name.startswith("checkpoint-") for name in os.listdir(options.output_dir))
+        if os.path.isdir(options.output_dir)
+        else False
+    )
     trainer.train(resume_from_checkpoint=True if started else None)
     if trainer.args.should_save:
         state = {k: v.detach().contiguous() for k, v in trainer.model.state_dict().items()}

@@ -51,7 +51,9 @@ def run(method: str, out_dir: Path, batch_size: int, n_splits: int) -> dict[str,
         gather_distributed=True, gradient_cache_size=3 if method == "care_cached" else None,
     )  # fmt: skip
     if method in ("care", "care_cached"):
-        objective = CAREObjective(care_weight=0.5, n_splits=n_splits, equivariance_augmentation=fixed_equivariance_views)
+        objective = CAREObjective(
+            care_weight=0.5, n_splits=n_splits, equivariance_augmentation=fixed_equivariance_views
+        )
         trainer = CARETrainer(
             model=vit_encoder(), args=args, train_dataset=data, data_collator=fixed_views_collator, objective=objective
         )
@@ -71,7 +73,9 @@ def run(method: str, out_dir: Path, batch_size: int, n_splits: int) -> dict[str,
 def run_learnable_loss(out_dir: Path) -> dict[str, torch.Tensor]:
     """A learnable BinaryNCE run: the objective-owned parameters must stay identical on every process."""
     data = image_dataset(n=N_SAMPLES, size=16)
-    args = training_args(out_dir / "run_binary_nce", max_steps=2, per_device_train_batch_size=LOCAL_BATCH, learning_rate=0.05)
+    args = training_args(
+        out_dir / "run_binary_nce", max_steps=2, per_device_train_batch_size=LOCAL_BATCH, learning_rate=0.05
+    )
     objective = BinaryNCEObjective(learnable_temperature=True, learnable_bias=True)
     trainer = SimCLRTrainer(
         model=vit_encoder(), args=args, train_dataset=data, objective=objective, data_collator=fixed_views_collator

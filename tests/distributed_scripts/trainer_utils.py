@@ -18,7 +18,9 @@ from hf_contrast.models import ContrastiveEncoder
 from hf_contrast.training import ContrastiveTrainingArguments
 
 
-def image_dataset(n: int = 16, size: int = 16, n_classes: int = 4, seed: int = 0, labels: list[int] | None = None) -> Any:
+def image_dataset(
+    n: int = 16, size: int = 16, n_classes: int = 4, seed: int = 0, labels: list[int] | None = None
+) -> Any:
     """``datasets.Dataset`` of ``n`` random RGB PIL images (``size``²) and ``label`` ``i % n_classes``."""
     import datasets
     from PIL import Image
