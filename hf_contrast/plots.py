@@ -33,7 +33,7 @@ from torch import Tensor
 
 from hf_contrast.errors import InputError
 
-from .metrics._inputs import as_embeddings, as_labels
+from .metrics.inputs import as_embeddings, as_labels
 from .tensor_checks import check_int
 
 if TYPE_CHECKING:

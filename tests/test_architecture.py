@@ -1,6 +1,6 @@
-"""The package's shape: no import cycles between modules or between packages, views independent of objectives
-and training, methods dispatched only by the registry, every package shipped, ``models/`` independent of
-``hub/`` and of the package root.
+"""The package's shape: layers that only look down (:data:`LAYERS`, written out in ``docs/architecture.md``), no
+private module or name used across packages, no import cycles between modules or between packages, methods
+dispatched only by the registry, every package shipped.
 
 Everything here reads the source with :mod:`ast` (nothing is imported but the registry), so an import
 hidden inside a function counts like one at the top of a module.
@@ -9,6 +9,7 @@ hidden inside a function counts like one at the top of a module.
 from __future__ import annotations
 
 import ast
+import re
 import sys
 from functools import cache
 from pathlib import Path
@@ -58,6 +59,15 @@ def _runtime_imports(tree: ast.AST) -> list[ast.Import | ast.ImportFrom]:
     return found
 
 
+def _from_module(module: str, is_package: bool, node: ast.ImportFrom) -> str:
+    """The absolute name of the module a ``from ... import`` statement of ``module`` imports from."""
+    if not node.level:
+        return node.module or ""
+    base = module.split(".") if is_package else module.split(".")[:-1]
+    base = base[: len(base) - (node.level - 1)]
+    return ".".join(base + ([node.module] if node.module else []))
+
+
 def _resolve(module: str, is_package: bool, node: ast.Import | ast.ImportFrom) -> set[str]:
     """The package modules an import statement loads (the package ``__init__`` and, for
     ``from package import submodule``, the submodule)."""
@@ -65,12 +75,7 @@ def _resolve(module: str, is_package: bool, node: ast.Import | ast.ImportFrom) -
     if isinstance(node, ast.Import):
         targets = {alias.name for alias in node.names}
     else:
-        if node.level:
-            base = module.split(".") if is_package else module.split(".")[:-1]
-            base = base[: len(base) - (node.level - 1)]
-            prefix = ".".join(base + ([node.module] if node.module else []))
-        else:
-            prefix = node.module or ""
+        prefix = _from_module(module, is_package, node)
         targets = {prefix} | {f"{prefix}.{alias.name}" for alias in node.names}
     resolved = set()
     for target in targets:
@@ -82,16 +87,23 @@ def _resolve(module: str, is_package: bool, node: ast.Import | ast.ImportFrom) -
 
 
 @cache
-def _import_graph() -> dict[str, set[str]]:
-    graph: dict[str, set[str]] = {}
+def _import_lines() -> dict[str, dict[str, int]]:
+    """``{module: {module it imports: line of the first such import}}`` (function-level imports included)."""
+    lines: dict[str, dict[str, int]] = {}
     for name, path in _modules().items():
         tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
-        edges: set[str] = set()
+        edges: dict[str, int] = {}
         for node in _runtime_imports(tree):
-            edges |= _resolve(name, path.name == "__init__.py", node)
-        edges.discard(name)
-        graph[name] = edges
-    return graph
+            for target in _resolve(name, path.name == "__init__.py", node):
+                edges.setdefault(target, node.lineno)
+        edges.pop(name, None)
+        lines[name] = edges
+    return lines
+
+
+@cache
+def _import_graph() -> dict[str, set[str]]:
+    return {name: set(edges) for name, edges in _import_lines().items()}
 
 
 def _find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
@@ -179,16 +191,6 @@ def test_no_package_import_cycles() -> None:
     assert cycle is None, "package-level import cycle: " + " -> ".join(cycle or [])
 
 
-def test_views_depend_on_neither_objectives_nor_training() -> None:
-    packages = _package_graph(_import_graph())
-    assert "hf_contrast.views" in packages
-    bad = packages["hf_contrast.views"] & {"hf_contrast.objectives", "hf_contrast.training"}
-    assert not bad, (
-        f"hf_contrast.views imports {sorted(bad)}: objectives and training depend on views, never the reverse"
-    )
-    assert "hf_contrast.training" not in packages["hf_contrast.objectives"], "objectives must not import training"
-
-
 # Lazy loaders (`import_module` in a module `__getattr__`) load modules this graph cannot see, so they could hide a
 # cycle. Allowed only where import time needs them: the package root (`import hf_contrast` stays cheap; nothing in
 # the package needs a name from it) and metrics (`evaluate` takes seconds to import; targets inside metrics/).
@@ -207,16 +209,190 @@ def test_lazy_loaders_only_where_import_time_needs_them() -> None:
     assert found <= LAZY_LOADERS, f"lazy imports hide edges from the import graph: {sorted(found - LAZY_LOADERS)}"
 
 
-def _imports_of(prefix: str) -> dict[str, set[str]]:
-    return {name: edges for name, edges in _import_graph().items() if name == prefix or name.startswith(prefix + ".")}
+# ---- layers: a module imports only from its own layer or a lower one -----------------------------
+
+# The layer order, lowest first: each entry is a top-level module or subpackage of hf_contrast (``hf_contrast.<entry>``
+# and everything under it). A module may import from its own layer and from lower ones, never from a higher one or
+# from the package root (``hf_contrast/__init__.py``, above every layer), function-level imports included.
+# docs/architecture.md ("Layers") writes out the same list; test_the_documented_layers_are_the_declared_ones keeps
+# the two equal.
+LAYERS = (
+    "errors",
+    "tensor_checks",
+    "seeding",
+    "distributed",
+    "hub_ids",
+    "provenance",
+    "progress",
+    "losses",
+    "data",
+    "hub",
+    "metrics",
+    "views",
+    "evaluation",
+    "models",
+    "objectives",
+    "training",
+    "plots",
+)
+# Top-level modules that belong to another entry's layer: the model card is written through the Hub layer (models
+# write their card with it; the Hub layer never imports models).
+LAYER_OF = {"model_card": "hub"}
+ROOT_LAYER = "the package root"
+# Imports that break the order today, each to be removed by the change named beside it (a stale entry fails too).
+KNOWN_UPWARD_IMPORTS = {
+    # the Hub push reads the encoder's upload staging (models/upload.py): it moves into hub/ (issue 23, "hub").
+    ("hf_contrast.hub.push", "hf_contrast.models.upload"),
+}
 
 
-def test_models_never_import_hub_or_the_package_root() -> None:
-    models = _imports_of("hf_contrast.models")
-    assert models, "no hf_contrast.models modules found"
-    for name, edges in models.items():
-        bad = {e for e in edges if e == "hf_contrast" or e == "hf_contrast.hub" or e.startswith("hf_contrast.hub.")}
-        assert not bad, f"{name} imports {sorted(bad)}: hub/ depends on models/, never the reverse"
+def _layer(module: str) -> str:
+    """The layer of a package module: its :data:`LAYERS` entry, or :data:`ROOT_LAYER` for ``hf_contrast`` itself."""
+    parts = module.split(".")
+    if len(parts) == 1:
+        return ROOT_LAYER
+    return LAYER_OF.get(parts[1], parts[1])
+
+
+def _rank(layer: str) -> int:
+    return len(LAYERS) if layer == ROOT_LAYER else LAYERS.index(layer)
+
+
+def layer_violations(imports: dict[str, dict[str, int]]) -> list[str]:
+    """One message per import (``{module: {imported module: line}}``) that goes up or sideways in
+    :data:`LAYERS`, naming both modules and both layers."""
+    found = []
+    for module, edges in sorted(imports.items()):
+        source = _layer(module)
+        for target, line in sorted(edges.items()):
+            layer = _layer(target)
+            if layer != source and _rank(layer) >= _rank(source):
+                found.append(
+                    f"{module} (layer {source!r}, line {line}) imports {target} (layer {layer!r}): a module imports "
+                    "only from its own layer or a lower one (LAYERS in tests/test_architecture.py)"
+                )
+    return found
+
+
+def test_the_layer_finder_finds_upward_and_root_imports() -> None:
+    imports = {
+        "hf_contrast.losses.info_nce": {"hf_contrast.errors": 3, "hf_contrast.training.trainer": 40},
+        "hf_contrast.models.modeling": {"hf_contrast.model_card": 5, "hf_contrast.losses": 6},
+        "hf_contrast.hub.push": {"hf_contrast.model_card": 2, "hf_contrast.models": 9},
+        "hf_contrast.views.afcl_sampler": {"hf_contrast": 19, "hf_contrast.views.builder": 20},
+    }
+    assert layer_violations(imports) == [
+        "hf_contrast.hub.push (layer 'hub', line 9) imports hf_contrast.models (layer 'models'): a module imports "
+        "only from its own layer or a lower one (LAYERS in tests/test_architecture.py)",
+        "hf_contrast.losses.info_nce (layer 'losses', line 40) imports hf_contrast.training.trainer (layer "
+        "'training'): a module imports only from its own layer or a lower one (LAYERS in tests/test_architecture.py)",
+        "hf_contrast.views.afcl_sampler (layer 'views', line 19) imports hf_contrast (layer 'the package root'): a "
+        "module imports only from its own layer or a lower one (LAYERS in tests/test_architecture.py)",
+    ]
+
+
+def test_every_module_has_a_layer() -> None:
+    unplaced = sorted({_layer(m) for m in _modules()} - set(LAYERS) - {ROOT_LAYER})
+    assert not unplaced, f"hf_contrast.<{unplaced}> are in no layer: add them to LAYERS and docs/architecture.md"
+    assert len(set(LAYERS)) == len(LAYERS) and set(LAYER_OF.values()) <= set(LAYERS)
+
+
+def test_imports_only_look_down_the_layers() -> None:
+    lines = _import_lines()
+    known = {edge for edge in KNOWN_UPWARD_IMPORTS if edge[1] in lines.get(edge[0], {})}
+    assert known == KNOWN_UPWARD_IMPORTS, (
+        f"these known upward imports are gone: remove them from KNOWN_UPWARD_IMPORTS: {KNOWN_UPWARD_IMPORTS - known}"
+    )
+    checked = {module: {t: n for t, n in edges.items() if (module, t) not in known} for module, edges in lines.items()}
+    violations = layer_violations(checked)
+    assert not violations, "imports that go up or sideways in the layers:\n" + "\n".join(violations)
+
+
+def _private_scope(module: str) -> str | None:
+    """The package a private module is private to (the part of its name before the first ``_name``), or ``None``."""
+    parts = module.split(".")
+    for i, part in enumerate(parts):
+        if part.startswith("_") and not part.startswith("__"):
+            return ".".join(parts[:i])
+    return None
+
+
+def _inside(module: str, package: str) -> bool:
+    return module == package or module.startswith(package + ".")
+
+
+def private_imports(module: str, is_package: bool, tree: ast.AST) -> list[str]:
+    """One message per import in ``tree`` (the source of ``module``) of another package's private module
+    (``hf_contrast.<package>._name``) or private name (``from hf_contrast.<package>.x import _name``)."""
+    found = []
+
+    def private_module(line: int, target: str, scope: str) -> None:
+        if target.startswith("hf_contrast") and not _inside(module, scope):
+            found.append(
+                f"{module} (layer {_layer(module)!r}, line {line}) imports {target} (layer {_layer(target)!r}), "
+                f"a module private to {scope}: make it public or move the code"
+            )
+
+    for node in _runtime_imports(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if (scope := _private_scope(alias.name)) is not None:
+                    private_module(node.lineno, alias.name, scope)
+            continue
+        source = _from_module(module, is_package, node)
+        if (scope := _private_scope(source)) is not None:
+            private_module(node.lineno, source, scope)
+            continue
+        for alias in node.names:
+            if not alias.name.startswith("_") or alias.name.startswith("__"):
+                continue
+            if f"{source}.{alias.name}" in _modules():  # `from package import _module`
+                private_module(node.lineno, f"{source}.{alias.name}", source)
+            elif source.startswith("hf_contrast") and not _inside(module, _package_of(source)):
+                found.append(
+                    f"{module} (layer {_layer(module)!r}, line {node.lineno}) imports {alias.name} from {source} "
+                    f"(layer {_layer(source)!r}), a name private to {_package_of(source)}: make it public"
+                )
+    return found
+
+
+def test_the_private_import_finder_finds_what_it_should() -> None:
+    source = (
+        "from hf_contrast.metrics._inputs import as_pair\n"  # a private module of another package
+        "from ..losses.info_nce import _info_nce_loss\n"  # a private name of another package
+        "from ._helpers import x\n"  # the module's own package: fine
+        "from .builder import _split\n"  # the module's own package: fine
+        "from torch import _C\n"  # not the package's
+        "def f():\n    import hf_contrast.views._common\n"  # function level: counts
+    )
+    assert private_imports("hf_contrast.views.image_views", False, ast.parse(source)) == [
+        "hf_contrast.views.image_views (layer 'views', line 1) imports hf_contrast.metrics._inputs (layer 'metrics'), "
+        "a module private to hf_contrast.metrics: make it public or move the code",
+        "hf_contrast.views.image_views (layer 'views', line 2) imports _info_nce_loss from "
+        "hf_contrast.losses.info_nce (layer 'losses'), a name private to hf_contrast.losses: make it public",
+    ]
+
+
+def test_no_module_imports_another_packages_private_modules_or_names() -> None:
+    found = []
+    for name, path in _modules().items():
+        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+        found += private_imports(name, path.name == "__init__.py", tree)
+    assert not found, "private modules or names used across packages:\n" + "\n".join(found)
+
+
+def test_the_documented_layers_are_the_declared_ones() -> None:
+    """docs/architecture.md lists :data:`LAYERS` between ``<!-- layers -->`` markers, one ``N. `entry` ...``
+    item each."""
+    text = (ROOT / "docs" / "architecture.md").read_text(encoding="utf-8")
+    assert text.count("<!-- layers -->") == 1 and text.count("<!-- /layers -->") == 1, "no marked layer list"
+    block = text.split("<!-- layers -->")[1].split("<!-- /layers -->")[0]
+    documented = tuple(re.findall(r"^\d+\. `([a-z_]+)`", block, flags=re.MULTILINE))
+    assert documented == LAYERS, f"docs/architecture.md lists the layers {documented}, the test declares {LAYERS}"
+    for module, layer in LAYER_OF.items():
+        assert re.search(rf"^\d+\. `{layer}`.*`{module}", block, flags=re.MULTILINE), (
+            f"docs/architecture.md does not place `{module}` in layer `{layer}`"
+        )
 
 
 # ---- method names are dispatched only by the registry ------------------------------------------

@@ -14,6 +14,7 @@ from _tiny import tiny_tokenizer
 from PIL import Image
 from torch.utils.data import DataLoader
 
+from hf_contrast.data.decode import BadImageError, convert_image_mode, decode_image
 from hf_contrast.views import (
     ImageViewCollator,
     PairedImageCollator,
@@ -24,7 +25,6 @@ from hf_contrast.views import (
     raw_image_transform,
     simclr_transform,
 )
-from hf_contrast.views.decode import BadImageError, convert_image_mode, decode_image
 
 MEAN3, STD3 = (0.5, 0.5, 0.5), (0.25, 0.25, 0.25)
 

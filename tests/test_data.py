@@ -323,7 +323,7 @@ def test_an_empty_class_folder_is_warned_about(tmp_path: Path) -> None:
 def test_change_pairs_from_undecoded_images_of_different_sizes_and_a_bad_file(tmp_path: Path) -> None:
     """Any class image folder works: undecoded rows, images of different sizes and modes (the replacement
     takes x_pre's size), a bad file raises naming it or is skipped with a warning."""
-    from hf_contrast.views.decode import BadImageError
+    from hf_contrast.data.decode import BadImageError
 
     rows = {"image": [], "label": []}
     for i in range(8):

@@ -15,8 +15,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from PIL import Image
 
+from hf_contrast.data.decode import convert_image_mode
 from hf_contrast.views import eval_transform_from_data_config
-from hf_contrast.views.decode import convert_image_mode
 
 #: float32 rounding of the same arithmetic (uint8 / 255, then normalise) in two orders.
 TOLERANCE = 2e-6

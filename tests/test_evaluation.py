@@ -12,6 +12,7 @@ from _tiny import tiny_text_encoder
 from torch import nn
 from transformers import EvalPrediction
 
+from hf_contrast.data.sampling import sample_rows
 from hf_contrast.errors import InputTypeError
 from hf_contrast.evaluation import (
     EmbeddingEvaluator,
@@ -26,7 +27,6 @@ from hf_contrast.evaluation import (
     balanced_subset,
     encode_dataset,
 )
-from hf_contrast.evaluation.sampling import sample_rows
 from hf_contrast.metrics import class_orthogonality, effective_rank, knn_accuracy
 
 
@@ -570,8 +570,8 @@ def _image_rows_with_bad_files(tmp_path) -> list[dict]:  # noqa: ANN001
 def test_encode_dataset_names_or_skips_a_bad_image(tmp_path) -> None:  # noqa: ANN001
     import timm  # noqa: F401 (the tiny timm model)
 
+    from hf_contrast.data.decode import BadImageError
     from hf_contrast.models import ContrastiveEncoder
-    from hf_contrast.views.decode import BadImageError
 
     rows = _image_rows_with_bad_files(tmp_path)
     encoder = ContrastiveEncoder.from_backbone("test_resnet", pretrained=False, projection_dim=8)
@@ -596,7 +596,7 @@ def test_encode_dataset_names_or_skips_a_bad_image(tmp_path) -> None:  # noqa: A
 
 
 def test_equivariance_evaluator_from_images_names_or_skips_a_bad_file(tmp_path) -> None:  # noqa: ANN001
-    from hf_contrast.views.decode import BadImageError
+    from hf_contrast.data.decode import BadImageError
 
     rows = _image_rows_with_bad_files(tmp_path)
     config = {"input_size": (3, 16, 16), "mean": (0.5, 0.5, 0.5), "std": (0.5, 0.5, 0.5)}

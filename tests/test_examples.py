@@ -484,7 +484,7 @@ def test_bad_images_are_skipped_and_counted(tmp_path: Path) -> None:
 def test_a_bad_image_raises_naming_the_file(tmp_path: Path) -> None:
     """`--on_bad_image raise` (the default) stops before the first step (the trainer's start-up scan), naming
     both bad files and the fix."""
-    from hf_contrast.views.decode import BadImageError
+    from hf_contrast.data.decode import BadImageError
 
     root = bad_image_folder(tmp_path / "images")
     with pytest.raises(BadImageError) as caught:
@@ -497,7 +497,7 @@ def test_a_bad_image_raises_naming_the_file(tmp_path: Path) -> None:
 
 def test_the_equivariance_evaluator_names_a_bad_file_before_training(tmp_path: Path) -> None:
     """A bad file among the test images fails before training, naming the row and the file."""
-    from hf_contrast.views.decode import BadImageError
+    from hf_contrast.data.decode import BadImageError
 
     root = image_folder(tmp_path / "images")
     (root / "test" / "cat" / "0.png").write_bytes(b"not a png")

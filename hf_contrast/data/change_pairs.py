@@ -61,7 +61,7 @@ def _change(kind: int, pre: np.ndarray, other: np.ndarray, rng: np.random.Genera
 def _rgb_images(dataset: datasets.Dataset, image_column: str, on_bad_image: str) -> tuple[list[np.ndarray], list[int]]:
     """The RGB arrays of ``dataset[image_column]`` (PIL images or undecoded ``{"path", "bytes"}`` dicts) and
     the rows they came from; a bad image raises naming the file and row, or is left out under ``"skip"``."""
-    from ..views.decode import BadImageError, convert_image_mode, decode_image
+    from .decode import BadImageError, convert_image_mode, decode_image
 
     images, rows = [], []
     for row, value in enumerate(dataset[image_column]):

@@ -66,11 +66,11 @@ def load_image_splits(
     """
     import datasets
 
-    from ..evaluation import balanced_split, balanced_subset
     from .columns import CANONICAL_COLUMNS
     from .digits import load_digits_dataset
     from .images import defer_image_decoding, prepare_image_splits, read_image_source
     from .naming import name_dataset
+    from .sampling import balanced_split, balanced_subset
 
     check_unit_interval("test_fraction", check_positive("test_fraction", test_fraction), include_one=False)
     check_int("max_train_samples", max_train_samples, 1, allow_none=True)

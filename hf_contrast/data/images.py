@@ -195,7 +195,7 @@ def defer_image_decoding(dataset: Any, image_column: str = "image") -> Any:
 
     With ``datasets.Image()`` decoding, a truncated or unreadable file fails inside ``datasets``
     when the row is read, naming neither the row nor the file. The image collators decode these
-    dicts themselves (:mod:`hf_contrast.views.decode`) and report the row and the path, or
+    dicts themselves (:mod:`hf_contrast.data.decode`) and report the row and the path, or
     skip and count the image under ``on_bad_image="skip"``. Works for ``Dataset`` and
     ``IterableDataset`` (``cast_column``); a column that is not an ``Image`` feature (or a
     dataset without features) is returned unchanged.

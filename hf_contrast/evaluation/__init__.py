@@ -11,11 +11,12 @@
   cannot be computed is reported as NaN with an :class:`EvaluationFailedWarning` (once per cause): it
   never ends a training run.
 - :func:`encode_dataset` — embed a dataset with a model; :func:`balanced_subset` /
-  :func:`balanced_split` — seeded class-balanced rows.
+  :func:`balanced_split` — seeded class-balanced rows (defined in :mod:`hf_contrast.data.sampling`).
 """
 
 from __future__ import annotations
 
+from ..data.sampling import balanced_split, balanced_subset
 from .collapse import RepresentationCollapseWarning, collapse_message
 from .embedding_evaluator import EmbeddingEvaluator
 from .embedding_metrics import EmbeddingMetrics
@@ -24,7 +25,6 @@ from .equivariance import EquivarianceEvaluator
 from .evaluator import Evaluator, SequentialEvaluator
 from .failures import EvaluationFailedWarning
 from .probe_evaluator import ProbeEvaluator
-from .sampling import balanced_split, balanced_subset
 from .sts import STSEvaluator
 
 __all__ = [

@@ -19,6 +19,7 @@ from transformers.utils import logging
 
 from hf_contrast.errors import InputError
 
+from ..data.sampling import balanced_split, sample_rows
 from ..metrics import (
     alignment,
     class_orthogonality,
@@ -28,12 +29,11 @@ from ..metrics import (
     mean_cosine,
     uniformity,
 )
-from ..metrics._inputs import as_embeddings, as_labels, as_pair
+from ..metrics.inputs import as_embeddings, as_labels, as_pair
 from ..tensor_checks import check_int, check_temperature
 from .collapse import warn_if_collapsed
 from .failures import metrics_or_nan
 from .progress import progress_enabled
-from .sampling import balanced_split, sample_rows
 
 __all__ = ["EmbeddingMetrics"]
 

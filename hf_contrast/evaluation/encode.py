@@ -14,7 +14,7 @@ from tqdm.auto import tqdm
 from hf_contrast.errors import InputError
 
 from ..tensor_checks import check_choice, check_int
-from ._model import eval_mode, model_device, model_output, to_device, unwrap_model
+from .model_access import eval_mode, model_device, model_output, to_device, unwrap_model
 from .progress import progress_enabled
 
 __all__ = ["encode_dataset"]
@@ -68,7 +68,7 @@ def _decoded_rows(
 ) -> tuple[list[Any], list[Any]]:
     """Decode the image ``values`` of ``rows`` (rows ``first_row…`` of the dataset): a bad one raises
     (naming the file and the row) or, under ``"skip"``, is left out with its row and a warning."""
-    from ..views.decode import BadImageError, decode_image, image_source
+    from ..data.decode import BadImageError, decode_image, image_source
 
     kept_rows, kept_values = [], []
     for offset, (row, value) in enumerate(zip(rows, values)):

@@ -12,12 +12,12 @@ from torch import Tensor, nn
 
 from hf_contrast.errors import InputError
 
+from ..data.sampling import sample_rows
 from ..metrics import relative_rotational_equivariance, wahba_error
 from ..seeding import seeded_cpu_rng
 from ..tensor_checks import check_choice, check_int
-from ._model import model_device, model_output, to_device
 from .evaluator import Evaluator
-from .sampling import sample_rows
+from .model_access import model_device, model_output, to_device
 
 __all__ = ["EquivarianceEvaluator"]
 
@@ -35,7 +35,7 @@ def _decoded(dataset: Any, row: int, column: str, transform: Callable[[Any], Ten
     Raises:
         BadImageError: naming the row, the file when known, the cause and the fix.
     """
-    from ..views.decode import BadImageError
+    from ..data.decode import BadImageError
 
     try:
         return transform(dataset[row][column])
@@ -162,7 +162,7 @@ class EquivarianceEvaluator(Evaluator):
         from torchvision.transforms import v2
 
         from ..views import simclr_transform_from_data_config
-        from ..views._common import to_image_steps
+        from ..views.transform_steps import to_image_steps
 
         n_rows = len(dataset)
         check_int("num_samples", num_samples, 2, maximum=n_rows, fix="the dataset size.")
@@ -181,7 +181,7 @@ class EquivarianceEvaluator(Evaluator):
                 v2.Resize((height, width), antialias=True),
             ]
         )
-        from ..views.decode import BadImageError
+        from ..data.decode import BadImageError
 
         check_choice("on_bad_image", on_bad_image, ("raise", "skip"))
         decoded = []
@@ -194,8 +194,8 @@ class EquivarianceEvaluator(Evaluator):
                 warnings.warn(f"Skipped: {error}", UserWarning, stacklevel=2)
         if len(decoded) < 2:
             raise InputError(
-                f"EquivarianceEvaluator: {len(rows) - len(decoded)} of the {len(rows)} selected images are unreadable; "
-                f"fewer than 2 remain. Fix the images of column {image_column!r}."
+                f"EquivarianceEvaluator: {len(rows) - len(decoded)} of the {len(rows)} selected images are "
+                f"unreadable; fewer than 2 remain. Fix the images of column {image_column!r}."
             )
         images = torch.stack(decoded)  # uint8 (n, C, H, W)
         mean = torch.tensor(data_config["mean"], dtype=torch.float32).view(1, -1, 1, 1)

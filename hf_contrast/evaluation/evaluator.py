@@ -14,8 +14,8 @@ from torch import nn
 
 from hf_contrast.errors import InputError, InputTypeError
 
-from ._model import eval_mode
 from .failures import metrics_or_nan
+from .model_access import eval_mode
 
 __all__ = ["Evaluator", "SequentialEvaluator"]
 
@@ -95,11 +95,13 @@ class SequentialEvaluator(Evaluator):
     def __init__(self, evaluators: Sequence[Evaluator], primary: int = 0) -> None:
         if isinstance(evaluators, Evaluator):
             raise InputTypeError(
-                f"`evaluators` must be a list of Evaluator instances, got one {type(evaluators).__name__}: wrap it in a list."
+                f"`evaluators` must be a list of Evaluator instances, got one {type(evaluators).__name__}: "
+                "wrap it in a list."
             )
         if isinstance(evaluators, (str, bytes, Mapping)) or not isinstance(evaluators, Iterable):
             raise InputTypeError(
-                f"`evaluators` must be a non-empty list of Evaluator instances, got {evaluators!r} of type {type(evaluators).__name__}."
+                f"`evaluators` must be a non-empty list of Evaluator instances, got {evaluators!r} of type "
+                f"{type(evaluators).__name__}."
             )
         evaluators = list(evaluators)
         if not evaluators or not all(isinstance(e, Evaluator) for e in evaluators):

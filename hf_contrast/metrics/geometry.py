@@ -17,7 +17,7 @@ from hf_contrast.errors import InputError
 
 from ..losses.align_uniform import alignment_loss, uniformity_loss
 from ..tensor_checks import l2_normalize
-from ._inputs import as_embeddings, as_labels, as_pair
+from .inputs import as_embeddings, as_labels, as_pair
 
 __all__ = [
     "WahbaResult",

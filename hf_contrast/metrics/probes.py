@@ -18,7 +18,7 @@ from transformers.utils import logging
 from hf_contrast.errors import InputError
 
 from ..tensor_checks import check_int, check_positive, check_temperature, l2_normalize
-from ._inputs import as_embeddings, as_labels
+from .inputs import as_embeddings, as_labels
 
 __all__ = [
     "PROBE_METRICS",

@@ -10,7 +10,7 @@ from torch import Tensor
 from hf_contrast.errors import InputError
 
 from ..tensor_checks import l2_normalize
-from ._inputs import as_embeddings, as_pair
+from .inputs import as_embeddings, as_pair
 
 __all__ = ["ConstantInputWarning", "rankdata", "spearman_correlation", "sts_spearman"]
 

@@ -161,8 +161,8 @@ def encode(
             an image encoder), are empty, a text encoder has no tokenizer, or ``output`` / ``batch_size``
             are invalid.
     """
+    from hf_contrast.data.decode import BadImageError
     from hf_contrast.evaluation.encode import encode_dataset
-    from hf_contrast.views.decode import BadImageError
 
     if output not in _OUTPUTS:
         raise InputError(f"`output` must be one of {_OUTPUTS}, got {output!r}.")

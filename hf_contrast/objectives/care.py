@@ -26,9 +26,9 @@ from typing import Any
 
 from torch import Tensor, nn
 
+import hf_contrast.distributed as distributed
 from hf_contrast.errors import InputError
 
-from .. import distributed
 from ..losses import CARELoss, CAREMoCoLoss
 from ..tensor_checks import check_bool, check_int, check_unit_interval
 from ..views import ViewBuilder, WholeChunks

@@ -16,7 +16,8 @@ import torch
 import torch.distributed as dist
 from torch import Tensor
 
-from .. import distributed
+import hf_contrast.distributed as distributed
+
 from ..tensor_checks import l2_normalize
 
 __all__ = ["negative_cosine_counts", "class_mean_abs_cosine", "GeometryMonitor"]

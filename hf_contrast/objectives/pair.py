@@ -15,9 +15,9 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+import hf_contrast.distributed as distributed
 from hf_contrast.errors import InputError
 
-from .. import distributed
 from ..losses import BinaryNCELoss, InfoNCELoss, SpectralContrastiveLoss, VICRegLoss
 from ..views import ViewBuilder
 from .base import Objective, ObjectiveConfig

@@ -23,9 +23,9 @@ import torch
 from torch import Tensor, nn
 from transformers import TrainerCallback
 
+import hf_contrast.distributed as distributed
 from hf_contrast.errors import InputError
 
-from .. import distributed
 from ..data.checks import dataset_classes
 from ..losses import OCLoss, SupConLoss
 from ..tensor_checks import check_choice

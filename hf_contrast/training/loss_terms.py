@@ -22,7 +22,7 @@ import torch
 import torch.distributed as dist
 from torch import Tensor
 
-from .. import distributed
+import hf_contrast.distributed as distributed
 
 __all__ = ["LossTermTracker", "NonFiniteLossError"]
 

@@ -41,9 +41,9 @@ from transformers import Trainer, TrainerCallback
 from transformers.trainer_utils import TrainOutput, seed_worker
 from transformers.utils import logging
 
+import hf_contrast.distributed as distributed
 from hf_contrast.errors import InputError
 
-from .. import distributed
 from ..data.checks import check_dataset, dataset_columns
 from ..data.columns import CANONICAL_COLUMNS
 from ..evaluation.progress import follow_log_level, progress_bars_disabled

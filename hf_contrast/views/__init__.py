@@ -5,14 +5,15 @@
   picks one from the model.
 * Per-sample transforms: :mod:`~hf_contrast.views.image_transforms` (SimCLR augmentation,
   evaluation transform, :class:`TwoViewTransform`, :func:`raw_image_transform`, sized from a timm
-  data config); :mod:`~hf_contrast.views.decode` (any PIL mode / path / bytes to the encoder's channels).
+  data config); decoding is :mod:`~hf_contrast.data.decode` (any PIL mode / path / bytes to the encoder's
+  channels; its :class:`BadImageError` is re-exported here).
 * Chunk-shared views (CARE's equivariance views, one augmentation pair per chunk, on the batch's
   device): :class:`ChunkedAugmentation` (images), :class:`ChunkedTextAugmentation` and
   :func:`simcse_views` (text).
 * Paired views: :class:`PairedTransform` for LOCAL's (pre, post) pairs.
 * Collators: :class:`ImageViewCollator`, :class:`PairedImageCollator`, :class:`TextViewCollator`,
-  :func:`pop_view_batch_index`, :func:`pop_skipped_images`, :func:`pop_dropped_rows`; :func:`scan_images` (the start-up scan of image files); the rules that keep a
-  batch that lost bad rows whole: :class:`WholeChunks`, :class:`WholeClassGroups`.
+  :func:`pop_view_batch_index`, :func:`pop_skipped_images`, :func:`pop_dropped_rows`; :func:`scan_images` (the
+  start-up scan of image files); the rules that keep a batch that lost bad rows whole: :class:`WholeChunks`, :class:`WholeClassGroups`.
 * Batches: :class:`AFCLBatchSampler`, SimO's class-grouped ``C x k`` batches.
 * Views made on the device: :class:`BatchedSimCLRViews` — the SimCLR/BYOL recipe with per-sample
   parameters (:class:`ViewParams`, drawn like torchvision's) applied to a whole ``uint8`` batch in a few
@@ -22,13 +23,13 @@
 * :class:`SimCLRRecipe`: the recipe's parameters, defined once for both pipelines.
 """
 
+from ..data.decode import BadImageError
 from .afcl_sampler import AFCLBatchSampler
 from .batched_params import ViewParams
 from .batched_simclr import BatchedSimCLRViews
 from .builder import ViewBuilder, split_output
 from .chunked_image import ChunkedAugmentation
 from .chunked_text import ChunkedTextAugmentation, simcse_views
-from .decode import BadImageError
 from .device_views import ChunkSharedDeviceViews, DeviceViews
 from .for_model import views_for
 from .image_collators import (

@@ -16,7 +16,7 @@ import numpy as np
 import torch
 from torch.utils.data import Sampler
 
-from hf_contrast import distributed
+import hf_contrast.distributed as distributed
 from hf_contrast.errors import InputError
 from hf_contrast.tensor_checks import check_int
 

@@ -31,7 +31,6 @@ from torch import Tensor
 import hf_contrast.views.batched_ops as ops
 from hf_contrast.errors import InputError
 from hf_contrast.tensor_checks import check_int, check_size
-from hf_contrast.views._common import check_mean_std
 from hf_contrast.views.batched_params import (
     ViewParams,
     jitter_ranges,
@@ -41,6 +40,7 @@ from hf_contrast.views.batched_params import (
     sample_uniform,
 )
 from hf_contrast.views.simclr_recipe import SimCLRRecipe
+from hf_contrast.views.transform_steps import check_mean_std
 
 __all__ = ["BatchedSimCLRViews"]
 

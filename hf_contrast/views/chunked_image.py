@@ -21,8 +21,8 @@ from torch import Tensor
 from hf_contrast.errors import InputError
 from hf_contrast.seeding import seeded_cpu_rng
 from hf_contrast.tensor_checks import check_int
-from hf_contrast.views._common import ImageSize
 from hf_contrast.views.image_transforms import simclr_transform, simclr_transform_from_data_config
+from hf_contrast.views.transform_steps import ImageSize
 
 __all__ = ["ChunkedAugmentation"]
 

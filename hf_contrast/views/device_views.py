@@ -19,7 +19,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from hf_contrast import distributed
+import hf_contrast.distributed as distributed
 from hf_contrast.errors import InputError
 from hf_contrast.tensor_checks import check_int
 from hf_contrast.views.batched_simclr import BatchedSimCLRViews

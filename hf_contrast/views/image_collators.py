@@ -28,7 +28,7 @@ like map-style rows.
 
 Images: each image value (a PIL image of any mode, a ``{"path", "bytes"}`` dict from
 ``datasets.Image(decode=False)``, a path) is decoded and converted to the encoder's channels
-(:mod:`hf_contrast.views.decode`). A ``None`` image or an unreadable / truncated file raises a
+(:mod:`hf_contrast.data.decode`). A ``None`` image or an unreadable / truncated file raises a
 ``ValueError`` naming the row of the batch and the file, or, with ``on_bad_image="skip"``, the row
 is left out of the batch, counted in ``collator.skipped_images`` and reported with a warning.
 
@@ -50,9 +50,9 @@ from torch import Tensor
 
 from hf_contrast.errors import InputError
 
+from ..data.decode import BadImageError, ConvertImageMode, image_source
 from ..seeding import seeded_cpu_rng
 from ..tensor_checks import check_choice, check_int
-from .decode import BadImageError, ConvertImageMode, image_source
 from .labels import collate_labels
 from .whole_rows import WholeRows
 

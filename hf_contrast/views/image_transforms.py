@@ -21,17 +21,17 @@ from torch import Tensor
 from torchvision import tv_tensors
 from torchvision.transforms import InterpolationMode, v2
 
+from hf_contrast.data.decode import ConvertImageMode
 from hf_contrast.errors import InputError
 from hf_contrast.tensor_checks import check_size
-from hf_contrast.views._common import (
+from hf_contrast.views.simclr_recipe import SimCLRRecipe, default_blur_kernel
+from hf_contrast.views.transform_steps import (
     ImageSize,
     channel_step,
     check_mean_std,
     interpolation_mode,
     to_image_steps,
 )
-from hf_contrast.views.decode import ConvertImageMode
-from hf_contrast.views.simclr_recipe import SimCLRRecipe, default_blur_kernel
 
 __all__ = [
     "simclr_transform",

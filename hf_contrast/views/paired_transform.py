@@ -18,15 +18,15 @@ from torch import Tensor
 from torchvision import tv_tensors
 from torchvision.transforms import InterpolationMode, v2
 
+from hf_contrast.data.decode import ConvertImageMode
 from hf_contrast.errors import InputError
 from hf_contrast.tensor_checks import check_range, check_size, check_unit_interval
-from hf_contrast.views._common import (
+from hf_contrast.views.transform_steps import (
     ImageSize,
     channel_step,
     check_mean_std,
     interpolation_mode,
 )
-from hf_contrast.views.decode import ConvertImageMode
 
 __all__ = ["PairedTransform", "paired_transform"]
 
@@ -48,7 +48,7 @@ class PairedTransform:
         finalize: Optional deterministic transform applied to each image last; default converts
             to a plain float32 tensor in ``[0, 1]``.
         n_channels: Convert PIL images of any mode to ``RGB`` (3) or ``L`` (1) first
-            (:class:`~hf_contrast.views.decode.ConvertImageMode`); ``None``: decode only.
+            (:class:`~hf_contrast.data.decode.ConvertImageMode`); ``None``: decode only.
 
     Raises:
         ValueError: if a given transform is not callable.

@@ -18,7 +18,7 @@ from typing import Any
 
 from hf_contrast.errors import InputError
 from hf_contrast.tensor_checks import check_non_negative, check_range, check_size, check_unit_interval
-from hf_contrast.views._common import ImageSize
+from hf_contrast.views.transform_steps import ImageSize
 
 __all__ = ["SimCLRRecipe", "default_blur_kernel"]
 

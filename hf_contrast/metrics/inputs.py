@@ -1,4 +1,5 @@
-"""Input conversion shared by the metrics: numpy or torch in, detached float64 tensors out."""
+"""Input conversion shared by the metrics (and the evaluation and plots built on them): numpy or torch in,
+detached float64 tensors out."""
 
 from __future__ import annotations
 

@@ -1,5 +1,6 @@
-"""Small builders (and the mean/std check) shared by the image and paired transforms; scalar argument
-checks are :mod:`hf_contrast.tensor_checks`'."""
+"""The steps every image transform is built from (shared by the image and paired transforms and the
+equivariance evaluator): the image size type, the mean/std check, interpolation names, the channel fix and
+the decode-to-tensor steps; scalar argument checks are :mod:`hf_contrast.tensor_checks`'."""
 
 from __future__ import annotations
 
@@ -7,8 +8,8 @@ from collections.abc import Sequence
 
 from torchvision.transforms import InterpolationMode, v2
 
+from hf_contrast.data.decode import ConvertImageMode
 from hf_contrast.errors import InputError
-from hf_contrast.views.decode import ConvertImageMode
 
 __all__ = [
     "ImageSize",
@@ -57,7 +58,7 @@ def channel_step(n_channels: int) -> list[v2.Transform]:
 def to_image_steps(n_channels: int) -> list[object]:
     """First steps of every image transform: decode + convert any PIL mode, ``ToImage``, channel fix.
 
-    :class:`~hf_contrast.views.decode.ConvertImageMode` turns PIL images of any mode (RGBA,
+    :class:`~hf_contrast.data.decode.ConvertImageMode` turns PIL images of any mode (RGBA,
     palette, 16-bit, CMYK...) into ``RGB`` / ``L``; :func:`channel_step` then fixes tensors.
     """
     return [ConvertImageMode(n_channels if n_channels in (1, 3) else None), v2.ToImage(), *channel_step(n_channels)]
