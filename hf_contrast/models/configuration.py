@@ -9,11 +9,19 @@ from transformers import AutoConfig, PretrainedConfig
 from hf_contrast.errors import InputError
 from hf_contrast.models.save_format import SAVE_FORMAT_VERSION
 
-__all__ = ["ContrastiveEncoderConfig", "BACKBONE_TYPES", "POOLINGS", "PROJECTION_NORMS"]
+__all__ = ["ContrastiveEncoderConfig", "BACKBONE_TYPES", "POOLINGS", "PROJECTION_NORMS", "register_backbone_type"]
 
+#: The backbone families (``hf_contrast.models.adapters.registry`` serves each; ``register_adapter`` adds one).
 BACKBONE_TYPES = ("timm", "text")
 POOLINGS = ("mean", "cls", "max")
 PROJECTION_NORMS = ("batchnorm", "layernorm", None)
+
+
+def register_backbone_type(backbone_type: str) -> None:
+    """Accept ``backbone_type`` in :class:`ContrastiveEncoderConfig` (called by ``register_adapter``)."""
+    global BACKBONE_TYPES
+    if backbone_type not in BACKBONE_TYPES:
+        BACKBONE_TYPES = (*BACKBONE_TYPES, backbone_type)
 
 
 def _positive_int_or_none(name: str, value: Any) -> None:

@@ -35,7 +35,7 @@ from torch import Tensor, nn
 from hf_contrast.errors import InputError, InputTypeError, MissingPathError
 from hf_contrast.models.inputs import check_image_array
 
-__all__ = ["encode"]
+__all__ = ["encode", "image_batch", "text_batch"]
 
 logger = logging.getLogger("hf_contrast")
 
@@ -80,7 +80,7 @@ def _checked_image(name: str, value: Any, channels: int) -> Any:
     )
 
 
-def _image_batch(inputs: Any, channels: int) -> tuple[list[Any], bool]:
+def image_batch(inputs: Any, channels: int) -> tuple[list[Any], bool]:
     """``(images, single)``: the images as a list (each checked), and whether one image (not a batch) was given.
 
     A batch is a list / tuple of images, a ``(N, C, H, W)`` tensor or an ``(N, H, W, C)`` NumPy array.
@@ -103,7 +103,7 @@ def _image_batch(inputs: Any, channels: int) -> tuple[list[Any], bool]:
     )
 
 
-def _text_batch(inputs: Any) -> tuple[list[str], bool]:
+def text_batch(inputs: Any) -> tuple[list[str], bool]:
     """``(texts, single)``: the sentences as a list, and whether one string (not a batch) was given."""
     if isinstance(inputs, str):
         return [inputs], True
@@ -166,16 +166,7 @@ def encode(
 
     if output not in _OUTPUTS:
         raise InputError(f"`output` must be one of {_OUTPUTS}, got {output!r}.")
-    config = encoder.config
-    if config.backbone_type == "text":
-        if getattr(encoder, "tokenizer", None) is None:
-            raise InputError(
-                "The text encoder has no tokenizer to encode sentences with: set `encoder.tokenizer` (e.g. "
-                "`AutoTokenizer.from_pretrained(<the backbone's name>)`) or pass `tokenizer=` to `from_backbone`."
-            )
-        batch, single = _text_batch(inputs)
-    else:
-        batch, single = _image_batch(inputs, channels=len((encoder.data_config or {}).get("mean") or (3,)))
+    batch, single = encoder.adapter.encode_inputs(encoder, inputs)  # sentences or images, as the backbone reads
     if not batch:
         raise InputError("`inputs` is empty: there is nothing to encode.")
     if device is not None:
