@@ -67,8 +67,8 @@ def _checked_image(name: str, value: Any, channels: int) -> Any:
         if "://" not in path and not os.path.isfile(os.path.expanduser(path)):
             state = "is a folder, not an image file" if os.path.isdir(os.path.expanduser(path)) else "does not exist"
             raise MissingPathError(
-                f"`{name}`={path!r} {state} (the working directory is {os.getcwd()!r}); an image encoder reads strings "
-                f"as image file paths: pass existing image files, or {_IMAGE_KINDS}."
+                f"`{name}`={path!r} {state} (the working directory is {os.getcwd()!r}); an image encoder reads "
+                f"strings as image file paths: pass existing image files, or {_IMAGE_KINDS}."
             )
         return os.path.expanduser(path)
     if isinstance(value, (Tensor, np.ndarray)):
@@ -91,8 +91,8 @@ def image_batch(inputs: Any, channels: int) -> tuple[list[Any], bool]:
         if inputs.ndim != 4:
             raise InputError(
                 f"`inputs` is an array of shape {tuple(inputs.shape)}; an image encoder takes one image "
-                f"(not rank {inputs.ndim}), a (C, H, W) / (H, W) tensor or an (H, W, C) / (H, W) NumPy array, or a batch: an (N, C, H, W) "
-                "tensor, an (N, H, W, C) NumPy array, or a list of images."
+                f"(not rank {inputs.ndim}), a (C, H, W) / (H, W) tensor or an (H, W, C) / (H, W) NumPy array, or a "
+                "batch: an (N, C, H, W) tensor, an (N, H, W, C) NumPy array, or a list of images."
             )
         return [_checked_image(f"inputs[{i}]", image, channels) for i, image in enumerate(inputs)], False
     if isinstance(inputs, Sequence) and not isinstance(inputs, (str, bytes)):

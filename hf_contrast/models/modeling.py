@@ -124,8 +124,8 @@ class ContrastiveEncoder(PreTrainedModel):
         self.main_input_name = self.adapter.main_input_name
         if config.embedding_dim is not None and config.embedding_dim != width:
             raise InputError(
-                f"`embedding_dim`={config.embedding_dim} does not fit the backbone `{config.backbone}`, whose output width "
-                f"is {width}: pass `embedding_dim={width}` or leave it as None (read from the backbone)."
+                f"`embedding_dim`={config.embedding_dim} does not fit the backbone `{config.backbone}`, whose output "
+                f"width is {width}: pass `embedding_dim={width}` or leave it as None (read from the backbone)."
             )
         config.embedding_dim = width
         if config.projection_hidden_dim is None:
@@ -189,9 +189,9 @@ class ContrastiveEncoder(PreTrainedModel):
             The encoder, in training mode.
 
         Raises:
-            ValueError: If ``backbone`` is unknown (with close timm names) or an object of another kind, ``backbone_kwargs`` are given
-                for a text backbone or do not fit the timm model, an option is invalid, or a
-                sentence-transformers model has modules other than Transformer, Pooling, Normalize.
+            ValueError: If ``backbone`` is unknown (with close timm names) or an object of another kind,
+                ``backbone_kwargs`` are given for a text backbone or do not fit the timm model, an option is
+                invalid, or a sentence-transformers model has modules other than Transformer, Pooling, Normalize.
             HubUnavailableError: (an ``OSError``) if pretrained weights are requested and the Hub is
                 unreachable with nothing cached.
         """
@@ -250,13 +250,16 @@ class ContrastiveEncoder(PreTrainedModel):
 
         Example:
             >>> from transformers import BertConfig
-            >>> cfg = BertConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64, vocab_size=50)
+            >>> cfg = BertConfig(
+            ...     hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64, vocab_size=50
+            ... )
             >>> ContrastiveEncoder.from_text_config(cfg, pooling="cls").embedding_dim
             32
         """
         if not isinstance(text_config, PretrainedConfig):
             raise InputError(
-                f"`text_config` must be a transformers PretrainedConfig (e.g. BertConfig), got {type(text_config).__name__}."
+                "`text_config` must be a transformers PretrainedConfig (e.g. BertConfig), got "
+                f"{type(text_config).__name__}."
             )
         config_kwargs.setdefault("backbone", text_config.model_type)
         config = ContrastiveEncoderConfig(backbone_type="text", text_config=text_config, **config_kwargs)
@@ -563,7 +566,8 @@ class ContrastiveEncoder(PreTrainedModel):
             raise InputError(f"`repo_id` must be a Hub repository id like 'user/name', got {repo_id!r}.")
         if create_pr and revision not in (None, "main"):
             raise InputError(
-                f"`create_pr=True` opens a pull request against `main`; got `revision={revision!r}`: pass one or the other."
+                f"`create_pr=True` opens a pull request against `main`; got `revision={revision!r}`: pass one or the "
+                "other."
             )
         api = HfApi(token=token, library_name="hf_contrast", library_version=_library_version())
         repo_id = api.create_repo(repo_id, private=private, exist_ok=True).repo_id
