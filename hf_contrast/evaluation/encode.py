@@ -33,11 +33,24 @@ def _field(row: Any, column: str | None, position: int) -> Any:
     return row if position == 0 else _NO_VALUE
 
 
+def _input_modality(model: nn.Module) -> str | None:
+    """``"text"`` or ``"image"``: what the model says it reads (``ContrastiveEncoder.input_modality``, from its
+    backbone adapter); for another model, guessed from what it carries (a ``tokenizer``, a ``data_config``)."""
+    modality = getattr(model, "input_modality", None)
+    if modality is not None:
+        return modality
+    if getattr(model, "tokenizer", None) is not None:
+        return "text"
+    return "image" if getattr(model, "data_config", None) is not None else None
+
+
 def _default_collate(model: nn.Module, input_column: str | None, max_length: int | None) -> tuple[Callable, str]:
-    """Tokenise texts (a model with a ``tokenizer``) or apply the eval transform of its ``data_config``."""
+    """Tokenise texts (a text model with a ``tokenizer``) or apply the eval transform of an image model's
+    ``data_config``."""
     inner = unwrap_model(model)
+    modality = _input_modality(inner)
     tokenizer = getattr(inner, "tokenizer", None)
-    if tokenizer is not None:
+    if modality == "text" and tokenizer is not None:
         column = input_column or "text"
         if max_length is None:  # what sentence-transformers truncates at (an encoder's `max_seq_length`)
             max_length = getattr(getattr(inner, "config", None), "max_seq_length", None)
@@ -53,7 +66,7 @@ def _default_collate(model: nn.Module, input_column: str | None, max_length: int
 
         return tokenize, column
     data_config = getattr(inner, "data_config", None)
-    if data_config is not None:
+    if modality == "image" and data_config is not None:
         from ..views import eval_transform_from_data_config
 
         return _stack(eval_transform_from_data_config(data_config)), input_column or "image"
@@ -116,9 +129,9 @@ def encode_dataset(
     - ``collate_fn(rows)`` → a dict of model inputs (its ``"labels"`` entry, if any, is taken as
       the labels and not passed to the model);
     - else ``transform(row[input_column])`` per row, stacked as ``pixel_values``;
-    - else, for a model with a ``tokenizer`` (text ``ContrastiveEncoder``), the strings of
-      ``row[input_column or "text"]`` are tokenised (padding, truncation at ``max_length``); for a
-      model with a ``data_config`` (timm ``ContrastiveEncoder``), the images of
+    - else, for a text model (``input_modality == "text"``, or a model with a ``tokenizer``), the strings of
+      ``row[input_column or "text"]`` are tokenised (padding, truncation at ``max_length``); for
+      an image model (``input_modality == "image"``, or one with a ``data_config``), the images of
       ``row[input_column or "image"]`` go through its deterministic evaluation transform
       (:func:`hf_contrast.views.eval_transform_from_data_config`).
 

@@ -9,11 +9,19 @@ from transformers import AutoConfig, PretrainedConfig
 from hf_contrast.errors import InputError
 from hf_contrast.models.save_format import SAVE_FORMAT_VERSION
 
-__all__ = ["ContrastiveEncoderConfig", "BACKBONE_TYPES", "POOLINGS", "PROJECTION_NORMS"]
+__all__ = ["ContrastiveEncoderConfig", "BACKBONE_TYPES", "POOLINGS", "PROJECTION_NORMS", "register_backbone_type"]
 
+#: The backbone families (``hf_contrast.models.adapters.registry`` serves each; ``register_adapter`` adds one).
 BACKBONE_TYPES = ("timm", "text")
 POOLINGS = ("mean", "cls", "max")
 PROJECTION_NORMS = ("batchnorm", "layernorm", None)
+
+
+def register_backbone_type(backbone_type: str) -> None:
+    """Accept ``backbone_type`` in :class:`ContrastiveEncoderConfig` (called by ``register_adapter``)."""
+    global BACKBONE_TYPES
+    if backbone_type not in BACKBONE_TYPES:
+        BACKBONE_TYPES = (*BACKBONE_TYPES, backbone_type)
 
 
 def _positive_int_or_none(name: str, value: Any) -> None:
@@ -116,7 +124,8 @@ class ContrastiveEncoderConfig(PretrainedConfig):
         _positive_int_or_none("projection_layers", projection_layers)
         if projection_dim is None or projection_layers is None:
             raise InputError(
-                f"`projection_dim` and `projection_layers` must be positive ints, got {projection_dim!r} and {projection_layers!r}."
+                "`projection_dim` and `projection_layers` must be positive ints, got "
+                f"{projection_dim!r} and {projection_layers!r}."
             )
         if num_labels is None:  # a saved config stores `id2label`, not `num_labels`
             num_labels = len(kwargs["id2label"]) if kwargs.get("id2label") is not None else 0
@@ -124,7 +133,8 @@ class ContrastiveEncoderConfig(PretrainedConfig):
             raise InputError(f"`num_labels` must be an int >= 0 (0 = no task head), got {num_labels!r}.")
         if backbone_kwargs is not None and not isinstance(backbone_kwargs, dict):
             raise InputError(
-                f"`backbone_kwargs` must be a dict of timm.create_model arguments, got {type(backbone_kwargs).__name__}."
+                "`backbone_kwargs` must be a dict of timm.create_model arguments, got "
+                f"{type(backbone_kwargs).__name__}."
             )
         if backbone_kwargs and "num_classes" in backbone_kwargs:
             raise InputError(
@@ -152,8 +162,8 @@ class ContrastiveEncoderConfig(PretrainedConfig):
             )
         if backbone_type == "text" and (backbone_kwargs or data_config is not None):
             raise InputError(
-                "`backbone_kwargs` and `data_config` are for timm backbones; a text backbone is described by `text_config` "
-                "and its tokenizer."
+                "`backbone_kwargs` and `data_config` are for timm backbones; a text backbone is described by "
+                "`text_config` and its tokenizer."
             )
         if data_config is not None and not isinstance(data_config, dict):
             raise InputError(

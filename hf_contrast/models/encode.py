@@ -35,7 +35,7 @@ from torch import Tensor, nn
 from hf_contrast.errors import InputError, InputTypeError, MissingPathError
 from hf_contrast.models.inputs import check_image_array
 
-__all__ = ["encode"]
+__all__ = ["encode", "image_batch", "text_batch"]
 
 logger = logging.getLogger("hf_contrast")
 
@@ -67,8 +67,8 @@ def _checked_image(name: str, value: Any, channels: int) -> Any:
         if "://" not in path and not os.path.isfile(os.path.expanduser(path)):
             state = "is a folder, not an image file" if os.path.isdir(os.path.expanduser(path)) else "does not exist"
             raise MissingPathError(
-                f"`{name}`={path!r} {state} (the working directory is {os.getcwd()!r}); an image encoder reads strings "
-                f"as image file paths: pass existing image files, or {_IMAGE_KINDS}."
+                f"`{name}`={path!r} {state} (the working directory is {os.getcwd()!r}); an image encoder reads "
+                f"strings as image file paths: pass existing image files, or {_IMAGE_KINDS}."
             )
         return os.path.expanduser(path)
     if isinstance(value, (Tensor, np.ndarray)):
@@ -80,7 +80,7 @@ def _checked_image(name: str, value: Any, channels: int) -> Any:
     )
 
 
-def _image_batch(inputs: Any, channels: int) -> tuple[list[Any], bool]:
+def image_batch(inputs: Any, channels: int) -> tuple[list[Any], bool]:
     """``(images, single)``: the images as a list (each checked), and whether one image (not a batch) was given.
 
     A batch is a list / tuple of images, a ``(N, C, H, W)`` tensor or an ``(N, H, W, C)`` NumPy array.
@@ -91,8 +91,8 @@ def _image_batch(inputs: Any, channels: int) -> tuple[list[Any], bool]:
         if inputs.ndim != 4:
             raise InputError(
                 f"`inputs` is an array of shape {tuple(inputs.shape)}; an image encoder takes one image "
-                f"(not rank {inputs.ndim}), a (C, H, W) / (H, W) tensor or an (H, W, C) / (H, W) NumPy array, or a batch: an (N, C, H, W) "
-                "tensor, an (N, H, W, C) NumPy array, or a list of images."
+                f"(not rank {inputs.ndim}), a (C, H, W) / (H, W) tensor or an (H, W, C) / (H, W) NumPy array, or a "
+                "batch: an (N, C, H, W) tensor, an (N, H, W, C) NumPy array, or a list of images."
             )
         return [_checked_image(f"inputs[{i}]", image, channels) for i, image in enumerate(inputs)], False
     if isinstance(inputs, Sequence) and not isinstance(inputs, (str, bytes)):
@@ -103,7 +103,7 @@ def _image_batch(inputs: Any, channels: int) -> tuple[list[Any], bool]:
     )
 
 
-def _text_batch(inputs: Any) -> tuple[list[str], bool]:
+def text_batch(inputs: Any) -> tuple[list[str], bool]:
     """``(texts, single)``: the sentences as a list, and whether one string (not a batch) was given."""
     if isinstance(inputs, str):
         return [inputs], True
@@ -166,16 +166,7 @@ def encode(
 
     if output not in _OUTPUTS:
         raise InputError(f"`output` must be one of {_OUTPUTS}, got {output!r}.")
-    config = encoder.config
-    if config.backbone_type == "text":
-        if getattr(encoder, "tokenizer", None) is None:
-            raise InputError(
-                "The text encoder has no tokenizer to encode sentences with: set `encoder.tokenizer` (e.g. "
-                "`AutoTokenizer.from_pretrained(<the backbone's name>)`) or pass `tokenizer=` to `from_backbone`."
-            )
-        batch, single = _text_batch(inputs)
-    else:
-        batch, single = _image_batch(inputs, channels=len((encoder.data_config or {}).get("mean") or (3,)))
+    batch, single = encoder.adapter.encode_inputs(encoder, inputs)  # sentences or images, as the backbone reads
     if not batch:
         raise InputError("`inputs` is empty: there is nothing to encode.")
     if device is not None:

@@ -7,11 +7,12 @@ The exported files load without hf_contrast:
 - :func:`export_transformers`: ``AutoModel.from_pretrained(<dir>)`` + ``AutoTokenizer``: the same hidden states.
 - :func:`export_sentence_transformers`: ``SentenceTransformer(<dir>).encode(...)`` equals ``embeddings``
   (backbone + pooling [+ Normalize]; the projection head is not part of it).
-- :func:`export_native`: the one of the above that fits the encoder; ``ContrastiveEncoder.save_pretrained``
-  writes it at the root of every save and puts the full encoder in :data:`HUB_SUBFOLDER`.
+- :func:`export_native`: the one of the above that fits the encoder (its backbone adapter picks,
+  :mod:`hf_contrast.models.adapters`); ``ContrastiveEncoder.save_pretrained`` writes it at the root of
+  every save and puts the full encoder in :data:`HUB_SUBFOLDER`.
 
-This module reads encoders through their config only (it does not import ``modeling``), so
-``modeling`` can use it without an import cycle.
+This module reads encoders through their config only (it imports neither ``modeling`` nor the
+adapters), so both can use it without an import cycle.
 """
 
 from __future__ import annotations
@@ -56,12 +57,14 @@ def _require(encoder: Any, backbone_type: str, function: str) -> None:
     if config.backbone_type != backbone_type:
         other = "export_timm" if backbone_type == "text" else "export_transformers / export_sentence_transformers"
         raise InputError(
-            f"`{function}` needs a {backbone_type} backbone but `{config.backbone}` is {config.backbone_type}; use `{other}`."
+            f"`{function}` needs a {backbone_type} backbone but `{config.backbone}` is {config.backbone_type}; "
+            f"use `{other}`."
         )
 
 
 def _backbone_state(encoder: Any, state_dict: Mapping[str, torch.Tensor] | None) -> dict[str, torch.Tensor]:
-    """The backbone's tensors: from ``state_dict`` (keys ``backbone.*``, e.g. gathered by the Trainer) or the module."""
+    """The backbone's tensors: from ``state_dict`` (keys ``backbone.*``, e.g. gathered by the Trainer) or the
+    module."""
     if state_dict is None:
         tensors = dict(encoder.backbone.state_dict())
     else:
@@ -228,7 +231,9 @@ def export_sentence_transformers(
 def export_native(
     encoder: Any, save_dir: str | os.PathLike[str], state_dict: Mapping[str, torch.Tensor] | None = None
 ) -> Path:
-    """:func:`export_timm` for a timm encoder, :func:`export_sentence_transformers` for a text encoder."""
-    if getattr(getattr(encoder, "config", None), "backbone_type", None) == "timm":
-        return export_timm(encoder, save_dir, state_dict)
-    return export_sentence_transformers(encoder, save_dir, state_dict)
+    """:func:`export_timm` for a timm encoder, :func:`export_sentence_transformers` for a text encoder: what
+    ``encoder.adapter.export_native`` writes (:mod:`hf_contrast.models.adapters`)."""
+    adapter = getattr(encoder, "adapter", None)
+    if adapter is None:  # not a ContrastiveEncoder: the text export says so
+        return export_sentence_transformers(encoder, save_dir, state_dict)
+    return adapter.export_native(encoder, save_dir, state_dict)

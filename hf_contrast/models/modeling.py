@@ -10,10 +10,9 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 from safetensors import SafetensorError
 from torch import Tensor, nn
-from transformers import AutoTokenizer, PretrainedConfig, PreTrainedModel
+from transformers import PretrainedConfig, PreTrainedModel
 from transformers.utils import ModelOutput, cached_file
 
 from hf_contrast.errors import InputError
@@ -26,20 +25,12 @@ from hf_contrast.model_card import (
     save_card_data,
     write_model_card,
 )
-from hf_contrast.models.backbones import (
-    backbone_type_of,
-    build_text_backbone,
-    build_timm_backbone,
-    create_timm_backbone,
-    load_text_backbone,
-    restore_non_persistent_buffers,
-    timm_data_config,
-)
+from hf_contrast.models.adapters.registry import adapter_class, adapter_for
+from hf_contrast.models.backbones import backbone_type_of
 from hf_contrast.models.configuration import ContrastiveEncoderConfig
 from hf_contrast.models.encode import encode as encode_inputs
-from hf_contrast.models.export import HUB_SUBFOLDER, export_native
+from hf_contrast.models.export import HUB_SUBFOLDER
 from hf_contrast.models.heads import ProjectionHead
-from hf_contrast.models.inputs import check_pixel_values, check_token_inputs, check_training_batch
 from hf_contrast.models.instances import encoder_from_instance
 from hf_contrast.models.loading import (
     check_loaded_weights,
@@ -49,9 +40,7 @@ from hf_contrast.models.loading import (
     read_saved_json,
     weights_location,
 )
-from hf_contrast.models.pooling import pool_tokens
 from hf_contrast.models.save_format import check_save_format
-from hf_contrast.models.st_layout import layout_options, read_st_layout
 from hf_contrast.models.staging import staged_directory
 from hf_contrast.models.statistics import model_details
 from hf_contrast.models.upload import upload_model_folder
@@ -130,40 +119,13 @@ class ContrastiveEncoder(PreTrainedModel):
         self, config: ContrastiveEncoderConfig, backbone: nn.Module | None = None, tokenizer: Any = None
     ) -> None:
         super().__init__(config)
-        if config.backbone_type == "timm":
-            architecture = config.backbone_architecture or config.backbone
-            if architecture is None and backbone is None:
-                raise InputError("A timm encoder needs `backbone` (a timm model name, e.g. 'resnet18') in its config.")
-            self.backbone = (
-                backbone if backbone is not None else build_timm_backbone(architecture, config.backbone_kwargs)
-            )
-            width = int(self.backbone.num_features)
-            config.data_config = {**timm_data_config(self.backbone), **(config.data_config or {})}
-            num_stages = len(getattr(self.backbone, "feature_info", []) or [])
-            if (
-                config.feature_stages is not None
-                and num_stages
-                and any(not -num_stages <= i < num_stages for i in config.feature_stages)
-            ):
-                raise InputError(
-                    f"`feature_stages` {config.feature_stages} index stages that `{architecture}` does not have: "
-                    f"it has {num_stages} (valid indices 0..{num_stages - 1})."
-                )
-        else:
-            if backbone is None:
-                if config.text_config is None:
-                    raise InputError(
-                        "A text encoder needs `backbone` (a Hub id or local path, see `from_backbone`) or "
-                        "`text_config` in its config to build the backbone."
-                    )
-                backbone = build_text_backbone(config.text_config)
-            self.backbone = backbone
-            self.main_input_name = "input_ids"
-            width = int(self.backbone.config.hidden_size)
+        self.adapter = adapter_for(config)  # the backbone family's half (a plain object: no tensors, not saved)
+        self.backbone, width = self.adapter.build(config, backbone)
+        self.main_input_name = self.adapter.main_input_name
         if config.embedding_dim is not None and config.embedding_dim != width:
             raise InputError(
-                f"`embedding_dim`={config.embedding_dim} does not fit the backbone `{config.backbone}`, whose output width "
-                f"is {width}: pass `embedding_dim={width}` or leave it as None (read from the backbone)."
+                f"`embedding_dim`={config.embedding_dim} does not fit the backbone `{config.backbone}`, whose output "
+                f"width is {width}: pass `embedding_dim={width}` or leave it as None (read from the backbone)."
             )
         config.embedding_dim = width
         if config.projection_hidden_dim is None:
@@ -227,9 +189,9 @@ class ContrastiveEncoder(PreTrainedModel):
             The encoder, in training mode.
 
         Raises:
-            ValueError: If ``backbone`` is unknown (with close timm names) or an object of another kind, ``backbone_kwargs`` are given
-                for a text backbone or do not fit the timm model, an option is invalid, or a
-                sentence-transformers model has modules other than Transformer, Pooling, Normalize.
+            ValueError: If ``backbone`` is unknown (with close timm names) or an object of another kind,
+                ``backbone_kwargs`` are given for a text backbone or do not fit the timm model, an option is
+                invalid, or a sentence-transformers model has modules other than Transformer, Pooling, Normalize.
             HubUnavailableError: (an ``OSError``) if pretrained weights are requested and the Hub is
                 unreachable with nothing cached.
         """
@@ -242,53 +204,22 @@ class ContrastiveEncoder(PreTrainedModel):
                 hub_kwargs=hub_kwargs,
                 **config_kwargs,
             )
-        kind = backbone_type_of(backbone)
+        family = adapter_class(backbone_type_of(backbone))
         provenance = backbone_provenance(backbone, base_model=base_model, license=license)  # no local path is saved
         for reserved in ("backbone", "backbone_type", "text_config", "backbone_architecture", "backbone_pretrained"):
             if reserved in config_kwargs:
                 raise InputError(f"`{reserved}` is set by `from_backbone`; do not pass it in `config_kwargs`.")
-        if kind == "timm":
-            if tokenizer is not None:
-                raise InputError(f"`tokenizer` was given but `{backbone}` is a timm vision backbone; drop it.")
-            module, architecture, kwargs = create_timm_backbone(backbone, pretrained, backbone_kwargs)
-            config = ContrastiveEncoderConfig(
-                backbone=provenance.name,
-                backbone_type="timm",
-                backbone_architecture=architecture,
-                backbone_kwargs=kwargs,
-                backbone_pretrained=pretrained,
-                **config_kwargs,
-            )
-            return cls(config, backbone=module)._with_provenance(provenance, pretrained, license)
-        if backbone_kwargs:
-            raise InputError(
-                f"`backbone_kwargs` are timm.create_model arguments but `{backbone}` is a transformers text encoder; "
-                "pass text config changes through a config (see `from_text_config`)."
-            )
-        hub_kwargs = dict(hub_kwargs or {})
-        layout = read_st_layout(backbone, **hub_kwargs)
-        if layout is not None:  # keep what `SentenceTransformer(backbone).encode` does
-            config_kwargs = layout_options(layout, config_kwargs, backbone)
-            if layout.transformer_path:
-                hub_kwargs["subfolder"] = layout.transformer_path
-        module, loaded_tokenizer = load_text_backbone(backbone, pretrained, **hub_kwargs)
-        module.config.name_or_path = provenance.name  # saved inside `text_config`: never the local folder's path
-        tokenizer = tokenizer if tokenizer is not None else loaded_tokenizer
-        max_seq_length = config_kwargs.get("max_seq_length")
-        if (
-            max_seq_length is not None
-            and tokenizer is not None
-            and getattr(tokenizer, "model_max_length", 0) > max_seq_length
-        ):
-            tokenizer.model_max_length = int(max_seq_length)  # truncate as sentence-transformers does
-        config = ContrastiveEncoderConfig(
-            backbone=provenance.name,
-            backbone_type="text",
-            text_config=module.config,
-            backbone_pretrained=pretrained,
-            **config_kwargs,
+        encoder = family.encoder_from_name(
+            cls,
+            backbone,
+            pretrained=pretrained,
+            backbone_kwargs=backbone_kwargs,
+            tokenizer=tokenizer,
+            hub_kwargs=hub_kwargs,
+            provenance_name=provenance.name,
+            config_kwargs=config_kwargs,
         )
-        return cls(config, backbone=module, tokenizer=tokenizer)._with_provenance(provenance, pretrained, license)
+        return encoder._with_provenance(provenance, pretrained, license)
 
     def _with_provenance(self, provenance: Any, pretrained: bool, license: str | None) -> ContrastiveEncoder:  # noqa: A002
         """Record where the backbone's weights come from in the card data (a from-scratch model claims none)."""
@@ -319,13 +250,16 @@ class ContrastiveEncoder(PreTrainedModel):
 
         Example:
             >>> from transformers import BertConfig
-            >>> cfg = BertConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64, vocab_size=50)
+            >>> cfg = BertConfig(
+            ...     hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64, vocab_size=50
+            ... )
             >>> ContrastiveEncoder.from_text_config(cfg, pooling="cls").embedding_dim
             32
         """
         if not isinstance(text_config, PretrainedConfig):
             raise InputError(
-                f"`text_config` must be a transformers PretrainedConfig (e.g. BertConfig), got {type(text_config).__name__}."
+                "`text_config` must be a transformers PretrainedConfig (e.g. BertConfig), got "
+                f"{type(text_config).__name__}."
             )
         config_kwargs.setdefault("backbone", text_config.model_type)
         config = ContrastiveEncoderConfig(backbone_type="text", text_config=text_config, **config_kwargs)
@@ -344,11 +278,13 @@ class ContrastiveEncoder(PreTrainedModel):
     def data_config(self) -> dict[str, Any] | None:
         """timm: the image preprocessing (``input_size`` (C, H, W), ``mean``, ``std``, ``interpolation``,
         ``crop_pct``, ``crop_mode``), ready for ``timm.data.create_transform(**enc.data_config)``; text: ``None``."""
-        if self.config.backbone_type != "timm" or self.config.data_config is None:
-            return None
-        return {
-            key: tuple(value) if isinstance(value, list) else value for key, value in self.config.data_config.items()
-        }
+        return self.adapter.data_config(self.config)
+
+    @property
+    def input_modality(self) -> str:
+        """What the encoder reads: ``"image"`` (``pixel_values``) or ``"text"`` (``input_ids``), from its
+        backbone adapter; the evaluation's default batching and ``views_for`` ask it."""
+        return self.adapter.modality
 
     def set_image_size(self, image_size: int | tuple[int, int] | list[int]) -> None:
         """Record the image size the encoder is trained / used at in ``data_config`` (and so in timm's export).
@@ -366,36 +302,7 @@ class ContrastiveEncoder(PreTrainedModel):
                 a fixed input size (ViT-style) that differs: build it with
                 ``backbone_kwargs={"img_size": n}`` instead.
         """
-        if self.config.backbone_type != "timm":
-            raise InputError(f"`set_image_size` is for timm encoders; `{self.config.backbone}` is a text backbone.")
-        size = (
-            [image_size, image_size]
-            if isinstance(image_size, int) and not isinstance(image_size, bool)
-            else image_size
-        )
-        if (
-            not isinstance(size, (list, tuple))
-            or len(size) != 2
-            or not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in size)
-        ):
-            raise InputError(
-                f"`image_size` must be a positive int or (height, width) of positive ints, got {image_size!r}."
-            )
-        current = self.data_config or {}
-        channels, *current_hw = current.get("input_size", (3, 0, 0))
-        fixed = bool(getattr(self.backbone, "pretrained_cfg", {}).get("fixed_input_size", False))
-        if fixed:
-            current_hw = timm_data_config(self.backbone)["input_size"][1:]
-        if fixed and list(current_hw) != list(size):
-            raise InputError(
-                f"`image_size`={image_size!r} does not fit `{self.config.backbone}`, whose input size is fixed at "
-                f"{tuple(current_hw)}: build the encoder with `backbone_kwargs={{'img_size': {size[0]}}}` (or resize the images "
-                f"to {tuple(current_hw)})."
-            )
-        self.config.data_config = {
-            **(self.config.data_config or {}),
-            "input_size": [int(channels), int(size[0]), int(size[1])],
-        }
+        self.adapter.set_image_size(self, image_size)
 
     #: ``encoder.encode(sentences or images, batch_size=32, normalize_embeddings=False, convert_to_tensor=False...)``:
     #: embeddings as ``SentenceTransformer.encode`` gives them (:func:`hf_contrast.models.encode.encode`).
@@ -433,42 +340,9 @@ class ContrastiveEncoder(PreTrainedModel):
                 or ``input_ids`` for a vision model), have the wrong rank, or feature maps are requested
                 from a text backbone or a timm model without ``forward_intermediates``.
         """
-        feature_maps: tuple[Tensor, ...] | None = None
-        if self.config.backbone_type == "timm":
-            if input_ids is not None or attention_mask is not None or token_type_ids is not None:
-                raise InputError(
-                    f"`input_ids`/`attention_mask`/`token_type_ids` were given but `{self.config.backbone}` is a timm vision "
-                    "backbone: pass images as `pixel_values` of shape (B, C, H, W)."
-                )
-            if pixel_values is None:
-                raise InputError("`pixel_values` of shape (B, C, H, W) are required for a timm vision backbone.")
-            if pixel_values.ndim != 4:
-                raise InputError(
-                    f"`pixel_values` must have shape (B, C, H, W), got shape {tuple(pixel_values.shape)}."
-                )
-            pixel_values = check_pixel_values(
-                pixel_values,
-                channels=int((self.data_config or {}).get("input_size", (pixel_values.shape[1],))[0]),
-                min_size=self._total_stride(),
-                dtype=self.dtype,
-                training=self.training,
-                backbone=self.config.backbone,
-            )
-            check_training_batch("pixel_values", self, pixel_values.shape[0])
-            embeddings, feature_maps = self._encode_images(pixel_values, output_feature_maps)
-        else:
-            if pixel_values is not None:
-                raise InputError(
-                    f"`pixel_values` were given but `{self.config.backbone}` is a text backbone: pass `input_ids` "
-                    "(and `attention_mask`) from the tokenizer, e.g. `enc(**enc.tokenizer(texts, padding=True, return_tensors='pt'))`."
-                )
-            if output_feature_maps:
-                raise InputError(
-                    "`output_feature_maps=True` needs a timm vision backbone; text backbones have no stage maps."
-                )
-            embeddings = self._encode_text(input_ids, attention_mask, token_type_ids)
-            if self.config.normalize_embeddings:
-                embeddings = F.normalize(embeddings, p=2, dim=-1)
+        embeddings, feature_maps = self.adapter.features(
+            self, pixel_values, input_ids, attention_mask, token_type_ids, output_feature_maps
+        )
         projections = self.projection_head(embeddings)
         if self.config.normalize_projections:
             projections = l2_normalize(projections)
@@ -479,53 +353,6 @@ class ContrastiveEncoder(PreTrainedModel):
         if return_dict is False:
             return output.to_tuple()
         return output
-
-    def _total_stride(self) -> int:
-        """The timm backbone's total stride (its last stage's ``reduction``; 1 when timm does not say)."""
-        info = getattr(self.backbone, "feature_info", None) or []
-        try:
-            return int(info[-1]["reduction"])
-        except (IndexError, KeyError, TypeError):
-            return 1
-
-    def _encode_images(
-        self, pixel_values: Tensor, output_feature_maps: bool
-    ) -> tuple[Tensor, tuple[Tensor, ...] | None]:
-        if not output_feature_maps:
-            return self.backbone(pixel_values), None
-        if not hasattr(self.backbone, "forward_intermediates"):
-            raise InputError(
-                f"`output_feature_maps=True` needs `forward_intermediates` (timm >= 1.0), which `{self.config.backbone}` "
-                "does not implement; choose another timm backbone or leave `output_feature_maps=False`."
-            )
-        final, intermediates = self.backbone.forward_intermediates(pixel_values, indices=self.config.feature_stages)
-        embeddings = self.backbone.forward_head(final, pre_logits=True)
-        return embeddings, tuple(intermediates)
-
-    def _encode_text(
-        self, input_ids: Tensor | None, attention_mask: Tensor | None, token_type_ids: Tensor | None
-    ) -> Tensor:
-        if input_ids is None:
-            raise InputError(
-                "`input_ids` of shape (B, L) are required for a text backbone (with `attention_mask` for padded batches)."
-            )
-        if input_ids.ndim != 2:
-            raise InputError(f"`input_ids` must have shape (B, L), got shape {tuple(input_ids.shape)}.")
-        for name, tensor in (("attention_mask", attention_mask), ("token_type_ids", token_type_ids)):
-            if tensor is not None and tensor.shape != input_ids.shape:
-                raise InputError(
-                    f"`{name}` must have the shape of `input_ids` {tuple(input_ids.shape)}, got {tuple(tensor.shape)}."
-                )
-        check_token_inputs(
-            input_ids,
-            attention_mask,
-            vocab_size=self.backbone.get_input_embeddings().num_embeddings,
-            backbone=self.config.backbone,
-        )
-        check_training_batch("input_ids", self, input_ids.shape[0])
-        extra = {"token_type_ids": token_type_ids} if token_type_ids is not None else {}
-        outputs = self.backbone(input_ids=input_ids, attention_mask=attention_mask, return_dict=True, **extra)
-        return pool_tokens(outputs.last_hidden_state, attention_mask, self.config.pooling)
 
     # ------------------------------------------------------------------------------------------
     # transformers integration
@@ -550,9 +377,7 @@ class ContrastiveEncoder(PreTrainedModel):
     def _set_gradient_checkpointing(self, enable: bool = True, *args: Any, **kwargs: Any) -> None:
         """The hook of ``activation_checkpointing_enable`` (``gradient_checkpointing_enable`` before v5):
         timm backbones use their own ``set_grad_checkpointing``; text backbones transformers' layers."""
-        if self.config.backbone_type == "timm":
-            self.backbone.set_grad_checkpointing(enable)
-        else:
+        if not self.adapter.set_gradient_checkpointing(self, enable):
             super()._set_gradient_checkpointing(enable, *args, **kwargs)
 
     def save_pretrained(
@@ -601,21 +426,7 @@ class ContrastiveEncoder(PreTrainedModel):
         if not is_main_process:
             return
         with staged_directory(save_directory, stale=_LAYOUT_ENTRIES) as folder:
-            if self.config.backbone_type == "text" and self.tokenizer is None:
-                logger.warning(
-                    "The text encoder has no tokenizer: %s gets the transformers backbone at the root but no tokenizer and no "
-                    "sentence-transformers modules, so AutoTokenizer / SentenceTransformer cannot load it. Set "
-                    "`encoder.tokenizer` before saving.",
-                    save_directory,
-                )
-                backbone_state = None
-                if state_dict is not None:
-                    backbone_state = {
-                        k[len("backbone.") :]: v for k, v in state_dict.items() if k.startswith("backbone.")
-                    }
-                self.backbone.save_pretrained(folder, state_dict=backbone_state)
-            else:
-                export_native(self, folder, state_dict)
+            self.adapter.save_native(self, folder, state_dict, save_directory)
             super().save_pretrained(folder / HUB_SUBFOLDER, state_dict=state_dict, **kwargs)
             if self.tokenizer is not None:
                 self.tokenizer.save_pretrained(folder / HUB_SUBFOLDER)
@@ -710,15 +521,7 @@ class ContrastiveEncoder(PreTrainedModel):
         card_data = _load_card_data(pretrained_model_name_or_path, kwargs["subfolder"], hub_kwargs)
         if card_data is not None:
             model.model_card_data = card_data
-        config = model.config
-        if config.backbone_type == "timm":
-            restore_non_persistent_buffers(
-                model.backbone, config.backbone_architecture or config.backbone, config.backbone_kwargs
-            )
-        elif model.tokenizer is None:
-            model.tokenizer = _load_tokenizer(
-                pretrained_model_name_or_path, kwargs["subfolder"], hub_kwargs, config.text_config
-            )
+        model.adapter.after_load(model, pretrained_model_name_or_path, kwargs["subfolder"], hub_kwargs)
         return (model, loading_info) if output_loading_info else model
 
     def push_to_hub(
@@ -763,7 +566,8 @@ class ContrastiveEncoder(PreTrainedModel):
             raise InputError(f"`repo_id` must be a Hub repository id like 'user/name', got {repo_id!r}.")
         if create_pr and revision not in (None, "main"):
             raise InputError(
-                f"`create_pr=True` opens a pull request against `main`; got `revision={revision!r}`: pass one or the other."
+                f"`create_pr=True` opens a pull request against `main`; got `revision={revision!r}`: pass one or the "
+                "other."
             )
         api = HfApi(token=token, library_name="hf_contrast", library_version=_library_version())
         repo_id = api.create_repo(repo_id, private=private, exist_ok=True).repo_id
@@ -812,23 +616,3 @@ def _load_card_data(path: str | os.PathLike[str], subfolder: str, hub_kwargs: di
     except (OSError, ValueError):
         return None
     return load_card_data(found) if found is not None else None
-
-
-def _load_tokenizer(
-    path: str | os.PathLike[str], subfolder: str, hub_kwargs: dict[str, Any], text_config: PretrainedConfig | None
-) -> Any:
-    """The tokenizer saved beside the encoder, or ``None``. ``config=text_config`` (the backbone's, e.g. a
-    ``BertConfig``) lets ``AutoTokenizer`` match the saved tokenizer class to its model type; from the
-    encoder's own config transformers 5.0 falls back to a generic ``TokenizersBackend`` without the
-    backbone's ``model_input_names`` (no ``token_type_ids`` for BERT)."""
-    options = dict(
-        hub_kwargs, _raise_exceptions_for_missing_entries=False, _raise_exceptions_for_connection_errors=False
-    )
-    try:
-        if cached_file(path, "tokenizer_config.json", subfolder=subfolder, **options) is None:
-            return None
-        config = {"config": text_config} if text_config is not None else {}
-        return AutoTokenizer.from_pretrained(path, subfolder=subfolder, **hub_kwargs, **config)
-    except (OSError, ValueError) as error:
-        logger.warning("The tokenizer saved with the encoder at %s could not be loaded: %s", path, error)
-        return None

@@ -19,7 +19,6 @@ from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
 from hf_contrast.models.backbones import build_timm_backbone
-from hf_contrast.models.export import text_max_seq_length
 
 __all__ = ["count_parameters", "backbone_gmacs", "model_details"]
 
@@ -58,15 +57,7 @@ def backbone_gmacs(
 
 def _architecture(encoder: Any, backbone_parameters: int) -> str:
     config = encoder.config
-    if config.backbone_type == "timm":
-        source = f"timm '{config.backbone_architecture or config.backbone}'"
-    else:
-        source = f"transformers '{getattr(config.text_config, 'model_type', None) or type(encoder.backbone).__name__}'"
-    pooling = (
-        ""
-        if config.backbone_type == "timm"
-        else f", {config.pooling} pooling" + (" + Normalize" if config.normalize_embeddings else "")
-    )
+    source, pooling = encoder.adapter.describe(encoder)  # the backbone family's words (timm name, pooling)
     lines = [
         f"{type(encoder).__name__}(",
         f"  (backbone): {type(encoder.backbone).__name__}({source}, {backbone_parameters:,} parameters{pooling})"
@@ -91,26 +82,11 @@ def model_details(encoder: Any, previous: dict[str, Any] | None = None) -> dict[
         ``parameters``, ``backbone_parameters``, ``architecture`` (a short module tree) and
         ``architecture_name``; timm: ``gmacs`` and ``input_size``; text: ``max_seq_length``.
     """
-    config = encoder.config
     backbone_parameters = count_parameters(encoder.backbone)
     details: dict[str, Any] = {
         "parameters": count_parameters(encoder),
         "backbone_parameters": backbone_parameters,
         "architecture": _architecture(encoder, backbone_parameters),
     }
-    if config.backbone_type == "timm":
-        architecture = config.backbone_architecture or config.backbone
-        input_size = list((encoder.data_config or {}).get("input_size") or ())
-        key = repr((architecture, sorted(config.backbone_kwargs.items()), input_size))
-        details.update(architecture_name=architecture, input_size=input_size, key=key)
-        if previous and previous.get("key") == key and "gmacs" in previous:
-            details["gmacs"] = previous["gmacs"]
-        elif input_size:
-            gmacs = backbone_gmacs(architecture, config.backbone_kwargs, input_size)
-            if gmacs is not None:
-                details["gmacs"] = round(gmacs, 4)
-    else:
-        architectures = getattr(config.text_config, "architectures", None) or []
-        details["architecture_name"] = architectures[0] if architectures else type(encoder.backbone).__name__
-        details["max_seq_length"] = text_max_seq_length(encoder)
+    details.update(encoder.adapter.details(encoder, previous))  # the family's: GMACs, sequence length...
     return details

@@ -17,11 +17,15 @@ __all__ = ["views_for"]
 def views_for(
     model: nn.Module, args: Any, processing_class: Any = None, epoch: Callable[[], float] | None = None
 ) -> ViewBuilder:
-    """:class:`~hf_contrast.views.TextViews` for a text encoder (``config.backbone_type == "text"``), else
-    :class:`~hf_contrast.views.ImageViews` (timm encoders, and models without that config field).
+    """:class:`~hf_contrast.views.TextViews` for a text encoder (``model.input_modality == "text"``, from its
+    backbone adapter; or ``config.backbone_type == "text"``), else :class:`~hf_contrast.views.ImageViews`
+    (image encoders, and models that say neither).
 
     Args: as :class:`~hf_contrast.views.ViewBuilder`.
     """
-    is_text = getattr(getattr(model, "config", None), "backbone_type", "timm") == "text"
+    modality = getattr(model, "input_modality", None)
+    if modality is None:  # not a ContrastiveEncoder: its config may still say
+        modality = "text" if getattr(getattr(model, "config", None), "backbone_type", None) == "text" else "image"
+    is_text = modality == "text"
     views_class = TextViews if is_text else ImageViews
     return views_class(model, args, processing_class, epoch=epoch)

@@ -1,0 +1,136 @@
+"""``BackboneAdapter``: everything about an encoder that depends on its backbone family, behind one interface.
+
+``ContrastiveEncoder`` holds one adapter (``encoder.adapter``, picked from ``config.backbone_type`` by
+:mod:`hf_contrast.models.adapters.registry`) and asks it to build the backbone, check the inputs and run
+them to features, write the native files, describe the backbone for the card, and batch the inputs of
+``encode``. An adapter holds no state and no tensors (it is not an ``nn.Module``): the parameters stay in
+``encoder.backbone``, so the state dict and the save layout do not depend on it. A new family is one
+subclass in its own file plus one line in the registry.
+"""
+
+from __future__ import annotations
+
+import os
+from abc import ABC, abstractmethod
+from collections.abc import Mapping
+from typing import Any, ClassVar
+
+from torch import Tensor, nn
+
+from hf_contrast.errors import InputError
+
+__all__ = ["BackboneAdapter"]
+
+
+class BackboneAdapter(ABC):
+    """One backbone family (timm, transformers text...): the family-specific half of ``ContrastiveEncoder``.
+
+    Every method takes the encoder (or its config) it acts for; an adapter instance is stateless.
+    """
+
+    #: What the encoder reads: ``"image"`` or ``"text"`` (``ContrastiveEncoder.input_modality``: the
+    #: evaluation's default batching and ``views_for`` ask it).
+    modality: ClassVar[str]
+    #: The forward argument holding the batch (``PreTrainedModel.main_input_name``).
+    main_input_name: ClassVar[str]
+
+    @classmethod
+    @abstractmethod
+    def encoder_from_name(
+        cls,
+        encoder_class: type,
+        name: str,
+        *,
+        pretrained: bool,
+        backbone_kwargs: dict[str, Any] | None,
+        tokenizer: Any,
+        hub_kwargs: dict[str, Any] | None,
+        provenance_name: str,
+        config_kwargs: dict[str, Any],
+    ) -> Any:
+        """``ContrastiveEncoder.from_backbone(name)`` for this family: the backbone loaded, the config built.
+
+        Args:
+            encoder_class: The encoder class to instantiate (``cls`` of ``from_backbone``).
+            name: The backbone's name (timm name, Hub id, local path).
+            provenance_name: The name saved in ``config.backbone`` (never a local path).
+            pretrained, backbone_kwargs, tokenizer, hub_kwargs, config_kwargs: as ``from_backbone``.
+
+        Returns:
+            The encoder.
+        """
+
+    @abstractmethod
+    def build(self, config: Any, backbone: nn.Module | None) -> tuple[nn.Module, int]:
+        """The backbone (``backbone`` if given, else built from ``config`` with random weights) and its
+        output width F; may complete ``config`` (e.g. timm's ``data_config``).
+
+        Raises:
+            InputError: If ``config`` names no backbone and none is given, or options do not fit it.
+        """
+
+    @abstractmethod
+    def features(
+        self,
+        encoder: Any,
+        pixel_values: Tensor | None,
+        input_ids: Tensor | None,
+        attention_mask: Tensor | None,
+        token_type_ids: Tensor | None,
+        output_feature_maps: bool,
+    ) -> tuple[Tensor, tuple[Tensor, ...] | None]:
+        """Check the forward inputs and run the backbone: ``(embeddings (B, F), feature_maps or None)``.
+
+        Raises:
+            InputError: If the inputs are not those of this family or are malformed.
+        """
+
+    @abstractmethod
+    def export_native(
+        self, encoder: Any, save_dir: str | os.PathLike[str], state_dict: Mapping[str, Tensor] | None
+    ) -> Any:
+        """Write the backbone in its library's own format (what loads without hf_contrast)."""
+
+    def save_native(
+        self, encoder: Any, folder: str | os.PathLike[str], state_dict: Mapping[str, Tensor] | None, target: Any
+    ) -> None:
+        """The root of ``save_pretrained``'s layout (``target``: the folder named by the user); by default
+        :meth:`export_native`."""
+        self.export_native(encoder, folder, state_dict)
+
+    def data_config(self, config: Any) -> dict[str, Any] | None:
+        """The image preprocessing (``ContrastiveEncoder.data_config``); ``None`` for a family without one."""
+        return None
+
+    def set_image_size(self, encoder: Any, image_size: Any) -> None:
+        """``ContrastiveEncoder.set_image_size``; a family that reads no images refuses it."""
+        config = encoder.config
+        raise InputError(
+            f"`set_image_size` is for timm encoders; `{config.backbone}` is a {config.backbone_type} backbone."
+        )
+
+    def set_gradient_checkpointing(self, encoder: Any, enable: bool) -> bool:
+        """Switch gradient checkpointing in the backbone; ``False``: not handled here (transformers' default)."""
+        return False
+
+    def after_load(
+        self, encoder: Any, path: str | os.PathLike[str], subfolder: str, hub_kwargs: dict[str, Any]
+    ) -> None:
+        """What ``from_pretrained`` restores beyond the weights (buffers, tokenizer); nothing by default."""
+
+    def encode_inputs(self, encoder: Any, inputs: Any) -> tuple[list[Any], bool]:
+        """``encoder.encode``'s inputs as a list of rows, and whether a single input was given."""
+        raise InputError(f"`encode` does not support `{encoder.config.backbone}` ({type(self).__name__}).")
+
+    def describe(self, encoder: Any) -> tuple[str, str]:
+        """For the card's module tree: the backbone's source (``"timm 'resnet18'"``) and a pooling note."""
+        return type(encoder.backbone).__name__, ""
+
+    def details(self, encoder: Any, previous: dict[str, Any] | None) -> dict[str, Any]:
+        """The card's family-specific sizes (``architecture_name``, GMACs, sequence length...)."""
+        return {"architecture_name": type(encoder.backbone).__name__}
+
+    def card_facts(self, encoder: Any) -> Any:
+        """What the model card says about this family (library, tags, usage snippets); a hook for the card
+        renderer, ``None`` here (the card renderer decides for itself)."""
+        return None
