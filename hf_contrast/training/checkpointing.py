@@ -60,7 +60,7 @@ from .loss_terms import NonFiniteLossError
 
 __all__ = ["CheckpointingMixin", "first_nonfinite_tensor", "sanitized_training_args"]
 
-logger = logging.get_logger(__name__)  # follows the Trainer's log level (hf_contrast.evaluation.progress)
+logger = logging.get_logger(__name__)  # follows the Trainer's log level (hf_contrast.progress)
 
 TRAINING_ARGS_NAME = "training_args.bin"
 _TOKEN_FIELD_RE = re.compile(r"^(.*_)?token$")

@@ -46,7 +46,7 @@ _TRAINER_STATE_FILES = frozenset({_TRAINER_STATE_NAME})
 # Never uploaded from output_dir: private files, checkpoints and the staging folders of interrupted saves.
 _NOT_PUSHED = ["_*", ".*", "checkpoint-*", "tmp-checkpoint-*"]
 
-logger = logging.get_logger(__name__)  # follows the Trainer's log level (hf_contrast.evaluation.progress)
+logger = logging.get_logger(__name__)  # follows the Trainer's log level (hf_contrast.progress)
 
 
 def portable_trainer_state(state: dict[str, Any], output_dir: str | os.PathLike[str]) -> dict[str, Any]:
