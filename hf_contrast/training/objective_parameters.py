@@ -2,21 +2,37 @@
 
 They live in ``trainer.objective``, not in the model, so the Trainer neither puts them in its optimizer nor
 averages their gradients (DDP averages the model's): :func:`add_objective_parameter_groups` adds them (after
-making them identical on every process) and :func:`average_gradients` averages their gradients over the
-processes before each optimizer step.
+making them identical on every process), :func:`average_gradients` averages their gradients over the
+processes before each optimizer step and :class:`ZeroObjectiveGradients` zeroes them after it.
 """
 
 from __future__ import annotations
 
 import warnings
+from typing import Any
 
 import torch
 import torch.distributed as dist
 from torch import nn
+from transformers import TrainerCallback
 
 from .. import distributed
 
-__all__ = ["add_objective_parameter_groups", "average_gradients"]
+__all__ = ["ZeroObjectiveGradients", "add_objective_parameter_groups", "average_gradients"]
+
+
+class ZeroObjectiveGradients(TrainerCallback):
+    """Zero the objective's gradients before training and after every optimizer step (``Trainer`` zeroes the
+    model's only)."""
+
+    def __init__(self, objective: nn.Module) -> None:
+        self.objective = objective
+
+    def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        self.objective.zero_grad(set_to_none=True)
+
+    def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        self.objective.zero_grad(set_to_none=True)
 
 
 def average_gradients(params: list[nn.Parameter]) -> None:

@@ -28,7 +28,7 @@ import torch
 from accelerate.utils import send_to_device
 from torch import Tensor, nn
 from torch.utils.data import DataLoader, IterableDataset
-from transformers import Trainer, TrainerCallback
+from transformers import Trainer
 
 from hf_contrast.errors import InputError
 
@@ -49,26 +49,12 @@ from .image_size import apply_image_size, choose_image_size
 from .left_out_rows import LeftOutRows
 from .loss_terms import LossTermTracker, NonFiniteLossError
 from .nonfinite import NonFinitePolicy
-from .objective_parameters import add_objective_parameter_groups, average_gradients
+from .objective_parameters import ZeroObjectiveGradients, add_objective_parameter_groups, average_gradients
 from .publishing import HubPublishingMixin
 from .run_setup import check_precision, log_run_setup
 from .setup_checks import check_datasets, check_evaluation_fits, check_image_files, check_objective_fits
 
 __all__ = ["ContrastiveTrainer", "NonFiniteLossError"]
-
-
-class _ObjectiveCallback(TrainerCallback):
-    """Zero the objective's gradients before training and after every optimizer step (``Trainer`` zeroes the
-    model's only)."""
-
-    def __init__(self, objective: Objective) -> None:
-        self.objective = objective
-
-    def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        self.objective.zero_grad(set_to_none=True)
-
-    def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        self.objective.zero_grad(set_to_none=True)
 
 
 class ContrastiveTrainer(CheckpointingMixin, HubPublishingMixin, Trainer):
@@ -190,7 +176,7 @@ class ContrastiveTrainer(CheckpointingMixin, HubPublishingMixin, Trainer):
         self.nonfinite = NonFinitePolicy(
             self.args.nonfinite_policy, self.loss_terms, watched=lambda: (self.model, self.objective)
         )
-        self.add_callback(_ObjectiveCallback(self.objective))
+        self.add_callback(ZeroObjectiveGradients(self.objective))
         self.add_callback(self.nonfinite)
         for callback in self.objective.callbacks():
             self.add_callback(callback)
