@@ -8,7 +8,7 @@ from transformers.utils import logging
 
 __all__ = ["RepresentationCollapseWarning", "collapse_message", "warn_if_collapsed"]
 
-logger = logging.get_logger(__name__)  # follows the Trainer's log level (hf_contrast.evaluation.progress)
+logger = logging.get_logger(__name__)  # follows the Trainer's log level (hf_contrast.progress)
 
 #: Mean pairwise cosine above which the embeddings are reported as collapsed to one direction.
 MAX_MEAN_COSINE = 0.95

@@ -30,14 +30,14 @@ from ..metrics import (
     uniformity,
 )
 from ..metrics.inputs import as_embeddings, as_labels, as_pair
+from ..progress import progress_enabled
 from ..tensor_checks import check_int, check_temperature
 from .collapse import warn_if_collapsed
 from .failures import metrics_or_nan
-from .progress import progress_enabled
 
 __all__ = ["EmbeddingMetrics"]
 
-logger = logging.get_logger(__name__)  # follows the Trainer's log level (hf_contrast.evaluation.progress)
+logger = logging.get_logger(__name__)  # follows the Trainer's log level (hf_contrast.progress)
 
 
 def _split_predictions(predictions: object) -> tuple[object, object | None, object | None]:
@@ -101,7 +101,7 @@ class EmbeddingMetrics:
         seed: Seed of the subsampling, the probe split and the probe.
         warn_collapse: Warn when the representation has collapsed.
         progress: Show a progress bar over the metric phases (while transformers' progress-bar switch is on,
-            see :mod:`hf_contrast.evaluation.progress`).
+            see :mod:`hf_contrast.progress`).
 
     Raises:
         ValueError: on bad arguments (here) or bad predictions/labels (at call).

@@ -13,9 +13,9 @@ from tqdm.auto import tqdm
 
 from hf_contrast.errors import InputError
 
+from ..progress import progress_enabled
 from ..tensor_checks import check_choice, check_int
 from .model_access import eval_mode, model_device, model_output, to_device, unwrap_model
-from .progress import progress_enabled
 
 __all__ = ["encode_dataset"]
 
@@ -152,7 +152,7 @@ def encode_dataset(
         max_length: Token limit of the default text collation (default: the encoder's
             ``config.max_seq_length``, else the tokenizer's ``model_max_length``).
         progress: Show a progress bar (while transformers' progress-bar switch is on, see
-            :mod:`hf_contrast.evaluation.progress`).
+            :mod:`hf_contrast.progress`).
         on_bad_image: Images only (``transform`` or a timm model's default): ``"raise"`` (default) — an
             unreadable / truncated / missing image raises a ``ValueError`` naming the file and the row;
             ``"skip"`` — that row (and its label) is left out of the result, with a warning naming the file.

@@ -32,7 +32,7 @@ __all__ = [
     "unseen_classes",
 ]
 
-logger = logging.get_logger(__name__)  # follows the Trainer's log level (hf_contrast.evaluation.progress)
+logger = logging.get_logger(__name__)  # follows the Trainer's log level (hf_contrast.progress)
 
 #: The names of :func:`probe_scores`: probes fitted on one split and scored on another. (Scores
 #: estimated within one split are named apart: ``knn_loo_accuracy``, ``linear_probe_holdout_accuracy``

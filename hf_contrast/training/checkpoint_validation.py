@@ -41,7 +41,7 @@ __all__ = [
     "last_complete_checkpoint",
 ]
 
-logger = logging.get_logger(__name__)  # follows the Trainer's log level (hf_contrast.evaluation.progress)
+logger = logging.get_logger(__name__)  # follows the Trainer's log level (hf_contrast.progress)
 
 #: The trainer's state outside the model and optimizer (objective, views), in every checkpoint.
 CONTRASTIVE_STATE_NAME = "contrastive_state.pt"

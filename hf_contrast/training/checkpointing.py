@@ -15,18 +15,9 @@ previous complete checkpoint. The mixin adds, through public methods:
   folders and incomplete checkpoints newer than the resume point (leftovers of a killed save) are
   removed with a warning.
 
-Three private ``Trainer`` methods are overridden (sentence-transformers 6 overrides the same ones),
-each because no public hook decides what it decides:
-
-- ``_save``: the one place the Trainer writes ``training_args.bin``, and it pickles ``self.args``
-  with ``hub_token``; ``save_model`` only dispatches to it (FSDP / DeepSpeed gather the state dict
-  first), so the token cannot be kept out of the file from outside. Ours writes
-  ``model.save_pretrained`` (``ContrastiveEncoder``'s layout), the processing class and
-  :func:`sanitized_training_args`.
-- ``_load_from_checkpoint`` / ``_load_best_model``: the Trainer loads the root ``model.safetensors``,
-  which in the save layout is the bare backbone; no argument or callback says where the weights are,
-  and none runs between loading and the first step. Ours read the encoder from ``hf_contrast/`` and
-  restore ``load_contrastive_state_dict`` (DeepSpeed / FSDP checkpoints: the Trainer's loading).
+Three private ``Trainer`` methods are overridden (``_save``, ``_load_from_checkpoint``, ``_load_best_model``,
+the ones sentence-transformers 6 overrides too); why is said once, in docs/training.md ("What the trainer
+overrides, and why").
 """
 
 from __future__ import annotations
@@ -60,7 +51,7 @@ from .loss_terms import NonFiniteLossError
 
 __all__ = ["CheckpointingMixin", "first_nonfinite_tensor", "sanitized_training_args"]
 
-logger = logging.get_logger(__name__)  # follows the Trainer's log level (hf_contrast.evaluation.progress)
+logger = logging.get_logger(__name__)  # follows the Trainer's log level (hf_contrast.progress)
 
 TRAINING_ARGS_NAME = "training_args.bin"
 _TOKEN_FIELD_RE = re.compile(r"^(.*_)?token$")
@@ -130,7 +121,8 @@ class CheckpointingMixin:
     def save_model(
         self, output_dir: str | None = None, _internal_call: bool = False, *, allow_nonfinite: bool = False
     ) -> None:
-        """``Trainer.save_model``, refusing a model with NaN/inf weights; in a checkpoint, with ``contrastive_state.pt``.
+        """``Trainer.save_model``, refusing a model with NaN/inf weights; in a checkpoint, with
+        ``contrastive_state.pt``.
 
         Args:
             output_dir: The folder (default ``args.output_dir``).
@@ -149,12 +141,13 @@ class CheckpointingMixin:
             if in_checkpoint:
                 raise NonFiniteLossError(
                     f"Refusing to write {Path(target).name}: `{bad}` of the model holds NaN/inf at step {step}. "
-                    "The newest checkpoint already written is still intact; resume from it with a lower learning rate, "
-                    "gradient clipping (`max_grad_norm`) or another seed."
+                    "The newest checkpoint already written is still intact; resume from it with a lower learning "
+                    "rate, gradient clipping (`max_grad_norm`) or another seed."
                 )
             raise NonFiniteLossError(
                 f"Refusing to save the model to {target!r}: `{bad}` holds NaN/inf (step {step}). Resume from the last "
-                "checkpoint with a lower learning rate or gradient clipping, or pass `allow_nonfinite=True` to write it anyway."
+                "checkpoint with a lower learning rate or gradient clipping, or pass `allow_nonfinite=True` to write "
+                "it anyway."
             )
         if in_checkpoint:
             self._remove_earlier_checkpoint(target)
@@ -171,7 +164,7 @@ class CheckpointingMixin:
             shutil.rmtree(folder)
         self.accelerator.wait_for_everyone()  # no process writes its RNG state into the folder before it is gone
 
-    # Private override: see the module docstring (the only writer of training_args.bin).
+    # Private override (docs/training.md): the only writer of training_args.bin, which would hold hub_token.
     def _save(self, output_dir: str | None = None, state_dict: dict[str, Any] | None = None) -> None:
         """``model.save_pretrained`` (the save layout), the processing class, and token-free ``training_args.bin``."""
         if not self.args.should_save:
@@ -220,7 +213,7 @@ class CheckpointingMixin:
                 torch.load(path, map_location="cpu", weights_only=True)
             )  # copied onto the objective's devices
 
-    # Private override: see the module docstring (the Trainer would read the bare backbone at the root).
+    # Private override (docs/training.md): the Trainer would read the bare backbone at the root.
     def _load_from_checkpoint(self, resume_from_checkpoint: str, model: nn.Module | None = None) -> None:
         """The encoder from ``hf_contrast/`` (else the Trainer's loading), then ``contrastive_state.pt``."""
         if self._reads_encoder_subfolder(resume_from_checkpoint):
@@ -229,7 +222,7 @@ class CheckpointingMixin:
             super()._load_from_checkpoint(resume_from_checkpoint, model)
         self._load_contrastive_state(resume_from_checkpoint)
 
-    # Private override: see the module docstring (the Trainer would read the bare backbone at the root).
+    # Private override (docs/training.md): the Trainer would read the bare backbone at the root.
     def _load_best_model(self) -> None:
         """The best checkpoint's encoder from ``hf_contrast/`` (else the Trainer's loading) and contrastive state."""
         best = self.state.best_model_checkpoint
@@ -258,9 +251,9 @@ class CheckpointingMixin:
             found = last_complete_checkpoint(self.args.output_dir, **requirements)
             if found is None:
                 raise InputError(
-                    f"`resume_from_checkpoint=True` found no complete checkpoint in `output_dir`={self.args.output_dir!r} "
-                    "(the warnings above say what each one lacks): pass a checkpoint folder, or "
-                    "`resume_from_checkpoint=None` to start from scratch."
+                    "`resume_from_checkpoint=True` found no complete checkpoint in "
+                    f"`output_dir`={self.args.output_dir!r} (the warnings above say what each one lacks): pass a "
+                    "checkpoint folder, or `resume_from_checkpoint=None` to start from scratch."
                 )
             return found
         if resume_from_checkpoint in (None, False):

@@ -15,10 +15,8 @@ Mixed into ``ContrastiveTrainer``. It keeps ``transformers.Trainer``'s flow (the
   (:func:`portable_trainer_state`): ``save_state`` writes it so, and a pushed checkpoint's copy is
   rewritten so in the upload (the local checkpoint keeps the path the Trainer reads when resuming).
 
-``push_to_hub``, ``create_model_card`` and ``save_state`` are public ``Trainer`` methods. ``_push_from_checkpoint`` is
-a private override (sentence-transformers 6 overrides it too): the Trainer calls it from its checkpoint
-save with no public hook around it, and its own version pickles ``self.args`` (with ``hub_token``) into
-``output_dir`` and uploads over a hand-written README.md.
+``push_to_hub``, ``create_model_card`` and ``save_state`` are public ``Trainer`` methods; ``_push_from_checkpoint``
+is a private override, explained with the others in docs/training.md ("What the trainer overrides, and why").
 """
 
 from __future__ import annotations
@@ -46,7 +44,7 @@ _TRAINER_STATE_FILES = frozenset({_TRAINER_STATE_NAME})
 # Never uploaded from output_dir: private files, checkpoints and the staging folders of interrupted saves.
 _NOT_PUSHED = ["_*", ".*", "checkpoint-*", "tmp-checkpoint-*"]
 
-logger = logging.get_logger(__name__)  # follows the Trainer's log level (hf_contrast.evaluation.progress)
+logger = logging.get_logger(__name__)  # follows the Trainer's log level (hf_contrast.progress)
 
 
 def portable_trainer_state(state: dict[str, Any], output_dir: str | os.PathLike[str]) -> dict[str, Any]:
@@ -214,7 +212,7 @@ class HubPublishingMixin:
             run_as_future=not blocking,
         )
 
-    # Private override: see the module docstring (the Trainer's own writes the token and overwrites a hand-written card).
+    # Private override (docs/training.md): the Trainer's own writes the token and overwrites a hand-written card.
     def _push_from_checkpoint(self, checkpoint_folder: str) -> None:
         """``Trainer._push_from_checkpoint`` for the one layout: the checkpoint's model folder (every
         file but the trainer state) replaces the one in ``output_dir``, which is uploaded in the
