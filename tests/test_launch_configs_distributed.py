@@ -7,7 +7,8 @@
   train, only machine 0 saves, and the parameters equal one process on the global batch (hence the
   single-machine 2-process run, which equals it too).
 
-SimCLR with ``gather_distributed=True`` through ``Trainer.train`` (``tests/distributed_scripts/engine_train.py``).
+SimCLR with ``gather_distributed=True`` through ``Trainer.train`` (``tests/distributed_scripts/engine_train.py``);
+the reference is one process through the same ``Trainer.train`` on the global batch, in the trainer's row order.
 """
 
 from __future__ import annotations
@@ -19,11 +20,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import accelerate
 import pytest
 import torch
 from _launch import free_port, load_script
-from packaging.version import Version
 
 ROOT = Path(__file__).resolve().parent.parent
 CONFIGS = ROOT / "examples" / "accelerate_configs"
@@ -49,8 +48,17 @@ def _launch(config: Path, out_dir: Path, *options: str) -> list[str]:
 
 
 def _single(tmp_path: Path) -> dict[str, Any]:
+    """One process on the global batch through the same ``Trainer.train``, so it takes the rows in the trainer's own
+    order: sequential from transformers 5.2 (``train_sampling_strategy``); before it the trainer's seeded random
+    permutation, which accelerate shards the same way over N processes. (``engine_train.run`` takes the rows in
+    sequential order whatever the transformers: under transformers < 5.2 it is not the launched runs' order.)"""
     script = load_script("engine_train", SCRIPT)
-    return script.run("simclr", tmp_path / "one", 2 * script.LOCAL_BATCH, 2 * script.LOCAL_SPLITS)
+    trainer = script.build("simclr", tmp_path / "one", 2 * script.LOCAL_BATCH, 2 * script.LOCAL_SPLITS)
+    trainer.train()
+    return {
+        "parameters": {k: v.detach().cpu().clone() for k, v in trainer.model.state_dict().items()},
+        "losses": [h["loss"] for h in trainer.state.log_history if "loss" in h],
+    }
 
 
 def _assert_equal_parameters(got: dict[str, torch.Tensor], expected: dict[str, torch.Tensor]) -> None:
@@ -113,13 +121,9 @@ def test_two_machines_on_localhost_train_save_once_and_equal_one_process(tmp_pat
     assert (tmp_path / "machine0" / "run" / "model" / "hf_contrast").is_dir()  # saved once, by global rank 0
     assert not (tmp_path / "machine1" / "run" / "model").exists()
     assert not (tmp_path / "machine1" / "run" / "trainer.pt").exists()
-    if Version(accelerate.__version__) < Version("1.15"):
-        pytest.skip(  # the launch and the single save are checked above; the weights only where they were seen equal
-            f"the weights of a two-machine launch under accelerate {accelerate.__version__} differ from one process "
-            "on the global batch (measured at the lowest bounds, accelerate 1.3 / transformers 5.0; equal under "
-            "accelerate 1.15; versions between not bisected, cause not found)"
-        )
-    _assert_equal_parameters(result["parameters"], _single(tmp_path)["parameters"])
+    single = _single(tmp_path)
+    _assert_equal_parameters(result["parameters"], single["parameters"])
+    assert result["losses"] == pytest.approx(single["losses"], rel=1e-5, abs=1e-6)
 
 
 @pytest.mark.parametrize("name", ["ddp", "fsdp", "fsdp1", "multi_node", "deepspeed_zero2", "deepspeed_zero3"])
