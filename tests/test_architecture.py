@@ -458,6 +458,19 @@ ALLOWED = {
     "benchmarks/bench_losses.py": {"simo", "spectral", "vicreg"},
     # the real-data benchmark's run table: run names, each an example command line that passes `--method`.
     "benchmarks/real_data.py": {"care", "simclr", "simo", "ocl", "supcon"},
+    # the convergence benchmark's run tables: run names, each an example command line that passes `--method`.
+    "benchmarks/convergence.py": {
+        "simclr",
+        "care",
+        "care_moco",
+        "spectral",
+        "vicreg",
+        "binary_nce",
+        "simo",
+        "supcon",
+        "ocl",
+        "align_uniform",
+    },
 }
 
 

@@ -30,7 +30,6 @@ from torch import Tensor, nn
 from torch.utils.data import DataLoader, IterableDataset
 from transformers import Trainer
 
-import hf_contrast.distributed as distributed
 from hf_contrast.errors import InputError
 
 from ..losses import finite_input_checks
