@@ -19,7 +19,7 @@ derived from it:
 0.1
 >>> Temperature(0)
 Traceback (most recent call last):
-ValueError: `temperature` must be > 0, got 0.0.
+hf_contrast.errors.InputError: `temperature` must be > 0, got 0.0.
 """
 
 from __future__ import annotations

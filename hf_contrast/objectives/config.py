@@ -16,7 +16,7 @@ declared once (:mod:`hf_contrast.losses.hyperparameters`):
 (8, 'CARE: chunks S sharing one augmentation pair; must divide the per-device batch size.')
 >>> Chunks(n_splits=0)
 Traceback (most recent call last):
-ValueError: `n_splits` must be an integer >= 1, got 0.
+hf_contrast.errors.InputError: `n_splits` must be an integer >= 1, got 0.
 """
 
 from __future__ import annotations
@@ -86,8 +86,13 @@ class ObjectiveConfig:
         cls.loss_fields = derived
 
     def validate(self) -> None:
-        """Raise ``ValueError`` naming the field on an out-of-range value. Here: the fields derived from a loss,
-        with the loss's checks (loss by loss, in each loss's declaration order)."""
+        """Raise ``ValueError`` naming the field on an out-of-range value. Here: :meth:`check_loss_fields`;
+        an override checks its own fields and calls ``super().validate()`` where the loss's checks belong."""
+        self.check_loss_fields()
+
+    def check_loss_fields(self) -> None:
+        """Check the fields derived from a loss with the loss's checks (loss by loss, in each loss's
+        declaration order), so the message is the loss's own."""
         for hyperparameters in dict.fromkeys(self.loss_fields.values()):
             for f in dataclasses.fields(hyperparameters):
                 if self.loss_fields.get(f.name) is hyperparameters:
@@ -95,6 +100,7 @@ class ObjectiveConfig:
 
     def __post_init__(self) -> None:
         self.validate()
+        self.check_loss_fields()  # also where an override of validate() does not call super().validate()
 
 
 def _derived_field(config: type, name: str, spec: _LossField) -> Any:
