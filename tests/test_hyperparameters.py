@@ -21,6 +21,7 @@ import torch
 
 import hf_contrast.losses as losses
 from hf_contrast.losses.hyperparameters import HyperparameterModule, Hyperparameters
+from hf_contrast.objectives import ObjectiveConfig, available_objectives, get_objective
 from hf_contrast.objectives.align_uniform import AlignUniformConfig
 from hf_contrast.objectives.care import CAREConfig, CAREMoCoConfig
 from hf_contrast.objectives.local import LOCALConfig
@@ -198,3 +199,80 @@ def test_objective_config_fails_with_its_loss_message(config_class, loss_class, 
         config_class(**{field: bad})
     assert str(from_config.value) == str(from_loss.value)
     assert f"`{field}`" in str(from_config.value)
+
+
+# ---- objective configs derive their loss fields (declared once) ---------------------------------
+
+OBJECTIVES = PACKAGE / "objectives"
+LOSS_HYPERPARAMETERS = sorted(
+    {getattr(losses, name).hyperparameters_class for name in LOSS_CLASSES}, key=lambda cls: cls.__name__
+)
+# Config fields named like a hyperparameter of an unrelated loss (not the same hyperparameter), with why.
+HOMONYMS = {
+    ("LOCALConfig", "alpha"): "LOCAL's weight α of the contrastive terms, not align/uniform's distance exponent",
+}
+
+
+def _registered_configs() -> list[type[ObjectiveConfig]]:
+    configs = {get_objective(name).config_class for name in available_objectives()}
+    return sorted(configs - {ObjectiveConfig}, key=lambda cls: cls.__name__)
+
+
+@pytest.mark.parametrize("config_class", _registered_configs(), ids=lambda cls: cls.__name__)
+def test_no_objective_config_repeats_a_loss_field(config_class) -> None:
+    """A config field named like a loss hyperparameter is derived from it (``loss_field``): its default, help
+    and check are the loss's, never written a second time."""
+    loss_names = {f.name for cls in LOSS_HYPERPARAMETERS for f in dataclasses.fields(cls)}
+    for f in dataclasses.fields(config_class):
+        if f.name not in loss_names or (config_class.__name__, f.name) in HOMONYMS:
+            continue
+        assert f.name in config_class.loss_fields, (
+            f"{config_class.__name__}.{f.name} repeats a loss hyperparameter: declare it with "
+            f"`loss_field(<the loss's Hyperparameters>)` instead of `field(...)`"
+        )
+        source = {s.name: s for s in dataclasses.fields(config_class.loss_fields[f.name])}[f.name]
+        assert f.type == source.type, f"{config_class.__name__}.{f.name}: {f.type} but the loss says {source.type}"
+        assert f.metadata.get("help"), f"{config_class.__name__}.{f.name} has no --help text"
+    for name in config_class.loss_fields:
+        assert (config_class.__name__, name) not in HOMONYMS
+
+
+def _loss_field_overrides() -> list[tuple[str, str, str, object]]:
+    """``(file, field, keyword, value)`` of every ``default=`` / ``help=`` given to ``loss_field`` in objectives/."""
+    found = []
+    for path in sorted(OBJECTIVES.glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.AnnAssign) and isinstance(node.value, ast.Call):
+                call = node.value
+                if getattr(call.func, "id", None) == "loss_field":
+                    for keyword in call.keywords:
+                        found.append((path.name, node.target.id, keyword.arg, ast.literal_eval(keyword.value)))
+    return found
+
+
+def test_loss_field_overrides_only_what_differs_from_the_loss() -> None:
+    """``loss_field(..., default=/help=)`` only where the objective's value differs from the loss's (an equal
+    one would be the repetition ``loss_field`` removes); every objective file declares no field by hand that
+    a loss of the same config declares."""
+    overrides = _loss_field_overrides()
+    assert overrides, "the align/uniform SimCSE temperature overrides InfoNCE's default"
+    configs = {cls.__name__: cls for cls in _registered_configs()}
+    for file, name, keyword, value in overrides:
+        owners = [c for c in configs.values() if name in inspect.get_annotations(c) and name in c.loss_fields]
+        assert owners, (file, name)
+        for config_class in owners:
+            source = {s.name: s for s in dataclasses.fields(config_class.loss_fields[name])}[name]
+            loss_value = source.default if keyword == "default" else source.metadata.get("help")
+            assert value != loss_value, f"{file}: loss_field({name}) repeats the loss's {keyword} {value!r}"
+
+
+def test_every_loss_field_default_help_and_check_comes_from_the_loss() -> None:
+    for config_class in _registered_configs():
+        for f in dataclasses.fields(config_class):
+            if f.name not in config_class.loss_fields:
+                continue
+            source = {s.name: s for s in dataclasses.fields(config_class.loss_fields[f.name])}[f.name]
+            if (config_class.__name__, f.name) != ("AlignUniformConfig", "temperature"):  # SimCSE's 0.05
+                assert f.default == source.default, (config_class.__name__, f.name)
+                assert f.metadata["help"] == source.metadata["help"], (config_class.__name__, f.name)
+            assert set(f.metadata) == {"help"}  # HfArgumentParser passes the metadata on to argparse

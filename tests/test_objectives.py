@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import math
+import sys
 import typing
 from collections.abc import Iterator, Mapping
 from typing import Any
@@ -41,7 +43,12 @@ from hf_contrast.objectives import (
     register_objective,
 )
 from hf_contrast.objectives import registry as registry_module
-from hf_contrast.training import CARETrainer, ContrastiveTrainer, ContrastiveTrainingArguments
+from hf_contrast.training import (
+    CARETrainer,
+    ContrastiveTrainer,
+    ContrastiveTrainingArguments,
+    parse_args_with_objective,
+)
 from hf_contrast.views import ViewBuilder
 
 EXPECTED = {"align_uniform", "binary_nce", "care", "care_moco", "local", "ocl", "pair", "simclr", "simo", "spectral",
@@ -275,3 +282,102 @@ def test_every_config_parses_next_to_the_training_arguments(tmp_path, name: str)
     assert config == config_cls()
     for f in dataclasses.fields(config_cls):
         assert f.metadata.get("help"), f"{config_cls.__name__}.{f.name} has no --help text"
+
+
+# ---- a new loss and its objective: two files and two registration lines -----------------------
+
+NEW_LOSS = """
+from dataclasses import dataclass
+
+from torch import nn
+
+from hf_contrast.losses.hyperparameters import HyperparameterModule, Hyperparameters, hyperparameter
+from hf_contrast.tensor_checks import check_positive
+
+
+@dataclass
+class ScaledDistanceHyperparameters(Hyperparameters):
+    scale: float = hyperparameter(2.0, check_positive, help="Scaled distance: scale > 0 of the distance.")
+
+
+class ScaledDistanceLoss(HyperparameterModule):
+    hyperparameters_class = ScaledDistanceHyperparameters
+
+    def forward(self, z1, z2):
+        z1, z2 = nn.functional.normalize(z1, dim=1), nn.functional.normalize(z2, dim=1)
+        return self.scale * (z1 - z2).pow(2).sum(1).mean()
+"""
+NEW_OBJECTIVE = """
+from dataclasses import dataclass
+
+from hf_contrast.objectives import ObjectiveConfig, loss_field, register_objective
+from hf_contrast.objectives.pair import PairObjective
+
+from .scaled_distance_loss import ScaledDistanceHyperparameters, ScaledDistanceLoss
+
+
+@dataclass
+class ScaledDistanceConfig(ObjectiveConfig):
+    scale: float = loss_field(ScaledDistanceHyperparameters)
+
+
+@register_objective("scaled_distance")
+class ScaledDistanceObjective(PairObjective):
+    config_class = ScaledDistanceConfig
+
+    def build_loss(self, views):
+        return ScaledDistanceLoss(self.config.scale)
+"""
+
+
+@dataclasses.dataclass
+class _Script:
+    method: str = dataclasses.field(default="simclr", metadata={"help": "The method."})
+
+
+@pytest.fixture
+def new_method(tmp_path, monkeypatch) -> Iterator[Any]:
+    package = tmp_path / "my_methods"
+    package.mkdir()
+    (package / "scaled_distance_loss.py").write_text(NEW_LOSS)
+    (package / "scaled_distance_objective.py").write_text(NEW_OBJECTIVE)
+    (package / "__init__.py").write_text(  # the two registration lines
+        "from .scaled_distance_loss import ScaledDistanceLoss\n"
+        "from .scaled_distance_objective import ScaledDistanceObjective\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    try:
+        yield importlib.import_module("my_methods")
+    finally:
+        registry_module._REGISTRY.pop("scaled_distance", None)
+        for name in [m for m in sys.modules if m == "my_methods" or m.startswith("my_methods.")]:
+            del sys.modules[name]
+
+
+def test_a_new_loss_and_objective_are_two_files_and_two_registration_lines(tmp_path, images, new_method, capsys):
+    """Its hyperparameter is declared once, in the loss: the objective's config, its flag and --help text,
+    its check and the saved config all follow, and the trainer trains it by name."""
+    objective_class = get_objective("scaled_distance")
+    field = dataclasses.fields(objective_class.config_class)[0]
+    assert (field.name, field.default, field.metadata["help"]) == (
+        "scale", 2.0, "Scaled distance: scale > 0 of the distance.",
+    )  # fmt: skip
+    with pytest.raises(ValueError) as from_loss:
+        new_method.ScaledDistanceLoss(scale=0.0)
+    with pytest.raises(ValueError) as from_config:
+        build_objective("scaled_distance", scale=0.0)
+    assert str(from_config.value) == str(from_loss.value) == "`scale` must be > 0, got 0.0."
+    types = (_Script, ContrastiveTrainingArguments)
+    argv = ["--output_dir", str(tmp_path), "--method", "scaled_distance"]
+    with pytest.raises(SystemExit):
+        parse_args_with_objective(types, method="simclr", args=[*argv, "--help"])
+    assert "Scaled distance: scale > 0 of the distance. (default: 2.0)" in " ".join(capsys.readouterr().out.split())
+    script, args, config = parse_args_with_objective(types, method="simclr", args=[*argv, "--scale", "0.5"])
+    assert (script.method, config.scale) == ("scaled_distance", 0.5)
+    trainer = ContrastiveTrainer(
+        model=vit_encoder(), args=training_args(tmp_path, max_steps=1), train_dataset=images,
+        objective=objective_class(config), data_collator=fixed_views_collator,
+    )  # fmt: skip
+    trainer.train()
+    assert trainer.objective.get_config_dict() == {"scale": 0.5}
+    assert trainer.objective.loss.get_config_dict() == {"scale": 0.5}

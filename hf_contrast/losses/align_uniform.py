@@ -203,8 +203,12 @@ def _uniformity(
 class AlignUniformHyperparameters(Hyperparameters):
     """:class:`AlignUniformLoss`'s hyperparameters, declared once (see :mod:`.hyperparameters`)."""
 
-    align_weight: float = hyperparameter(1.0, check_non_negative)
-    uniform_weight: float = hyperparameter(1.0, check_non_negative)
+    align_weight: float = hyperparameter(
+        1.0, check_non_negative, help="Align/uniform: weight >= 0 of the alignment term."
+    )
+    uniform_weight: float = hyperparameter(
+        1.0, check_non_negative, help="Align/uniform: weight >= 0 of the uniformity term."
+    )
     alpha: float = hyperparameter(2.0, check_positive)
     t: float = hyperparameter(2.0, check_positive)
     normalize: bool = hyperparameter(True, check_bool)

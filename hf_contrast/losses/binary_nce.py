@@ -207,11 +207,13 @@ def _checked_bias(name: str, bias: object) -> float | None:
 class BinaryNCEHyperparameters(Hyperparameters):
     """:class:`BinaryNCELoss`'s hyperparameters, declared once (see :mod:`.hyperparameters`)."""
 
-    temperature: float = hyperparameter(0.1, check_temperature)
+    temperature: float = hyperparameter(0.1, check_temperature, help="Binary NCE: initial temperature τ > 0.")
     bias: float | None = hyperparameter(None, _checked_bias)
-    negatives: str = hyperparameter("all", partial(check_choice, choices=_NEGATIVES))
-    learnable_temperature: bool = hyperparameter(False, check_bool)
-    learnable_bias: bool = hyperparameter(False, check_bool)
+    negatives: str = hyperparameter(
+        "all", partial(check_choice, choices=_NEGATIVES), help="Binary NCE: 'all' in-batch negatives or 'shifted'."
+    )
+    learnable_temperature: bool = hyperparameter(False, check_bool, help="Binary NCE: learn the temperature.")
+    learnable_bias: bool = hyperparameter(False, check_bool, help="Binary NCE: learn the bias.")
     normalize: bool = hyperparameter(True, check_bool)
     tile_size: int | None = hyperparameter(None, checked_tile_size)
 

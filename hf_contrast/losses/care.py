@@ -121,9 +121,13 @@ def _care_equivariance_loss(
 class CAREHyperparameters(Hyperparameters):
     """:class:`CARELoss`'s hyperparameters, declared once (see :mod:`.hyperparameters`)."""
 
-    temperature: float = hyperparameter(0.5, check_temperature)
-    care_weight: float = hyperparameter(0.01, check_non_negative)
-    n_splits: int = hyperparameter(8, partial(check_int, minimum=1))
+    temperature: float = hyperparameter(0.5, check_temperature, help="CARE: InfoNCE temperature τ > 0.")
+    care_weight: float = hyperparameter(0.01, check_non_negative, help="CARE: weight λ >= 0 of the equivariance term.")
+    n_splits: int = hyperparameter(
+        8,
+        partial(check_int, minimum=1),
+        help="CARE: chunks S sharing one augmentation pair; must divide the per-device batch size.",
+    )
     normalize: bool = hyperparameter(True, check_bool)
     gather_distributed: bool = hyperparameter(False, check_bool)
 

@@ -1,4 +1,4 @@
-"""Loss hyperparameters declared once: each one a dataclass field holding its default and its check.
+"""Loss hyperparameters declared once: each one a dataclass field holding its default, its check and its help.
 
 A loss module lists its hyperparameters in one :class:`Hyperparameters` dataclass; everything else is
 derived from it:
@@ -6,8 +6,9 @@ derived from it:
 * the module's constructor (:class:`HyperparameterModule`): same arguments, same defaults, each value
   checked with the field's check from :mod:`hf_contrast.tensor_checks` and set as an attribute;
 * ``get_config_dict()`` (model cards, logs) and ``extra_repr()`` (``print(loss)``);
-* the objective configs' checks of the same names (:meth:`Hyperparameters.check_fields_of`), so that a bad
-  ``temperature`` fails when the config is built, before training, with the loss's own message.
+* the objective configs' fields of the same names (:func:`hf_contrast.objectives.loss_field`): their default,
+  their ``--help`` text and their check, so that a bad ``temperature`` fails when the config is built,
+  before training, with the loss's own message.
 
 >>> from dataclasses import dataclass
 >>> from hf_contrast.tensor_checks import check_positive
@@ -18,7 +19,7 @@ derived from it:
 0.1
 >>> Temperature(0)
 Traceback (most recent call last):
-ValueError: `temperature` must be > 0, got 0.0.
+hf_contrast.errors.InputError: `temperature` must be > 0, got 0.0.
 """
 
 from __future__ import annotations
@@ -35,10 +36,11 @@ __all__ = ["hyperparameter", "Hyperparameters", "HyperparameterModule"]
 Check = Callable[[str, Any], Any]
 
 
-def hyperparameter(default: Any, check: Check) -> Any:
-    """A :class:`Hyperparameters` field: ``default`` and ``check(name, value) -> normalised value``
-    (one of :mod:`hf_contrast.tensor_checks`' checks, raising ``ValueError`` naming the argument)."""
-    return dataclasses.field(default=default, metadata={"check": check})
+def hyperparameter(default: Any, check: Check, help: str | None = None) -> Any:
+    """A :class:`Hyperparameters` field: ``default``, ``check(name, value) -> normalised value`` (one of
+    :mod:`hf_contrast.tensor_checks`' checks, raising ``ValueError`` naming the argument) and ``help``, the
+    one-line description an objective config that takes this hyperparameter shows as its ``--flag`` help."""
+    return dataclasses.field(default=default, metadata={"check": check, "help": help})
 
 
 @dataclasses.dataclass
@@ -48,14 +50,6 @@ class Hyperparameters:
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):
             setattr(self, f.name, f.metadata["check"](f.name, getattr(self, f.name)))
-
-    @classmethod
-    def check_fields_of(cls, source: object) -> None:
-        """Check the attributes of ``source`` (an objective's config) named like these hyperparameters with
-        these hyperparameters' checks: an objective never re-declares how its loss's arguments are checked."""
-        for f in dataclasses.fields(cls):
-            if hasattr(source, f.name):
-                f.metadata["check"](f.name, getattr(source, f.name))
 
 
 class HyperparameterModule(nn.Module):

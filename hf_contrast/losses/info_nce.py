@@ -182,7 +182,9 @@ def _dense_per_anchor(anchors: Tensor, candidates: Tensor, offset: int, temperat
 class InfoNCEHyperparameters(Hyperparameters):
     """:class:`InfoNCELoss`'s hyperparameters, declared once (see :mod:`.hyperparameters`)."""
 
-    temperature: float = hyperparameter(0.5, check_temperature)
+    temperature: float = hyperparameter(
+        0.5, check_temperature, help="InfoNCE temperature τ > 0 (SimCLR 0.5, SimCSE 0.05)."
+    )
     normalize: bool = hyperparameter(True, check_bool)
     gather_distributed: bool = hyperparameter(False, check_bool)
     tile_size: int | None = hyperparameter(None, checked_tile_size)

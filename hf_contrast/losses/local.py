@@ -329,9 +329,11 @@ class LOCALHyperparameters(Hyperparameters):
 
     embedding_dim: int = hyperparameter(MISSING, partial(check_int, minimum=1, maximum=MAX_WIDTH))
     num_classes: int = hyperparameter(MISSING, partial(check_int, minimum=2, maximum=MAX_WIDTH))
-    beta: float = hyperparameter(1.0, check_non_negative)
-    temperature: float = hyperparameter(0.1, check_temperature)
-    contrastive: str = hyperparameter("ocl", partial(check_choice, choices=_CONTRASTIVE))
+    beta: float = hyperparameter(1.0, check_non_negative, help="LOCAL: weight β >= 0 of the latent OCL term.")
+    temperature: float = hyperparameter(0.1, check_temperature, help="LOCAL: temperature τ > 0 of the OCL terms.")
+    contrastive: str = hyperparameter(
+        "ocl", partial(check_choice, choices=_CONTRASTIVE), help="LOCAL: 'ocl' (LOCAL) or 'supcon' (L-SCL baseline)."
+    )
     classifier_hidden_dim: int | None = hyperparameter(
         None, partial(check_int, minimum=1, maximum=MAX_WIDTH, allow_none=True)
     )

@@ -88,7 +88,7 @@ def moco_info_nce_loss(q: Tensor, k: Tensor, queue: Tensor, temperature: float =
 class CAREMoCoHyperparameters(Hyperparameters):
     """:class:`CAREMoCoLoss`'s hyperparameters, declared once (see :mod:`.hyperparameters`)."""
 
-    temperature: float = hyperparameter(0.2, check_temperature)
+    temperature: float = hyperparameter(0.2, check_temperature, help="CARE-MoCo: temperature of the queue InfoNCE.")
     care_weight: float = hyperparameter(0.01, check_non_negative)
     n_splits: int = hyperparameter(8, partial(check_int, minimum=1))
 

@@ -240,7 +240,7 @@ class AFCLHyperparameters(Hyperparameters):
     """AFCL's hyperparameters (:func:`afcl_loss`, :class:`AFCLLoss`), declared once."""
 
     n_classes: int = hyperparameter(MISSING, partial(check_int, minimum=2, fix="L_mean and L_diff need 2 classes."))
-    olean: float = hyperparameter(0.01, check_unit_interval)
+    olean: float = hyperparameter(0.01, check_unit_interval, help="SimO/AFCL: orthogonality leaning in [0, 1].")
     eps: float = hyperparameter(1e-6, check_positive)
 
 

@@ -251,7 +251,7 @@ def supcon_loss(
 class SupConHyperparameters(Hyperparameters):
     """:class:`SupConLoss`'s (and :class:`~hf_contrast.losses.OCLoss`'s) hyperparameters, declared once."""
 
-    temperature: float = hyperparameter(0.1, check_temperature)
+    temperature: float = hyperparameter(0.1, check_temperature, help="SupCon/OCL: temperature τ > 0.")
     normalize: bool = hyperparameter(True, check_bool)
     gather_distributed: bool = hyperparameter(False, check_bool)
     tile_size: int | None = hyperparameter(None, checked_tile_size)

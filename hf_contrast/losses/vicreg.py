@@ -48,9 +48,11 @@ _CITATION = """@inproceedings{bardes2022vicreg,
 class VICRegHyperparameters(Hyperparameters):
     """VICReg's hyperparameters (:func:`vicreg_loss`, :class:`VICRegLoss`), declared once."""
 
-    invariance_weight: float = hyperparameter(25.0, check_non_negative)
-    variance_weight: float = hyperparameter(25.0, check_non_negative)
-    covariance_weight: float = hyperparameter(1.0, check_non_negative)
+    invariance_weight: float = hyperparameter(
+        25.0, check_non_negative, help="VICReg: weight λ of the invariance term."
+    )
+    variance_weight: float = hyperparameter(25.0, check_non_negative, help="VICReg: weight μ of the variance term.")
+    covariance_weight: float = hyperparameter(1.0, check_non_negative, help="VICReg: weight ν of the covariance term.")
     gamma: float = hyperparameter(1.0, check_positive)
     eps: float = hyperparameter(1e-4, check_positive)
 

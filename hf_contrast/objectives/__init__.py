@@ -2,7 +2,8 @@
 
 ``get_objective("care")`` / ``build_objective("care", n_splits=8)`` resolve a method by name;
 :func:`available_objectives` lists them. To add a method: write one file with an :class:`Objective`
-subclass (and its :class:`ObjectiveConfig` dataclass) decorated by ``@register_objective("name")``,
+subclass (and its :class:`ObjectiveConfig` dataclass, whose fields shared with the loss are made by
+:func:`loss_field` from the loss's ``Hyperparameters``) decorated by ``@register_objective("name")``,
 and import it below. :mod:`hf_contrast.objectives.geometry` holds the statistics objectives log next to
 their loss terms (``negative_cos_below_zero``, ``class_mean_abs_cos``; :meth:`Objective.log_statistics`).
 """
@@ -11,8 +12,9 @@ from __future__ import annotations
 
 # Registration: importing a module registers its objectives.
 from .align_uniform import AlignUniformConfig, AlignUniformObjective
-from .base import Objective, ObjectiveConfig
+from .base import Objective
 from .care import CAREConfig, CAREMoCoConfig, CAREMoCoObjective, CAREObjective
+from .config import ObjectiveConfig, loss_field
 from .local import LOCALConfig, LOCALObjective
 from .pair import (
     BinaryNCEConfig,
@@ -57,5 +59,6 @@ __all__ = [
     "available_objectives",
     "build_objective",
     "get_objective",
+    "loss_field",
     "register_objective",
 ]

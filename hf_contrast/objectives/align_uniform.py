@@ -19,9 +19,12 @@ from torch import Tensor, nn
 from hf_contrast.errors import InputError
 
 from ..losses import AlignUniformLoss, InfoNCELoss
+from ..losses.align_uniform import AlignUniformHyperparameters
+from ..losses.info_nce import InfoNCEHyperparameters
 from ..tensor_checks import check_non_negative
 from ..views import ViewBuilder
-from .base import Objective, ObjectiveConfig
+from .base import Objective
+from .config import ObjectiveConfig, loss_field
 from .registry import register_objective
 
 __all__ = ["AlignUniformConfig", "AlignUniformObjective"]
@@ -29,20 +32,21 @@ __all__ = ["AlignUniformConfig", "AlignUniformObjective"]
 
 @dataclass
 class AlignUniformConfig(ObjectiveConfig):
-    align_weight: float = field(default=1.0, metadata={"help": "Align/uniform: weight >= 0 of the alignment term."})
-    uniform_weight: float = field(default=1.0, metadata={"help": "Align/uniform: weight >= 0 of the uniformity term."})
+    align_weight: float = loss_field(AlignUniformHyperparameters)
+    uniform_weight: float = loss_field(AlignUniformHyperparameters)
     simcse_weight: float = field(
         default=0.0, metadata={"help": "Align/uniform: weight >= 0 of an extra SimCSE InfoNCE term on the two views."}
     )
-    temperature: float = field(default=0.05, metadata={"help": "Align/uniform: temperature τ > 0 of the SimCSE term."})
+    temperature: float = loss_field(  # the SimCSE term's InfoNCE, at SimCSE's temperature
+        InfoNCEHyperparameters, default=0.05, help="Align/uniform: temperature τ > 0 of the SimCSE term."
+    )
     task_loss_weight: float = field(
         default=1.0,
         metadata={"help": "Weight >= 0 of the task head's cross-entropy (encoder config.num_labels > 0): EquiBERT."},
     )
 
     def validate(self) -> None:
-        AlignUniformLoss.hyperparameters_class.check_fields_of(self)  # align_weight, uniform_weight
-        InfoNCELoss.hyperparameters_class.check_fields_of(self)  # temperature (of the SimCSE term)
+        super().validate()  # align_weight, uniform_weight; temperature (of the SimCSE term)
         for name in ("simcse_weight", "task_loss_weight"):
             check_non_negative(name, getattr(self, name))
 

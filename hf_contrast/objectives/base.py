@@ -1,8 +1,9 @@
 """``Objective``: one contrastive method — the views it needs and how model outputs become loss terms.
 
 An objective is an ``nn.Module`` that owns its hyperparameters (a dataclass, :attr:`Objective.config_class`,
-whose fields are also command-line flags through ``HfArgumentParser``, checked with
-:mod:`hf_contrast.tensor_checks`), its loss modules and any trainable
+an :class:`~hf_contrast.objectives.config.ObjectiveConfig` whose fields are also command-line flags through
+``HfArgumentParser``; the fields it shares with its loss come from the loss, see :func:`.loss_field`), its
+loss modules and any trainable
 or persistent state (a learnable temperature, LOCAL's pair classifier, the MoCo key encoder and queue).
 The trainer only calls the hooks below; it never branches on a method name.
 
@@ -30,6 +31,7 @@ from torch import Tensor, nn
 from hf_contrast.errors import InputError
 
 from ..evaluation import EmbeddingMetrics
+from .config import ObjectiveConfig
 
 if TYPE_CHECKING:
     from transformers import TrainerCallback
@@ -37,20 +39,6 @@ if TYPE_CHECKING:
     from ..views import ViewBuilder
 
 __all__ = ["Objective", "ObjectiveConfig"]
-
-
-@dataclasses.dataclass
-class ObjectiveConfig:
-    """Hyperparameters of an objective. Subclasses add fields (with ``metadata={"help": ...}``, which
-    ``HfArgumentParser`` turns into ``--flag`` help) and check them in :meth:`validate`: the fields a loss
-    also takes with ``Loss.hyperparameters_class.check_fields_of(self)`` (the loss's own declared checks,
-    see :mod:`hf_contrast.losses.hyperparameters`), the others with :mod:`hf_contrast.tensor_checks`."""
-
-    def validate(self) -> None:
-        """Raise ``ValueError`` naming the field on an out-of-range value."""
-
-    def __post_init__(self) -> None:
-        self.validate()
 
 
 class Objective(nn.Module):
@@ -82,7 +70,8 @@ class Objective(nn.Module):
             unknown = sorted(set(hyperparameters) - fields)
             if unknown:
                 raise InputError(
-                    f"{type(self).__name__} has no hyperparameter(s) {unknown}; its hyperparameters are {sorted(fields)}."
+                    f"{type(self).__name__} has no hyperparameter(s) {unknown}; "
+                    f"its hyperparameters are {sorted(fields)}."
                 )
             config = self.config_class(**hyperparameters)
         elif not isinstance(config, self.config_class):
@@ -128,9 +117,9 @@ class Objective(nn.Module):
         (:attr:`has_eval_loss` false) accept any size; chunked methods also check their chunks."""
         if self.has_eval_loss and batch_size < self.min_eval_batch_size:
             raise InputError(
-                f"`per_device_eval_batch_size`={batch_size} is too small for {type(self).__name__}'s `eval_loss`: an "
-                f"evaluation batch needs at least {self.min_eval_batch_size} samples (the loss compares the samples of "
-                f"a batch). Set `per_device_eval_batch_size` >= {self.min_eval_batch_size}."
+                f"`per_device_eval_batch_size`={batch_size} is too small for {type(self).__name__}'s `eval_loss`: "
+                f"an evaluation batch needs at least {self.min_eval_batch_size} samples (the loss compares the "
+                f"samples of a batch). Set `per_device_eval_batch_size` >= {self.min_eval_batch_size}."
             )
 
     def required_columns(self, views: ViewBuilder) -> list[str | tuple[str, ...]]:

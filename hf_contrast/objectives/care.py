@@ -12,9 +12,9 @@ Ragged batches: chunks must be whole, so training batches must be a multiple of 
 checks ``per_device_train_batch_size`` before training and drops a ragged last batch of an epoch (see
 :attr:`Objective.batch_multiple`). A batch that lost unreadable images (``on_bad_image="skip"``) keeps the
 largest whole ``n_splits`` chunks of its readable rows; the rest are counted as ``dropped_rows``
-(:class:`~hf_contrast.views.WholeChunks`; ``n_splits`` never changes). Evaluation batches are cut into chunks of their own
-(:meth:`_ChunkedObjective.eval_chunks`), so ``eval_loss`` exists at any evaluation batch size of 2 or more,
-the Trainer's default 8 included.
+(:class:`~hf_contrast.views.WholeChunks`; ``n_splits`` never changes). Evaluation batches are cut into
+chunks of their own (:meth:`_ChunkedObjective.eval_chunks`), so ``eval_loss`` exists at any evaluation batch
+size of 2 or more, the Trainer's default 8 included.
 """
 
 from __future__ import annotations
@@ -30,9 +30,12 @@ import hf_contrast.distributed as distributed
 from hf_contrast.errors import InputError
 
 from ..losses import CARELoss, CAREMoCoLoss
+from ..losses.care import CAREHyperparameters
+from ..losses.moco import CAREMoCoHyperparameters
 from ..tensor_checks import check_bool, check_int, check_unit_interval
 from ..views import ViewBuilder, WholeChunks
-from .base import Objective, ObjectiveConfig
+from .base import Objective
+from .config import ObjectiveConfig, loss_field
 from .moco import MoCoState, MomentumUpdateCallback
 from .registry import register_objective
 
@@ -41,19 +44,16 @@ __all__ = ["CAREConfig", "CAREObjective", "CAREMoCoConfig", "CAREMoCoObjective"]
 
 @dataclass
 class CAREConfig(ObjectiveConfig):
-    temperature: float = field(default=0.5, metadata={"help": "CARE: InfoNCE temperature τ > 0."})
-    care_weight: float = field(default=0.01, metadata={"help": "CARE: weight λ >= 0 of the equivariance term."})
-    n_splits: int = field(
-        default=8,
-        metadata={"help": "CARE: chunks S sharing one augmentation pair; must divide the per-device batch size."},
-    )
+    temperature: float = loss_field(CAREHyperparameters)
+    care_weight: float = loss_field(CAREHyperparameters)
+    n_splits: int = loss_field(CAREHyperparameters)
     share_views: bool = field(
         default=False,
         metadata={"help": "CARE: InfoNCE on the chunk-shared views (two forward passes fewer, weaker invariance)."},
     )
 
     def validate(self) -> None:
-        CARELoss.hyperparameters_class.check_fields_of(self)  # temperature, care_weight, n_splits
+        super().validate()  # temperature, care_weight, n_splits
         check_bool("share_views", self.share_views)
 
 
@@ -235,13 +235,12 @@ class CAREObjective(_ChunkedObjective):
 
 @dataclass
 class CAREMoCoConfig(CAREConfig):
-    temperature: float = field(default=0.2, metadata={"help": "CARE-MoCo: temperature of the queue InfoNCE."})
+    temperature: float = loss_field(CAREMoCoHyperparameters)
     moco_momentum: float = field(default=0.99, metadata={"help": "CARE-MoCo: EMA momentum m in [0, 1)."})
     moco_queue_size: int = field(default=4096, metadata={"help": "CARE-MoCo: number of negative keys in the queue."})
 
     def validate(self) -> None:
-        CAREMoCoLoss.hyperparameters_class.check_fields_of(self)  # temperature, care_weight, n_splits
-        check_bool("share_views", self.share_views)
+        super().validate()  # temperature, care_weight, n_splits, share_views
         check_unit_interval("moco_momentum", self.moco_momentum, include_one=False)
         check_int("moco_queue_size", self.moco_queue_size, 1)
 

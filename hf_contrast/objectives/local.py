@@ -22,11 +22,12 @@ from transformers import EvalPrediction
 
 from hf_contrast.errors import InputError
 
-from ..losses.local import LOCALLoss, local_alpha, pair_difference
+from ..losses.local import LOCALHyperparameters, LOCALLoss, local_alpha, pair_difference
 from ..metrics.probes import macro_f1
 from ..tensor_checks import check_choice, check_int, check_name, check_unit_interval
 from ..views import ViewBuilder
-from .base import Objective, ObjectiveConfig
+from .base import Objective
+from .config import ObjectiveConfig, loss_field
 from .registry import register_objective
 
 __all__ = ["LOCALConfig", "LOCALObjective"]
@@ -36,13 +37,13 @@ _ALPHA_SCHEDULES = ("inverse_epoch", "constant")
 
 @dataclass
 class LOCALConfig(ObjectiveConfig):
-    temperature: float = field(default=0.1, metadata={"help": "LOCAL: temperature τ > 0 of the OCL terms."})
-    beta: float = field(default=1.0, metadata={"help": "LOCAL: weight β >= 0 of the latent OCL term."})
+    temperature: float = loss_field(LOCALHyperparameters)
+    beta: float = loss_field(LOCALHyperparameters)
     alpha: float = field(default=1.0, metadata={"help": "LOCAL: initial / constant α in [0, 1]."})
     alpha_schedule: str = field(
         default="inverse_epoch", metadata={"help": "LOCAL: schedule of α, 'inverse_epoch' or 'constant'."}
     )
-    contrastive: str = field(default="ocl", metadata={"help": "LOCAL: 'ocl' (LOCAL) or 'supcon' (L-SCL baseline)."})
+    contrastive: str = loss_field(LOCALHyperparameters)
     num_labels: int | None = field(
         default=None, metadata={"help": "LOCAL: pair classes; default from the training set's ClassLabel or max+1."}
     )
@@ -50,7 +51,7 @@ class LOCALConfig(ObjectiveConfig):
     post_column: str = field(default="image_post", metadata={"help": "LOCAL: column of the second image of a pair."})
 
     def validate(self) -> None:
-        LOCALLoss.hyperparameters_class.check_fields_of(self)  # temperature, beta, contrastive
+        super().validate()  # temperature, beta, contrastive
         check_unit_interval("alpha", self.alpha)
         check_choice("alpha_schedule", self.alpha_schedule, _ALPHA_SCHEDULES)
         check_int("num_labels", self.num_labels, 2, allow_none=True)
@@ -95,8 +96,8 @@ class LOCALObjective(Objective):
             or column not in train_dataset.column_names
         ):
             raise InputError(
-                f"LOCAL needs a training `datasets.Dataset` with the label column `label_column`={column!r} (the class "
-                "weights are 1/frequency over it)."
+                f"LOCAL needs a training `datasets.Dataset` with the label column `label_column`={column!r} "
+                "(the class weights are 1/frequency over it)."
             )
         labels = list(train_dataset[column])
         num_labels = self.config.num_labels

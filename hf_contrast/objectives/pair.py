@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -19,8 +19,12 @@ import hf_contrast.distributed as distributed
 from hf_contrast.errors import InputError
 
 from ..losses import BinaryNCELoss, InfoNCELoss, SpectralContrastiveLoss, VICRegLoss
+from ..losses.binary_nce import BinaryNCEHyperparameters
+from ..losses.info_nce import InfoNCEHyperparameters
+from ..losses.vicreg import VICRegHyperparameters
 from ..views import ViewBuilder
-from .base import Objective, ObjectiveConfig
+from .base import Objective
+from .config import ObjectiveConfig, loss_field
 from .registry import register_objective
 
 __all__ = [
@@ -83,10 +87,7 @@ class CustomPairObjective(PairObjective):
 
 @dataclass
 class SimCLRConfig(ObjectiveConfig):
-    temperature: float = field(default=0.5, metadata={"help": "InfoNCE temperature τ > 0 (SimCLR 0.5, SimCSE 0.05)."})
-
-    def validate(self) -> None:
-        InfoNCELoss.hyperparameters_class.check_fields_of(self)
+    temperature: float = loss_field(InfoNCEHyperparameters)
 
 
 @register_objective("simclr")
@@ -110,12 +111,9 @@ class SpectralObjective(PairObjective):
 
 @dataclass
 class VICRegConfig(ObjectiveConfig):
-    invariance_weight: float = field(default=25.0, metadata={"help": "VICReg: weight λ of the invariance term."})
-    variance_weight: float = field(default=25.0, metadata={"help": "VICReg: weight μ of the variance term."})
-    covariance_weight: float = field(default=1.0, metadata={"help": "VICReg: weight ν of the covariance term."})
-
-    def validate(self) -> None:
-        VICRegLoss.hyperparameters_class.check_fields_of(self)
+    invariance_weight: float = loss_field(VICRegHyperparameters)
+    variance_weight: float = loss_field(VICRegHyperparameters)
+    covariance_weight: float = loss_field(VICRegHyperparameters)
 
 
 @register_objective("vicreg")
@@ -132,13 +130,10 @@ class VICRegObjective(PairObjective):
 
 @dataclass
 class BinaryNCEConfig(ObjectiveConfig):
-    temperature: float = field(default=0.1, metadata={"help": "Binary NCE: initial temperature τ > 0."})
-    negatives: str = field(default="all", metadata={"help": "Binary NCE: 'all' in-batch negatives or 'shifted'."})
-    learnable_temperature: bool = field(default=False, metadata={"help": "Binary NCE: learn the temperature."})
-    learnable_bias: bool = field(default=False, metadata={"help": "Binary NCE: learn the bias."})
-
-    def validate(self) -> None:
-        BinaryNCELoss.hyperparameters_class.check_fields_of(self)  # temperature, negatives, learnable_*
+    temperature: float = loss_field(BinaryNCEHyperparameters)
+    negatives: str = loss_field(BinaryNCEHyperparameters)
+    learnable_temperature: bool = loss_field(BinaryNCEHyperparameters)
+    learnable_bias: bool = loss_field(BinaryNCEHyperparameters)
 
 
 @register_objective("binary_nce")

@@ -71,8 +71,8 @@ def build_objective(objective: str | Objective, **hyperparameters: Any) -> Objec
     if isinstance(objective, Objective):
         if hyperparameters:
             raise InputError(
-                f"Hyperparameters {sorted(hyperparameters)} were given with an already built {type(objective).__name__}; "
-                "set them on the objective instead."
+                f"Hyperparameters {sorted(hyperparameters)} were given with an already built "
+                f"{type(objective).__name__}; set them on the objective instead."
             )
         return objective
     if not isinstance(objective, str):

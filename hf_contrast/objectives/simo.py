@@ -25,9 +25,11 @@ from torch import Tensor, nn
 from hf_contrast.errors import InputError
 
 from ..losses import AFCLLoss
+from ..losses.simo import AFCLHyperparameters
 from ..tensor_checks import check_bool, check_choice, check_int
 from ..views import AFCLBatchSampler, ViewBuilder, WholeClassGroups
-from .base import Objective, ObjectiveConfig
+from .base import Objective
+from .config import ObjectiveConfig, loss_field
 from .geometry import GeometryMonitor, class_mean_abs_cosine
 from .registry import register_objective
 
@@ -40,7 +42,7 @@ class SimOConfig(ObjectiveConfig):
         default=4, metadata={"help": "SimO/AFCL: classes C per batch (fewer than half the classes)."}
     )
     samples_per_class: int = field(default=8, metadata={"help": "SimO/AFCL: samples k per class in a batch (>= 2)."})
-    olean: float = field(default=0.01, metadata={"help": "SimO/AFCL: orthogonality leaning in [0, 1]."})
+    olean: float = loss_field(AFCLHyperparameters)
     n_views: int = field(default=1, metadata={"help": "SimO: augmented views per sample (1 or 2)."})
     replacement: bool = field(
         default=False,
@@ -52,7 +54,7 @@ class SimOConfig(ObjectiveConfig):
     def validate(self) -> None:
         check_int("classes_per_batch", self.classes_per_batch, 2)
         check_int("samples_per_class", self.samples_per_class, 2)
-        AFCLLoss.hyperparameters_class.check_fields_of(self)  # olean
+        super().validate()  # olean
         check_choice("n_views", self.n_views, (1, 2))
         check_bool("replacement", self.replacement)
 

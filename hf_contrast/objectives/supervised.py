@@ -28,9 +28,11 @@ from hf_contrast.errors import InputError
 
 from ..data.checks import dataset_classes
 from ..losses import OCLoss, SupConLoss
+from ..losses.supcon import SupConHyperparameters
 from ..tensor_checks import check_choice
 from ..views import ViewBuilder
-from .base import Objective, ObjectiveConfig
+from .base import Objective
+from .config import ObjectiveConfig, loss_field
 from .geometry import GeometryMonitor, negative_cosine_counts
 from .registry import register_objective
 
@@ -39,11 +41,11 @@ __all__ = ["SupConConfig", "SupConObjective", "OCLObjective"]
 
 @dataclass
 class SupConConfig(ObjectiveConfig):
-    temperature: float = field(default=0.1, metadata={"help": "SupCon/OCL: temperature τ > 0."})
+    temperature: float = loss_field(SupConHyperparameters)  # OCL shares SupCon's
     n_views: int = field(default=2, metadata={"help": "SupCon/OCL: augmented views per sample (1 or 2)."})
 
     def validate(self) -> None:
-        SupConLoss.hyperparameters_class.check_fields_of(self)  # temperature (OCL shares SupCon's)
+        super().validate()  # temperature
         check_choice("n_views", self.n_views, (1, 2))
 
 
@@ -161,8 +163,8 @@ class OCLObjective(SupConObjective):
             return False
         self.warned_identical_to_supcon = True
         warnings.warn(
-            f"{type(self).__name__}: in the first {self.geometry.steps} training steps no pair of different classes had "
-            "a negative cosine similarity (logged `negative_cos_below_zero` = 0), so OCL's |cos| of the negatives "
+            f"{type(self).__name__}: in the first {self.geometry.steps} training steps no pair of different classes "
+            "had a negative cosine similarity (logged `negative_cos_below_zero` = 0), so OCL's |cos| of the negatives "
             "equalled SupCon's cos: so far this run trains exactly as objective='supcon' would. OCL differs once "
             "classes are pushed past orthogonality. Try larger batches (more negatives per step), a lower "
             "`temperature`, longer training, and check that the encoder's `projection_dim` is at least the number "
@@ -179,8 +181,9 @@ class OCLObjective(SupConObjective):
         if isinstance(dim, int) and len(classes) > dim:
             raise InputError(
                 f"OCL makes the {len(classes)} classes of `train_dataset` mutually orthogonal, which needs at least "
-                f"{len(classes)} projection dimensions, but the encoder's `projection_dim` is {dim}. Build the encoder "
-                f"with `projection_dim` >= {len(classes)}, or use SupCon (objective='supcon'), which has no such bound."
+                f"{len(classes)} projection dimensions, but the encoder's `projection_dim` is {dim}. Build the "
+                f"encoder with `projection_dim` >= {len(classes)}, or use SupCon (objective='supcon'), which has no "
+                "such bound."
             )
 
 

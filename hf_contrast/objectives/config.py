@@ -1,0 +1,118 @@
+"""``ObjectiveConfig``: an objective's hyperparameters, the fields it shares with its loss derived from the loss.
+
+An objective config is a dataclass whose fields are also command-line flags (``HfArgumentParser`` turns
+``metadata={"help": ...}`` into ``--flag`` help). A field that a loss also takes (``temperature``,
+``n_splits``, ...) is not declared again: :func:`loss_field` takes its default, its help and its check
+from the loss's :class:`~hf_contrast.losses.hyperparameters.Hyperparameters` dataclass, where they are
+declared once (:mod:`hf_contrast.losses.hyperparameters`):
+
+>>> from dataclasses import dataclass, field, fields
+>>> from hf_contrast.losses.care import CAREHyperparameters
+>>> @dataclass
+... class Chunks(ObjectiveConfig):
+...     n_splits: int = loss_field(CAREHyperparameters)
+...     share_views: bool = field(default=False, metadata={"help": "Share the views."})
+>>> Chunks().n_splits, fields(Chunks)[0].metadata["help"]
+(8, 'CARE: chunks S sharing one augmentation pair; must divide the per-device batch size.')
+>>> Chunks(n_splits=0)
+Traceback (most recent call last):
+hf_contrast.errors.InputError: `n_splits` must be an integer >= 1, got 0.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+from typing import Any, ClassVar
+
+from ..losses.hyperparameters import Hyperparameters
+
+__all__ = ["ObjectiveConfig", "loss_field"]
+
+_UNSET: Any = object()
+
+
+class _LossField:
+    """Placeholder left in a config's class body by :func:`loss_field`; :class:`ObjectiveConfig` replaces it
+    with a ``dataclasses.field`` once the class is created (when the field's name is known)."""
+
+    def __init__(self, hyperparameters: type[Hyperparameters], default: Any, help: str | None) -> None:
+        self.hyperparameters = hyperparameters
+        self.default = default
+        self.help = help
+
+
+def loss_field(hyperparameters: type[Hyperparameters], *, default: Any = _UNSET, help: str | None = None) -> Any:
+    """A config field derived from the field of the same name of a loss's ``hyperparameters`` dataclass:
+    the loss's default, ``--help`` text and check (run when the config is built, by
+    :meth:`ObjectiveConfig.validate`).
+
+    Args:
+        hyperparameters: The loss's dataclass, e.g. ``CARELoss.hyperparameters_class``.
+        default: Only where the objective's default differs from the loss's (e.g. SimCSE's temperature 0.05
+            for InfoNCE's 0.5).
+        help: Only where the objective's use of the hyperparameter needs its own description.
+    """
+    return _LossField(hyperparameters, default, help)
+
+
+@dataclasses.dataclass
+class ObjectiveConfig:
+    """Hyperparameters of an objective. Subclasses add fields: with :func:`loss_field` the ones a loss also
+    takes (checked by :meth:`validate` with the loss's own checks), the others with
+    ``metadata={"help": ...}`` and checked in an override of :meth:`validate` (which calls
+    ``super().validate()``) with :mod:`hf_contrast.tensor_checks`."""
+
+    #: Which loss hyperparameters each derived field comes from, by field name (set for every subclass).
+    loss_fields: ClassVar[dict[str, type[Hyperparameters]]] = {}
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        derived = dict(cls.loss_fields)
+        unannotated = [
+            n for n, v in vars(cls).items() if isinstance(v, _LossField) and n not in inspect.get_annotations(cls)
+        ]
+        if unannotated:
+            raise TypeError(
+                f"{cls.__name__}: annotate the type of the loss fields {unannotated} (e.g. `temperature: float`)."
+            )
+        for name in inspect.get_annotations(cls):
+            value = vars(cls).get(name)
+            if isinstance(value, _LossField):
+                setattr(cls, name, _derived_field(cls, name, value))
+                derived[name] = value.hyperparameters
+            else:
+                derived.pop(name, None)  # declared by hand in a subclass: no longer derived
+        cls.loss_fields = derived
+
+    def validate(self) -> None:
+        """Raise ``ValueError`` naming the field on an out-of-range value. Here: :meth:`check_loss_fields`;
+        an override checks its own fields and calls ``super().validate()`` where the loss's checks belong."""
+        self.check_loss_fields()
+
+    def check_loss_fields(self) -> None:
+        """Check the fields derived from a loss with the loss's checks (loss by loss, in each loss's
+        declaration order), so the message is the loss's own."""
+        for hyperparameters in dict.fromkeys(self.loss_fields.values()):
+            for f in dataclasses.fields(hyperparameters):
+                if self.loss_fields.get(f.name) is hyperparameters:
+                    f.metadata["check"](f.name, getattr(self, f.name))
+
+    def __post_init__(self) -> None:
+        self.validate()
+        self.check_loss_fields()  # also where an override of validate() does not call super().validate()
+
+
+def _derived_field(config: type, name: str, spec: _LossField) -> Any:
+    """The ``dataclasses.field`` of ``config.name`` from ``spec``'s loss hyperparameter of the same name."""
+    fields = {f.name: f for f in dataclasses.fields(spec.hyperparameters)}
+    if name not in fields:
+        raise TypeError(
+            f"{config.__name__}.{name} = loss_field({spec.hyperparameters.__name__}): "
+            f"{spec.hyperparameters.__name__} has no field {name!r}; its fields are {sorted(fields)}."
+        )
+    source = fields[name]
+    default = source.default if spec.default is _UNSET else spec.default
+    help_text = spec.help if spec.help is not None else source.metadata.get("help")
+    metadata = {} if help_text is None else {"help": help_text}
+    return dataclasses.field(default=default, metadata=metadata)
