@@ -47,8 +47,8 @@ from .. import distributed
 from ..data.checks import check_dataset, dataset_columns
 from ..data.columns import CANONICAL_COLUMNS
 from ..evaluation.progress import follow_log_level, progress_bars_disabled
+from ..hub import ModelCardCallback
 from ..losses import finite_input_checks
-from ..model_card import ModelCardCallback
 from ..models.instances import as_encoder
 from ..models.modeling import ContrastiveEncoder
 from ..objectives import Objective, build_objective
