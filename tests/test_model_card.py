@@ -19,7 +19,7 @@ from huggingface_hub import ModelCard
 from PIL import Image
 from transformers import Trainer, TrainerState, TrainingArguments
 
-from hf_contrast.model_card import (
+from hf_contrast.hub import (
     GENERATED_MARKER,
     ContrastiveModelCardData,
     ModelCardCallback,
@@ -29,6 +29,7 @@ from hf_contrast.model_card import (
     non_default_training_args,
     write_model_card,
 )
+from hf_contrast.models.card_facts import encoder_card_facts
 
 BIBTEX = "@inproceedings{care2025,\n  title = {Escaping the Big Data Paradigm},\n  year = {2025}\n}"
 
@@ -87,7 +88,9 @@ def _pretrained_stub(backbone: str, backbone_type: str = "timm") -> SimpleNamesp
         normalize_projections=True,
         pooling="mean",
     )
-    return SimpleNamespace(config=config, data_config={"input_size": (3, 224, 224)})
+    model = SimpleNamespace(config=config, data_config={"input_size": (3, 224, 224)})
+    model.card_facts = lambda: encoder_card_facts(model, get_model_card_data(model))  # as ContrastiveEncoder's
+    return model
 
 
 def test_pretrained_timm_backbone_gives_base_model_and_its_license() -> None:
@@ -313,7 +316,7 @@ def test_write_refreshes_its_own_card(tmp_path: Path) -> None:
 def test_write_never_raises(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     not_a_dir = tmp_path / "file"
     not_a_dir.write_text("x")
-    with caplog.at_level(logging.WARNING, logger="hf_contrast.model_card"):
+    with caplog.at_level(logging.WARNING, logger="hf_contrast.hub.card_render"):
         assert write_model_card(tiny_timm_encoder(), not_a_dir) is None
     assert any("not written" in r.getMessage() for r in caplog.records)
 
