@@ -1,9 +1,9 @@
 """The card data of a contrastive encoder: what its model card says beyond the encoder's own config.
 
 :class:`ContrastiveModelCardData` lives on the encoder as ``model.model_card_data``
-(:func:`~hf_contrast.hub.card_storage.get_model_card_data` creates it on first use). Users set ``license``,
+(:func:`~hf_contrast.hub.get_model_card_data` creates it on first use). Users set ``license``,
 ``language``, ``model_name``, ``train_datasets``... on it; the trainer's
-:class:`~hf_contrast.hub.card_callback.ModelCardCallback` fills the rest. It travels with the model as
+:class:`~hf_contrast.hub.ModelCardCallback` fills the rest. It travels with the model as
 ``hf_contrast/model_card.json`` (:mod:`hf_contrast.hub.card_storage`).
 """
 
@@ -53,14 +53,14 @@ class ContrastiveModelCardData:
     """What the model card of a contrastive encoder says beyond the encoder's own config.
 
     It travels with the model: ``save_pretrained`` writes it to ``hf_contrast/model_card.json``
-    (:func:`save_card_data`) and ``ContrastiveEncoder.from_pretrained`` reads it back
-    (:func:`load_card_data`), so saving, loading and pushing keep the card. When a loaded model is
-    trained again, the new run replaces the previous run's fields (method, datasets,
-    hyperparameters, logs, metrics) that were not changed by hand since loading; the fields a user
-    sets (license, language, tags, model name) are kept.
+    (:func:`~hf_contrast.hub.save_card_data`) and ``ContrastiveEncoder.from_pretrained`` reads it
+    back (:func:`~hf_contrast.hub.load_card_data`), so saving, loading and pushing keep the card.
+    When a loaded model is trained again, the new run replaces the previous run's fields (method,
+    datasets, hyperparameters, logs, metrics) that were not changed by hand since loading; the fields
+    a user sets (license, language, tags, model name) are kept.
 
     Set the user-facing fields by hand (``model.model_card_data.license = "mit"``); the trainer's
-    :class:`ModelCardCallback` fills the others while training.
+    :class:`~hf_contrast.hub.ModelCardCallback` fills the others while training.
 
     Args:
         model_id: The Hub repository id, used in the usage snippets (set by the pushes).
@@ -78,7 +78,7 @@ class ContrastiveModelCardData:
         eval_datasets: The same for the evaluation data.
         objective_name: The method's name (``"CARE"``); objective_class, objective_config and
             citations (BibTeX) come from ``set_objective``.
-        hyperparameters: Non-default training arguments (:func:`non_default_training_args`).
+        hyperparameters: Non-default training arguments (:func:`~hf_contrast.hub.non_default_training_args`).
         training_setup: The defaults that shaped the run, as the trainer logged them at the start of training
             (``{"image size": "28x28 px (the training images' own size)", "precision": "fp32", ...}``).
         training_logs: One row per logged step: ``{"epoch", "step", "loss", "eval_loss", ...}``.
@@ -278,7 +278,7 @@ class ContrastiveModelCardData:
         return data
 
     def start_run(self) -> None:
-        """Begin a new training run on this model (called by :class:`ModelCardCallback`).
+        """Begin a new training run on this model (called by :class:`~hf_contrast.hub.ModelCardCallback`).
 
         The log table, metrics, baseline and best step always start empty. The fields read from a
         saved model (:meth:`from_dict`) and unchanged since are the previous run's: they are cleared
