@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import dataclasses
 import logging
 import os
 import re
@@ -338,3 +339,41 @@ def test_non_default_training_args_drop_defaults_and_secrets() -> None:
         report_to="none",
     )
     assert non_default_training_args(args) == {"learning_rate": 3e-4, "num_train_epochs": 7}
+
+
+def test_the_card_takes_what_differs_by_backbone_family_from_the_model_s_card_facts() -> None:
+    """The renderer has no image/text branch: a model with other facts gets a card that says them."""
+    model = _pretrained_stub("org/some-backbone", backbone_type="timm")
+    facts = dataclasses.replace(
+        model.card_facts(),
+        model_type="hf_contrast ContrastiveEncoder (audio)",
+        input_noun="clip",
+        inputs_noun="clips",
+        detail_rows=(("Sample rate", "16 kHz"),),
+        library_name="transformers",
+        pipeline_tag="audio-classification",
+        tags=("audio",),
+        base_model="org/audio-base",
+        base_model_license="cc-by-4.0",
+    )
+    model.card_facts = lambda: facts
+    text = generate_model_card(model)
+    meta = _yaml(text)
+    assert (meta["library_name"], meta["pipeline_tag"], meta["base_model"], meta["license"]) == (
+        "transformers",
+        "audio-classification",
+        "org/audio-base",
+        "cc-by-4.0",
+    )
+    assert "audio" in meta["tags"] and "timm" not in meta["tags"]
+    assert "A contrastive clip encoder" in text and "It maps clips to" in text
+    assert "- **Model type:** hf_contrast ContrastiveEncoder (audio)" in text and "- **Sample rate:** 16 kHz" in text
+
+
+def test_renderer_and_template_have_no_image_text_branch() -> None:
+    import hf_contrast.hub.card_render as card_render
+
+    template = Path(card_render.TEMPLATE_PATH).read_text(encoding="utf-8")
+    source = Path(card_render.__file__).read_text(encoding="utf-8")
+    for text in (template, source):
+        assert "is_text" not in text and "backbone_type" not in text
