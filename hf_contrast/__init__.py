@@ -5,8 +5,8 @@ Subpackages: :mod:`~hf_contrast.losses` (pure loss functions + ``nn.Module`` wra
 :mod:`~hf_contrast.objectives` (methods as registered objectives),
 :mod:`~hf_contrast.training` (``ContrastiveTrainer`` and the named trainers, arguments),
 :mod:`~hf_contrast.evaluation` (the one evaluation path) on :mod:`~hf_contrast.metrics`,
-:mod:`~hf_contrast.views` (rows to views: transforms, collators, sampler), :mod:`~hf_contrast.model_card` and :mod:`~hf_contrast.hub`
-(cards, push), :mod:`~hf_contrast.data` (embedded data, loaders, checks).
+:mod:`~hf_contrast.views` (rows to views: transforms, collators, sampler), :mod:`~hf_contrast.hub`
+(model cards, push), :mod:`~hf_contrast.data` (embedded data, loaders, checks).
 
 The most used names are available at the top level and imported on first use, so that
 ``import hf_contrast`` stays cheap:
@@ -40,7 +40,7 @@ _LAZY = {
     "Objective": "objectives",
     "EmbeddingMetrics": "evaluation",
     "STSEvaluator": "evaluation",
-    "ContrastiveModelCardData": "model_card",
+    "ContrastiveModelCardData": "hub",
 }
 
 __all__ = ["__version__", *_LAZY]

@@ -24,6 +24,7 @@ from safetensors.torch import load_file, save_file
 
 from hf_contrast.data import defer_image_decoding
 from hf_contrast.data.decode import BadImageError
+from hf_contrast.hub import ContrastiveModelCardData, generate_model_card
 from hf_contrast.losses import (
     LOCALLoss,
     afcl_loss,
@@ -36,7 +37,6 @@ from hf_contrast.losses import (
     supcon_loss,
     vicreg_loss,
 )
-from hf_contrast.model_card import ContrastiveModelCardData, generate_model_card
 from hf_contrast.models import ContrastiveEncoder
 from hf_contrast.training import OCLTrainer, SimCLRTrainer, SupConTrainer
 from hf_contrast.views import ImageViewCollator, simclr_transform

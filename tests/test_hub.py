@@ -21,8 +21,7 @@ from huggingface_hub.utils import get_session
 from sentence_transformers import SentenceTransformer
 from transformers import AutoModel, AutoTokenizer, Trainer, TrainingArguments
 
-from hf_contrast.hub import push_encoder_to_hub
-from hf_contrast.model_card import GENERATED_MARKER, ModelCardCallback, get_model_card_data
+from hf_contrast.hub import GENERATED_MARKER, ModelCardCallback, get_model_card_data, push_encoder_to_hub
 from hf_contrast.models import ContrastiveEncoder
 from hf_contrast.training.checkpointing import CheckpointingMixin
 from hf_contrast.training.publishing import HubPublishingMixin

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import dataclasses
 import logging
 import os
 import re
@@ -19,7 +20,7 @@ from huggingface_hub import ModelCard
 from PIL import Image
 from transformers import Trainer, TrainerState, TrainingArguments
 
-from hf_contrast.model_card import (
+from hf_contrast.hub import (
     GENERATED_MARKER,
     ContrastiveModelCardData,
     ModelCardCallback,
@@ -29,6 +30,7 @@ from hf_contrast.model_card import (
     non_default_training_args,
     write_model_card,
 )
+from hf_contrast.models.card_facts import encoder_card_facts
 
 BIBTEX = "@inproceedings{care2025,\n  title = {Escaping the Big Data Paradigm},\n  year = {2025}\n}"
 
@@ -87,7 +89,9 @@ def _pretrained_stub(backbone: str, backbone_type: str = "timm") -> SimpleNamesp
         normalize_projections=True,
         pooling="mean",
     )
-    return SimpleNamespace(config=config, data_config={"input_size": (3, 224, 224)})
+    model = SimpleNamespace(config=config, data_config={"input_size": (3, 224, 224)})
+    model.card_facts = lambda: encoder_card_facts(model, get_model_card_data(model))  # as ContrastiveEncoder's
+    return model
 
 
 def test_pretrained_timm_backbone_gives_base_model_and_its_license() -> None:
@@ -313,7 +317,7 @@ def test_write_refreshes_its_own_card(tmp_path: Path) -> None:
 def test_write_never_raises(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     not_a_dir = tmp_path / "file"
     not_a_dir.write_text("x")
-    with caplog.at_level(logging.WARNING, logger="hf_contrast.model_card"):
+    with caplog.at_level(logging.WARNING, logger="hf_contrast.hub.card_render"):
         assert write_model_card(tiny_timm_encoder(), not_a_dir) is None
     assert any("not written" in r.getMessage() for r in caplog.records)
 
@@ -335,3 +339,41 @@ def test_non_default_training_args_drop_defaults_and_secrets() -> None:
         report_to="none",
     )
     assert non_default_training_args(args) == {"learning_rate": 3e-4, "num_train_epochs": 7}
+
+
+def test_the_card_takes_what_differs_by_backbone_family_from_the_model_s_card_facts() -> None:
+    """The renderer has no image/text branch: a model with other facts gets a card that says them."""
+    model = _pretrained_stub("org/some-backbone", backbone_type="timm")
+    facts = dataclasses.replace(
+        model.card_facts(),
+        model_type="hf_contrast ContrastiveEncoder (audio)",
+        input_noun="clip",
+        inputs_noun="clips",
+        detail_rows=(("Sample rate", "16 kHz"),),
+        library_name="transformers",
+        pipeline_tag="audio-classification",
+        tags=("audio",),
+        base_model="org/audio-base",
+        base_model_license="cc-by-4.0",
+    )
+    model.card_facts = lambda: facts
+    text = generate_model_card(model)
+    meta = _yaml(text)
+    assert (meta["library_name"], meta["pipeline_tag"], meta["base_model"], meta["license"]) == (
+        "transformers",
+        "audio-classification",
+        "org/audio-base",
+        "cc-by-4.0",
+    )
+    assert "audio" in meta["tags"] and "timm" not in meta["tags"]
+    assert "A contrastive clip encoder" in text and "It maps clips to" in text
+    assert "- **Model type:** hf_contrast ContrastiveEncoder (audio)" in text and "- **Sample rate:** 16 kHz" in text
+
+
+def test_renderer_and_template_have_no_image_text_branch() -> None:
+    import hf_contrast.hub.card_render as card_render
+
+    template = Path(card_render.TEMPLATE_PATH).read_text(encoding="utf-8")
+    source = Path(card_render.__file__).read_text(encoding="utf-8")
+    for text in (template, source):
+        assert "is_text" not in text and "backbone_type" not in text

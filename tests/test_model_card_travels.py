@@ -26,7 +26,7 @@ from PIL import Image
 
 from hf_contrast.data import load_image_dataset
 from hf_contrast.evaluation import ProbeEvaluator
-from hf_contrast.model_card import CARD_DATA_FILE, ContrastiveModelCardData, generate_model_card, get_model_card_data
+from hf_contrast.hub import CARD_DATA_FILE, ContrastiveModelCardData, generate_model_card, get_model_card_data
 from hf_contrast.models import ContrastiveEncoder
 from hf_contrast.training import ContrastiveTrainingArguments, SimCLRTrainer
 

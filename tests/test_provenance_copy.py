@@ -9,7 +9,7 @@ from _tiny import tiny_bert_config, tiny_timm_encoder, tiny_tokenizer
 from huggingface_hub import ModelCard
 from transformers import BertModel
 
-from hf_contrast.model_card import generate_model_card, get_model_card_data
+from hf_contrast.hub import generate_model_card, get_model_card_data
 from hf_contrast.models import ContrastiveEncoder
 from hf_contrast.provenance import backbone_provenance
 

@@ -2,7 +2,7 @@
 
 ``datasets`` names data read from local files after the packaged builder (``imagefolder``, ``csv``),
 which says nothing. :func:`name_dataset` sets ``info.dataset_name`` (what the model card reads, see
-:func:`hf_contrast.model_card.dataset_metadata`) to the user's ``dataset_name`` or, for a local
+:func:`hf_contrast.hub.dataset_metadata`) to the user's ``dataset_name`` or, for a local
 source, to the folder's name (a file named after a split, ``corpus/train.csv``, is named by its
 folder: ``corpus``).
 """

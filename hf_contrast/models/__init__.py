@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from transformers import AutoConfig, AutoModel
 
+from hf_contrast.hub.staging import staged_directory
 from hf_contrast.models.backbones import HubUnavailableError
 from hf_contrast.models.configuration import ContrastiveEncoderConfig
 from hf_contrast.models.export import (
@@ -22,7 +23,6 @@ from hf_contrast.models.modeling import ContrastiveEncoder, ContrastiveEncoderOu
 from hf_contrast.models.pooling import cls_pool, max_pool, mean_pool
 from hf_contrast.models.save_format import SAVE_FORMAT_VERSION, NewerSaveFormatWarning
 from hf_contrast.models.st_layout import SentenceTransformerLayout, read_st_layout
-from hf_contrast.models.staging import staged_directory
 
 AutoConfig.register(ContrastiveEncoderConfig.model_type, ContrastiveEncoderConfig, exist_ok=True)
 AutoModel.register(ContrastiveEncoderConfig, ContrastiveEncoder, exist_ok=True)

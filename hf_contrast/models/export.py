@@ -28,6 +28,7 @@ import torch
 import transformers
 
 from hf_contrast.errors import InputError
+from hf_contrast.hub.layout import HUB_SUBFOLDER
 from hf_contrast.models.configuration import ContrastiveEncoderConfig
 from hf_contrast.models.st_layout import write_st_modules
 
@@ -39,9 +40,6 @@ __all__ = [
     "export_sentence_transformers",
     "export_native",
 ]
-
-#: Subfolder of every saved model folder (and Hub repository) holding the full encoder (head included).
-HUB_SUBFOLDER = "hf_contrast"
 
 #: ``pretrained_cfg`` keys that describe where pretrained weights came from; a from-scratch export drops them.
 PROVENANCE_KEYS = (

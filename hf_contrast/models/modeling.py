@@ -16,17 +16,21 @@ from transformers import PretrainedConfig, PreTrainedModel
 from transformers.utils import ModelOutput, cached_file
 
 from hf_contrast.errors import InputError
-from hf_contrast.model_card import (
+from hf_contrast.hub import (
     CARD_DATA_FILE,
     CARD_DATA_VERSION,
     ContrastiveModelCardData,
+    EncoderCardFacts,
     get_model_card_data,
     load_card_data,
     save_card_data,
+    staged_directory,
+    upload_model_folder,
     write_model_card,
 )
 from hf_contrast.models.adapters.registry import adapter_class, adapter_for
 from hf_contrast.models.backbones import backbone_type_of
+from hf_contrast.models.card_facts import encoder_card_facts
 from hf_contrast.models.configuration import ContrastiveEncoderConfig
 from hf_contrast.models.encode import encode as encode_inputs
 from hf_contrast.models.export import HUB_SUBFOLDER
@@ -41,9 +45,7 @@ from hf_contrast.models.loading import (
     weights_location,
 )
 from hf_contrast.models.save_format import check_save_format
-from hf_contrast.models.staging import staged_directory
 from hf_contrast.models.statistics import model_details
-from hf_contrast.models.upload import upload_model_folder
 from hf_contrast.provenance import backbone_provenance
 from hf_contrast.tensor_checks import l2_normalize
 
@@ -392,7 +394,7 @@ class ContrastiveEncoder(PreTrainedModel):
 
         Layout (also what every checkpoint, ``trainer.save_model`` and :meth:`push_to_hub` write)::
 
-            README.md                    model card (hf_contrast.model_card.write_model_card; a failure only warns)
+            README.md                    model card (hf_contrast.hub.write_model_card; a failure only warns)
             config.json, model.safetensors
                                          timm: export_timm   -> timm.create_model("local-dir:DIR", pretrained=True)
                                          text: transformers  -> AutoModel / AutoTokenizer.from_pretrained(DIR)
@@ -402,7 +404,7 @@ class ContrastiveEncoder(PreTrainedModel):
                                          -> ContrastiveEncoder.from_pretrained(DIR)
 
         Everything is written to a hidden sibling folder first and moved in with renames at the end
-        (:func:`~hf_contrast.models.staging.staged_directory`): a save that fails or is interrupted
+        (:func:`~hf_contrast.hub.staging.staged_directory`): a save that fails or is interrupted
         leaves a model already in ``save_directory`` loadable; other files there (checkpoints, logs)
         are kept. Weights are always safetensors.
 
@@ -446,6 +448,10 @@ class ContrastiveEncoder(PreTrainedModel):
             logger.warning(
                 "Model card data not saved (%s: %s); the card will not survive a reload.", type(error).__name__, error
             )
+
+    def card_facts(self) -> EncoderCardFacts:
+        """What this encoder's model card says that depends on its backbone family (metadata, details, usage)."""
+        return encoder_card_facts(self, get_model_card_data(self))
 
     def _write_model_card(self, folder: os.PathLike[str]) -> None:
         try:

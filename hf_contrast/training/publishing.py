@@ -2,11 +2,11 @@
 
 Mixed into ``ContrastiveTrainer``. It keeps ``transformers.Trainer``'s flow (the repository named by
 ``hub_model_id``, ``save_model``, ``create_model_card``, background checkpoint pushes with
-``hub_strategy``) and changes three things:
+``hub_strategy``) and changes four things:
 
-- the card is hf_contrast's (:mod:`hf_contrast.model_card`, filled by ``ModelCardCallback``), not
+- the card is hf_contrast's (:mod:`hf_contrast.hub`, filled by ``ModelCardCallback``), not
   the Trainer's generic one;
-- every upload goes through :func:`hf_contrast.models.upload.upload_model_folder`: a README.md on the
+- every upload goes through :func:`hf_contrast.hub.upload_model_folder`: a README.md on the
   Hub that a person wrote is kept unless ``push_to_hub(replace_model_card=True)`` (or
   ``trainer.replace_model_card = True`` for the checkpoint pushes);
 - what is uploaded is what ``CheckpointingMixin._save`` wrote: ``training_args.bin`` without
@@ -31,9 +31,7 @@ from huggingface_hub import CommitOperationAdd, HfApi
 from transformers.trainer_utils import HubStrategy, SaveStrategy
 from transformers.utils import PushInProgress, logging
 
-from hf_contrast.model_card import get_model_card_data, save_card_data, write_model_card
-from hf_contrast.models.export import HUB_SUBFOLDER
-from hf_contrast.models.upload import upload_model_folder
+from hf_contrast.hub import HUB_SUBFOLDER, get_model_card_data, save_card_data, upload_model_folder, write_model_card
 
 __all__ = ["HubPublishingMixin", "portable_trainer_state"]
 
@@ -100,8 +98,8 @@ class HubPublishingMixin:
         ignored = [name for name, value in (("dataset_args", dataset_args), ("tasks", tasks)) if value is not None]
         if ignored:
             logger.warning(
-                "create_model_card: %s not used by hf_contrast cards (their task is feature extraction); set fields on "
-                "`trainer.model.model_card_data` for anything else.",
+                "create_model_card: %s not used by hf_contrast cards (their task is feature extraction); "
+                "set fields on `trainer.model.model_card_data` for anything else.",
                 ", ".join(f"`{name}`" for name in ignored),
             )
         if not self.is_world_process_zero():
@@ -128,7 +126,8 @@ class HubPublishingMixin:
                     entry["name"] = name
             else:
                 logger.warning(
-                    "create_model_card: `dataset`=%r gives %d name(s) for %d training dataset(s) in the card; not used. "
+                    "create_model_card: `dataset`=%r gives %d name(s) for %d training dataset(s) in the card; "
+                    "not used. "
                     "Name the data when loading it (`dataset_name=`) or pass one name per training dataset.",
                     dataset,
                     len(names),
@@ -252,7 +251,8 @@ class HubPublishingMixin:
             jobs.append(
                 api.create_commit(
                     repo_id=self.hub_model_id, operations=self._checkpoint_upload(checkpoint_folder, path_in_repo),
-                    commit_message=commit_message + ", checkpoint", revision=self.args.hub_revision, run_as_future=True,
+                    commit_message=commit_message + ", checkpoint", revision=self.args.hub_revision,
+                    run_as_future=True,
                 )
             )  # fmt: skip
         if pushes is None or pushes.is_done():

@@ -32,8 +32,8 @@ from transformers import Trainer
 
 from hf_contrast.errors import InputError
 
+from ..hub import ModelCardCallback
 from ..losses import finite_input_checks
-from ..model_card import ModelCardCallback
 from ..models.instances import as_encoder
 from ..models.modeling import ContrastiveEncoder
 from ..objectives import Objective, build_objective
