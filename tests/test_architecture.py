@@ -273,8 +273,8 @@ def layer_violations(imports: dict[str, dict[str, int]]) -> list[str]:
 def test_the_layer_finder_finds_upward_and_root_imports() -> None:
     imports = {
         "hf_contrast.losses.info_nce": {"hf_contrast.errors": 3, "hf_contrast.training.trainer": 40},
-        "hf_contrast.models.modeling": {"hf_contrast.model_card": 5, "hf_contrast.losses": 6},
-        "hf_contrast.hub.push": {"hf_contrast.model_card": 2, "hf_contrast.models": 9},
+        "hf_contrast.models.modeling": {"hf_contrast.hub.card_render": 5, "hf_contrast.losses": 6},
+        "hf_contrast.hub.push": {"hf_contrast.hub.upload": 2, "hf_contrast.models": 9},
         "hf_contrast.views.afcl_sampler": {"hf_contrast": 19, "hf_contrast.views.builder": 20},
     }
     assert layer_violations(imports) == [
