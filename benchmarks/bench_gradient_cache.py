@@ -149,8 +149,8 @@ def main() -> None:
             )
         )
         return
-    print(f"device: {torch.cuda.get_device_name() if device.type == 'cuda' else f'cpu ({torch.get_num_threads()} threads)'}; "
-          f"mini-batch {options.mini_batch}")  # fmt: skip
+    where = torch.cuda.get_device_name() if device.type == "cuda" else f"cpu ({torch.get_num_threads()} threads)"
+    print(f"device: {where}; mini-batch {options.mini_batch}")
     rows = []
     for name in options.models:
         for batch_size in options.batch_sizes:

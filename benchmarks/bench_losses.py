@@ -320,7 +320,8 @@ def main() -> None:
     lines = [
         f"Loss benchmark: forward+backward, D = {D}, device `{device}`, torch {torch.__version__}, "
         f"{torch.get_num_threads()} threads; median of at least {args.repeats} runs "
-        f"({max(3, args.repeats // 2)} for B >= 4096; more for cheap cases, up to ~1 s or 50 runs) after a warm-up. Peak memory: see the header of `benchmarks/bench_losses.py`.",
+        f"({max(3, args.repeats // 2)} for B >= 4096; more for cheap cases, up to ~1 s or 50 runs) after a warm-up. "
+        "Peak memory: see the header of `benchmarks/bench_losses.py`.",
         "",
         "### Against the peer libraries",
         "",
@@ -391,7 +392,8 @@ def main() -> None:
         "|---|" + "---:|" * len(sizes) + "---:|---:|---|---|",
         "| shifted | "
         + " | ".join(cell("binary_nce shifted", b) for b in sizes)
-        + f" | {slopes('binary_nce shifted')} | linear (time slope ≤ 1.2) | {'–' if shifted_slope is None else _status(shifted_slope <= 1.2)} |",
+        + f" | {slopes('binary_nce shifted')} | linear (time slope ≤ 1.2) | "
+        f"{'–' if shifted_slope is None else _status(shifted_slope <= 1.2)} |",
         "| all | "
         + " | ".join(cell("binary_nce all", b) for b in sizes)
         + f" | {slopes('binary_nce all')} | (quadratic, for contrast) | |",

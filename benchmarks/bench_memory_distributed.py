@@ -195,7 +195,8 @@ def launch(model: str, engine: str, args: argparse.Namespace, record: Path) -> l
 def table(records: list[dict[str, Any]]) -> str:
     """Markdown: the largest value over the processes, per model and engine, and FSDP/DDP."""
     rows = [
-        "| encoder | engine | params + grads + AdamW held | RSS after wrap | peak RSS in training | peak RSS, whole process | step |",
+        "| encoder | engine | params + grads + AdamW held | RSS after wrap | peak RSS in training | peak RSS, whole "
+        "process | step |",
         "|---|---|---:|---:|---:|---:|---:|",
     ]
     by = {(r["model"], r["engine"]): r for r in records}
@@ -206,19 +207,24 @@ def table(records: list[dict[str, Any]]) -> str:
                 d, f = by[(model, "ddp")], by[(model, "fsdp")]
                 ratio = [f[k] / d[k] for k in ("held", "rss_wrapped", "peak_train", "ru_maxrss", "step")]
                 rows.append(
-                    f"| | **FSDP / DDP** | **{ratio[0]:.2f}** | **{ratio[1]:.2f}** | **{ratio[2]:.2f}** | **{ratio[3]:.2f}** | {ratio[4]:.2f} |"
+                    f"| | **FSDP / DDP** | **{ratio[0]:.2f}** | **{ratio[1]:.2f}** | **{ratio[2]:.2f}** | "
+                    f"**{ratio[3]:.2f}** | {ratio[4]:.2f} |"
                 )
                 continue
             r = by[(model, engine)]
             rows.append(
-                f"| {names.get(model, model)} | {engine.upper()} | {r['held'] / MiB:,.0f} MiB | {r['rss_wrapped'] / MiB:,.0f} MiB "
+                f"| {names.get(model, model)} | {engine.upper()} | {r['held'] / MiB:,.0f} MiB | "
+                f"{r['rss_wrapped'] / MiB:,.0f} MiB "
                 f"| {r['peak_train'] / MiB:,.0f} MiB | {r['ru_maxrss'] / MiB:,.0f} MiB | {r['step']:.2f} s |"
             )
     return "\n".join(rows)
 
 
 def summarise(per_process: list[dict[str, Any]]) -> dict[str, Any]:
-    """The largest value over the processes (the one that runs out of memory first); median step time after the first."""
+    """The largest value over the processes (the one that runs out of memory first).
+
+    The step time is the median over the steps after the first.
+    """
     import statistics
 
     first = per_process[0]

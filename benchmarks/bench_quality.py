@@ -1,11 +1,12 @@
 """CARE vs SimCLR on the embedded digits: same seed, same budget, side by side (not a test).
 
 Runs ``examples/run_care.py --method simclr`` and ``--method care`` (and any other registered
-objective given in ``--methods``: the script's registry resolves it) one after the other in subprocesses, with the same seed, steps and batch size, then reads each
-run's ``all_results.json`` and prints, per method: linear-probe and kNN accuracy of the test
-embeddings (fitted on the train split), the alignment of two evaluation views, and the Wahba error (W and W/√n) and relative rotational equivariance γ_f of test
-projections under sampled augmentations (lower = augmentations act more like one rotation; CARE,
-https://arxiv.org/abs/2306.13924, Figures 2c and 5).
+objective given in ``--methods``: the script's registry resolves it) one after the other in
+subprocesses, with the same seed, steps and batch size, then reads each run's ``all_results.json``
+and prints, per method: linear-probe and kNN accuracy of the test embeddings (fitted on the train
+split), the alignment of two evaluation views, and the Wahba error (W and W/√n) and relative
+rotational equivariance γ_f of test projections under sampled augmentations (lower = augmentations
+act more like one rotation; CARE, https://arxiv.org/abs/2306.13924, Figures 2c and 5).
 
 Launch::
 

@@ -1,4 +1,6 @@
-"""Training throughput of ``ContrastiveTrainer`` with views made per sample in DataLoader workers vs on the device (issue 18).
+"""Training throughput of ``ContrastiveTrainer``: views made per sample in DataLoader workers vs on the device.
+
+Issue 18.
 
 Launch (not a test, not part of CI)::
 
@@ -374,7 +376,10 @@ def main(argv: list[str] | None = None) -> list[Result]:
         f"compile={args.compile and device.type == 'cuda'}"
     )
     results = []
-    header = f"{'method':7} {'model':9} {'px':>4} {'pipeline':10} {'img/s':>9} {'step ms':>8} {'wait':>6} {'views ms':>8} {'peak GiB':>8} {'GPU %':>6}"
+    header = (
+        f"{'method':7} {'model':9} {'px':>4} {'pipeline':10} {'img/s':>9} {'step ms':>8} {'wait':>6} {'views ms':>8} "
+        f"{'peak GiB':>8} {'GPU %':>6}"
+    )
     print(header)
     print("-" * len(header))
     for model_key, size in _parse_models(args.models):

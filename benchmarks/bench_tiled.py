@@ -239,12 +239,14 @@ def main() -> None:
             if (general, 4096) in t:
                 peer_ratio += f"; general form {t[(general, 4096)] / t[(dense, 4096)]:.2f}× dense"
             lines.append(
-                f"| {label} tiled ≤ 1.3× dense time at B = 4096 | {ratio:.2f}×{peer_ratio} | {'**met**' if ratio <= 1.3 else '**missed**'} |"
+                f"| {label} tiled ≤ 1.3× dense time at B = 4096 | {ratio:.2f}×{peer_ratio} | "
+                f"{'**met**' if ratio <= 1.3 else '**missed**'} |"
             )
         if (tiled, 65536) in mem:
             mib = mem[(tiled, 65536)]
             lines.append(
-                f"| {label} tiled memory at B = 65,536 < 1 GiB | {mib:.0f} MiB | {'**met**' if mib < 1024 else '**missed**'} |"
+                f"| {label} tiled memory at B = 65,536 < 1 GiB | {mib:.0f} MiB | "
+                f"{'**met**' if mib < 1024 else '**missed**'} |"
             )
         xs = [b for b in args.batch_sizes if (tiled, b) in mem][-2:]
         if len(xs) == 2:
@@ -252,8 +254,8 @@ def main() -> None:
             all_xs = [b for b in args.batch_sizes if (tiled, b) in mem]
             slope_all = loglog_slope(all_xs, [mem[(tiled, b)] for b in all_xs])
             lines.append(
-                f"| {label} tiled memory slope in B ≤ 1.1 | {slope:.2f} (B = {xs[0]}→{xs[1]}; {slope_all:.2f} over all B) "
-                f"| {'**met**' if slope <= 1.1 else '**missed**'} |"
+                f"| {label} tiled memory slope in B ≤ 1.1 | {slope:.2f} "
+                f"(B = {xs[0]}→{xs[1]}; {slope_all:.2f} over all B) | {'**met**' if slope <= 1.1 else '**missed**'} |"
             )
     if skipped:
         lines += ["", "Skipped (would exceed memory): " + "; ".join(skipped) + "."]

@@ -11,7 +11,8 @@ What is compared (issue 4, "Benchmark"):
 
 1. **Trainer overhead.** For every method trainer, full ``trainer.train()`` steps against a minimal
    hand loop: ``next(batch)``, the *same* objective instance (built from the registry by the
-   trainer: one forward pass over the concatenated views and the loss), ``backward``, ``clip_grad_norm_`` (the Trainer's default ``max_grad_norm=1.0``), fused
+   trainer: one forward pass over the concatenated views and the loss), ``backward``,
+   ``clip_grad_norm_`` (the Trainer's default ``max_grad_norm=1.0``), fused
    ``AdamW`` (the Trainer's default ``adamw_torch_fused``; checked against the optimizer the
    trainer built), the same linear LR schedule, ``zero_grad``. Both start from copies of the same
    model and read the same pre-computed view tensors (a map-style dataset of ``pixel_values_1``,
@@ -548,8 +549,9 @@ def main(argv: list[str] | None = None) -> str:
             "(CARE trainer / SimCLR hand loop, paired) ÷ (SimCLR trainer / SimCLR hand loop, paired, "
             f"= {simclr_overhead:.3f}).",
             "",
-            "| CARE variant | CARE hand / SimCLR hand | CARE trainer / SimCLR hand | **CARE trainer / SimCLR trainer** "
-            f"| target ≤ {CARE_TARGET}× | status | unpaired: CARE trainer ms / SimCLR trainer ms |",
+            "| CARE variant | CARE hand / SimCLR hand | CARE trainer / SimCLR hand | "
+            f"**CARE trainer / SimCLR trainer** | target ≤ {CARE_TARGET}× | status | "
+            "unpaired: CARE trainer ms / SimCLR trainer ms |",
             "|---|---:|---:|---:|---|---|---|",
         ]
         for care in cares:

@@ -2,8 +2,8 @@
 
 Not a test (nothing here runs in the suite): it builds the data, runs the example scripts with the
 flags below, and prints one Markdown table (command, wall time, metrics) — the documentation's
-"Runs on real data" page (docs/benchmarks/real-data.md). Every output goes under ``--out`` (default ``/tmp/real_data``); nothing is
-written into the repository.
+"Runs on real data" page (docs/benchmarks/real-data.md). Every output goes under ``--out``
+(default ``/tmp/real_data``); nothing is written into the repository.
 
 Data (never shipped with the project):
 - Fashion-MNIST as an image folder sorted by class (grey 28×28, ``train/<class>/*.png``,
@@ -504,7 +504,9 @@ def summary(records: dict) -> str:
     test = records.get("sick_test", {}).get("results", {})
     if bert:
         n_test = records.get("sick_test", {}).get("num_pairs") or 4927
-        lines += ["", f"| run | wall | SICK trial ρ (500 pairs) before → best | best step | SICK test ρ ({n_test} pairs) base → run |",
+        lines += ["",
+                  f"| run | wall | SICK trial ρ (500 pairs) before → best | best step | "
+                  f"SICK test ρ ({n_test} pairs) base → run |",
                   "|---|---:|---|---:|---|"]  # fmt: skip
         for name, record in bert.items():
             res = record.get("results", {})
@@ -512,7 +514,8 @@ def summary(records: dict) -> str:
                 lines.append(f"| {name} | {record['wall_s']:.0f} s | failed (exit {record['returncode']}) | | |")
                 continue
             lines.append(
-                f"| {name} | {record['wall_s']:.0f} s | {fmt(res.get('sts_spearman_before_training'))} → {fmt(res.get('sts_spearman'))} | "
+                f"| {name} | {record['wall_s']:.0f} s | {fmt(res.get('sts_spearman_before_training'))} → "
+                f"{fmt(res.get('sts_spearman'))} | "
                 f"{res.get('best_step')} | {fmt(test.get('base'))} → {fmt(test.get(name))} |"
             )
     lines += ["", "Commands:", ""] + [f"- `{name}`: `{r['command']}`" for name, r in records.items() if "command" in r]

@@ -178,7 +178,8 @@ def load_sts(script: ScriptArguments, seed: int) -> datasets.Dataset:
     if 0 < script.max_sts_pairs < total:
         pairs = pairs.shuffle(seed=seed).select(range(script.max_sts_pairs))
         logger.info(
-            f"STS on {len(pairs):,} of {total:,} pairs (a seeded sample: --max_sts_pairs {script.max_sts_pairs}; 0 for all)."
+            f"STS on {len(pairs):,} of {total:,} pairs "
+            f"(a seeded sample: --max_sts_pairs {script.max_sts_pairs}; 0 for all)."
         )
     else:
         logger.info(f"STS on all {total:,} pairs.")

@@ -11,7 +11,8 @@
 # the Wahba error and γ_f of test embeddings under sampled augmentations (lower = closer to a rotation).
 #
 # Launch (the same script everywhere, Accelerate picks the devices):
-#   one CPU or GPU      python examples/run_care.py          (one CPU process uses every core unless OMP_NUM_THREADS is set)
+#   one CPU or GPU      python examples/run_care.py
+#                       (one CPU process uses every core unless OMP_NUM_THREADS is set)
 #   several GPUs        accelerate launch --multi_gpu --num_processes 8 examples/run_care.py --gather_distributed
 #   2 CPU processes     accelerate launch --multi_gpu --num_processes 2 examples/run_care.py   (gloo; for testing)
 #                       Only `--multi_gpu` starts N processes: `accelerate launch --num_processes 2` (with or without
@@ -191,8 +192,9 @@ def main() -> None:
     )
     logger.info(
         f"Training {script.method} on {script.dataset or 'the embedded digits'} ({len(train_dataset)} train / "
-        f"{len(eval_dataset)} test images) with {script.model} ({'pretrained' if script.pretrained else 'from scratch'}) "
-        f"for {training_args.max_steps} steps (image size, precision, processes × threads: the trainer's start-up log)."
+        f"{len(eval_dataset)} test images) with {script.model} "
+        f"({'pretrained' if script.pretrained else 'from scratch'}) for {training_args.max_steps} steps (image size, "
+        "precision, processes × threads: the trainer's start-up log)."
     )
 
     # ---- training ----

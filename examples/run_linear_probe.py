@@ -129,8 +129,9 @@ def main() -> None:
             raise SystemExit(f"--dataset: {error}") from error
         except (ConnectionError, OSError) as error:
             raise SystemExit(
-                f"Could not load the dataset `{args.dataset}` ({type(error).__name__}: {error}).\nOffline, pass a local "
-                "image folder instead (`--dataset path/to/folder`, one sub-folder per class), or drop `--dataset`."
+                f"Could not load the dataset `{args.dataset}` ({type(error).__name__}: {error}).\nOffline, pass a "
+                "local image folder instead (`--dataset path/to/folder`, one sub-folder per class), or drop "
+                "`--dataset`."
             ) from error
         args.image_column, args.label_column = "image", "label"  # the loader renames the chosen columns
         encode.update(input_column=args.image_column, on_bad_image=args.on_bad_image)
@@ -149,16 +150,16 @@ def main() -> None:
     with open(path, "w", encoding="utf-8") as handle:
         json.dump(metrics, handle, indent=4, sort_keys=True)
     width = max(len(key) for key in metrics)
-    logger.info(f"***** probe metrics (written to {path}) *****\n" + "\n".join(
-        f"  {key:<{width}} = {value:.4f}" if isinstance(value, float) else f"  {key:<{width}} = {value}" for key, value in metrics.items()
-    ))  # fmt: skip
+    lines = (
+        f"  {key:<{width}} = {value:.4f}" if isinstance(value, float) else f"  {key:<{width}} = {value}"
+        for key, value in metrics.items()
+    )
+    logger.info(f"***** probe metrics (written to {path}) *****\n" + "\n".join(lines))
     test_z, test_y = encode_dataset(encoder, data["test"], **encode)  # for the picture
     label_feature = data["train"].features.get(args.label_column)
     name = os.path.basename(os.path.normpath(args.model))
-    save_training_plots(
-        output_dir, name, z=test_z, labels=test_y, class_names=list(label_feature.names) if hasattr(label_feature, "names") else None,
-        seed=args.seed,
-    )  # fmt: skip
+    class_names = list(label_feature.names) if hasattr(label_feature, "names") else None
+    save_training_plots(output_dir, name, z=test_z, labels=test_y, class_names=class_names, seed=args.seed)
 
 
 if __name__ == "__main__":

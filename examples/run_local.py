@@ -86,7 +86,10 @@ class ScriptArguments:
     dataset: str | None = field(
         default=None,
         metadata={
-            "help": "A class image folder / Hub image set (pairs are made from it) or a paired dataset; default: the digits."
+            "help": (
+                "A class image folder / Hub image set (pairs are made from it) or a paired dataset; "
+                "default: the digits."
+            )
         },
     )
     dataset_name: str | None = field(
@@ -178,7 +181,8 @@ def main() -> None:
     )
     logger.info(
         f"Training {script.method} ({config.contrastive}) on {len(train_dataset)} pairs of "
-        f"{script.dataset or 'the embedded digits'} ({', '.join(f'{class_names[c]}: {n}' for c, n in sorted(counts.items()))}), "
+        f"{script.dataset or 'the embedded digits'} "
+        f"({', '.join(f'{class_names[c]}: {n}' for c, n in sorted(counts.items()))}), "
         f"batches of {training_args.per_device_train_batch_size} pairs."
     )
 

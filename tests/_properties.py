@@ -166,7 +166,10 @@ def tensors(draw: st.DrawFn, max_rank: int = 3, max_side: int = 5) -> torch.Tens
 
 @st.composite
 def near_tensors(draw: st.DrawFn, shape: tuple[int, ...]) -> torch.Tensor:
-    """A tensor near a valid one of ``shape``: that shape or one side off / an axis more or less, any dtype and fill."""
+    """A tensor near a valid one of ``shape``.
+
+    That shape or one side off / an axis more or less, any dtype and fill.
+    """
     change = draw(st.sampled_from(["same", "same", "side", "rank+", "rank-"]))
     new = list(shape)
     if change == "side" and new:

@@ -1,4 +1,5 @@
-"""The bad inputs of issue 16: each gives the correct result or an error naming the argument/file, the value and the fix.
+"""The bad inputs of issue 16: each gives the correct result or an error naming the argument/file, the value and
+the fix.
 
 Three groups: inputs that failed obscurely deep inside torch / safetensors / huggingface_hub, inputs
 that were accepted silently (a loss of 0, NaN embeddings, a random head), and numerics of the losses
@@ -84,7 +85,8 @@ def _local_label_out_of_range() -> None:
 
 OBSCURE: list[tuple[str, Callable[[], object], type[Exception], tuple[str, ...]]] = [
     ("local_loss label >= K", _local_label_out_of_range, ValueError, ("`labels`", "holds 5", "0..2", "`num_classes`")),
-    ("local_loss negative label", lambda: local_loss(torch.randn(2, 4), torch.randn(2, 4), None, torch.randn(2, 3), torch.tensor([0, -1])),
+    ("local_loss negative label",
+     lambda: local_loss(torch.randn(2, 4), torch.randn(2, 4), None, torch.randn(2, 3), torch.tensor([0, -1])),
      ValueError, ("`labels`", "holds -1", "remap the labels")),
     ("LOCALLoss(embedding_dim='8')", lambda: LOCALLoss(embedding_dim="8", num_classes=3), ValueError,
      ("`embedding_dim`", "'8'", "integer in [1, 1048576]")),
@@ -103,10 +105,14 @@ def test_obscure_argument_errors_name_argument_value_and_fix(name, call, error, 
 
 
 IMAGE_CASES = [
-    ("one channel", lambda: torch.randn(2, 1, 32, 32), ("`pixel_values`", "1 channel", "takes 3", "expand(-1, 3, -1, -1)", "in_chans")),
-    ("uint8", lambda: torch.randint(0, 256, (2, 3, 32, 32), dtype=torch.uint8), ("`pixel_values`", "torch.uint8", "eval_transform_from_data_config", "/ 255")),
-    ("2x2 image", lambda: torch.randn(2, 3, 2, 2), ("`pixel_values`", "2×2", "32-pixel total stride", "at least 32×32")),
-    ("NaN pixels", lambda: torch.full((2, 3, 32, 32), float("nan")), ("`pixel_values`", "NaN", "[0, 1] before colour transforms")),
+    ("one channel", lambda: torch.randn(2, 1, 32, 32),
+     ("`pixel_values`", "1 channel", "takes 3", "expand(-1, 3, -1, -1)", "in_chans")),
+    ("uint8", lambda: torch.randint(0, 256, (2, 3, 32, 32), dtype=torch.uint8),
+     ("`pixel_values`", "torch.uint8", "eval_transform_from_data_config", "/ 255")),
+    ("2x2 image", lambda: torch.randn(2, 3, 2, 2),
+     ("`pixel_values`", "2×2", "32-pixel total stride", "at least 32×32")),
+    ("NaN pixels", lambda: torch.full((2, 3, 32, 32), float("nan")),
+     ("`pixel_values`", "NaN", "[0, 1] before colour transforms")),
 ]  # fmt: skip
 
 
@@ -154,8 +160,10 @@ def test_batch_of_one_without_batchnorm_trains() -> None:
 
 TEXT_CASES = [
     ("float input_ids", {"input_ids": torch.ones(2, 4)}, ("`input_ids`", "torch.float32", ".long()")),
-    ("out-of-vocabulary input_ids", {"input_ids": torch.full((2, 4), 10000)}, ("`input_ids`", "holds 10000", "0..124", "enc.tokenizer", "resize_token_embeddings")),
-    ("all-zero attention mask", {"input_ids": torch.ones(2, 4, dtype=torch.long), "attention_mask": torch.tensor([[0, 0, 0, 0], [1, 1, 0, 0]])},
+    ("out-of-vocabulary input_ids", {"input_ids": torch.full((2, 4), 10000)},
+     ("`input_ids`", "holds 10000", "0..124", "enc.tokenizer", "resize_token_embeddings")),
+    ("all-zero attention mask",
+     {"input_ids": torch.ones(2, 4, dtype=torch.long), "attention_mask": torch.tensor([[0, 0, 0, 0], [1, 1, 0, 0]])},
      ("`attention_mask`", "row(s) [0]", "tokenizer's `attention_mask`")),
 ]  # fmt: skip
 

@@ -148,8 +148,9 @@ def test_leftovers_of_interrupted_saves_are_removed_at_the_next_start(tmp_path, 
     source, _, _ = full_run
     for step in (2, 4):
         shutil.copytree(source / f"checkpoint-{step}", tmp_path / f"checkpoint-{step}")
-    leftovers = ["checkpoint-6", "checkpoint-8", "tmp-checkpoint-6", "tmp-old-checkpoint-4", ".tmp-checkpoint-6.staging-0a1b2c3d",
-                 ".checkpoint-6.staging-0a1b2c3d", ".checkpoint-4.replaced-0a1b2c3d"]  # fmt: skip
+    leftovers = ["checkpoint-6", "checkpoint-8", "tmp-checkpoint-6", "tmp-old-checkpoint-4",
+                 ".tmp-checkpoint-6.staging-0a1b2c3d", ".checkpoint-6.staging-0a1b2c3d",
+                 ".checkpoint-4.replaced-0a1b2c3d"]  # fmt: skip
     for name in leftovers:
         shutil.copytree(source / "checkpoint-6", tmp_path / name)
     (tmp_path / "checkpoint-6" / "rng_state.pth").unlink()  # killed before its RNG state and trainer_state.json
@@ -193,8 +194,11 @@ class _Killed(BaseException):
 
 
 def _kill_at(monkeypatch, point: str, seen: list[str]) -> None:
-    """Patch the file operations of a checkpoint save; at the one labelled ``point`` (``"save:optimizer.pt"``,
-    ``"rmtree:checkpoint-2"``...) do half of it (half a file written, half a folder deleted) and raise :class:`_Killed`."""
+    """Patch the file operations of a checkpoint save.
+
+    At the one labelled ``point`` (``"save:optimizer.pt"``, ``"rmtree:checkpoint-2"``...) do half of it (half a
+    file written, half a folder deleted) and raise :class:`_Killed`.
+    """
     real_save, real_rmtree, real_replace = torch.save, shutil.rmtree, os.replace
 
     def step(label: str, half: Any) -> None:

@@ -417,8 +417,9 @@ def _torchvision_recipe(transform) -> dict:  # noqa: ANN001
 def _device_recipe(views: BatchedSimCLRViews) -> dict:
     r = views.recipe
     found = {
-        "scale": r.scale, "ratio": r.ratio, "hflip_p": r.hflip_p, "jitter": views.jitter_ranges if views.jitter_p else None,
-        "jitter_p": views.jitter_p, "grayscale_p": r.grayscale_p, "blur_p": r.blur_p, "solarize_p": r.solarize_p,
+        "scale": r.scale, "ratio": r.ratio, "hflip_p": r.hflip_p,
+        "jitter": views.jitter_ranges if views.jitter_p else None, "jitter_p": views.jitter_p,
+        "grayscale_p": r.grayscale_p, "blur_p": r.blur_p, "solarize_p": r.solarize_p,
     }  # fmt: skip
     if r.blur_p:
         found["blur_kernel"], found["blur_sigma"] = views.blur_kernel, r.blur_sigma
@@ -436,7 +437,10 @@ def _device_recipe(views: BatchedSimCLRViews) -> dict:
     ],
 )
 def test_per_sample_and_device_views_read_one_recipe(changes):
-    """Defaults and changes reach both pipelines alike: the torchvision steps draw with the device views' parameters."""
+    """Defaults and changes reach both pipelines alike.
+
+    The torchvision steps draw with the device views' parameters.
+    """
     assert BatchedSimCLRViews(16, MEAN, STD).recipe == SimCLRRecipe()
     per_sample = _torchvision_recipe(simclr_transform(16, MEAN, STD, **changes))
     device = _device_recipe(BatchedSimCLRViews(16, MEAN, STD, **changes))

@@ -131,7 +131,8 @@ def test_blocks_are_tagged_and_markers_are_explicit():
     for block in blocks:
         where = f"{block.page} line {block.line}"
         assert block.language in LANGUAGES, (
-            f"{where}: unknown code block tag {block.language!r} (a python block that must not run takes `<!-- docs-test: skip <reason> -->`)"
+            f"{where}: unknown code block tag {block.language!r} "
+            "(a python block that must not run takes `<!-- docs-test: skip <reason> -->`)"
         )
         if block.marker:
             assert block.language == "python", f"{where}: a docs-test marker on a {block.language!r} block"

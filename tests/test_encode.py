@@ -256,7 +256,10 @@ def test_unknown_backbones_are_refused_with_what_is_accepted(tmp_path) -> None:
         ContrastiveEncoder.from_backbone(vit)
     with pytest.raises(
         ValueError,
-        match=r"`model` is the string 'resnet18'; a trainer takes a model object.*ContrastiveEncoder.*from_backbone\(name\)",
+        match=(
+            r"`model` is the string 'resnet18'; a trainer takes a model object"
+            r".*ContrastiveEncoder.*from_backbone\(name\)"
+        ),
     ):
         SimCLRTrainer(model="resnet18", args=training_args(tmp_path))
 

@@ -120,7 +120,8 @@ def test_care_eval_loss_on_a_small_batch_is_the_loss_with_one_chunk(tmp_path) ->
     # an evaluation batch of 8 when training chunks hold 16: one chunk, its own augmentation pair
     images = image_dataset(n=8)
     trainer = CARETrainer(
-        model=vit_encoder(), args=training_args(tmp_path, per_device_train_batch_size=32, per_device_eval_batch_size=8),
+        model=vit_encoder(),
+        args=training_args(tmp_path, per_device_train_batch_size=32, per_device_eval_batch_size=8),
         train_dataset=image_dataset(n=32), eval_dataset=images, objective=CAREObjective(n_splits=2, care_weight=0.5),
     )  # fmt: skip
     objective, views = trainer.objective, trainer.views

@@ -298,7 +298,10 @@ def _sentence_rows(indices) -> list[dict]:  # noqa: ANN001
 
 
 def test_probe_evaluator_equals_scikit_learn_on_the_encoded_splits() -> None:
-    """Fit on one split, score on the other: the four numbers equal scikit-learn run directly on the same embeddings."""
+    """Fit on one split, score on the other.
+
+    The four numbers equal scikit-learn run directly on the same embeddings.
+    """
     from sklearn.linear_model import LogisticRegression
     from sklearn.metrics import accuracy_score, f1_score
     from sklearn.neighbors import KNeighborsClassifier
@@ -340,7 +343,9 @@ def test_probe_evaluator_bad_arguments_and_unlabelled_rows() -> None:
 
 def test_probe_evaluator_as_the_trainers_evaluator(tmp_path) -> None:
     """``evaluator=ProbeEvaluator(train, test)``: ``eval_linear_probe_accuracy`` … next to the within-split
-    ``eval_knn_loo_accuracy`` / ``eval_linear_probe_holdout_accuracy`` of ``EmbeddingMetrics`` (other numbers, other names)."""
+    ``eval_knn_loo_accuracy`` / ``eval_linear_probe_holdout_accuracy`` of ``EmbeddingMetrics`` (other numbers,
+    other names).
+    """
     from distributed_scripts.trainer_utils import image_dataset, training_args, vit_encoder
 
     from hf_contrast.training import SimCLRTrainer

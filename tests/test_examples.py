@@ -339,7 +339,8 @@ def test_run_ocl_resumes_from_the_last_checkpoint(tmp_path: Path) -> None:
     root = image_folder(tmp_path / "images")
     output_dir = tmp_path / "ocl"
     common = ("--dataset", str(root), "--logging_steps", "1", "--model", "test_resnet", "--image_size", "32",
-              "--per_device_train_batch_size", "8", "--eval_strategy", "no", "--save_steps", "2", "--projection_plot", "pca")  # fmt: skip
+              "--per_device_train_batch_size", "8", "--eval_strategy", "no", "--save_steps", "2",
+              "--projection_plot", "pca")  # fmt: skip
     run_example("run_ocl.py", *common, "--max_steps", "2", output_dir=output_dir)
     assert global_step(output_dir) == 2 and (output_dir / "checkpoint-2").is_dir()
     stdout = run_example("run_ocl.py", *common, "--max_steps", "3", output_dir=output_dir)
@@ -353,7 +354,10 @@ def test_run_ocl_resumes_from_the_last_checkpoint(tmp_path: Path) -> None:
 
 
 def test_run_ocl_on_a_class_sorted_image_folder_as_is(tmp_path: Path) -> None:
-    """A folder sorted by class trains and evaluates (balanced samples); without --imbalance_ratio the data is as is."""
+    """A folder sorted by class trains and evaluates (balanced samples).
+
+    Without --imbalance_ratio the data is as is.
+    """
     root = image_folder(tmp_path / "images")
     output_dir = tmp_path / "ocl"
     stdout = run_example(
@@ -362,8 +366,8 @@ def test_run_ocl_on_a_class_sorted_image_folder_as_is(tmp_path: Path) -> None:
         output_dir=output_dir,
     )  # fmt: skip
     results = check_output(
-        output_dir, ("eval_linear_probe_accuracy", "eval_linear_probe_macro_f1", "eval_knn_accuracy", "eval_knn_macro_f1",
-                     "eval_projection_class_orthogonality"),
+        output_dir, ("eval_linear_probe_accuracy", "eval_linear_probe_macro_f1", "eval_knn_accuracy",
+                     "eval_knn_macro_f1", "eval_projection_class_orthogonality"),
         ("embeddings.png", "loss_curves.png"),
     )  # fmt: skip
     assert results["train_imbalance_ratio"] == 1.0  # as is: nothing trimmed
@@ -376,8 +380,8 @@ def test_run_ocl_on_a_class_sorted_image_folder_as_is(tmp_path: Path) -> None:
 def test_run_ocl_supcon_long_tailed(tmp_path: Path) -> None:
     output_dir = tmp_path / "supcon"
     stdout = run_example(
-        "run_ocl.py", *TINY_IMAGES, "--method", "supcon", "--per_device_train_batch_size", "8", "--imbalance_ratio", "4",
-        output_dir=output_dir,
+        "run_ocl.py", *TINY_IMAGES, "--method", "supcon", "--per_device_train_batch_size", "8",
+        "--imbalance_ratio", "4", output_dir=output_dir,
     )  # fmt: skip
     results = check_output(
         output_dir,
@@ -398,7 +402,8 @@ def test_run_simo(tmp_path: Path) -> None:
     args = __import__("torch").load(output_dir / "training_args.bin", weights_only=False)
     assert args.per_device_train_batch_size == 32  # derived: classes_per_batch × samples_per_class
     results = check_output(
-        output_dir, ("eval_projection_class_orthogonality", "eval_knn_accuracy", "eval_linear_probe_accuracy", "eval_alignment"),
+        output_dir,
+        ("eval_projection_class_orthogonality", "eval_knn_accuracy", "eval_linear_probe_accuracy", "eval_alignment"),
         ("embeddings.png",),
     )  # fmt: skip
     assert 0.0 <= results["eval_projection_class_orthogonality"] <= 1.0
@@ -454,8 +459,9 @@ def bad_image_folder(root: Path) -> Path:
     return root
 
 
-BAD_RUN = ("--logging_steps", "1", "--model", "test_resnet", "--image_size", "32", "--per_device_train_batch_size", "8",
-           "--max_steps", "-1", "--num_train_epochs", "1", "--eval_strategy", "no", "--projection_plot", "pca")  # fmt: skip
+BAD_RUN = ("--logging_steps", "1", "--model", "test_resnet", "--image_size", "32",
+           "--per_device_train_batch_size", "8", "--max_steps", "-1", "--num_train_epochs", "1",
+           "--eval_strategy", "no", "--projection_plot", "pca")  # fmt: skip
 
 
 def test_bad_images_are_skipped_and_counted(tmp_path: Path) -> None:

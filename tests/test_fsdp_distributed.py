@@ -184,8 +184,10 @@ def _launch(out_dir: Path, *args: str, killed: bool = False) -> None:
 
 def test_fsdp_sharded_checkpoint_resumes_in_new_processes_like_the_uninterrupted_run(tmp_path: Path) -> None:
     """FSDP2 + AdamW: a sharded ``torch.distributed.checkpoint`` of model and optimizer after step 2, one
-    more step, the processes killed (SIGKILL), a new launch from a differently initialised model loads it and trains steps 3-4: the
-    same losses and parameters as 4 uninterrupted steps. Loading the model without the optimizer state does not."""
+    more step, the processes killed (SIGKILL), a new launch from a differently initialised model loads it and
+    trains steps 3-4: the same losses and parameters as 4 uninterrupted steps. Loading the model without the
+    optimizer state does not.
+    """
     reason = _dcp_on_cpu()
     if reason:
         pytest.skip(reason)

@@ -112,14 +112,19 @@ def test_no_new_private_scalar_checks() -> None:
 def test_vocabulary_messages_name_argument_value_and_expectation() -> None:
     cases = [
         (lambda: check_int("n_splits", 0, 1), "`n_splits` must be an integer >= 1, got 0."),
-        (lambda: check_int("k", 7, 1, maximum=5, fix="5 neighbours."), "`k` must be an integer in [1, 5], got 7; 5 neighbours."),
+        (lambda: check_int("k", 7, 1, maximum=5, fix="5 neighbours."),
+         "`k` must be an integer in [1, 5], got 7; 5 neighbours."),
         (lambda: check_int("n", True, 1), "`n` must be an integer >= 1, got True."),
-        (lambda: check_int("max_length", 1, 2, allow_none=True), "`max_length` must be an integer >= 2 or None, got 1."),
-        (lambda: check_unit_interval("moco_momentum", 1.0, include_one=False), "`moco_momentum` must be in [0, 1), got 1.0."),
+        (lambda: check_int("max_length", 1, 2, allow_none=True),
+         "`max_length` must be an integer >= 2 or None, got 1."),
+        (lambda: check_unit_interval("moco_momentum", 1.0, include_one=False),
+         "`moco_momentum` must be in [0, 1), got 1.0."),
         (lambda: check_unit_interval("hflip_p", "0.5"), "`hflip_p` must be a number, got '0.5' of type str."),
         (lambda: check_choice("n_views", True, (1, 2)), "`n_views` must be one of (1, 2), got True."),
-        (lambda: check_range("scale", (0.9, 0.1), 0.0, 1.0), "`scale` must be a pair (lo, hi) with 0.0 < lo <= hi <= 1.0, got (0.9, 0.1)."),
-        (lambda: check_size("image_size", (8, True)), "`image_size` must be an int or a pair (H, W) of ints, got (8, True)."),
+        (lambda: check_range("scale", (0.9, 0.1), 0.0, 1.0),
+         "`scale` must be a pair (lo, hi) with 0.0 < lo <= hi <= 1.0, got (0.9, 0.1)."),
+        (lambda: check_size("image_size", (8, True)),
+         "`image_size` must be an int or a pair (H, W) of ints, got (8, True)."),
         (lambda: check_temperature("temperature", 0), "`temperature` must be > 0, got 0.0."),
     ]  # fmt: skip
     for call, message in cases:

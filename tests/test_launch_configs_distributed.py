@@ -1,4 +1,5 @@
-"""The accelerate config files in ``examples/accelerate_configs/`` on real CPU processes (gloo), as a user launches them.
+"""The accelerate config files in ``examples/accelerate_configs/`` on real CPU processes (gloo), as a user launches
+them.
 
 - ``fsdp.yaml`` (``fsdp1.yaml`` where accelerate has no FSDP2): Accelerate has no FSDP for CPU processes; the
   trainer says so once at start-up and the 2 processes run DDP, equal to one process on the global batch, with
@@ -33,7 +34,10 @@ pytestmark = pytest.mark.distributed
 
 
 def _fsdp_config() -> Path:
-    """``fsdp.yaml`` (FSDP2) where accelerate offers FSDP2 (``fsdp_version``, accelerate >= 1.6), else ``fsdp1.yaml``."""
+    """``fsdp.yaml`` (FSDP2) where accelerate offers FSDP2 (``fsdp_version``, accelerate >= 1.6).
+
+    Else ``fsdp1.yaml``.
+    """
     from accelerate.utils import FullyShardedDataParallelPlugin
 
     has_fsdp2 = "fsdp_version" in {f.name for f in dataclasses.fields(FullyShardedDataParallelPlugin)}
@@ -72,8 +76,9 @@ def test_fsdp_config_on_cpu_processes_runs_ddp_says_so_and_equals_one_process(tm
     done = subprocess.run(command, capture_output=True, text=True, timeout=400, env=ENV)
     if done.returncode != 0 and "There are currently no available devices found" in done.stderr:
         pytest.skip(  # accelerate 1.3's FullyShardedDataParallelPlugin; 1.15 falls back to DDP on CPU processes
-            "this accelerate refuses an FSDP config on a machine without an accelerator (FullyShardedDataParallelPlugin: "
-            "'There are currently no available devices found'), so there is no CPU fallback to test"
+            "this accelerate refuses an FSDP config on a machine without an accelerator "
+            "(FullyShardedDataParallelPlugin: 'There are currently no available devices found'), so there is no CPU "
+            "fallback to test"
         )
     if done.returncode != 0:
         pytest.fail(f"accelerate launch failed ({done.returncode}):\n{done.stdout[-3000:]}\n{done.stderr[-5000:]}")
@@ -142,7 +147,8 @@ def test_config_files_load_in_accelerate(name: str) -> None:
 
 @pytest.mark.parametrize("stage", [2, 3])
 def test_deepspeed_zero_trains_and_saves_the_one_layout(tmp_path, stage: int) -> None:
-    # Accelerate runs DeepSpeed only on GPU-like devices (AcceleratorState: `ACCELERATE_USE_DEEPSPEED ... and not cpu`):
+    # Accelerate runs DeepSpeed only on GPU-like devices
+    # (AcceleratorState: `ACCELERATE_USE_DEEPSPEED ... and not cpu`):
     # on CPU processes there is nothing to test. On a machine with 2 GPUs and deepspeed installed this runs.
     if torch.cuda.device_count() < 2:
         pytest.skip("Accelerate runs DeepSpeed on GPU-like devices only, never on CPU processes; needs 2 GPUs")

@@ -150,7 +150,10 @@ def test_trained_card_survives_save_reload_and_push_without_local_paths(tmp_path
     # a local image folder is no Hub dataset id: its metrics stay in the card's tables, out of model-index
     assert "model-index" not in meta
     assert "Baseline (before training)" in trained_card
-    row = f"| **`knn_accuracy`** | {_cell(final['eval_probe_knn_accuracy'])} | {_cell(baseline['eval_probe_knn_accuracy'])} |"
+    row = (
+        f"| **`knn_accuracy`** | {_cell(final['eval_probe_knn_accuracy'])} "
+        f"| {_cell(baseline['eval_probe_knn_accuracy'])} |"
+    )
     assert row in trained_card  # the evaluator's primary metric, this model next to the labelled baseline
     assert (
         "- pets, split `train`, 16 rows" in trained_card
@@ -400,8 +403,8 @@ def test_log_table_shows_at_most_eight_columns_and_the_rest_in_a_details_block()
     section = text.split("## Training logs")[1].split("<details>")[0]
     header = next(line for line in section.splitlines() if line.startswith("| epoch"))
     assert (
-        header
-        == "| epoch | step | loss | eval_loss | eval_probe_knn_accuracy | eval_metric_0 | eval_metric_1 | eval_metric_2 |"
+        header == "| epoch | step | loss | eval_loss | eval_probe_knn_accuracy | eval_metric_0 | eval_metric_1 | "
+        "eval_metric_2 |"
     )
     details = text.split("<details>")[1].split("</details>")[0]
     assert "eval_metric_11" in details and "grad_norm" in details and "learning_rate" in details
@@ -463,9 +466,9 @@ def test_trainer_push_with_checkpoints_and_the_best_model_leaks_no_local_path(tm
     torch.manual_seed(0)
     output_dir = tmp_path / "run"
     args = training_args(
-        output_dir, image_size=32, max_steps=4, eval_strategy="steps", eval_steps=2, save_strategy="steps", save_steps=2,
-        load_best_model_at_end=True, metric_for_best_model="loss", push_to_hub=True, hub_model_id="user/best",
-        hub_strategy="checkpoint",
+        output_dir, image_size=32, max_steps=4, eval_strategy="steps", eval_steps=2, save_strategy="steps",
+        save_steps=2, load_best_model_at_end=True, metric_for_best_model="loss", push_to_hub=True,
+        hub_model_id="user/best", hub_strategy="checkpoint",
     )  # fmt: skip
     trainer = SimCLRTrainer(
         model=tiny_timm_encoder(projection_dim=8),

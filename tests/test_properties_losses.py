@@ -105,7 +105,10 @@ def finite_number(result: Any) -> None:
 
 @dataclass
 class Case:
-    """An entry point, its valid arguments, and for each argument to corrupt: its strategy and the names an error may blame."""
+    """An entry point, its valid arguments, and for each argument to corrupt.
+
+    For each such argument: its strategy and the names an error may blame.
+    """
 
     name: str
     call: Callable[..., Any]

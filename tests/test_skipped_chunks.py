@@ -183,7 +183,8 @@ def test_simo_trains_through_skipped_rows_keeping_equal_class_groups(tmp_path: P
     labels = [c for c in range(5) for _ in range(4)]
     bad = {4 * c + 2: ("empty", "text", "truncated")[c % 3] for c in range(5)}
     trainer, result = _train(
-        tmp_path, "simo", {"classes_per_batch": 2, "samples_per_class": 4}, images(labels, bad), per_device_train_batch_size=8,
+        tmp_path, "simo", {"classes_per_batch": 2, "samples_per_class": 4}, images(labels, bad),
+        per_device_train_batch_size=8,
         max_steps=3,
     )  # fmt: skip
     assert trainer.state.global_step == 3
@@ -196,7 +197,8 @@ def test_simo_drops_rows_to_keep_its_class_groups_equal(tmp_path: Path) -> None:
     labels = [c for c in range(5) for _ in range(4)]
     bad = {0: "empty", 1: "text"}
     trainer, result = _train(
-        tmp_path, "simo", {"classes_per_batch": 2, "samples_per_class": 4}, images(labels, bad), per_device_train_batch_size=8,
+        tmp_path, "simo", {"classes_per_batch": 2, "samples_per_class": 4}, images(labels, bad),
+        per_device_train_batch_size=8,
     )  # fmt: skip
     skipped = result.metrics.get("train_skipped_images", 0)
     assert skipped in (0, 2)  # class 0 drawn or not

@@ -89,6 +89,7 @@ def test_soak_kills_and_resumes_to_the_uninterrupted_weights(tmp_path) -> None:
     rss = [b for _, b in _rss(tmp_path / "reference.log")][5:]
     growth = (rss[-1] - rss[0]) / 2**20
     print(
-        f"resident memory over {len(rss)} checkpoints: {rss[0] / 2**20:.0f} -> {rss[-1] / 2**20:.0f} MiB ({growth:+.1f} MiB)"
+        f"resident memory over {len(rss)} checkpoints: {rss[0] / 2**20:.0f} -> {rss[-1] / 2**20:.0f} MiB "
+        f"({growth:+.1f} MiB)"
     )
     assert growth < 50, f"resident memory grew by {growth:.0f} MiB over {len(rss)} checkpoints"

@@ -267,7 +267,10 @@ def test_remove_unused_columns_is_refused_with_the_fix(tmp_path, images) -> None
 
 
 def test_a_batch_sampler_loader_keeps_every_trainer_dataloader_option(tmp_path) -> None:
-    """SimO's class-major batch sampler needs its own DataLoader; it gets every option the Trainer's own loader gets."""
+    """SimO's class-major batch sampler needs its own DataLoader.
+
+    It gets every option the Trainer's own loader gets.
+    """
     from transformers import Trainer
     from transformers.trainer_utils import seed_worker
 
@@ -408,7 +411,8 @@ def test_load_best_model_without_eval_loss_is_rejected_before_training(tmp_path)
         SimOTrainer(model=vit_encoder(), args=args, train_dataset=data, eval_dataset=data, objective="simo")
     # with a metric it is accepted
     args = training_args(
-        tmp_path, per_device_train_batch_size=4, eval_strategy="steps", save_strategy="steps", load_best_model_at_end=True,
+        tmp_path, per_device_train_batch_size=4, eval_strategy="steps", save_strategy="steps",
+        load_best_model_at_end=True,
         metric_for_best_model="eval_knn_loo_accuracy",
     )  # fmt: skip
     trainer = SimOTrainer(

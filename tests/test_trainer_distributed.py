@@ -1,8 +1,8 @@
 """2 real CPU processes (gloo) with ``gather_distributed=True`` train like one process on the global batch.
 
 Launches ``tests/distributed_scripts/trainer_distributed.py`` with ``accelerate launch --multi_gpu
---num_processes 2`` (``transformers.Trainer`` picks the process group up from the environment) and compares, after a few SGD
-steps on fixed views, the parameters of CARETrainer and OCLTrainer with a single process trained on
+--num_processes 2`` (``transformers.Trainer`` picks the process group up from the environment) and compares,
+after a few SGD steps on fixed views, the parameters of CARETrainer and OCLTrainer with a single process trained on
 batches of twice the size (and twice the CARE splits, so chunks keep their size), to 1e-5.
 """
 

@@ -75,7 +75,10 @@ def test_split_dicts_frames_and_tuple_rows_name_the_fix(model, args, images) -> 
     splits = datasets.DatasetDict(train=images, test=images)
     with pytest.raises(
         InputTypeError,
-        match=r"`train_dataset` is a DatasetDict of the splits \['train', 'test'\]; pass one split, e.g. `train_dataset=data\['train'\]`",
+        match=(
+            r"`train_dataset` is a DatasetDict of the splits \['train', 'test'\]; "
+            r"pass one split, e.g. `train_dataset=data\['train'\]`"
+        ),
     ):
         SimCLRTrainer(model=model, args=args, train_dataset=splits)
     pandas = pytest.importorskip("pandas")
@@ -178,7 +181,8 @@ def test_simo_batch_size_mismatch_names_both_sides_and_the_fix(model, tmp_path) 
         match=r"`per_device_train_batch_size`=6 must equal .* 2 × 4 = 8.*set `per_device_train_batch_size`=8",
     ):
         SimOTrainer(
-            model=model, args=training_args(tmp_path, per_device_train_batch_size=6), train_dataset=_small_class_images(),
+            model=model, args=training_args(tmp_path, per_device_train_batch_size=6),
+            train_dataset=_small_class_images(),
             objective=SimOObjective(classes_per_batch=2, samples_per_class=4, replacement=True),
         )  # fmt: skip
 

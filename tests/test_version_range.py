@@ -61,14 +61,19 @@ class Hide(importlib.abc.MetaPathFinder):
 
 sys.meta_path.insert(0, Hide())
 import importlib.util
-importlib.util.find_spec = (lambda find: lambda name, package=None: None if name.split(".")[0] in ("datasets", "evaluate") else find(name, package))(importlib.util.find_spec)
+HIDDEN = ("datasets", "evaluate")
+importlib.util.find_spec = (
+    lambda find: lambda name, package=None: None if name.split(".")[0] in HIDDEN else find(name, package)
+)(importlib.util.find_spec)
 import pkgutil, hf_contrast
 for module in pkgutil.walk_packages(hf_contrast.__path__, "hf_contrast."):
     if module.name.endswith("evaluate_modules"):  # the `evaluate` modules themselves
         continue
     importlib.import_module(module.name)
 from hf_contrast.training import ContrastiveTrainer, ContrastiveTrainingArguments
-assert "datasets" not in sys.modules and "evaluate" not in sys.modules, sorted(m for m in sys.modules if m.startswith(("datasets", "evaluate")))
+assert "datasets" not in sys.modules and "evaluate" not in sys.modules, sorted(
+    m for m in sys.modules if m.startswith(("datasets", "evaluate"))
+)
 print("ok")
 """
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=ROOT, timeout=300)

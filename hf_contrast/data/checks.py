@@ -184,13 +184,14 @@ def check_dataset_type(dataset: Any, *, name: str = "train_dataset", allow_dict:
         raise InputTypeError(
             f"`{name}` is the path {_short(path)}, not a dataset; load it first: an image folder with "
             f"`hf_contrast.data.load_image_splits({path!r})['train']`, a text file with "
-            f"`hf_contrast.data.load_text_dataset({path!r})`, a Hub dataset with `datasets.load_dataset(...)['train']`."
+            f"`hf_contrast.data.load_text_dataset({path!r})`, a Hub dataset with "
+            "`datasets.load_dataset(...)['train']`."
         )
     kind = type(dataset)
     if kind.__module__.split(".")[0] == "pandas":
         raise InputTypeError(
-            f"`{name}` is a pandas {kind.__name__}; pass `datasets.Dataset.from_pandas(frame)` (its columns become the "
-            "dataset's columns)."
+            f"`{name}` is a pandas {kind.__name__}; pass `datasets.Dataset.from_pandas(frame)` (its columns become "
+            "the dataset's columns)."
         )
     if isinstance(dataset, Mapping):
         values = list(dataset.values())
@@ -239,7 +240,8 @@ def check_dataset_type(dataset: Any, *, name: str = "train_dataset", allow_dict:
     if first is not None and not isinstance(first, Mapping):
         raise InputTypeError(
             f"`{name}` ({kind.__name__}) yields rows of type {type(first).__name__}, not dicts of named columns; make "
-            "its `__getitem__` return a dict (e.g. `{'pixel_values': x, 'labels': y}` or `{'image': ..., 'label': ...}`), "
+            "its `__getitem__` return a dict (e.g. `{'pixel_values': x, 'labels': y}` or "
+            "`{'image': ..., 'label': ...}`), "
             f"or {_DATASET_FIX}."
         )
 
@@ -316,7 +318,7 @@ def check_column_kinds(dataset: Any, kinds: Sequence[tuple[str, str, str]], *, n
     >>> check_column_kinds([{"image": 3}], [("image", "image", "image_column")])
     Traceback (most recent call last):
     ...
-    hf_contrast.errors.InputTypeError: `image_column`='image' names a column of numbers (int) in `train_dataset`, but ...
+    hf_contrast.errors.InputTypeError: `image_column`='image' names a column of numbers (int) in ...
     """
     if dataset is None or not kinds:
         return
@@ -329,7 +331,7 @@ def check_column_kinds(dataset: Any, kinds: Sequence[tuple[str, str, str]], *, n
         elif hasattr(dataset, "__getitem__") and hasattr(dataset, "__len__") and not hasattr(dataset, "column_names"):
             try:
                 first = dataset[0] if len(dataset) > 0 else None
-            except Exception:  # noqa: BLE001 - check_dataset_type reports unreadable rows
+            except Exception:  # check_dataset_type reports unreadable rows
                 first = None
             row = first if isinstance(first, Mapping) else None
     for column, kind, argument in kinds:

@@ -78,7 +78,8 @@ def make_long_tailed(
     classes = np.unique(labels)
     if len(classes) < 2:
         raise InputError(
-            f"`dataset` holds {len(classes)} class(es) in `label_column`={label_column!r}; a long tail needs at least 2."
+            f"`dataset` holds {len(classes)} class(es) in `label_column`={label_column!r}; "
+            "a long tail needs at least 2."
         )
     available = [int((labels == c).sum()) for c in classes]
     if min(available) < 2:

@@ -82,8 +82,8 @@ def _alignment_loss(x: Tensor, y: Tensor, alpha: float, normalize: bool, *, name
     loss = _alignment(x, y, alpha, normalize)
     if value_checks_enabled(loss) and not bool(torch.isfinite(loss)):
         raise InputError(
-            f"the alignment loss of finite `{name1}`, `{name2}` with `alpha`={alpha:g} is beyond the range of {loss.dtype} "
-            "(distances ** alpha overflow): use the paper's alpha = 2 (any alpha of order 1 works)"
+            f"the alignment loss of finite `{name1}`, `{name2}` with `alpha`={alpha:g} is beyond the range of "
+            f"{loss.dtype} (distances ** alpha overflow): use the paper's alpha = 2 (any alpha of order 1 works)"
             + ("." if normalize else ", or normalised (or smaller) embeddings.")
         )
     return loss
@@ -132,7 +132,8 @@ def uniformity_loss(
         normalize: L2-normalise the rows first (the paper's setting).
         gather_distributed: Compare local rows with the rows of all processes (see above).
         tile_size: ``None`` (default): tiled (1024-row blocks on CPU, 4096 on accelerators)
-            when ``B · B_global > 8192²``, dense below; ``0``: always dense; ``k > 0``: always tiled with ``k × k`` blocks.
+            when ``B · B_global > 8192²``, dense below; ``0``: always dense; ``k > 0``: always tiled
+            with ``k × k`` blocks.
 
     Returns:
         The scalar loss, ``<= 0`` (``0`` for a collapsed batch; lower is more uniform).

@@ -119,7 +119,8 @@ def binary_nce_loss(
         tile_size: For ``"all"`` only: ``None`` (default) sums the ``B × B`` pair terms in
             blocks of 1024 rows on CPU, 4096 on accelerators (recomputed in the backward,
             memory ``O(B·D + tile²)``, :mod:`hf_contrast.losses.tiled`) when ``B² > 8192²``,
-            densely below; ``0``: always dense; ``k > 0``: always blocks of ``k × k``. Ignored by ``"shifted"`` (already ``O(B)``).
+            densely below; ``0``: always dense; ``k > 0``: always blocks of ``k × k``. Ignored by
+            ``"shifted"`` (already ``O(B)``).
 
     Returns:
         The loss, a scalar tensor.
@@ -152,9 +153,11 @@ def binary_nce_loss(
         shown_t = float(temperature.detach()) if isinstance(temperature, Tensor) else temperature
         shown_b = float(bias.detach()) if isinstance(bias, Tensor) else bias
         raise InputError(
-            f"the binary NCE loss of finite `z1`, `z2` with `temperature`={shown_t:g} and `bias`={shown_b:g} is beyond the "
-            f"range of {loss.dtype}: the logits z1·z2 / temperature + bias overflow. Use a `bias` of moderate size "
-            "(SigLIP starts at -10)" + ("" if normalize else ", or normalised (or smaller) embeddings") + "."
+            f"the binary NCE loss of finite `z1`, `z2` with `temperature`={shown_t:g} and `bias`={shown_b:g} is "
+            f"beyond the range of {loss.dtype}: the logits z1·z2 / temperature + bias overflow. Use a `bias` of "
+            "moderate size (SigLIP starts at -10)"
+            + ("" if normalize else ", or normalised (or smaller) embeddings")
+            + "."
         )
     return loss
 

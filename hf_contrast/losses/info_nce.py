@@ -138,9 +138,9 @@ def _info_nce_loss(
         n_global = candidates.shape[0] // 2
         if n_global < 2:
             raise InputError(
-                f"`{name1}` and `{name2}` need a batch of at least 2 samples, got shape {tuple(z1.shape)}: with one sample the "
-                "only candidate of each view is its positive, so the loss is 0 with a zero gradient. Use a batch size "
-                ">= 2 (SimCLR trains best with hundreds)."
+                f"`{name1}` and `{name2}` need a batch of at least 2 samples, got shape {tuple(z1.shape)}: with one "
+                "sample the only candidate of each view is its positive, so the loss is 0 with a zero gradient. Use a "
+                "batch size >= 2 (SimCLR trains best with hundreds)."
             )
         tile = resolve_tile_size(tile_size, anchors.shape[0], candidates.shape[0], anchors.device.type)
         if tile:

@@ -236,7 +236,8 @@ def _local_terms(
         check_embeddings("class_weights", class_weights, ndim=1, shape_doc=f"({logits.shape[1]},)")
         if class_weights.shape != (logits.shape[1],):
             raise InputError(
-                f"`class_weights` must have shape ({logits.shape[1]},) (one weight per class), got {tuple(class_weights.shape)}."
+                f"`class_weights` must have shape ({logits.shape[1]},) (one weight per class), got "
+                f"{tuple(class_weights.shape)}."
             )
         if value_checks_enabled(class_weights) and (
             bool((class_weights < 0).any()) or not bool(class_weights.sum() > 0)
@@ -387,7 +388,8 @@ class LOCALLoss(HyperparameterModule):
             check_embeddings(name, embeddings, shape_doc=f"(B, {self.embedding_dim})")
             if embeddings.shape[1] != self.embedding_dim:
                 raise InputError(
-                    f"`{name}` must have {self.embedding_dim} features (`embedding_dim`), got shape {tuple(embeddings.shape)}."
+                    f"`{name}` must have {self.embedding_dim} features (`embedding_dim`), got shape "
+                    f"{tuple(embeddings.shape)}."
                 )
         check_same_shape("embeddings_pre", embeddings_pre, "embeddings_post", embeddings_post)
         weight = self.classifier[0].weight

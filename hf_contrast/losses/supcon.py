@@ -74,7 +74,8 @@ def flatten_views(z_views: Tensor | Sequence[Tensor], labels: Tensor) -> tuple[T
     else:
         if isinstance(z_views, (str, bytes)) or not isinstance(z_views, Sequence) or len(z_views) == 0:
             raise InputError(
-                f"`z_views` must be a (V, B, D) tensor or a non-empty sequence of (B, D) tensors, got {type(z_views).__name__}."
+                "`z_views` must be a (V, B, D) tensor or a non-empty sequence of (B, D) tensors, got "
+                f"{type(z_views).__name__}."
             )
         for v, view in enumerate(z_views):
             check_embeddings(f"z_views[{v}]", view)
@@ -158,9 +159,9 @@ def _supervised_contrastive_loss(
         if not n_valid_host > 0:
             n_classes = int(torch.unique(candidate_labels).numel())
             raise InputError(
-                f"`labels`: no anchor has a positive: got {candidate_labels.shape[0]} samples of {n_classes} "
-                "distinct classes. A supervised contrastive loss needs at least one class with 2 or more "
-                "samples in the batch (use several views per sample, see `flatten_views`, or a class-balanced sampler)."
+                f"`labels`: no anchor has a positive: got {candidate_labels.shape[0]} samples of {n_classes} distinct "
+                "classes. A supervised contrastive loss needs at least one class with 2 or more samples in the batch "
+                "(use several views per sample, see `flatten_views`, or a class-balanced sampler)."
             )
 
         if tile:
@@ -230,8 +231,8 @@ def supcon_loss(
             the concatenated batch, whatever the local sizes. Identity when not distributed.
             Gradient accumulation does not add negatives.
         tile_size: ``None`` (default): tiled (1024-row blocks on CPU, 4096 on accelerators)
-            when ``N · N_global > 8192²`` (``N > 8192`` on one process), dense below; ``0``: always dense; ``k > 0``: always
-            tiled with ``k × k`` blocks.
+            when ``N · N_global > 8192²`` (``N > 8192`` on one process), dense below; ``0``: always
+            dense; ``k > 0``: always tiled with ``k × k`` blocks.
 
     Returns:
         Scalar loss tensor (float32, or float64 for float64 inputs).

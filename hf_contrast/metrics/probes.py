@@ -380,8 +380,8 @@ def probe_scores(
     knn_k = check_int("knn_k", knn_k, 1)
     if torch.unique(ytr).numel() < 2:
         raise InputError(
-            f"`train_y` must contain at least two classes, got {torch.unique(ytr).tolist()}: a probe needs two classes "
-            "to tell apart (fit on a split that holds several classes)."
+            f"`train_y` must contain at least two classes, got {torch.unique(ytr).tolist()}: a probe needs two "
+            "classes to tell apart (fit on a split that holds several classes)."
         )
     unseen = unseen_classes(ytr, yte)
     if unseen:

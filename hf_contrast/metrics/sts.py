@@ -61,7 +61,10 @@ def spearman_correlation(x: object, y: object) -> float:
 
 
 def _spearman(a: Tensor, b: Tensor, what_a: str, what_b: str) -> float:
-    """Spearman's ρ of checked ``(n,)`` tensors; ``nan`` with a :class:`ConstantInputWarning` naming the constant one."""
+    """Spearman's ρ of checked ``(n,)`` tensors.
+
+    ``nan`` with a :class:`ConstantInputWarning` naming the constant one.
+    """
     ra, rb = rankdata(a), rankdata(b)
     ra, rb = ra - ra.mean(), rb - rb.mean()
     constant = [what for what, r in ((what_a, ra), (what_b, rb)) if not bool(r.abs().sum() > 0)]
@@ -91,7 +94,8 @@ def sts_spearman(a: object, b: object, scores: object) -> float:
     Returns:
         Spearman's ρ; ``nan`` with a :class:`ConstantInputWarning` if all cosines are equal (e.g. ``b`` all
         zeros: a zero embedding's cosine is 0) or all scores are equal, as ``scipy.stats.spearmanr`` and
-        sentence-transformers' ``EmbeddingSimilarityEvaluator`` (which :class:`~hf_contrast.evaluation.STSEvaluator` runs).
+        sentence-transformers' ``EmbeddingSimilarityEvaluator`` (which
+        :class:`~hf_contrast.evaluation.STSEvaluator` runs).
 
     Raises:
         ValueError: on shape mismatch, non-finite values or ``n < 2``.

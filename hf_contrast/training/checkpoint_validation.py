@@ -1,7 +1,7 @@
 """Which ``checkpoint-N`` folders a run can resume from: a checkpoint is complete iff the loader can read it.
 
-``transformers.Trainer`` writes a checkpoint in place, in this order (``Trainer._save_checkpoint`` of
-transformers 5.0, 5.10, 5.17 and 5.23 alike): ``save_model`` (the model folder and ``training_args.bin``; the
+``transformers.Trainer`` writes a checkpoint in place, in this order (``Trainer._save_checkpoint``; the
+transformers versions checked: docs/encoders.md): ``save_model`` (the model folder and ``training_args.bin``; the
 contrastive trainers add ``contrastive_state.pt``), ``optimizer.pt`` and ``scheduler.pt`` (``scaler.pt``
 under fp16), ``rng_state.pth`` (``rng_state_<rank>.pth`` per process), and ``trainer_state.json``
 last; then it deletes the oldest checkpoints beyond ``save_total_limit``, so a save killed at any moment
@@ -135,7 +135,8 @@ def _weights_problem(folder: Path) -> str | None:
             return _safetensors_problem(encoder / "model.safetensors")
         found = sorted(path.name for path in encoder.iterdir() if path.suffix in (".bin", ".pt", ".pth"))
         return f"{HUB_SUBFOLDER}/model.safetensors is missing" + (
-            f" ({HUB_SUBFOLDER}/ holds {', '.join(found)}, which a resume does not read: the root weights are the bare backbone)"
+            f" ({HUB_SUBFOLDER}/ holds {', '.join(found)}, which a resume does not read: "
+            "the root weights are the bare backbone)"
             if found
             else ""
         )

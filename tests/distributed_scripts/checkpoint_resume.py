@@ -46,8 +46,8 @@ def main() -> None:
     out_dir, phase = Path(sys.argv[1]), sys.argv[2]
     output_dir = out_dir / ("full" if phase == "full" else "run")
     args = training_args(
-        output_dir, max_steps=6, per_device_train_batch_size=4, save_strategy="steps", save_steps=2, save_total_limit=1,
-        learning_rate=1e-2, full_determinism=True,
+        output_dir, max_steps=6, per_device_train_batch_size=4, save_strategy="steps", save_steps=2,
+        save_total_limit=1, learning_rate=1e-2, full_determinism=True,
     )  # fmt: skip
     trainer = SimCLRTrainer(
         model=vit_encoder(seed=1 if phase == "resumed" else 0), args=args, train_dataset=image_dataset(n=16)

@@ -247,7 +247,10 @@ def _resume_train(
 
 
 def _train_steps(run: dict[str, Any], steps: range) -> None:
-    """AdamW steps of ``run`` (from :func:`_resume_train`) on the rows of global steps ``steps``; appends the losses."""
+    """AdamW steps of ``run`` (from :func:`_resume_train`) on the rows of global steps ``steps``.
+
+    Appends the losses.
+    """
     trainer, model, optimizer = run["trainer"], run["model"], run["optimizer"]
     for step in steps:
         batch = trainer.data_collator(rows("simclr", LOCAL_BATCH, distributed.rank(), step))
