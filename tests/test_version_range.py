@@ -20,8 +20,9 @@ def _declared_lower_bounds() -> dict[str, str]:
     bounds: dict[str, str] = {}
     for line in [*project["dependencies"], *project["optional-dependencies"]["dev"]]:
         requirement = Requirement(line)
-        lower = [spec.version for spec in requirement.specifier if spec.operator == ">="]
-        assert len(lower) == 1, f"{line!r} in pyproject.toml needs exactly one `>=` lower bound"
+        # a `>=` lower bound, or an exact `==` pin (a tool whose output must not drift, as ruff's formatting)
+        lower = [spec.version for spec in requirement.specifier if spec.operator in (">=", "==")]
+        assert len(lower) == 1, f"{line!r} in pyproject.toml needs exactly one `>=` lower bound (or one `==` pin)"
         bounds[canonicalize_name(requirement.name)] = lower[0]
     return bounds
 
