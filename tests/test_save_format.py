@@ -46,6 +46,23 @@ def test_a_save_writes_its_format_version_and_loads_without_warning(saved: Path)
         ContrastiveEncoder.from_pretrained(saved)
 
 
+def test_a_model_trained_by_the_trainer_loads_without_warning(tmp_path: Path) -> None:
+    """transformers' Trainer writes `use_cache` into every trained model's config (TrainingArguments.use_cache): a
+    trained encoder's save is this release's own, not a newer one's."""
+    from _tiny_trainer import RandomImages, TinyTrainer, tiny_args
+
+    encoder = tiny_timm_encoder(projection_dim=8)
+    trainer = TinyTrainer(
+        model=encoder, args=tiny_args(tmp_path / "run", max_steps=1), train_dataset=RandomImages(n=8, projection_dim=8)
+    )
+    trainer.train()
+    trainer.save_model(tmp_path / "model")
+    assert "use_cache" in json.loads((tmp_path / "model" / "hf_contrast" / "config.json").read_text())
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", NewerSaveFormatWarning)
+        ContrastiveEncoder.from_pretrained(tmp_path / "model")
+
+
 def test_newer_versions_and_unknown_keys_warn_once_naming_them(saved: Path, tmp_path: Path) -> None:
     folder = _copy(saved, tmp_path)
     _edit(folder, "config.json", format_version=SAVE_FORMAT_VERSION + 1, token_mixer="hyena")

@@ -53,6 +53,9 @@ def _known_config_keys(config_class: type) -> set[str]:
     known = set(inspect.signature(config_class.__init__).parameters) - {"self", "kwargs"}
     known |= set(PretrainedConfig().to_dict())
     known |= {"format_version", "num_labels", "torch_dtype", "dtype", "transformers_version", "architectures"}
+    # transformers' Trainer sets `model.config.use_cache = args.use_cache` on every model it trains (5.0 to 5.24),
+    # so every trained encoder saves it
+    known |= {"use_cache"}
     return known
 
 
