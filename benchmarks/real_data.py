@@ -269,22 +269,12 @@ def random_init_baseline(fmnist: Path, out: Path, fmnist_full: Path | None = Non
     subset of the CARE/SimCLR/SimO runs, on the long-tailed subset of the OCL/SupCon runs and (with
     ``fmnist_full``) on the long-tailed full split of the ``*_full`` runs; and, for scale, the same
     linear probe on the raw pixels (a linear classifier of the 28×28 images, no encoder)."""
-    sys.path.insert(0, str(EXAMPLES))
     import numpy as np
     import torch
-    from _common import load_images
 
-    from hf_contrast.data import make_long_tailed
+    from hf_contrast.data import load_image_splits, make_long_tailed
     from hf_contrast.metrics import probe_scores
-    from hf_contrast.training import ContrastiveTrainingArguments
 
-    args = ContrastiveTrainingArguments(
-        output_dir=str(out / "random_init"),
-        image_size=32,
-        seed=0,
-        use_cpu=True,
-        report_to="none",
-    )
     encoder = seed0_resnet18()
 
     def pixels(dataset) -> tuple[torch.Tensor, torch.Tensor]:
@@ -299,7 +289,9 @@ def random_init_baseline(fmnist: Path, out: Path, fmnist_full: Path | None = Non
     if fmnist_full is not None:
         splits.append(("long_tailed_full", fmnist_full, None, IMBALANCE, FULL_TEST))
     for name, folder, n_train, ratio, n_test in splits:
-        data = load_images(str(folder), args, n_train, n_test)
+        data = load_image_splits(
+            str(folder), image_size=32, max_train_samples=n_train, max_eval_samples=n_test, seed=0, decode=True
+        )
         train = make_long_tailed(data["train"], ratio, seed=0)
         for metric, value in frozen_scores(encoder, train, data["test"]).items():
             results[f"{name}_{metric}"] = value
@@ -316,18 +308,14 @@ def cross_entropy_reference(folder: Path, out: Path, n_train: int | None, n_test
     the Trainer spares biases —, gradient norm clipped at 1 like the Trainer's ``max_grad_norm``, cosine
     schedule with 5 % warm-up, the SimCLR views at 32 px, seed 0), then score its frozen features like
     ``run_ocl.py``."""
-    sys.path.insert(0, str(EXAMPLES))
     import torch
-    from _common import load_images
     from torch.utils.data import DataLoader
     from transformers import get_cosine_schedule_with_warmup
 
-    from hf_contrast.data import make_long_tailed
-    from hf_contrast.training import ContrastiveTrainingArguments
+    from hf_contrast.data import load_image_splits, make_long_tailed
     from hf_contrast.views import ImageViewCollator, simclr_transform_from_data_config
 
-    args = ContrastiveTrainingArguments(output_dir=str(out), image_size=32, seed=0, use_cpu=True, report_to="none")
-    data = load_images(str(folder), args, n_train, n_test)
+    data = load_image_splits(str(folder), image_size=32, max_train_samples=n_train, max_eval_samples=n_test, seed=0)
     train = make_long_tailed(data["train"], IMBALANCE, seed=0)
     num_labels = len(set(train["label"]))
     encoder = seed0_resnet18(num_labels=num_labels)
