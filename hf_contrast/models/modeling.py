@@ -30,7 +30,6 @@ from hf_contrast.hub import (
 )
 from hf_contrast.models.adapters.registry import adapter_class, adapter_for
 from hf_contrast.models.backbones import backbone_type_of
-from hf_contrast.models.card_facts import encoder_card_facts
 from hf_contrast.models.configuration import ContrastiveEncoderConfig
 from hf_contrast.models.encode import encode as encode_inputs
 from hf_contrast.models.export import HUB_SUBFOLDER
@@ -451,7 +450,7 @@ class ContrastiveEncoder(PreTrainedModel):
 
     def card_facts(self) -> EncoderCardFacts:
         """What this encoder's model card says that depends on its backbone family (metadata, details, usage)."""
-        return encoder_card_facts(self, get_model_card_data(self))
+        return self.adapter.card_facts(self)
 
     def _write_model_card(self, folder: os.PathLike[str]) -> None:
         try:
