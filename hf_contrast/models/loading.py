@@ -13,17 +13,20 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import torch
+from safetensors import SafetensorError
 from torch import nn
 from transformers.utils import cached_file
 
 from hf_contrast.errors import InputError, MissingPathError
+from hf_contrast.hub import CARD_DATA_FILE, CARD_DATA_VERSION, load_card_data
 from hf_contrast.hub_ids import is_hub_repo_id
 from hf_contrast.models.configuration import ContrastiveEncoderConfig
 from hf_contrast.models.export import HUB_SUBFOLDER
+from hf_contrast.models.save_format import check_save_format
 
 __all__ = [
     "check_local_save",
@@ -233,3 +236,78 @@ def check_loaded_weights(model: nn.Module, loading_info: Mapping[str, Any], loca
             "(a training run that diverged saved them?). Load an earlier checkpoint, or retrain (e.g. with a lower "
             "learning rate); `safetensors.torch.load_file` reads the file as is for inspection."
         )
+
+
+_HUB_KWARGS = ("cache_dir", "force_download", "proxies", "token", "revision", "local_files_only")
+
+
+def load_encoder(
+    load_weights: Callable[..., tuple[Any, dict[str, Any]]],
+    pretrained_model_name_or_path: str | os.PathLike[str],
+    *model_args: Any,
+    **kwargs: Any,
+) -> Any:
+    """``ContrastiveEncoder.from_pretrained``: check the source and the save format, load the weights with
+    ``load_weights`` (``PreTrainedModel.from_pretrained`` of the encoder class), check them, restore the card
+    data and what the backbone adapter keeps beside the weights (``adapter.after_load``).
+
+    Args:
+        load_weights: ``PreTrainedModel.from_pretrained`` bound to the encoder class; called with
+            ``output_loading_info=True``.
+        pretrained_model_name_or_path, *model_args, **kwargs: As ``ContrastiveEncoder.from_pretrained``.
+
+    Returns:
+        The encoder, or ``(encoder, loading_info)`` with ``output_loading_info=True``.
+    """
+    kwargs.pop("tokenizer", None)
+    hub_kwargs = {key: kwargs[key] for key in _HUB_KWARGS if key in kwargs}
+    check_source(pretrained_model_name_or_path)
+    if not kwargs.get("subfolder"):
+        kwargs["subfolder"] = encoder_subfolder(pretrained_model_name_or_path, hub_kwargs)
+    check_local_save(pretrained_model_name_or_path, kwargs["subfolder"])
+    output_loading_info = kwargs.pop("output_loading_info", False)
+    config_json, config_location = read_saved_json(
+        pretrained_model_name_or_path, "config.json", kwargs["subfolder"], hub_kwargs
+    )
+    card_json, card_location = read_saved_json(
+        pretrained_model_name_or_path, CARD_DATA_FILE, kwargs["subfolder"], hub_kwargs
+    )
+    check_save_format(
+        config_json if isinstance(config_json, dict) else None,
+        card_json if isinstance(card_json, dict) else None,
+        config_class=ContrastiveEncoderConfig,
+        card_version=CARD_DATA_VERSION,
+        config_location=config_location,
+        card_location=card_location,
+    )
+    try:
+        model, loading_info = load_weights(
+            pretrained_model_name_or_path, *model_args, output_loading_info=True, **kwargs
+        )
+    except SafetensorError as error:
+        location = weights_location(pretrained_model_name_or_path, kwargs["subfolder"], hub_kwargs)
+        raise OSError(
+            f"{location} is not a readable safetensors file ({error}): it is corrupted, truncated or empty (an "
+            "interrupted save, copy or download). Save or copy the model again, or download it again "
+            "(`force_download=True`)."
+        ) from error
+    check_loaded_weights(
+        model, loading_info, weights_location(pretrained_model_name_or_path, kwargs["subfolder"], hub_kwargs)
+    )
+    card_data = _load_card_data(pretrained_model_name_or_path, kwargs["subfolder"], hub_kwargs)
+    if card_data is not None:
+        model.model_card_data = card_data
+    model.adapter.after_load(model, pretrained_model_name_or_path, kwargs["subfolder"], hub_kwargs)
+    return (model, loading_info) if output_loading_info else model
+
+
+def _load_card_data(path: str | os.PathLike[str], subfolder: str, hub_kwargs: dict[str, Any]) -> Any:
+    """The card data saved beside the encoder (``model_card.json``), or ``None`` (an older save has none)."""
+    options = dict(
+        hub_kwargs, _raise_exceptions_for_missing_entries=False, _raise_exceptions_for_connection_errors=False
+    )
+    try:
+        found = cached_file(path, CARD_DATA_FILE, subfolder=subfolder, **options)
+    except (OSError, ValueError):
+        return None
+    return load_card_data(found) if found is not None else None
