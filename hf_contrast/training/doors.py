@@ -19,6 +19,7 @@ from torch import nn
 
 from ..data.checks import check_column_kinds, check_columns, check_dataset_type
 from ..errors import InputTypeError
+from ..views import input_modality_of
 
 __all__ = ["check_trainer_arguments", "check_trainer_columns", "column_kinds"]
 
@@ -70,7 +71,7 @@ def check_trainer_columns(trainer: Any) -> None:
     """The training set has the columns the objective needs; every dataset's named columns hold the right kind
     of data. Called by ``ContrastiveTrainer.__init__`` before the objective's ``setup`` reads the data."""
     args, objective, views = trainer.args, trainer.objective, trainer.views
-    text = getattr(getattr(trainer.model, "config", None), "backbone_type", None) == "text"
+    text = input_modality_of(trainer.model) == "text"
     required = objective.required_columns(views)
     inputs = set(views.input_columns())
     label_options = {args.label_column, "labels"}
