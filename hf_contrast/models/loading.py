@@ -137,7 +137,8 @@ def check_local_save(path: str | os.PathLike[str], subfolder: str) -> None:
     if not os.path.isfile(config_file):
         raise MissingPathError(
             f"`{_ARGUMENT}`={root!r} is not a saved ContrastiveEncoder: {config_file} is missing (the folder holds "
-            f"{_listing(folder)}). {_FIX_SAVE[0].upper() + _FIX_SAVE[1:]}, written by `save_pretrained`; {_FIX_BACKBONE}."
+            f"{_listing(folder)}). {_FIX_SAVE[0].upper() + _FIX_SAVE[1:]}, written by `save_pretrained`; "
+            f"{_FIX_BACKBONE}."
         )
     try:
         with open(config_file, encoding="utf-8") as handle:
@@ -150,14 +151,15 @@ def check_local_save(path: str | os.PathLike[str], subfolder: str) -> None:
     model_type = config.get("model_type") if isinstance(config, dict) else None
     if model_type != ContrastiveEncoderConfig.model_type:
         raise InputError(
-            f"`{_ARGUMENT}`={root!r}: {config_file} is the config of a {model_type or 'non-transformers'} model, not of "
-            f"a ContrastiveEncoder (model_type {ContrastiveEncoderConfig.model_type!r}); {_FIX_BACKBONE}, or {_FIX_SAVE}."
+            f"`{_ARGUMENT}`={root!r}: {config_file} is the config of a {model_type or 'non-transformers'} model, not "
+            f"of a ContrastiveEncoder (model_type {ContrastiveEncoderConfig.model_type!r}); {_FIX_BACKBONE}, or "
+            f"{_FIX_SAVE}."
         )
     if not any(os.path.isfile(os.path.join(folder, name)) for name in _WEIGHT_FILES):
         raise MissingPathError(
-            f"`{_ARGUMENT}`={root!r} has a ContrastiveEncoder config but no weights: none of {', '.join(_WEIGHT_FILES)} "
-            f"is in {folder} (it holds {_listing(folder)}). The save is incomplete (an interrupted `save_pretrained`?): "
-            f"{_FIX_SAVE}, or save the model again."
+            f"`{_ARGUMENT}`={root!r} has a ContrastiveEncoder config but no weights: none of "
+            f"{', '.join(_WEIGHT_FILES)} is in {folder} (it holds {_listing(folder)}). The save is incomplete (an "
+            f"interrupted `save_pretrained`?): {_FIX_SAVE}, or save the model again."
         )
 
 
@@ -165,8 +167,8 @@ def encoder_subfolder(path: str | os.PathLike[str], hub_kwargs: Mapping[str, Any
     """The subfolder holding the encoder's config: ``"hf_contrast"`` (the save layout) or ``""`` (a flat save).
 
     Raises:
-        MissingPathError: (an ``OSError``) if the root ``config.json`` belongs to another model (timm's or a text backbone's
-            export) and ``hf_contrast/config.json`` is missing: the save is incomplete.
+        MissingPathError: (an ``OSError``) if the root ``config.json`` belongs to another model (timm's or a text
+            backbone's export) and ``hf_contrast/config.json`` is missing: the save is incomplete.
     """
     root = _lookup(path, "config.json", "", hub_kwargs)
     model_type = None
@@ -219,10 +221,10 @@ def check_loaded_weights(model: nn.Module, loading_info: Mapping[str, Any], loca
     if missing:
         shown = ", ".join(missing[:4]) + (f" and {len(missing) - 4} more" if len(missing) > 4 else "")
         raise InputError(
-            f"{location} lacks {len(missing)} of the encoder's tensors ({shown}); they would start from random values. "
-            "The file is not a complete ContrastiveEncoder save (a backbone-only export, or a save of another "
-            f"configuration): {_FIX_SAVE}, or build a new encoder with `ContrastiveEncoder.from_backbone` to train "
-            "a new head."
+            f"{location} lacks {len(missing)} of the encoder's tensors ({shown}); they would start from random "
+            "values. The file is not a complete ContrastiveEncoder save (a backbone-only export, or a save of "
+            f"another configuration): {_FIX_SAVE}, or build a new encoder with `ContrastiveEncoder.from_backbone` to "
+            "train a new head."
         )
     bad = [
         name

@@ -135,7 +135,8 @@ def _weights_problem(folder: Path) -> str | None:
             return _safetensors_problem(encoder / "model.safetensors")
         found = sorted(path.name for path in encoder.iterdir() if path.suffix in (".bin", ".pt", ".pth"))
         return f"{HUB_SUBFOLDER}/model.safetensors is missing" + (
-            f" ({HUB_SUBFOLDER}/ holds {', '.join(found)}, which a resume does not read: the root weights are the bare backbone)"
+            f" ({HUB_SUBFOLDER}/ holds {', '.join(found)}, which a resume does not read: the root weights are the "
+            "bare backbone)"
             if found
             else ""
         )

@@ -44,7 +44,8 @@ def check_trainer_arguments(model: Any, train_dataset: Any, eval_dataset: Any) -
             name = os.fspath(model)
             raise InputTypeError(
                 f"`model` is the string {name!r}; {_MODEL_FIX}. Load it first, e.g. "
-                f"`model=ContrastiveEncoder.from_backbone({name!r})` or `ContrastiveEncoder.from_pretrained({name!r})`."
+                f"`model=ContrastiveEncoder.from_backbone({name!r})` or "
+                f"`ContrastiveEncoder.from_pretrained({name!r})`."
             )
         kind = type(model)
         raise InputTypeError(f"`model` is a {kind.__module__}.{kind.__qualname__}; {_MODEL_FIX}.")

@@ -13,7 +13,8 @@
 * Paired views: :class:`PairedTransform` for LOCAL's (pre, post) pairs.
 * Collators: :class:`ImageViewCollator`, :class:`PairedImageCollator`, :class:`TextViewCollator`,
   :func:`pop_view_batch_index`, :func:`pop_skipped_images`, :func:`pop_dropped_rows`; :func:`scan_images` (the
-  start-up scan of image files); the rules that keep a batch that lost bad rows whole: :class:`WholeChunks`, :class:`WholeClassGroups`.
+  start-up scan of image files); the rules that keep a batch that lost bad rows whole: :class:`WholeChunks`,
+  :class:`WholeClassGroups`.
 * Batches: :class:`AFCLBatchSampler`, SimO's class-grouped ``C x k`` batches.
 * Views made on the device: :class:`BatchedSimCLRViews` — the SimCLR/BYOL recipe with per-sample
   parameters (:class:`ViewParams`, drawn like torchvision's) applied to a whole ``uint8`` batch in a few
