@@ -99,7 +99,7 @@ def main() -> None:
         ) from error
     encoder.to("cuda" if torch.cuda.is_available() else "cpu")
     encode = dict(label_column="label", batch_size=args.batch_size, output=args.representation)  # the loaders' names
-    if encoder.config.backbone_type == "text":
+    if encoder.input_modality == "text":
         try:
             data = load_text_dataset(args.dataset or SENTENCE_PAIRS_PATH, split=None, text_column=args.text_column,
                                      label_column=args.label_column)  # fmt: skip

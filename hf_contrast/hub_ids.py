@@ -16,7 +16,8 @@ __all__ = ["is_hub_repo_id"]
 
 
 def is_hub_repo_id(text: str) -> bool:
-    """``huggingface_hub.utils.validate_repo_id`` as a predicate (alphanumerics, ``-``, ``_``, ``.``; at most one ``/``)."""
+    """``huggingface_hub.utils.validate_repo_id`` as a predicate (alphanumerics, ``-``, ``_``, ``.``; at most
+    one ``/``)."""
     from huggingface_hub.utils import HFValidationError, validate_repo_id
 
     try:

@@ -169,8 +169,9 @@ def _folder_provenance(folder: Path) -> BackboneProvenance:
     base_model = identity or next((hub for hub in map(hub_id_or_none, declared) if hub), None)
     if base_model and not identity:
         logger.warning(
-            "The local backbone %r does not say which Hub model it is a copy of; the card names %r, what it says it was "
-            "trained from. If the folder is a copy of a Hub model, pass `base_model='org/name'` to `from_backbone`.",
+            "The local backbone %r does not say which Hub model it is a copy of; the card names %r, what it says it "
+            "was trained from. If the folder is a copy of a Hub model, pass `base_model='org/name'` to "
+            "`from_backbone`.",
             folder.name,
             base_model,
         )
@@ -204,8 +205,8 @@ def backbone_provenance(
     """
     if base_model is not None and hub_id_or_none(base_model) is None:
         raise InputError(
-            f"`base_model`={base_model!r} is not a Hub repository id like 'org/name': pass the Hub id the weights came "
-            "from (a local path is never published), or leave it None."
+            f"`base_model`={base_model!r} is not a Hub repository id like 'org/name': pass the Hub id the weights "
+            "came from (a local path is never published), or leave it None."
         )
     local = backbone[len("local-dir:") :] if backbone.startswith("local-dir:") else backbone
     if backbone.startswith("local-dir:") or (is_local_path(local) and Path(local).expanduser().is_dir()):

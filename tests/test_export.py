@@ -214,7 +214,7 @@ def test_from_scratch_export_has_no_pretrained_provenance_and_the_trained_size(t
 def test_save_pretrained_writes_the_card_and_survives_card_failures(
     tmp_path, vision: ContrastiveEncoder, monkeypatch, caplog
 ) -> None:
-    from hf_contrast.models import modeling as model_card  # where save_pretrained looks the writer up
+    from hf_contrast.models import saving as model_card  # where save_pretrained looks the writer up
 
     calls = []
     monkeypatch.setattr(

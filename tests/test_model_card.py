@@ -30,7 +30,7 @@ from hf_contrast.hub import (
     non_default_training_args,
     write_model_card,
 )
-from hf_contrast.models.card_facts import encoder_card_facts
+from hf_contrast.models.adapters import adapter_for
 
 BIBTEX = "@inproceedings{care2025,\n  title = {Escaping the Big Data Paradigm},\n  year = {2025}\n}"
 
@@ -90,7 +90,7 @@ def _pretrained_stub(backbone: str, backbone_type: str = "timm") -> SimpleNamesp
         pooling="mean",
     )
     model = SimpleNamespace(config=config, data_config={"input_size": (3, 224, 224)})
-    model.card_facts = lambda: encoder_card_facts(model, get_model_card_data(model))  # as ContrastiveEncoder's
+    model.card_facts = lambda: adapter_for(config).card_facts(model)  # as ContrastiveEncoder's
     return model
 
 

@@ -176,7 +176,8 @@ class EmbeddingMetrics:
     def _compute(
         self, embeddings: object, labels: object | None, views: Sequence[object] | None, names: tuple[str, str]
     ) -> dict[str, float]:
-        """:meth:`compute`, with errors naming the caller's arguments (``predictions`` / ``label_ids`` from ``__call__``)."""
+        """:meth:`compute`, with errors naming the caller's arguments (``predictions`` / ``label_ids`` from
+        ``__call__``)."""
         z = as_embeddings(names[0], embeddings, min_rows=2)
         y = None if labels is None else as_labels(names[1], labels, z.shape[0], z.device)
         if y is not None and bool((y < 0).any()):

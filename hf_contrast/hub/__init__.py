@@ -29,7 +29,7 @@ from hf_contrast.hub.card_facts import EncoderCardFacts
 from hf_contrast.hub.card_render import GENERATED_MARKER, generate_model_card, is_generated_card, write_model_card
 from hf_contrast.hub.card_storage import CARD_DATA_FILE, get_model_card_data, load_card_data, save_card_data
 from hf_contrast.hub.layout import HUB_SUBFOLDER
-from hf_contrast.hub.push import push_encoder_to_hub
+from hf_contrast.hub.push import push_encoder_to_hub, save_and_push
 from hf_contrast.hub.staging import staged_directory
 from hf_contrast.hub.training_args import non_default_training_args
 from hf_contrast.hub.upload import hub_readme_is_user_written, upload_model_folder
@@ -50,6 +50,7 @@ __all__ = [
     "load_card_data",
     "non_default_training_args",
     "push_encoder_to_hub",
+    "save_and_push",
     "save_card_data",
     "staged_directory",
     "upload_model_folder",

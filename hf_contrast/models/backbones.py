@@ -85,7 +85,8 @@ def _unavailable(name: str, error: BaseException, pretrained: bool = True) -> Hu
     )
     return HubUnavailableError(
         f"Cannot load {what} for `backbone`={name!r}: the Hugging Face Hub is unreachable ({reason}) and "
-        f"the files are not in the local cache.{read_as} Check the name, or pass a local path instead (a directory saved with `save_pretrained`, "
+        f"the files are not in the local cache.{read_as} Check the name, or pass a local path instead (a directory "
+        f"saved with `save_pretrained`, "
         "a timm export as 'local-dir:/path'), or set HF_HUB_OFFLINE=1 with a cache populated beforehand "
         "(HF_HOME / HF_HUB_CACHE), or build the backbone without weights (`pretrained=False`). "
         f"Original error: {type(error).__name__}: {error}"
@@ -101,10 +102,9 @@ def _unknown(name: str, matches: list[str], detail: str = "") -> InputError:
     hint = f"Close timm names: {', '.join(matches)}. " if matches else ""
     return InputError(
         f"Unknown `backbone`={name!r}: it is not a timm model name, an existing local directory, or a Hugging Face "
-        "model id. "
-        f"{hint}Pass a timm name (list them with `timm.list_models('*resnet*')`), 'hf-hub:<repo>' / "
-        "'local-dir:<path>' for timm checkpoints, or the Hub id / local path of a transformers text encoder "
-        f"(e.g. 'bert-base-uncased').{detail}"
+        f"model id. {hint}Pass a timm name (list them with `timm.list_models('*resnet*')`), 'hf-hub:<repo>' / "
+        f"'local-dir:<path>' for timm checkpoints, or the Hub id / local path of a transformers text encoder (e.g. "
+        f"'bert-base-uncased').{detail}"
     )
 
 

@@ -95,19 +95,20 @@ def check_image_array(name: str, image: Any, *, channels: int) -> Any:
     accepted = accepted_channels(channels)
     if c not in accepted:
         hint = (
-            " NumPy images are channels-last (H, W, C): transpose a (C, H, W) array with `x.transpose(1, 2, 0)`, or pass "
-            "`torch.from_numpy(x)`."
+            " NumPy images are channels-last (H, W, C): transpose a (C, H, W) array with `x.transpose(1, 2, 0)`, or "
+            "pass `torch.from_numpy(x)`."
             if not is_tensor and image.ndim == 3 and shape[0] in accepted
             else ""
         )
         raise InputError(
-            f"`{name}` has {c} channel(s) (shape {shape}, a {layout}) but the encoder takes {channels} "
-            f"(it converts {' or '.join(map(str, accepted))}): convert the image to {channels} channel(s), or build the "
-            f"encoder with `backbone_kwargs={{'in_chans': {c}}}`.{hint}"
+            f"`{name}` has {c} channel(s) (shape {shape}, a {layout}) but the encoder takes {channels} (it converts "
+            f"{' or '.join(map(str, accepted))}): convert the image to {channels} channel(s), or build the encoder "
+            f"with `backbone_kwargs={{'in_chans': {c}}}`.{hint}"
         )
     if h < 1 or w < 1:
         raise InputError(
-            f"`{name}` has shape {shape}: an image of {h}×{w} pixels has nothing to encode; pass images of 1×1 pixels or more."
+            f"`{name}` has shape {shape}: an image of {h}×{w} pixels has nothing to encode; pass images of 1×1 pixels "
+            "or more."
         )
     if is_tensor and image.ndim == 2:
         return image.unsqueeze(0)
@@ -155,14 +156,15 @@ def check_pixel_values(
             else f"convert the images to {channels} channel(s)"
         )
         raise InputError(
-            f"`pixel_values` has {c} channel(s) (shape {tuple(pixel_values.shape)}) but `{backbone}` takes {channels}: "
-            f"{fix} ({_PREPROCESS} does it), or build the encoder with `backbone_kwargs={{'in_chans': {c}}}`."
+            f"`pixel_values` has {c} channel(s) (shape {tuple(pixel_values.shape)}) but `{backbone}` takes "
+            f"{channels}: {fix} ({_PREPROCESS} does it), or build the encoder with "
+            f"`backbone_kwargs={{'in_chans': {c}}}`."
         )
     if 2 * min(h, w) < min_size:
         raise InputError(
-            f"`pixel_values` of {h}×{w} pixels are smaller than half the {min_size}-pixel total stride of `{backbone}`: "
-            f"its last stages would see a single padded pixel. Resize the images to at least {min_size}×{min_size} "
-            f"(e.g. with {_PREPROCESS})."
+            f"`pixel_values` of {h}×{w} pixels are smaller than half the {min_size}-pixel total stride of "
+            f"`{backbone}`: its last stages would see a single padded pixel. Resize the images to at least "
+            f"{min_size}×{min_size} (e.g. with {_PREPROCESS})."
         )
     if not training:
         check_finite_values(

@@ -80,7 +80,8 @@ def _pool_type(model: nn.Module) -> str | None:
 
 
 def _shapes(model: nn.Module, skip: set[int] = frozenset()) -> dict[str, tuple[int, ...]]:
-    """``{name: shape}`` of the persistent tensors of ``model`` (its state dict), leaving out those in ``skip`` (ids)."""
+    """``{name: shape}`` of the persistent tensors of ``model`` (its state dict), leaving out those in ``skip``
+    (ids)."""
     by_name = dict(model.named_parameters(remove_duplicate=False))
     by_name.update(model.named_buffers(remove_duplicate=False))
     return {
@@ -96,8 +97,9 @@ def _timm_parts(model: nn.Module) -> dict[str, Any]:
     architecture = pretrained_cfg.get("architecture")
     if not architecture:
         raise InputError(
-            f"The timm model ({type(model).__name__}) has no `pretrained_cfg['architecture']`, so it could not be rebuilt "
-            "when the encoder is loaded: create it with `timm.create_model(name)`, or pass the name to `from_backbone`."
+            f"The timm model ({type(model).__name__}) has no `pretrained_cfg['architecture']`, so it could not be "
+            "rebuilt when the encoder is loaded: create it with `timm.create_model(name)`, or pass the name to "
+            "`from_backbone`."
         )
     kwargs: dict[str, Any] = {}
     built = built_input_size(model)
@@ -160,7 +162,8 @@ def _sentence_transformer_parts(model: Any) -> tuple[PreTrainedModel, Any, dict[
     if kinds[:2] != ["Transformer", "Pooling"] or any(kind != "Normalize" for kind in kinds[2:]):
         raise InputError(
             f"The SentenceTransformer has the modules {kinds}; ContrastiveEncoder reproduces Transformer -> Pooling "
-            "[-> Normalize] only. Pass its transformer alone (`model[0].auto_model`) to train without the other modules."
+            "[-> Normalize] only. Pass its transformer alone (`model[0].auto_model`) to train without the other "
+            "modules."
         )
     transformer = modules[0].auto_model
     name = (
@@ -248,7 +251,8 @@ def encoder_from_instance(
         )
     if not is_backbone_instance(backbone):
         raise InputError(
-            f"`backbone` is a {type(backbone).__module__}.{type(backbone).__qualname__}; expected {ACCEPTED_BACKBONES}."
+            f"`backbone` is a {type(backbone).__module__}.{type(backbone).__qualname__}; expected "
+            f"{ACCEPTED_BACKBONES}."
         )
     for name, value in (("backbone_kwargs", backbone_kwargs), ("hub_kwargs", hub_kwargs)):
         if value:
@@ -261,8 +265,8 @@ def encoder_from_instance(
     device, dtype = _placement(backbone)
     if tokenizer is not None and not callable(tokenizer):
         raise InputTypeError(
-            f"`tokenizer` is a {type(tokenizer).__name__}; pass a tokenizer object (`AutoTokenizer.from_pretrained(name)`), "
-            "not its name."
+            f"`tokenizer` is a {type(tokenizer).__name__}; pass a tokenizer object "
+            f"(`AutoTokenizer.from_pretrained(name)`), not its name."
         )
     if _is_timm_model(backbone):
         if tokenizer is not None:
@@ -309,17 +313,17 @@ def _placement(model: nn.Module) -> tuple[torch.device, torch.dtype | None]:
     meta = [name for name, t in [*model.named_parameters(), *model.named_buffers()] if t.device.type == "meta"]
     if meta:
         raise InputError(
-            f"`backbone` ({type(model).__name__}) has {len(meta)} tensor(s) on the meta device (e.g. `{meta[0]}`): it has "
-            "shapes but no weights, so the encoder would fail at its first forward pass. Materialise it first: "
-            "`model.to_empty(device='cpu')` then load its weights (`model.load_state_dict(...)`), or build it normally "
-            "(without `torch.device('meta')` / `init_empty_weights`)."
+            f"`backbone` ({type(model).__name__}) has {len(meta)} tensor(s) on the meta device (e.g. `{meta[0]}`): it "
+            f"has shapes but no weights, so the encoder would fail at its first forward pass. Materialise it first: "
+            f"`model.to_empty(device='cpu')` then load its weights (`model.load_state_dict(...)`), or build it "
+            f"normally (without `torch.device('meta')` / `init_empty_weights`)."
         )
     devices = sorted({str(t.device) for t in tensors})
     if len(devices) > 1:
         raise InputError(
             f"`backbone` ({type(model).__name__}) is spread over the devices {devices} (a `device_map`?): the encoder "
-            f"adds its heads on one device. Move the model to one device first (`model.to({devices[0]!r})`); multi-GPU "
-            "training is the trainer's (accelerate / FSDP)."
+            f"adds its heads on one device. Move the model to one device first (`model.to({devices[0]!r})`); "
+            "multi-GPU training is the trainer's (accelerate / FSDP)."
         )
     floating = sorted({str(t.dtype) for t in tensors if t.is_floating_point()})
     if len(floating) > 1:
@@ -386,10 +390,10 @@ def _check_timm_embedding(model: nn.Module, device: torch.device, dtype: torch.d
         pool = _pool_type(model)
         name = model.pretrained_cfg.get("architecture") or type(model).__name__
         raise InputError(
-            f"`backbone` ({name}) gives features of shape {tuple(features.shape)} for one image, not one vector (1, F): "
-            f"its global pooling is off (`global_pool={pool!r}`). Build it with pooling, e.g. "
+            f"`backbone` ({name}) gives features of shape {tuple(features.shape)} for one image, not one vector (1, "
+            f"F): its global pooling is off (`global_pool={pool!r}`). Build it with pooling, e.g. "
             f"`timm.create_model({name!r}, num_classes=0)` (or `global_pool='avg'`), or call "
-            "`model.reset_classifier(0, global_pool='avg')` first."
+            f"`model.reset_classifier(0, global_pool='avg')` first."
         )
 
 

@@ -13,17 +13,20 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import torch
+from safetensors import SafetensorError
 from torch import nn
 from transformers.utils import cached_file
 
 from hf_contrast.errors import InputError, MissingPathError
+from hf_contrast.hub import CARD_DATA_FILE, CARD_DATA_VERSION, load_card_data
 from hf_contrast.hub_ids import is_hub_repo_id
 from hf_contrast.models.configuration import ContrastiveEncoderConfig
 from hf_contrast.models.export import HUB_SUBFOLDER
+from hf_contrast.models.save_format import check_save_format
 
 __all__ = [
     "check_local_save",
@@ -134,7 +137,8 @@ def check_local_save(path: str | os.PathLike[str], subfolder: str) -> None:
     if not os.path.isfile(config_file):
         raise MissingPathError(
             f"`{_ARGUMENT}`={root!r} is not a saved ContrastiveEncoder: {config_file} is missing (the folder holds "
-            f"{_listing(folder)}). {_FIX_SAVE[0].upper() + _FIX_SAVE[1:]}, written by `save_pretrained`; {_FIX_BACKBONE}."
+            f"{_listing(folder)}). {_FIX_SAVE[0].upper() + _FIX_SAVE[1:]}, written by `save_pretrained`; "
+            f"{_FIX_BACKBONE}."
         )
     try:
         with open(config_file, encoding="utf-8") as handle:
@@ -147,14 +151,15 @@ def check_local_save(path: str | os.PathLike[str], subfolder: str) -> None:
     model_type = config.get("model_type") if isinstance(config, dict) else None
     if model_type != ContrastiveEncoderConfig.model_type:
         raise InputError(
-            f"`{_ARGUMENT}`={root!r}: {config_file} is the config of a {model_type or 'non-transformers'} model, not of "
-            f"a ContrastiveEncoder (model_type {ContrastiveEncoderConfig.model_type!r}); {_FIX_BACKBONE}, or {_FIX_SAVE}."
+            f"`{_ARGUMENT}`={root!r}: {config_file} is the config of a {model_type or 'non-transformers'} model, not "
+            f"of a ContrastiveEncoder (model_type {ContrastiveEncoderConfig.model_type!r}); {_FIX_BACKBONE}, or "
+            f"{_FIX_SAVE}."
         )
     if not any(os.path.isfile(os.path.join(folder, name)) for name in _WEIGHT_FILES):
         raise MissingPathError(
-            f"`{_ARGUMENT}`={root!r} has a ContrastiveEncoder config but no weights: none of {', '.join(_WEIGHT_FILES)} "
-            f"is in {folder} (it holds {_listing(folder)}). The save is incomplete (an interrupted `save_pretrained`?): "
-            f"{_FIX_SAVE}, or save the model again."
+            f"`{_ARGUMENT}`={root!r} has a ContrastiveEncoder config but no weights: none of "
+            f"{', '.join(_WEIGHT_FILES)} is in {folder} (it holds {_listing(folder)}). The save is incomplete (an "
+            f"interrupted `save_pretrained`?): {_FIX_SAVE}, or save the model again."
         )
 
 
@@ -162,8 +167,8 @@ def encoder_subfolder(path: str | os.PathLike[str], hub_kwargs: Mapping[str, Any
     """The subfolder holding the encoder's config: ``"hf_contrast"`` (the save layout) or ``""`` (a flat save).
 
     Raises:
-        MissingPathError: (an ``OSError``) if the root ``config.json`` belongs to another model (timm's or a text backbone's
-            export) and ``hf_contrast/config.json`` is missing: the save is incomplete.
+        MissingPathError: (an ``OSError``) if the root ``config.json`` belongs to another model (timm's or a text
+            backbone's export) and ``hf_contrast/config.json`` is missing: the save is incomplete.
     """
     root = _lookup(path, "config.json", "", hub_kwargs)
     model_type = None
@@ -216,10 +221,10 @@ def check_loaded_weights(model: nn.Module, loading_info: Mapping[str, Any], loca
     if missing:
         shown = ", ".join(missing[:4]) + (f" and {len(missing) - 4} more" if len(missing) > 4 else "")
         raise InputError(
-            f"{location} lacks {len(missing)} of the encoder's tensors ({shown}); they would start from random values. "
-            "The file is not a complete ContrastiveEncoder save (a backbone-only export, or a save of another "
-            f"configuration): {_FIX_SAVE}, or build a new encoder with `ContrastiveEncoder.from_backbone` to train "
-            "a new head."
+            f"{location} lacks {len(missing)} of the encoder's tensors ({shown}); they would start from random "
+            "values. The file is not a complete ContrastiveEncoder save (a backbone-only export, or a save of "
+            f"another configuration): {_FIX_SAVE}, or build a new encoder with `ContrastiveEncoder.from_backbone` to "
+            "train a new head."
         )
     bad = [
         name
@@ -233,3 +238,78 @@ def check_loaded_weights(model: nn.Module, loading_info: Mapping[str, Any], loca
             "(a training run that diverged saved them?). Load an earlier checkpoint, or retrain (e.g. with a lower "
             "learning rate); `safetensors.torch.load_file` reads the file as is for inspection."
         )
+
+
+_HUB_KWARGS = ("cache_dir", "force_download", "proxies", "token", "revision", "local_files_only")
+
+
+def load_encoder(
+    load_weights: Callable[..., tuple[Any, dict[str, Any]]],
+    pretrained_model_name_or_path: str | os.PathLike[str],
+    *model_args: Any,
+    **kwargs: Any,
+) -> Any:
+    """``ContrastiveEncoder.from_pretrained``: check the source and the save format, load the weights with
+    ``load_weights`` (``PreTrainedModel.from_pretrained`` of the encoder class), check them, restore the card
+    data and what the backbone adapter keeps beside the weights (``adapter.after_load``).
+
+    Args:
+        load_weights: ``PreTrainedModel.from_pretrained`` bound to the encoder class; called with
+            ``output_loading_info=True``.
+        pretrained_model_name_or_path, *model_args, **kwargs: As ``ContrastiveEncoder.from_pretrained``.
+
+    Returns:
+        The encoder, or ``(encoder, loading_info)`` with ``output_loading_info=True``.
+    """
+    kwargs.pop("tokenizer", None)
+    hub_kwargs = {key: kwargs[key] for key in _HUB_KWARGS if key in kwargs}
+    check_source(pretrained_model_name_or_path)
+    if not kwargs.get("subfolder"):
+        kwargs["subfolder"] = encoder_subfolder(pretrained_model_name_or_path, hub_kwargs)
+    check_local_save(pretrained_model_name_or_path, kwargs["subfolder"])
+    output_loading_info = kwargs.pop("output_loading_info", False)
+    config_json, config_location = read_saved_json(
+        pretrained_model_name_or_path, "config.json", kwargs["subfolder"], hub_kwargs
+    )
+    card_json, card_location = read_saved_json(
+        pretrained_model_name_or_path, CARD_DATA_FILE, kwargs["subfolder"], hub_kwargs
+    )
+    check_save_format(
+        config_json if isinstance(config_json, dict) else None,
+        card_json if isinstance(card_json, dict) else None,
+        config_class=ContrastiveEncoderConfig,
+        card_version=CARD_DATA_VERSION,
+        config_location=config_location,
+        card_location=card_location,
+    )
+    try:
+        model, loading_info = load_weights(
+            pretrained_model_name_or_path, *model_args, output_loading_info=True, **kwargs
+        )
+    except SafetensorError as error:
+        location = weights_location(pretrained_model_name_or_path, kwargs["subfolder"], hub_kwargs)
+        raise OSError(
+            f"{location} is not a readable safetensors file ({error}): it is corrupted, truncated or empty (an "
+            "interrupted save, copy or download). Save or copy the model again, or download it again "
+            "(`force_download=True`)."
+        ) from error
+    check_loaded_weights(
+        model, loading_info, weights_location(pretrained_model_name_or_path, kwargs["subfolder"], hub_kwargs)
+    )
+    card_data = _load_card_data(pretrained_model_name_or_path, kwargs["subfolder"], hub_kwargs)
+    if card_data is not None:
+        model.model_card_data = card_data
+    model.adapter.after_load(model, pretrained_model_name_or_path, kwargs["subfolder"], hub_kwargs)
+    return (model, loading_info) if output_loading_info else model
+
+
+def _load_card_data(path: str | os.PathLike[str], subfolder: str, hub_kwargs: dict[str, Any]) -> Any:
+    """The card data saved beside the encoder (``model_card.json``), or ``None`` (an older save has none)."""
+    options = dict(
+        hub_kwargs, _raise_exceptions_for_missing_entries=False, _raise_exceptions_for_connection_errors=False
+    )
+    try:
+        found = cached_file(path, CARD_DATA_FILE, subfolder=subfolder, **options)
+    except (OSError, ValueError):
+        return None
+    return load_card_data(found) if found is not None else None

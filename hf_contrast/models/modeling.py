@@ -4,56 +4,31 @@ from __future__ import annotations
 
 import logging
 import os
-import shutil
-import tempfile
 from dataclasses import dataclass
 from typing import Any
 
 import torch
-from safetensors import SafetensorError
 from torch import Tensor, nn
 from transformers import PretrainedConfig, PreTrainedModel
-from transformers.utils import ModelOutput, cached_file
+from transformers.utils import ModelOutput
 
 from hf_contrast.errors import InputError
-from hf_contrast.hub import (
-    CARD_DATA_FILE,
-    CARD_DATA_VERSION,
-    ContrastiveModelCardData,
-    EncoderCardFacts,
-    get_model_card_data,
-    load_card_data,
-    save_card_data,
-    staged_directory,
-    upload_model_folder,
-    write_model_card,
-)
+from hf_contrast.hub import ContrastiveModelCardData, EncoderCardFacts, get_model_card_data, save_and_push
 from hf_contrast.models.adapters.registry import adapter_class, adapter_for
 from hf_contrast.models.backbones import backbone_type_of
-from hf_contrast.models.card_facts import encoder_card_facts
 from hf_contrast.models.configuration import ContrastiveEncoderConfig
 from hf_contrast.models.encode import encode as encode_inputs
 from hf_contrast.models.export import HUB_SUBFOLDER
 from hf_contrast.models.heads import ProjectionHead
 from hf_contrast.models.instances import encoder_from_instance
-from hf_contrast.models.loading import (
-    check_loaded_weights,
-    check_local_save,
-    check_source,
-    encoder_subfolder,
-    read_saved_json,
-    weights_location,
-)
-from hf_contrast.models.save_format import check_save_format
-from hf_contrast.models.statistics import model_details
+from hf_contrast.models.loading import load_encoder
+from hf_contrast.models.saving import save_encoder
 from hf_contrast.provenance import backbone_provenance
 from hf_contrast.tensor_checks import l2_normalize
 
 __all__ = ["ContrastiveEncoder", "ContrastiveEncoderOutput", "HUB_SUBFOLDER"]
 
 logger = logging.getLogger(__name__)
-
-_HUB_KWARGS = ("cache_dir", "force_download", "proxies", "token", "revision", "local_files_only")
 
 
 @dataclass
@@ -75,10 +50,6 @@ class ContrastiveEncoderOutput(ModelOutput):
     projections: torch.FloatTensor | None = None
     feature_maps: tuple[torch.FloatTensor, ...] | None = None
     logits: torch.FloatTensor | None = None
-
-
-def _hub_kwargs(kwargs: dict[str, Any]) -> dict[str, Any]:
-    return {key: kwargs[key] for key in _HUB_KWARGS if key in kwargs}
 
 
 class ContrastiveEncoder(PreTrainedModel):
@@ -427,39 +398,11 @@ class ContrastiveEncoder(PreTrainedModel):
         kwargs.pop("safe_serialization", None)
         if not is_main_process:
             return
-        with staged_directory(save_directory, stale=_LAYOUT_ENTRIES) as folder:
-            self.adapter.save_native(self, folder, state_dict, save_directory)
-            super().save_pretrained(folder / HUB_SUBFOLDER, state_dict=state_dict, **kwargs)
-            if self.tokenizer is not None:
-                self.tokenizer.save_pretrained(folder / HUB_SUBFOLDER)
-            self._save_card_data(folder / HUB_SUBFOLDER)
-            existing_card = os.path.join(save_directory, "README.md")
-            if os.path.isfile(existing_card):  # the card writer keeps a README.md the user wrote
-                shutil.copy2(existing_card, folder / "README.md")
-            self._write_model_card(folder)
-
-    def _save_card_data(self, folder: os.PathLike[str]) -> None:
-        """``hf_contrast/model_card.json``: the card data, with the sizes measured now (a failure only warns)."""
-        data = get_model_card_data(self)
-        try:
-            data.model_details = model_details(self, data.model_details)
-            save_card_data(self, folder)
-        except Exception as error:  # the card must never make a save fail
-            logger.warning(
-                "Model card data not saved (%s: %s); the card will not survive a reload.", type(error).__name__, error
-            )
+        save_encoder(self, save_directory, state_dict, super().save_pretrained, **kwargs)
 
     def card_facts(self) -> EncoderCardFacts:
         """What this encoder's model card says that depends on its backbone family (metadata, details, usage)."""
-        return encoder_card_facts(self, get_model_card_data(self))
-
-    def _write_model_card(self, folder: os.PathLike[str]) -> None:
-        try:
-            write_model_card(self, folder)
-        except Exception as error:  # the card must never make a save fail
-            logger.warning(
-                "Model card not written (%s: %s); the model is saved without README.md.", type(error).__name__, error
-            )
+        return self.adapter.card_facts(self)
 
     @classmethod
     def from_pretrained(
@@ -489,46 +432,7 @@ class ContrastiveEncoder(PreTrainedModel):
             NewerSaveFormatWarning: once, if the folder was written by a newer hf_contrast (a higher
                 ``format_version`` / card ``version``, or config keys this release does not know).
         """
-        kwargs.pop("tokenizer", None)
-        hub_kwargs = _hub_kwargs(kwargs)
-        check_source(pretrained_model_name_or_path)
-        if not kwargs.get("subfolder"):
-            kwargs["subfolder"] = encoder_subfolder(pretrained_model_name_or_path, hub_kwargs)
-        check_local_save(pretrained_model_name_or_path, kwargs["subfolder"])
-        output_loading_info = kwargs.pop("output_loading_info", False)
-        config_json, config_location = read_saved_json(
-            pretrained_model_name_or_path, "config.json", kwargs["subfolder"], hub_kwargs
-        )
-        card_json, card_location = read_saved_json(
-            pretrained_model_name_or_path, CARD_DATA_FILE, kwargs["subfolder"], hub_kwargs
-        )
-        check_save_format(
-            config_json if isinstance(config_json, dict) else None,
-            card_json if isinstance(card_json, dict) else None,
-            config_class=ContrastiveEncoderConfig,
-            card_version=CARD_DATA_VERSION,
-            config_location=config_location,
-            card_location=card_location,
-        )
-        try:
-            model, loading_info = super().from_pretrained(
-                pretrained_model_name_or_path, *model_args, output_loading_info=True, **kwargs
-            )
-        except SafetensorError as error:
-            location = weights_location(pretrained_model_name_or_path, kwargs["subfolder"], hub_kwargs)
-            raise OSError(
-                f"{location} is not a readable safetensors file ({error}): it is corrupted, truncated or empty (an "
-                "interrupted save, copy or download). Save or copy the model again, or download it again "
-                "(`force_download=True`)."
-            ) from error
-        check_loaded_weights(
-            model, loading_info, weights_location(pretrained_model_name_or_path, kwargs["subfolder"], hub_kwargs)
-        )
-        card_data = _load_card_data(pretrained_model_name_or_path, kwargs["subfolder"], hub_kwargs)
-        if card_data is not None:
-            model.model_card_data = card_data
-        model.adapter.after_load(model, pretrained_model_name_or_path, kwargs["subfolder"], hub_kwargs)
-        return (model, loading_info) if output_loading_info else model
+        return load_encoder(super().from_pretrained, pretrained_model_name_or_path, *model_args, **kwargs)
 
     def push_to_hub(
         self,
@@ -566,59 +470,17 @@ class ContrastiveEncoder(PreTrainedModel):
         Raises:
             ValueError: If ``repo_id`` is empty or ``revision`` is combined with ``create_pr``.
         """
-        from huggingface_hub import HfApi
-
-        if not isinstance(repo_id, str) or not repo_id.strip("/"):
-            raise InputError(f"`repo_id` must be a Hub repository id like 'user/name', got {repo_id!r}.")
-        if create_pr and revision not in (None, "main"):
-            raise InputError(
-                f"`create_pr=True` opens a pull request against `main`; got `revision={revision!r}`: pass one or the "
-                "other."
-            )
-        api = HfApi(token=token, library_name="hf_contrast", library_version=_library_version())
-        repo_id = api.create_repo(repo_id, private=private, exist_ok=True).repo_id
-        if revision not in (None, "main"):
-            api.create_branch(repo_id, branch=revision, exist_ok=True)
-        get_model_card_data(self).model_id = repo_id  # the card's snippets name the repository
-        with tempfile.TemporaryDirectory(prefix="hf_contrast_push_") as folder:
-            self.save_pretrained(folder, **save_kwargs)
-            commit = upload_model_folder(
-                folder,
-                repo_id,
-                api=api,
-                commit_message=commit_message or "Upload hf_contrast encoder",
-                commit_description=commit_description,
-                revision=revision,
-                create_pr=create_pr,
-                replace_model_card=replace_model_card,
-            )
+        commit = save_and_push(
+            self,
+            repo_id,
+            commit_message=commit_message,
+            commit_description=commit_description,
+            private=private,
+            token=token,
+            revision=revision,
+            create_pr=create_pr,
+            replace_model_card=replace_model_card,
+            save_kwargs=save_kwargs,
+        )
         logger.info("Pushed %s to %s", type(self).__name__, commit.commit_url)
         return commit
-
-
-#: Root entries of an older save that a new save removes when it does not write them itself.
-_LAYOUT_ENTRIES = (
-    "modules.json", "sentence_bert_config.json", "config_sentence_transformers.json", "1_Pooling", "2_Normalize",
-    "model.safetensors.index.json", "pytorch_model.bin", "pytorch_model.bin.index.json",
-)  # fmt: skip
-
-
-def _library_version() -> str:
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version("hf_contrast")
-    except PackageNotFoundError:
-        return "unknown"
-
-
-def _load_card_data(path: str | os.PathLike[str], subfolder: str, hub_kwargs: dict[str, Any]) -> Any:
-    """The card data saved beside the encoder (``model_card.json``), or ``None`` (an older save has none)."""
-    options = dict(
-        hub_kwargs, _raise_exceptions_for_missing_entries=False, _raise_exceptions_for_connection_errors=False
-    )
-    try:
-        found = cached_file(path, CARD_DATA_FILE, subfolder=subfolder, **options)
-    except (OSError, ValueError):
-        return None
-    return load_card_data(found) if found is not None else None

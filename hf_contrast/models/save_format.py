@@ -101,5 +101,5 @@ def check_save_format(
             + ". This release ignores what it does not "
             f"know, so the loaded model may differ from the saved one. Upgrade with {_UPGRADE}.",
             NewerSaveFormatWarning,
-            stacklevel=3,
+            stacklevel=4,  # check_save_format < load_encoder < from_pretrained < the caller
         )

@@ -3,8 +3,8 @@
 A sentence-transformers model folder holds ``modules.json`` (the module pipeline), the transformer at
 the module path (usually the root), ``1_Pooling/config.json`` (the pooling mode: ``pooling_mode`` since
 sentence-transformers 6, ``pooling_mode_*_tokens`` flags before), an optional ``2_Normalize`` module and
-``sentence_bert_config.json`` (``max_seq_length``; since version 6 the tokenizer's ``model_max_length``). :func:`read_st_layout`
-turns that into the encoder options that reproduce ``SentenceTransformer(path).encode``;
+``sentence_bert_config.json`` (``max_seq_length``; since version 6 the tokenizer's ``model_max_length``).
+:func:`read_st_layout` turns that into the encoder options that reproduce ``SentenceTransformer(path).encode``;
 :func:`write_st_modules` writes them back, so a fine-tuned model stays a drop-in replacement.
 sentence-transformers itself is needed for neither.
 """
@@ -112,8 +112,8 @@ def read_st_layout(name: str | os.PathLike[str], **hub_kwargs: Any) -> SentenceT
         normalize_config = _read_json(str(name), f"{entry.get('path') or '2_Normalize'}/config.json", hub_kwargs) or {}
         if normalize_config.get("module_input_name", "sentence_embedding") != "sentence_embedding":
             raise InputError(
-                f"The Normalize module of `{name}` normalises `{normalize_config['module_input_name']}`; ContrastiveEncoder "
-                "reproduces a Normalize of the sentence embedding only."
+                f"The Normalize module of `{name}` normalises `{normalize_config['module_input_name']}`; "
+                f"ContrastiveEncoder reproduces a Normalize of the sentence embedding only."
             )
     prefix = f"{transformer_path}/" if transformer_path else ""
     st_config = _read_json(str(name), f"{prefix}sentence_bert_config.json", hub_kwargs) or {}

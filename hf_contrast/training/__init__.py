@@ -4,7 +4,8 @@ Swap ``Trainer`` for a named trainer (or :class:`ContrastiveTrainer` with ``obje
 ``TrainingArguments`` for :class:`ContrastiveTrainingArguments`, pass a dataset and a ``ContrastiveEncoder``.
 Collators and the AFCL batch sampler are in :mod:`hf_contrast.views`. :func:`parse_args_with_objective`
 parses a script's flags together with the chosen ``--method``'s hyperparameters; :func:`setup_logging` and
-:func:`detect_last_checkpoint` and :func:`set_cpu_threads` are a script's other set-up steps (:mod:`~hf_contrast.training.scripts`).
+:func:`detect_last_checkpoint` and :func:`set_cpu_threads` are a script's other set-up steps
+(:mod:`~hf_contrast.training.scripts`).
 
 The image size a run trains at follows one rule (:mod:`~hf_contrast.training.image_size`, :func:`choose_image_size`);
 the trainer logs the defaults that shape a result once at the start of ``train()``

@@ -29,8 +29,9 @@ class ContrastiveTrainingArguments(TrainingArguments):
     distributed negatives, evaluation representation and the non-finite policy.
 
     Defaults that differ from ``TrainingArguments``: ``remove_unused_columns=False`` (the collators read
-    columns the encoder's ``forward`` does not take; the trainers refuse ``True``) and ``logging_nan_inf_filter=False`` (a NaN loss is
-    never replaced in the logs: ``nonfinite_policy`` decides what happens).
+    columns the encoder's ``forward`` does not take; the trainers refuse ``True``) and
+    ``logging_nan_inf_filter=False`` (a NaN loss is never replaced in the logs: ``nonfinite_policy`` decides
+    what happens).
 
     Raises:
         ValueError: naming the field, when a value is out of range.
@@ -88,9 +89,9 @@ class ContrastiveTrainingArguments(TrainingArguments):
     image_size: int | None = field(
         default=None,
         metadata={
-            "help": "Image: side of the views. None: a size set on the encoder (set_image_size / a saved encoder), else a "
-            "pretrained backbone's size, else the training images' own size when they share one, else the backbone's "
-            "default with a warning (hf_contrast.training.image_size); logged at the start of training."
+            "help": "Image: side of the views. None: a size set on the encoder (set_image_size / a saved encoder), "
+            "else a pretrained backbone's size, else the training images' own size when they share one, else the "
+            "backbone's default with a warning (hf_contrast.training.image_size); logged at the start of training."
         },
     )
     views_on_device: bool = field(
@@ -116,8 +117,8 @@ class ContrastiveTrainingArguments(TrainingArguments):
     remove_unused_columns: bool = field(
         default=False,
         metadata={
-            "help": "Keep it False: the collators read columns the encoder's forward does not take, and the contrastive "
-            "trainers refuse True (select columns with `dataset.select_columns`)."
+            "help": "Keep it False: the collators read columns the encoder's forward does not take, and the "
+            "contrastive trainers refuse True (select columns with `dataset.select_columns`)."
         },
     )
     logging_nan_inf_filter: bool = field(

@@ -19,6 +19,7 @@ from torch import nn
 
 from ..data.checks import check_column_kinds, check_columns, check_dataset_type
 from ..errors import InputTypeError
+from ..views import input_modality_of
 
 __all__ = ["check_trainer_arguments", "check_trainer_columns", "column_kinds"]
 
@@ -43,7 +44,8 @@ def check_trainer_arguments(model: Any, train_dataset: Any, eval_dataset: Any) -
             name = os.fspath(model)
             raise InputTypeError(
                 f"`model` is the string {name!r}; {_MODEL_FIX}. Load it first, e.g. "
-                f"`model=ContrastiveEncoder.from_backbone({name!r})` or `ContrastiveEncoder.from_pretrained({name!r})`."
+                f"`model=ContrastiveEncoder.from_backbone({name!r})` or "
+                f"`ContrastiveEncoder.from_pretrained({name!r})`."
             )
         kind = type(model)
         raise InputTypeError(f"`model` is a {kind.__module__}.{kind.__qualname__}; {_MODEL_FIX}.")
@@ -70,7 +72,7 @@ def check_trainer_columns(trainer: Any) -> None:
     """The training set has the columns the objective needs; every dataset's named columns hold the right kind
     of data. Called by ``ContrastiveTrainer.__init__`` before the objective's ``setup`` reads the data."""
     args, objective, views = trainer.args, trainer.objective, trainer.views
-    text = getattr(getattr(trainer.model, "config", None), "backbone_type", None) == "text"
+    text = input_modality_of(trainer.model) == "text"
     required = objective.required_columns(views)
     inputs = set(views.input_columns())
     label_options = {args.label_column, "labels"}

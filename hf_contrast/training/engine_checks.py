@@ -55,17 +55,19 @@ def check_distributed_engine(args: Any, accelerator: Any, is_fsdp_enabled: bool,
     launched = int(os.environ.get("WORLD_SIZE", "1") or 1)
     if launched > 1 and accelerator.num_processes == 1:
         raise InputError(
-            f"The launcher started {launched} processes (WORLD_SIZE={launched}) but Accelerate started no process group "
-            f"with `use_cpu={args.use_cpu}` on device {args.device}: each process would train alone on the whole data "
-            "and write to the same output_dir. On a machine without GPUs pass `use_cpu=True` (`--use_cpu`); the "
-            "processes then run DDP over gloo (Accelerate has no FSDP or DeepSpeed for CPU processes)."
+            f"The launcher started {launched} processes (WORLD_SIZE={launched}) but Accelerate started no process "
+            f"group with `use_cpu={args.use_cpu}` on device {args.device}: each process would train alone on the "
+            "whole data and write to the same output_dir. On a machine without GPUs pass `use_cpu=True` "
+            "(`--use_cpu`); the processes then run DDP over gloo (Accelerate has no FSDP or DeepSpeed for CPU "
+            "processes)."
         )
     engine = requested_engine(args)
     started = (engine == "FSDP" and is_fsdp_enabled) or (engine == "DeepSpeed" and is_deepspeed_enabled)
     if engine is not None and not started and accelerator.num_processes > 1:
         logger.warning(
-            "%s was requested, but Accelerate runs %s on %s processes: it has no %s for CPU processes, so every process "
-            "holds the whole model (DDP over gloo). The results equal the sharded run's; only the memory does not shrink.",
+            "%s was requested, but Accelerate runs %s on %s processes: it has no %s for CPU processes, so every "
+            "process holds the whole model (DDP over gloo). The results equal the sharded run's; only the memory does "
+            "not shrink.",
             engine,
             accelerator.distributed_type,
             args.device.type,

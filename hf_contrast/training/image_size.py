@@ -226,9 +226,10 @@ def choose_image_size(
     factor = choice.resize_factor
     if warn and factor is not None and factor > MAX_RESIZE_FACTOR:
         warnings.warn(
-            f"The views resize the training images by {factor:.1f}x (images {', '.join(_hw(hw) for hw in sizes[:4])} px, "
-            f"views {_hw(size)} px, {choice.reason}): more than {MAX_RESIZE_FACTOR:g}x costs compute (or detail) for nothing. "
-            f"Pass `image_size=` (`--image_size`) near the images' size, e.g. image_size={sizes[0][0]}, or resize the data.",
+            f"The views resize the training images by {factor:.1f}x (images {', '.join(_hw(hw) for hw in sizes[:4])} "
+            f"px, views {_hw(size)} px, {choice.reason}): more than {MAX_RESIZE_FACTOR:g}x costs compute (or detail) "
+            f"for nothing. Pass `image_size=` (`--image_size`) near the images' size, e.g. image_size={sizes[0][0]}, "
+            "or resize the data.",
             stacklevel=3,
         )
     return choice

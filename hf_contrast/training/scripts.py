@@ -92,8 +92,8 @@ def cpu_threads_source() -> str:
     omp = os.environ.get("OMP_NUM_THREADS")
     if omp is not None and launched_by_accelerate():
         return (
-            f"OMP_NUM_THREADS={omp}, as `accelerate launch` passes it: `--num_cpu_threads_per_process`, by default your "
-            "OMP_NUM_THREADS, else 1"
+            f"OMP_NUM_THREADS={omp}, as `accelerate launch` passes it: `--num_cpu_threads_per_process`, by default "
+            f"your OMP_NUM_THREADS, else 1"
         )
     if omp is not None:
         return f"OMP_NUM_THREADS={omp}"

@@ -18,7 +18,7 @@ from hf_contrast.errors import InputError
 
 from ..data.checks import check_dataset, dataset_columns
 from ..data.columns import CANONICAL_COLUMNS
-from ..views import BadImageError, scan_images
+from ..views import BadImageError, input_modality_of, scan_images
 from ..views.image_scan import image_columns, scan_depth
 
 __all__ = ["check_datasets", "check_evaluation_fits", "check_image_files", "check_objective_fits"]
@@ -93,7 +93,7 @@ def check_datasets(trainer: Any) -> None:
         )
         pair = CANONICAL_COLUMNS["text_pair_column"]
         if (
-            getattr(trainer.model.config, "backbone_type", None) == "text"
+            input_modality_of(trainer.model) == "text"
             and args.text_pair_column is None
             and pair in (dataset_columns(trainer.train_dataset) or ())
         ):

@@ -2,7 +2,7 @@
 
 * :class:`ViewBuilder` -- the one interface objectives and the trainer use; :class:`ImageViews`
   (timm encoders) and :class:`TextViews` (text encoders) implement it, and :func:`views_for`
-  picks one from the model.
+  picks one from the model (:func:`input_modality_of`: what the model reads).
 * Per-sample transforms: :mod:`~hf_contrast.views.image_transforms` (SimCLR augmentation,
   evaluation transform, :class:`TwoViewTransform`, :func:`raw_image_transform`, sized from a timm
   data config); decoding is :mod:`~hf_contrast.data.decode` (any PIL mode / path / bytes to the encoder's
@@ -13,7 +13,8 @@
 * Paired views: :class:`PairedTransform` for LOCAL's (pre, post) pairs.
 * Collators: :class:`ImageViewCollator`, :class:`PairedImageCollator`, :class:`TextViewCollator`,
   :func:`pop_view_batch_index`, :func:`pop_skipped_images`, :func:`pop_dropped_rows`; :func:`scan_images` (the
-  start-up scan of image files); the rules that keep a batch that lost bad rows whole: :class:`WholeChunks`, :class:`WholeClassGroups`.
+  start-up scan of image files); the rules that keep a batch that lost bad rows whole: :class:`WholeChunks`,
+  :class:`WholeClassGroups`.
 * Batches: :class:`AFCLBatchSampler`, SimO's class-grouped ``C x k`` batches.
 * Views made on the device: :class:`BatchedSimCLRViews` — the SimCLR/BYOL recipe with per-sample
   parameters (:class:`ViewParams`, drawn like torchvision's) applied to a whole ``uint8`` batch in a few
@@ -31,7 +32,7 @@ from .builder import ViewBuilder, split_output
 from .chunked_image import ChunkedAugmentation
 from .chunked_text import ChunkedTextAugmentation, simcse_views
 from .device_views import ChunkSharedDeviceViews, DeviceViews
-from .for_model import views_for
+from .for_model import input_modality_of, views_for
 from .image_collators import (
     ImageViewCollator,
     PairedImageCollator,
@@ -82,6 +83,7 @@ __all__ = [
     "eval_transform_from_data_config",
     "paired_transform",
     "pad_and_concat",
+    "input_modality_of",
     "pop_dropped_rows",
     "pop_skipped_images",
     "pop_view_batch_index",

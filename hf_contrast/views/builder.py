@@ -73,9 +73,9 @@ class ViewBuilder(ABC):
         self.gradient_cache: Any = None
         if self.views_on_device and not self.supports_views_on_device:
             raise InputError(
-                f"`views_on_device=True` makes image views (crop, flip, colour jitter, grayscale, blur) on the "
-                f"device, but this model's views ({type(self).__name__}) are not images (a text encoder's random views "
-                "are dropout or a pair column, its tokens made by the collator): set `views_on_device=False`."
+                "`views_on_device=True` makes image views (crop, flip, colour jitter, grayscale, blur) on the "
+                f"device, but this model's views ({type(self).__name__}) are not images (a text encoder's random "
+                "views are dropout or a pair column, its tokens made by the collator): set `views_on_device=False`."
             )
 
     # ---- facts ----------------------------------------------------------------------------------

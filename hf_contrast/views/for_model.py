@@ -11,7 +11,7 @@ from .builder import ViewBuilder
 from .image_views import ImageViews
 from .text_views import TextViews
 
-__all__ = ["views_for"]
+__all__ = ["input_modality_of", "views_for"]
 
 
 def views_for(
@@ -23,9 +23,14 @@ def views_for(
 
     Args: as :class:`~hf_contrast.views.ViewBuilder`.
     """
+    views_class = TextViews if input_modality_of(model) == "text" else ImageViews
+    return views_class(model, args, processing_class, epoch=epoch)
+
+
+def input_modality_of(model: Any) -> str:
+    """What ``model`` reads: ``"text"`` or ``"image"``: a ``ContrastiveEncoder``'s ``input_modality`` (from its
+    backbone adapter); for another model, ``"text"`` iff ``config.backbone_type == "text"``, else ``"image"``."""
     modality = getattr(model, "input_modality", None)
     if modality is None:  # not a ContrastiveEncoder: its config may still say
         modality = "text" if getattr(getattr(model, "config", None), "backbone_type", None) == "text" else "image"
-    is_text = modality == "text"
-    views_class = TextViews if is_text else ImageViews
-    return views_class(model, args, processing_class, epoch=epoch)
+    return modality

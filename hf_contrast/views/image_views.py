@@ -95,7 +95,8 @@ class ImageViews(ViewBuilder):
         return self._device_views
 
     def start_batch(self, batch_index: int, training: bool) -> None:
-        """With ``args.views_on_device``: the next views draw from this batch's generator (see :class:`DeviceViews`)."""
+        """With ``args.views_on_device``: the next views draw from this batch's generator (see
+        :class:`DeviceViews`)."""
         if self.views_on_device:
             self.device_views().start_batch(batch_index, training)
 

@@ -18,6 +18,8 @@ from typing import Any, ClassVar
 from torch import Tensor, nn
 
 from hf_contrast.errors import InputError
+from hf_contrast.hub import EncoderCardFacts
+from hf_contrast.provenance import hub_id_or_none
 
 __all__ = ["BackboneAdapter"]
 
@@ -130,7 +132,33 @@ class BackboneAdapter(ABC):
         """The card's family-specific sizes (``architecture_name``, GMACs, sequence length...)."""
         return {"architecture_name": type(encoder.backbone).__name__}
 
-    def card_facts(self, encoder: Any) -> Any:
-        """What the model card says about this family (library, tags, usage snippets); a hook for the card
-        renderer, ``None`` here (the card renderer decides for itself)."""
+    def card_facts(self, encoder: Any) -> EncoderCardFacts | None:
+        """What the model card says about this family (library, tags, detail rows, usage snippets, base model):
+        ``ContrastiveEncoder.card_facts()``, read by the card renderer; ``None`` here (no card facts).
+
+        Args:
+            encoder: The encoder (duck-typed: ``config``, ``data_config``, ``model_card_data`` with the sizes
+                measured when saving in ``model_details``).
+        """
         return None
+
+    def card_base_model(self, config: Any, card_data: Any) -> str | None:
+        """The Hub id of a pretrained backbone, or ``None`` (from scratch, local and unnamed, unknown).
+
+        The card data's ``base_model`` if set, else what :meth:`pretrained_hub_id` finds for
+        ``config.backbone`` when ``config.backbone_pretrained``.
+        """
+        if card_data.base_model:
+            return hub_id_or_none(card_data.base_model)
+        backbone = getattr(config, "backbone", None)
+        if not getattr(config, "backbone_pretrained", False) or not isinstance(backbone, str):
+            return None
+        return self.pretrained_hub_id(backbone)
+
+    def pretrained_hub_id(self, backbone: str) -> str | None:
+        """The Hub id the pretrained weights of the backbone named ``backbone`` come from, or ``None``.
+
+        By default a namespaced Hub id (``"org/name"``); a bare name may be a local folder's name
+        (``from_backbone`` records the base model of such a backbone in the card data).
+        """
+        return hub_id_or_none(backbone) if "/" in backbone else None

@@ -13,6 +13,7 @@ from transformers import AutoTokenizer, PretrainedConfig
 from transformers.utils import cached_file
 
 from hf_contrast.errors import InputError
+from hf_contrast.hub import EncoderCardFacts, get_model_card_data
 from hf_contrast.models.adapters.base import BackboneAdapter
 from hf_contrast.models.backbones import build_text_backbone, load_text_backbone
 from hf_contrast.models.configuration import ContrastiveEncoderConfig
@@ -185,6 +186,33 @@ class TransformersTextAdapter(BackboneAdapter):
             "architecture_name": architectures[0] if architectures else type(encoder.backbone).__name__,
             "max_seq_length": text_max_seq_length(encoder),
         }
+
+    def card_facts(self, encoder: Any) -> EncoderCardFacts:
+        """Sequence length, pooling and similarity rows; sentence-transformers' library, tags and usage."""
+        config = encoder.config
+        card_data = get_model_card_data(encoder)
+        rows: list[tuple[str, str]] = []
+        max_length = getattr(config, "max_seq_length", None) or (card_data.model_details or {}).get("max_seq_length")
+        if max_length:
+            rows.append(("Maximum sequence length", f"{max_length} tokens"))
+        normalized = ", then L2 normalisation" if getattr(config, "normalize_embeddings", False) else ""
+        rows.append(("Pooling", f"{getattr(config, 'pooling', 'mean')}{normalized}"))
+        rows.append(("Similarity function", "cosine similarity"))
+        return EncoderCardFacts(
+            model_type="hf_contrast ContrastiveEncoder (text)",
+            input_noun="sentence",
+            inputs_noun="sentences",
+            backbone_library="transformers",
+            detail_rows=tuple(rows),
+            embeddings_normalized=bool(getattr(config, "normalize_embeddings", False)),
+            usage_template="usage_sentence_transformers.md",
+            library_name="sentence-transformers",
+            pipeline_tag="sentence-similarity",
+            tags=("sentence-transformers", "sentence-similarity", "feature-extraction"),
+            feature_extraction_task="feature-extraction",
+            classification_task="text-classification",
+            base_model=self.card_base_model(config, card_data),
+        )
 
 
 def _load_tokenizer(

@@ -6,9 +6,11 @@ import os
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
+import timm
 from torch import Tensor, nn
 
 from hf_contrast.errors import InputError
+from hf_contrast.hub import EncoderCardFacts, get_model_card_data
 from hf_contrast.models.adapters.base import BackboneAdapter
 from hf_contrast.models.backbones import (
     build_timm_backbone,
@@ -197,3 +199,57 @@ class TimmAdapter(BackboneAdapter):
             if gmacs is not None:
                 details["gmacs"] = round(gmacs, 4)
         return details
+
+    def card_facts(self, encoder: Any) -> EncoderCardFacts:
+        """Image size, GMACs and normalisation rows; timm's library, tags and usage; timm's license."""
+        config, data_config = encoder.config, getattr(encoder, "data_config", None) or {}
+        card_data = get_model_card_data(encoder)
+        stats = card_data.model_details or {}
+        rows: list[tuple[str, str]] = []
+        size = data_config.get("input_size")
+        if size:
+            rows.append(("Image size", f"{size[1]} x {size[2]} ({size[0]} channels)"))
+        if isinstance(stats.get("gmacs"), (int, float)):
+            at = f" (backbone, one image at {size[1]} x {size[2]})" if size else ""
+            rows.append(("GMACs", f"{stats['gmacs']:.3g}{at}"))
+        if data_config.get("mean") and data_config.get("std"):
+            mean, std = (tuple(round(v, 4) for v in data_config[key]) for key in ("mean", "std"))
+            rows.append(("Normalisation", f"mean {mean}, std {std}"))
+        base_model = self.card_base_model(config, card_data)
+        return EncoderCardFacts(
+            model_type="hf_contrast ContrastiveEncoder (image)",
+            input_noun="image",
+            inputs_noun="images",
+            backbone_library="timm",
+            detail_rows=tuple(rows),
+            embeddings_normalized=False,
+            usage_template="usage_timm.md",
+            library_name="timm",
+            pipeline_tag="image-feature-extraction",
+            tags=("timm", "image-feature-extraction"),
+            feature_extraction_task="image-feature-extraction",
+            classification_task="image-classification",
+            base_model=base_model,
+            base_model_license=_timm_license(config, base_model),
+        )
+
+    def pretrained_hub_id(self, backbone: str) -> str | None:
+        """A timm name's default pretrained tag on the Hub (timm's registry, no network); ``hf-hub:`` and
+        ``local-dir:`` names as the default."""
+        if backbone.startswith(("hf-hub:", "local-dir:")):
+            return super().pretrained_hub_id(backbone)
+        try:
+            return getattr(timm.models.get_pretrained_cfg(backbone), "hf_hub_id", None)
+        except Exception:  # an unknown name: no provenance rather than a wrong one
+            return None
+
+
+def _timm_license(config: Any, base_model: str | None) -> str | None:
+    """The license timm's pretrained config states for the base model (no network)."""
+    if base_model is None:
+        return None
+    try:
+        name = base_model.split("/", 1)[1] if base_model.startswith("timm/") else config.backbone
+        return getattr(timm.models.get_pretrained_cfg(name), "license", None) or None
+    except Exception:
+        return None
