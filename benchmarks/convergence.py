@@ -87,15 +87,24 @@ TEXT_METRICS = {"STS ρ (trial) ↑": "eval_sts_spearman"}
 # ---- command lines --------------------------------------------------------------------------------
 
 
+def eval_cadence(every: float, epochs: int) -> list[str]:
+    """Evaluate every ``every`` epochs: each epoch, or a fraction of the total steps (a float ``eval_steps`` < 1 is
+    one for TrainingArguments; 1.0 would mean every step), or only at the end when ``every`` spans the run."""
+    if every == 1:
+        return ["--eval_strategy", "epoch"]
+    if every < epochs:
+        return ["--eval_strategy", "steps", "--eval_steps", repr(every / epochs)]
+    return ["--eval_strategy", "no"]
+
+
 def image_args(opts: argparse.Namespace, seed: int) -> list[str]:
     """The flags every image run shares: data, budget, evaluation and checkpoint cadence."""
-    every = opts.eval_every / opts.epochs  # a float < 1 is a fraction of the total steps (TrainingArguments)
     return [
         "--dataset", str(opts.fmnist), "--max_train_samples", str(opts.train_images),
         "--max_eval_samples", str(opts.test_images), "--image_size", "32", "--model", opts.model,
         "--seed", str(seed), "--num_train_epochs", str(opts.epochs), "--max_steps", "-1",
         "--per_device_train_batch_size", "64", "--logging_steps", "10",
-        "--eval_strategy", "steps", "--eval_steps", repr(every),
+        *eval_cadence(opts.eval_every, opts.epochs),
         "--save_strategy", "epoch", "--save_total_limit", "2", "--projection_plot", "pca",
         "--disable_tqdm", "true",
     ]  # fmt: skip
@@ -103,14 +112,13 @@ def image_args(opts: argparse.Namespace, seed: int) -> list[str]:
 
 def text_args(opts: argparse.Namespace, seed: int, model: str, dataset: str) -> list[str]:
     """The flags every text run shares: model, data, STS evaluator on SICK's trial pairs, budget, cadence."""
-    every = opts.eval_every / opts.text_epochs
     return [
         "--model", model, "--dataset", str(opts.out / "data" / dataset), "--text_column", "sentence_A",
         "--sts_file", str(opts.sick / "SICK_trial.txt"), "--sts_sentence1_column", "sentence_A",
         "--sts_sentence2_column", "sentence_B", "--sts_score_column", "relatedness_score", "--max_sts_pairs", "0",
         "--seed", str(seed), "--num_train_epochs", str(opts.text_epochs), "--max_steps", "-1",
         "--per_device_train_batch_size", "64", "--max_length", "64", "--logging_steps", "10",
-        "--eval_strategy", "steps", "--eval_steps", repr(every), "--save_strategy", "epoch",
+        *eval_cadence(opts.eval_every, opts.text_epochs), "--save_strategy", "epoch",
         "--save_total_limit", "2", "--disable_tqdm", "true",
     ]  # fmt: skip
 

@@ -61,8 +61,6 @@ VOCABULARY_NAMES = {
 # Private checks that are not scalar-argument duplicates, with why they stay where they are.
 DOMAIN_CHECKS = {
     ("models/instances.py", "_check_timm_embedding"): "a timm model's pooled output, by a dry forward pass",
-    ("training/trainer.py", "_check_objective_fits"): "the objective against the model and the arguments",
-    ("training/trainer.py", "_check_evaluation_fits"): "the objective against the evaluation batch size and sets",
     (
         "training/arguments.py",
         "_check_bf16_device",

@@ -1,8 +1,8 @@
 """Griffe extensions for the API reference: the constructor signature of a loss module built from its hyperparameters.
 
 A loss module with a ``hyperparameters_class`` (``hf_contrast/losses/hyperparameters.py``) has no
-``__init__`` of its own in the source, or one taking ``*args, **kwargs``: its constructor takes the fields of its ``hyperparameters_class`` dataclass
-(``inspect.signature(CARELoss)`` shows them at run time). Static analysis sees only
+``__init__`` of its own in the source, or one taking ``*args, **kwargs``: its constructor takes the fields of its
+``hyperparameters_class`` dataclass (``inspect.signature(CARELoss)`` shows them at run time). Static analysis sees only
 ``__init__(*args, **kwargs)``; this extension gives the API reference the real signature, so the
 ``Args:`` sections of those classes document parameters that exist. A subclass with its own
 ``__init__(*args, <keyword-only>..., **kwargs)`` (``LOCALLoss``) gets the hyperparameters in place of
