@@ -55,8 +55,12 @@ class BackboneAdapter(ABC):
         Args:
             encoder_class: The encoder class to instantiate (``cls`` of ``from_backbone``).
             name: The backbone's name (timm name, Hub id, local path).
+            pretrained: As ``from_backbone``.
+            backbone_kwargs: As ``from_backbone``.
+            tokenizer: As ``from_backbone``.
+            hub_kwargs: As ``from_backbone``.
             provenance_name: The name saved in ``config.backbone`` (never a local path).
-            pretrained, backbone_kwargs, tokenizer, hub_kwargs, config_kwargs: as ``from_backbone``.
+            config_kwargs: As ``from_backbone``.
 
         Returns:
             The encoder.
