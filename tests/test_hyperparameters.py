@@ -15,6 +15,7 @@ import ast
 import dataclasses
 import inspect
 from pathlib import Path
+from typing import get_type_hints
 
 import pytest
 import torch
@@ -233,8 +234,9 @@ def test_no_objective_config_repeats_a_loss_field(config_class) -> None:
             f"{config_class.__name__}.{f.name} repeats a loss hyperparameter: declare it with "
             f"`loss_field(<the loss's Hyperparameters>)` instead of `field(...)`"
         )
-        source = {s.name: s for s in dataclasses.fields(config_class.loss_fields[f.name])}[f.name]
-        assert f.type == source.type, f"{config_class.__name__}.{f.name}: {f.type} but the loss says {source.type}"
+        # resolved annotations: HfArgumentParser replaces a dataclass field's string type by the class it names
+        ours, theirs = get_type_hints(config_class)[f.name], get_type_hints(config_class.loss_fields[f.name])[f.name]
+        assert ours == theirs, f"{config_class.__name__}.{f.name}: {ours} but the loss says {theirs}"
         assert f.metadata.get("help"), f"{config_class.__name__}.{f.name} has no --help text"
     for name in config_class.loss_fields:
         assert (config_class.__name__, name) not in HOMONYMS

@@ -47,10 +47,14 @@ def text_encoder() -> ContrastiveEncoder:
     return tiny_text_encoder().eval()
 
 
-def rows_of(n: int, dim: int):
+def rows_of(n: int | None, dim: int):
+    """Check ``n`` rows of ``dim`` values; ``n=None``: one input given alone (a string), one ``(dim,)`` vector as
+    sentence-transformers returns it."""
+    shape = (dim,) if n is None else (n, dim)
+
     def check(result: Any) -> None:
         result = torch.as_tensor(np.asarray(result)) if not isinstance(result, torch.Tensor) else result
-        assert tuple(result.shape) == (n, dim), f"got shape {tuple(result.shape)} for {n} inputs"
+        assert tuple(result.shape) == shape, f"got shape {tuple(result.shape)} for {n} inputs"
         assert bool(torch.isfinite(result).all()), "encode returned non-finite embeddings instead of an error"
 
     return check
@@ -75,10 +79,19 @@ IMAGE_INPUTS = st.one_of(
 @FEW
 @given(inputs=TEXT_INPUTS)
 def test_text_encode(text_encoder: ContrastiveEncoder, inputs: Any) -> None:
-    n = len(inputs) if isinstance(inputs, list) else 1
+    n = len(inputs) if isinstance(inputs, list) else None if isinstance(inputs, str) else 1
     assert_package_error_or_result(
         lambda: text_encoder.encode(inputs, show_progress_bar=False), ("inputs", "sentences"), rows_of(n, 32)
     )
+
+
+def test_one_sentence_encodes_to_one_vector(text_encoder: ContrastiveEncoder) -> None:
+    """The case the property above draws from ``wrong_types``: one string is one (dim,) vector, as
+    sentence-transformers' ``encode``; a list of one string is one row."""
+    one = text_encoder.encode("0.1", show_progress_bar=False)
+    rows = text_encoder.encode(["0.1"], show_progress_bar=False)
+    assert tuple(one.shape) == (32,) and tuple(rows.shape) == (1, 32)
+    torch.testing.assert_close(torch.as_tensor(one), torch.as_tensor(rows)[0])
 
 
 @FEW
