@@ -1,17 +1,25 @@
-"""FSDP2 (full shard) on 2 real CPU processes (gloo) trains like DDP and like one process on the global batch.
+"""FSDP (full shard) on 2 real CPU processes (gloo) trains like DDP and like one process on the global batch.
 
 Accelerate (1.3 to 1.15) has no FSDP for CPU processes (its FSDP is for GPU-like devices only; see
 docs/scaling-out.md), so the launched script (``tests/distributed_scripts/engine_train.py``, under ``torchrun``)
-shards the encoder with torch's own ``fully_shard`` (each transformer block a unit, then the root: what the
-FSDP2 config ``examples/accelerate_configs/fsdp.yaml`` does on GPUs) and trains it through the trainer's own
-objective, collator and views with ``gather_distributed=True``, next to a DDP-wrapped copy. Checked for SimCLR,
-CARE and SupCon on a tiny ViT and SimCSE on a tiny BERT: each process holds about half of the parameters, the
-logged losses and the updated parameters equal the DDP run and one process on the global batch (twice the CARE
-splits, so chunks keep their size), and the gathered full state dict written by ``save_pretrained`` (what the
-Trainer's ``FULL_STATE_DICT`` save does) loads in ``ContrastiveEncoder.from_pretrained``, timm,
-transformers' ``AutoModel`` and sentence-transformers, equal to the DDP save. A sharded
-``torch.distributed.checkpoint`` of model and AdamW state, loaded in a new launch, resumes exactly like the
-uninterrupted run (one more pair of launches, ``engine_train.py --resume``).
+shards the encoder with torch's own FSDP engines, each transformer block a unit, then the root (what the FSDP
+configs ``examples/accelerate_configs/fsdp.yaml`` / ``fsdp1.yaml`` do on GPUs), and trains it through the
+trainer's own objective, collator and views with ``gather_distributed=True``, next to a DDP-wrapped copy. Every
+test runs once per engine (the ``engine`` parameter):
+
+- ``fsdp2``: ``fully_shard``. It runs on CPU processes where ``torch.cpu.Stream`` has ``record_event``, which
+  its all-gather calls (torch 2.14 does); torch 2.6 (the floor) has not, so these cases skip there.
+- ``fsdp1``: ``FullyShardedDataParallel`` (``FULL_SHARD``, ``ModuleWrapPolicy`` of the block classes,
+  ``device_id=cpu``, ``use_orig_params=True``, a CPU device mesh so that its sharded state dict is DTensors),
+  which runs on CPU processes in both environments: what keeps FSDP tested at torch 2.6.
+
+Checked for SimCLR, CARE and SupCon on a tiny ViT and SimCSE on a tiny BERT: each process holds about half of
+the parameters, the logged losses and the updated parameters equal the DDP run and one process on the global
+batch (twice the CARE splits, so chunks keep their size), and the gathered full state dict written by
+``save_pretrained`` (what the Trainer's ``FULL_STATE_DICT`` save does) loads in
+``ContrastiveEncoder.from_pretrained``, timm, transformers' ``AutoModel`` and sentence-transformers, equal to the
+DDP save. A sharded ``torch.distributed.checkpoint`` of model and AdamW state, loaded in a new launch, resumes
+exactly like the uninterrupted run (one more pair of launches per engine, ``engine_train.py --resume``).
 """
 
 from __future__ import annotations

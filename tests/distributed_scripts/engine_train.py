@@ -1,4 +1,4 @@
-"""SimCLR, CARE, SupCon (image) and SimCSE (text) with ``gather_distributed=True``, under DDP and FSDP2 in the same
+"""SimCLR, CARE, SupCon (image) and SimCSE (text) with ``gather_distributed=True``, under DDP and FSDP in the same
 processes, and SimCLR through ``Trainer.train`` under the engine a launcher configured.
 
 Launched by ``tests/test_fsdp_distributed.py`` and ``tests/test_launch_configs_distributed.py`` as::
@@ -8,21 +8,23 @@ Launched by ``tests/test_fsdp_distributed.py`` and ``tests/test_launch_configs_d
 
 Engine runs (:func:`run`): each method trains :data:`STEPS` SGD steps on fixed views through the trainer's own
 objective, collator and views, process ``r`` taking rows ``[r·b, (r+1)·b)`` of each global batch of ``2b``; the
-encoder wrapped in DDP, then a fresh one sharded with torch's FSDP2 ``fully_shard`` (Accelerate has no FSDP for
-CPU processes). Rank 0 writes ``OUT_DIR/TAG/<engine>_<method>.pt`` (the gathered parameters, the losses, every
+encoder wrapped in DDP, then a fresh one sharded by each FSDP engine this torch runs on CPU processes
+(:func:`fsdp_engines`: torch's FSDP2 ``fully_shard`` where it can, torch 2.14 but not 2.6, and FSDP1
+``FullyShardedDataParallel`` in both, the only one at torch 2.6; Accelerate has no FSDP for CPU processes).
+Rank 0 writes ``OUT_DIR/TAG/<engine>_<method>.pt`` (the engine, the gathered parameters, the losses, every
 rank's count of parameter elements it holds) and the gathered state dict in the save layout to
 ``OUT_DIR/TAG/<engine>/<method>``. The tests run :func:`run` in their own process for the single-process
 reference on the global batch (``2b`` rows, twice the CARE splits so chunks keep their size).
 
 Trainer runs (:func:`trainer_run`): rank 0 writes ``OUT_DIR/TAG/trainer.pt`` and the model to ``OUT_DIR/TAG/model``.
 
-Resume runs (:func:`resume_run`, ``engine_train.py OUT_DIR TAG --resume PHASE``): SimCLR on the ViT under FSDP2
-with AdamW for :data:`RESUME_STEPS` steps. ``PHASE`` ``first`` runs them uninterrupted (``OUT_DIR/TAG/full.pt``),
-then a fresh run of :data:`RESUME_AT` steps that writes a sharded ``torch.distributed.checkpoint`` of model and
-optimizer (each process its own shard) to ``OUT_DIR/TAG/checkpoint``, trains one more step and kills every
-process (``SIGKILL``: the launch fails); ``resumed``, in a new
-launch, builds a differently initialised model, loads the checkpoint and runs the remaining steps
-(``OUT_DIR/TAG/resumed.pt``), then again loading the model only, with a fresh optimizer
+Resume runs (:func:`resume_run`, ``engine_train.py OUT_DIR TAG --resume PHASE [ENGINE]``): SimCLR on the ViT
+sharded by ``ENGINE`` (``fsdp2`` or ``fsdp1``; default the first of :func:`fsdp_engines`) with AdamW for
+:data:`RESUME_STEPS` steps. ``PHASE`` ``first`` runs them uninterrupted (``OUT_DIR/TAG/full.pt``), then a fresh
+run of :data:`RESUME_AT` steps that writes a sharded ``torch.distributed.checkpoint`` of model and optimizer (each
+process its own shard) to ``OUT_DIR/TAG/checkpoint``, trains one more step and kills every process (``SIGKILL``:
+the launch fails); ``resumed``, in a new launch, builds a differently initialised model, loads the checkpoint and
+runs the remaining steps (``OUT_DIR/TAG/resumed.pt``), then again loading the model only, with a fresh optimizer
 (``OUT_DIR/TAG/model_only.pt``): what a resume that drops the optimizer state gives.
 """
 
