@@ -145,7 +145,10 @@ def _is_block(module: torch.nn.Module) -> bool:
 def _shard(model: torch.nn.Module, engine: str = "fsdp2") -> torch.nn.Module:
     """Full shard with ``engine``: each transformer block (timm ``Block``, ``BertLayer``) its own unit, then
     the root. ``fsdp2``: torch's ``fully_shard``; ``fsdp1``: ``FullyShardedDataParallel`` on the CPU
-    (``FULL_SHARD``, a ``ModuleWrapPolicy`` of the block classes, ``use_orig_params=True``)."""
+    (``FULL_SHARD``, a ``ModuleWrapPolicy`` of the block classes, ``use_orig_params=True``) over a CPU device
+    mesh, so that its sharded state dict holds DTensors: without the mesh it holds ShardedTensors, which
+    torch 2.6's ``get_state_dict`` cannot read where a process holds none of a parameter
+    (``NotImplementedError: Only single local shard is supported``)."""
     if engine == "fsdp1":
         from torch.distributed.device_mesh import init_device_mesh
         from torch.distributed.fsdp import FullyShardedDataParallel, ShardingStrategy
