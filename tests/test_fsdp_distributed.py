@@ -1,17 +1,25 @@
-"""FSDP2 (full shard) on 2 real CPU processes (gloo) trains like DDP and like one process on the global batch.
+"""FSDP (full shard) on 2 real CPU processes (gloo) trains like DDP and like one process on the global batch.
 
 Accelerate (1.3 to 1.15) has no FSDP for CPU processes (its FSDP is for GPU-like devices only; see
 docs/scaling-out.md), so the launched script (``tests/distributed_scripts/engine_train.py``, under ``torchrun``)
-shards the encoder with torch's own ``fully_shard`` (each transformer block a unit, then the root: what the
-FSDP2 config ``examples/accelerate_configs/fsdp.yaml`` does on GPUs) and trains it through the trainer's own
-objective, collator and views with ``gather_distributed=True``, next to a DDP-wrapped copy. Checked for SimCLR,
-CARE and SupCon on a tiny ViT and SimCSE on a tiny BERT: each process holds about half of the parameters, the
-logged losses and the updated parameters equal the DDP run and one process on the global batch (twice the CARE
-splits, so chunks keep their size), and the gathered full state dict written by ``save_pretrained`` (what the
-Trainer's ``FULL_STATE_DICT`` save does) loads in ``ContrastiveEncoder.from_pretrained``, timm,
-transformers' ``AutoModel`` and sentence-transformers, equal to the DDP save. A sharded
-``torch.distributed.checkpoint`` of model and AdamW state, loaded in a new launch, resumes exactly like the
-uninterrupted run (one more pair of launches, ``engine_train.py --resume``).
+shards the encoder with torch's own FSDP engines, each transformer block a unit, then the root (what the FSDP
+configs ``examples/accelerate_configs/fsdp.yaml`` / ``fsdp1.yaml`` do on GPUs), and trains it through the
+trainer's own objective, collator and views with ``gather_distributed=True``, next to a DDP-wrapped copy. Every
+test runs once per engine (the ``engine`` parameter):
+
+- ``fsdp2``: ``fully_shard``. It runs on CPU processes where ``torch.cpu.Stream`` has ``record_event``, which
+  its all-gather calls (torch 2.14 does); torch 2.6 (the floor) has not, so these cases skip there.
+- ``fsdp1``: ``FullyShardedDataParallel`` (``FULL_SHARD``, ``ModuleWrapPolicy`` of the block classes,
+  ``device_id=cpu``, ``use_orig_params=True``, a CPU device mesh so that its sharded state dict is DTensors),
+  which runs on CPU processes in both environments: what keeps FSDP tested at torch 2.6.
+
+Checked for SimCLR, CARE and SupCon on a tiny ViT and SimCSE on a tiny BERT: each process holds about half of
+the parameters, the logged losses and the updated parameters equal the DDP run and one process on the global
+batch (twice the CARE splits, so chunks keep their size), and the gathered full state dict written by
+``save_pretrained`` (what the Trainer's ``FULL_STATE_DICT`` save does) loads in
+``ContrastiveEncoder.from_pretrained``, timm, transformers' ``AutoModel`` and sentence-transformers, equal to the
+DDP save. A sharded ``torch.distributed.checkpoint`` of model and AdamW state, loaded in a new launch, resumes
+exactly like the uninterrupted run (one more pair of launches per engine, ``engine_train.py --resume``).
 """
 
 from __future__ import annotations
@@ -29,39 +37,26 @@ from _launch import free_port, load_script
 
 SCRIPT = Path(__file__).parent / "distributed_scripts" / "engine_train.py"
 WORLD_SIZE = 2
+FSDP_ENGINES = ("fsdp2", "fsdp1")  # torch's fully_shard; FullyShardedDataParallel, the fallback at torch 2.6
 
 pytestmark = pytest.mark.distributed
-
-
-def _fsdp2_on_cpu() -> str | None:
-    """Why this torch cannot run FSDP2 on CPU processes, or ``None``."""
-    try:
-        from torch.distributed.checkpoint.state_dict import (  # noqa: F401
-            StateDictOptions,
-            get_model_state_dict,
-        )
-        from torch.distributed.device_mesh import init_device_mesh  # noqa: F401
-        from torch.distributed.fsdp import fully_shard  # noqa: F401
-    except ImportError as error:
-        return f"this torch has no public FSDP2 (torch.distributed.fsdp.fully_shard): {error}"
-    if not hasattr(torch.cpu.Stream, "record_event"):  # fully_shard records an event on its all-gather stream
-        return (
-            f"torch {torch.__version__}'s fully_shard cannot run on CPU processes: its all-gather calls "
-            "Stream.record_event, which torch.cpu.Stream lacks here (AttributeError; torch 2.6 fails, 2.14 runs)"
-        )
-    return None
 
 
 def _script() -> ModuleType:
     return load_script("engine_train", SCRIPT)
 
 
+def _needs(engine: str) -> None:
+    """Skip where this torch cannot run ``engine`` on CPU processes (FSDP2 below torch 2.7); FSDP1 always runs."""
+    if engine == "fsdp2":
+        reason = _script().fsdp2_on_cpu()
+        if reason:
+            pytest.skip(f"{reason}; FSDP1 (FullyShardedDataParallel) runs the same checks here")
+
+
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, dict[str, Any]]]:
-    reason = _fsdp2_on_cpu()
-    if reason:
-        pytest.skip(reason)
-    out_dir = tmp_path_factory.mktemp("engines")
+    out_dir = tmp_path_factory.mktemp("engines")  # the launch runs DDP and every FSDP engine this torch can
     command = [
         sys.executable, "-m", "torch.distributed.run",
         "--nproc_per_node", str(WORLD_SIZE), "--master_addr", "127.0.0.1", "--master_port", str(free_port()),
@@ -84,9 +79,12 @@ def _load(out_dir: Path, engine: str, method: str) -> dict[str, Any]:
 
 
 @pytest.mark.parametrize("method", ["simclr", "care", "supcon", "text"])
-def test_fsdp_shards_the_model(runs, method: str) -> None:
+@pytest.mark.parametrize("engine", FSDP_ENGINES)
+def test_fsdp_shards_the_model(runs, engine: str, method: str) -> None:
+    _needs(engine)
     out_dir, _ = runs
-    fsdp, ddp = _load(out_dir, "fsdp", method), _load(out_dir, "ddp", method)
+    fsdp, ddp = _load(out_dir, engine, method), _load(out_dir, "ddp", method)
+    assert (fsdp["engine"], ddp["engine"]) == (engine, "ddp")
     total = fsdp["total_numel"]
     assert total == ddp["total_numel"] > 0
     assert ddp["held_numel"] == [total] * WORLD_SIZE  # DDP: every process holds the whole model
@@ -95,18 +93,20 @@ def test_fsdp_shards_the_model(runs, method: str) -> None:
 
 
 @pytest.mark.parametrize("method", ["simclr", "care", "supcon", "text"])
-def test_fsdp_and_ddp_train_like_one_process_on_the_global_batch(runs, method: str) -> None:
+@pytest.mark.parametrize("engine", FSDP_ENGINES)
+def test_fsdp_and_ddp_train_like_one_process_on_the_global_batch(runs, engine: str, method: str) -> None:
+    _needs(engine)
     out_dir, single = runs
     one = single[method]
     initial = _script().build(method, out_dir / "initial", 4, 2).model.state_dict()
     assert any(not torch.equal(one["parameters"][k], initial[k]) for k in initial)  # it trained
-    for engine in ("ddp", "fsdp"):
-        two = _load(out_dir, engine, method)
+    for wrapper in ("ddp", engine):
+        two = _load(out_dir, wrapper, method)
         # losses: the global negatives (and SupCon's positives across processes, CARE's chunks) were seen
-        assert two["losses"] == pytest.approx(one["losses"], rel=1e-5), engine
+        assert two["losses"] == pytest.approx(one["losses"], rel=1e-5), wrapper
         assert sorted(two["parameters"]) == sorted(one["parameters"])
         for name, value in two["parameters"].items():
-            torch.testing.assert_close(value, one["parameters"][name], atol=1e-5, rtol=1e-5, msg=f"{engine}: {name}")
+            torch.testing.assert_close(value, one["parameters"][name], atol=1e-5, rtol=1e-5, msg=f"{wrapper}: {name}")
 
 
 def _same_modules(a: torch.nn.Module, b: torch.nn.Module) -> None:
@@ -116,12 +116,14 @@ def _same_modules(a: torch.nn.Module, b: torch.nn.Module) -> None:
         torch.testing.assert_close(sa[name], sb[name], atol=1e-5, rtol=1e-5, msg=name)
 
 
-def test_fsdp_save_of_an_image_encoder_loads_in_timm_and_from_pretrained(runs) -> None:
+@pytest.mark.parametrize("engine", FSDP_ENGINES)
+def test_fsdp_save_of_an_image_encoder_loads_in_timm_and_from_pretrained(runs, engine: str) -> None:
+    _needs(engine)
     timm = pytest.importorskip("timm")
     from hf_contrast.models import ContrastiveEncoder
 
     out_dir, single = runs
-    fsdp_dir, ddp_dir = out_dir / "two" / "fsdp" / "simclr", out_dir / "two" / "ddp" / "simclr"
+    fsdp_dir, ddp_dir = out_dir / "two" / engine / "simclr", out_dir / "two" / "ddp" / "simclr"
     fsdp, ddp = ContrastiveEncoder.from_pretrained(fsdp_dir), ContrastiveEncoder.from_pretrained(ddp_dir)
     _same_modules(fsdp, ddp)
     for name, value in fsdp.state_dict().items():  # the gathered state, not the initial or a shard
@@ -130,14 +132,16 @@ def test_fsdp_save_of_an_image_encoder_loads_in_timm_and_from_pretrained(runs) -
     _same_modules(backbone, fsdp.backbone)
 
 
-def test_fsdp_save_of_a_text_encoder_loads_in_transformers_and_sentence_transformers(runs) -> None:
+@pytest.mark.parametrize("engine", FSDP_ENGINES)
+def test_fsdp_save_of_a_text_encoder_loads_in_transformers_and_sentence_transformers(runs, engine: str) -> None:
+    _needs(engine)
     sentence_transformers = pytest.importorskip("sentence_transformers")
     from transformers import AutoModel
 
     from hf_contrast.models import ContrastiveEncoder
 
     out_dir, _ = runs
-    fsdp_dir, ddp_dir = out_dir / "two" / "fsdp" / "text", out_dir / "two" / "ddp" / "text"
+    fsdp_dir, ddp_dir = out_dir / "two" / engine / "text", out_dir / "two" / "ddp" / "text"
     fsdp, ddp = ContrastiveEncoder.from_pretrained(fsdp_dir), ContrastiveEncoder.from_pretrained(ddp_dir)
     _same_modules(fsdp, ddp)
     _same_modules(AutoModel.from_pretrained(fsdp_dir), fsdp.backbone)
@@ -150,10 +154,7 @@ def test_fsdp_save_of_a_text_encoder_loads_in_transformers_and_sentence_transfor
 
 
 def _dcp_on_cpu() -> str | None:
-    """Why this torch cannot save and load a sharded FSDP2 checkpoint, or ``None``."""
-    reason = _fsdp2_on_cpu()
-    if reason:
-        return reason
+    """Why this torch cannot save and load a sharded ``torch.distributed.checkpoint``, or ``None``."""
     try:
         import torch.distributed.checkpoint as dcp
         from torch.distributed.checkpoint.state_dict import (  # noqa: F401
@@ -182,25 +183,30 @@ def _launch(out_dir: Path, *args: str, killed: bool = False) -> None:
         pytest.fail(f"torchrun {args} failed ({done.returncode}):\n{done.stdout[-3000:]}\n{done.stderr[-5000:]}")
 
 
-def test_fsdp_sharded_checkpoint_resumes_in_new_processes_like_the_uninterrupted_run(tmp_path: Path) -> None:
-    """FSDP2 + AdamW: a sharded ``torch.distributed.checkpoint`` of model and optimizer after step 2, one
+@pytest.mark.parametrize("engine", FSDP_ENGINES)
+def test_fsdp_sharded_checkpoint_resumes_in_new_processes_like_the_uninterrupted_run(
+    tmp_path: Path, engine: str
+) -> None:
+    """FSDP2 or FSDP1 + AdamW: a sharded ``torch.distributed.checkpoint`` of model and optimizer after step 2, one
     more step, the processes killed (SIGKILL), a new launch from a differently initialised model loads it and
     trains steps 3-4: the same losses and parameters as 4 uninterrupted steps. Loading the model without the
     optimizer state does not.
     """
+    _needs(engine)
     reason = _dcp_on_cpu()
     if reason:
         pytest.skip(reason)
     script = _script()
-    _launch(tmp_path, "--resume", "first", killed=True)
+    _launch(tmp_path, "--resume", "first", engine, killed=True)
     shards = sorted(p.name for p in (tmp_path / "resume" / "checkpoint").iterdir() if p.suffix == ".distcp")
     assert len(shards) == WORLD_SIZE, shards  # one file per process: a sharded save, not a gathered one
-    _launch(tmp_path, "--resume", "resumed")
+    _launch(tmp_path, "--resume", "resumed", engine)
     load = {
         name: torch.load(tmp_path / "resume" / f"{name}.pt", weights_only=False)
         for name in ("full", "first", "resumed", "model_only")
     }
     full, first, resumed, model_only = (load[n] for n in ("full", "first", "resumed", "model_only"))
+    assert {run["engine"] for run in load.values()} == {engine}
     total = sum(v.numel() for v in full["parameters"].values())
     assert full["held_numel"] <= 0.6 * total  # it was sharded
     assert first["losses"] == full["losses"][: script.RESUME_AT]

@@ -1,4 +1,4 @@
-"""SimCLR, CARE, SupCon (image) and SimCSE (text) with ``gather_distributed=True``, under DDP and FSDP2 in the same
+"""SimCLR, CARE, SupCon (image) and SimCSE (text) with ``gather_distributed=True``, under DDP and FSDP in the same
 processes, and SimCLR through ``Trainer.train`` under the engine a launcher configured.
 
 Launched by ``tests/test_fsdp_distributed.py`` and ``tests/test_launch_configs_distributed.py`` as::
@@ -8,21 +8,23 @@ Launched by ``tests/test_fsdp_distributed.py`` and ``tests/test_launch_configs_d
 
 Engine runs (:func:`run`): each method trains :data:`STEPS` SGD steps on fixed views through the trainer's own
 objective, collator and views, process ``r`` taking rows ``[r·b, (r+1)·b)`` of each global batch of ``2b``; the
-encoder wrapped in DDP, then a fresh one sharded with torch's FSDP2 ``fully_shard`` (Accelerate has no FSDP for
-CPU processes). Rank 0 writes ``OUT_DIR/TAG/<engine>_<method>.pt`` (the gathered parameters, the losses, every
+encoder wrapped in DDP, then a fresh one sharded by each FSDP engine this torch runs on CPU processes
+(:func:`fsdp_engines`: torch's FSDP2 ``fully_shard`` where it can, torch 2.14 but not 2.6, and FSDP1
+``FullyShardedDataParallel`` in both, the only one at torch 2.6; Accelerate has no FSDP for CPU processes).
+Rank 0 writes ``OUT_DIR/TAG/<engine>_<method>.pt`` (the engine, the gathered parameters, the losses, every
 rank's count of parameter elements it holds) and the gathered state dict in the save layout to
 ``OUT_DIR/TAG/<engine>/<method>``. The tests run :func:`run` in their own process for the single-process
 reference on the global batch (``2b`` rows, twice the CARE splits so chunks keep their size).
 
 Trainer runs (:func:`trainer_run`): rank 0 writes ``OUT_DIR/TAG/trainer.pt`` and the model to ``OUT_DIR/TAG/model``.
 
-Resume runs (:func:`resume_run`, ``engine_train.py OUT_DIR TAG --resume PHASE``): SimCLR on the ViT under FSDP2
-with AdamW for :data:`RESUME_STEPS` steps. ``PHASE`` ``first`` runs them uninterrupted (``OUT_DIR/TAG/full.pt``),
-then a fresh run of :data:`RESUME_AT` steps that writes a sharded ``torch.distributed.checkpoint`` of model and
-optimizer (each process its own shard) to ``OUT_DIR/TAG/checkpoint``, trains one more step and kills every
-process (``SIGKILL``: the launch fails); ``resumed``, in a new
-launch, builds a differently initialised model, loads the checkpoint and runs the remaining steps
-(``OUT_DIR/TAG/resumed.pt``), then again loading the model only, with a fresh optimizer
+Resume runs (:func:`resume_run`, ``engine_train.py OUT_DIR TAG --resume PHASE [ENGINE]``): SimCLR on the ViT
+sharded by ``ENGINE`` (``fsdp2`` or ``fsdp1``; default the first of :func:`fsdp_engines`) with AdamW for
+:data:`RESUME_STEPS` steps. ``PHASE`` ``first`` runs them uninterrupted (``OUT_DIR/TAG/full.pt``), then a fresh
+run of :data:`RESUME_AT` steps that writes a sharded ``torch.distributed.checkpoint`` of model and optimizer (each
+process its own shard) to ``OUT_DIR/TAG/checkpoint``, trains one more step and kills every process (``SIGKILL``:
+the launch fails); ``resumed``, in a new launch, builds a differently initialised model, loads the checkpoint and
+runs the remaining steps (``OUT_DIR/TAG/resumed.pt``), then again loading the model only, with a fresh optimizer
 (``OUT_DIR/TAG/model_only.pt``): what a resume that drops the optimizer state gives.
 """
 
@@ -105,19 +107,70 @@ def build(method: str, out_dir: Path, batch_size: int, n_splits: int, **override
     raise ValueError(method)
 
 
+FSDP_ENGINES = ("fsdp2", "fsdp1")
+
+
+def fsdp2_on_cpu() -> str | None:
+    """Why this torch cannot run FSDP2 (``fully_shard``) on CPU processes, or ``None``."""
+    try:
+        from torch.distributed.device_mesh import init_device_mesh  # noqa: F401
+        from torch.distributed.fsdp import fully_shard  # noqa: F401
+    except ImportError as error:
+        return f"this torch has no public FSDP2 (torch.distributed.fsdp.fully_shard): {error}"
+    if not hasattr(torch.cpu.Stream, "record_event"):  # fully_shard records an event on its all-gather stream
+        return (
+            f"torch {torch.__version__}'s fully_shard cannot run on CPU processes: its all-gather calls "
+            "Stream.record_event, which torch.cpu.Stream lacks here (AttributeError; torch 2.6 fails, 2.14 runs)"
+        )
+    return None
+
+
+def fsdp_engines() -> tuple[str, ...]:
+    """The FSDP engines this torch runs on CPU processes: ``fsdp2`` where ``fully_shard`` can, and always
+    ``fsdp1`` (``FullyShardedDataParallel``, the fallback at the torch floor, 2.6)."""
+    return tuple(engine for engine in FSDP_ENGINES if engine != "fsdp2" or fsdp2_on_cpu() is None)
+
+
 def local_numel(model: torch.nn.Module) -> int:
-    """Parameter elements held by this process (a DTensor, under FSDP2, counts its local shard)."""
+    """Parameter elements held by this process: a DTensor (FSDP2) counts its local shard; under FSDP1
+    (``use_orig_params=True``) each original parameter is a view of this process's part of its unit's flat
+    shard (empty where the shard holds none of it)."""
     return sum((p.to_local() if hasattr(p, "to_local") else p).numel() for p in model.parameters())
 
 
-def _shard(model: torch.nn.Module) -> torch.nn.Module:
-    """FSDP2 full shard: each transformer block (timm ``Block``, ``BertLayer``) its own unit, then the root."""
+def _is_block(module: torch.nn.Module) -> bool:
+    return type(module).__name__ in ("Block", "BertLayer")  # timm ViT block, BERT layer
+
+
+def _shard(model: torch.nn.Module, engine: str = "fsdp2") -> torch.nn.Module:
+    """Full shard with ``engine``: each transformer block (timm ``Block``, ``BertLayer``) its own unit, then
+    the root. ``fsdp2``: torch's ``fully_shard``; ``fsdp1``: ``FullyShardedDataParallel`` on the CPU
+    (``FULL_SHARD``, a ``ModuleWrapPolicy`` of the block classes, ``use_orig_params=True``) over a CPU device
+    mesh, so that its sharded state dict holds DTensors: without the mesh it holds ShardedTensors, which
+    torch 2.6's ``get_state_dict`` cannot read where a process holds none of a parameter
+    (``NotImplementedError: Only single local shard is supported``)."""
+    if engine == "fsdp1":
+        from torch.distributed.device_mesh import init_device_mesh
+        from torch.distributed.fsdp import FullyShardedDataParallel, ShardingStrategy
+        from torch.distributed.fsdp.wrap import ModuleWrapPolicy
+
+        blocks = {type(module) for module in model.modules() if _is_block(module)}
+        return FullyShardedDataParallel(
+            model,
+            sharding_strategy=ShardingStrategy.FULL_SHARD,
+            auto_wrap_policy=ModuleWrapPolicy(blocks),
+            device_id=torch.device("cpu"),
+            use_orig_params=True,
+            device_mesh=init_device_mesh("cpu", (distributed.world_size(),)),
+        )
+    if engine != "fsdp2":
+        raise ValueError(f"engine must be one of {FSDP_ENGINES}, got {engine!r}")
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import fully_shard
 
     mesh = init_device_mesh("cpu", (distributed.world_size(),))
     for module in list(model.modules()):
-        if type(module).__name__ in ("Block", "BertLayer"):
+        if _is_block(module):
             fully_shard(module, mesh=mesh)
     fully_shard(model, mesh=mesh)
     return model
@@ -148,16 +201,17 @@ def rows(method: str, batch_size: int, rank: int, step: int) -> list[dict[str, A
 
 
 def run(method: str, out_dir: Path, batch_size: int, n_splits: int, engine: str = "none") -> dict[str, Any]:
-    """:data:`STEPS` SGD steps of ``method`` (``engine``: ``none``, ``ddp`` or ``fsdp``) through the trainer's own
-    objective, collator and views; the gathered parameters, losses and each process's parameter elements."""
+    """:data:`STEPS` SGD steps of ``method`` (``engine``: ``none``, ``ddp``, ``fsdp2`` or ``fsdp1``) through the
+    trainer's own objective, collator and views; the gathered parameters, losses and each process's parameter
+    elements."""
     trainer = build(method, out_dir / engine, batch_size, n_splits)
     model = trainer.model
     if engine == "ddp":
         model = torch.nn.parallel.DistributedDataParallel(
             model, find_unused_parameters=True
         )  # as the Trainer wraps it
-    elif engine == "fsdp":
-        model = _shard(model)
+    elif engine in FSDP_ENGINES:
+        model = _shard(model, engine)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     losses = []
     for step in range(STEPS):
@@ -179,9 +233,10 @@ def run(method: str, out_dir: Path, batch_size: int, n_splits: int, engine: str 
         held = [0] * distributed.world_size()
         torch.distributed.all_gather_object(held, local_numel(model))
     if distributed.rank() == 0:  # the Trainer's FULL_STATE_DICT save: the wrapped model writes the gathered state
-        target = model.module if engine == "ddp" else model
+        target = model.module if engine in ("ddp", "fsdp1") else model  # FSDP2 shards in place, no wrapper
         target.save_pretrained(str(out_dir / engine / method), state_dict=dict(state))  # a copy: it is consumed
     return {
+        "engine": engine,
         "parameters": state,
         "losses": losses,
         "held_numel": held,
@@ -216,10 +271,11 @@ RESUME_AT = 2
 
 
 def _resume_train(
-    out_dir: Path, seed: int, steps: range, checkpoint: Path | None, load_optimizer: bool
+    out_dir: Path, seed: int, steps: range, checkpoint: Path | None, load_optimizer: bool, engine: str
 ) -> dict[str, Any]:
-    """FSDP2 SimCLR with AdamW over ``steps`` (global step indices, for the rows); ``checkpoint``: load model
-    (and the optimizer when ``load_optimizer``) from this sharded checkpoint first."""
+    """SimCLR sharded with ``engine`` (``fsdp2`` or ``fsdp1``) and AdamW over ``steps`` (global step indices,
+    for the rows); ``checkpoint``: load model (and the optimizer when ``load_optimizer``) from this sharded
+    checkpoint first."""
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint.state_dict import (
         get_state_dict,
@@ -231,7 +287,7 @@ def _resume_train(
     torch.manual_seed(seed)
     for parameter in trainer.model.parameters():  # a start that differs from the checkpoint's run unless loaded
         parameter.data.add_(0.01 * seed * torch.randn_like(parameter))
-    model = _shard(trainer.model)
+    model = _shard(trainer.model, engine)
     optimizer = torch.optim.AdamW(model.parameters(), lr=0.01, weight_decay=0.01)
     if checkpoint is not None:
         model_state, optimizer_state = get_state_dict(model, optimizer)  # this process's shards
@@ -263,8 +319,8 @@ def _train_steps(run: dict[str, Any], steps: range) -> None:
         run["losses"].append(total.item() / distributed.world_size())
 
 
-def resume_run(out_dir: Path, phase: str) -> None:
-    """See the module docstring (``--resume first`` / ``--resume resumed``)."""
+def resume_run(out_dir: Path, phase: str, engine: str) -> None:
+    """See the module docstring (``--resume first|resumed ENGINE``)."""
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint.state_dict import get_state_dict
 
@@ -272,19 +328,25 @@ def resume_run(out_dir: Path, phase: str) -> None:
     checkpoint = out_dir / "checkpoint"
     runs: dict[str, dict[str, Any]] = {}
     if phase == "first":
-        runs["full"] = _resume_train(out_dir, 0, range(RESUME_STEPS), None, True)
-        first = _resume_train(out_dir, 0, range(RESUME_AT), None, True)
+        runs["full"] = _resume_train(out_dir, 0, range(RESUME_STEPS), None, True, engine)
+        first = _resume_train(out_dir, 0, range(RESUME_AT), None, True, engine)
         model_state, optimizer_state = get_state_dict(first["model"], first["optimizer"])
         dcp.save({"model": model_state, "optimizer": optimizer_state}, checkpoint_id=str(checkpoint))
         runs["first"] = first
     else:  # a new launch: nothing of the first one is left but the checkpoint
-        runs["resumed"] = _resume_train(out_dir, 1, range(RESUME_AT, RESUME_STEPS), checkpoint, True)
-        runs["model_only"] = _resume_train(out_dir, 1, range(RESUME_AT, RESUME_STEPS), checkpoint, False)
+        later = range(RESUME_AT, RESUME_STEPS)
+        runs["resumed"] = _resume_train(out_dir, 1, later, checkpoint, True, engine)
+        runs["model_only"] = _resume_train(out_dir, 1, later, checkpoint, False, engine)
     for name, result in runs.items():
         state = _full_state_dict(result["model"])
         if distributed.rank() == 0:
             torch.save(
-                {"parameters": state, "losses": result["losses"], "held_numel": local_numel(result["model"])},
+                {
+                    "engine": engine,
+                    "parameters": state,
+                    "losses": result["losses"],
+                    "held_numel": local_numel(result["model"]),
+                },
                 out_dir / f"{name}.pt",
             )
     if phase == "first":  # one more step past the checkpoint, never saved, then every process is killed (SIGKILL)
@@ -299,9 +361,9 @@ def main() -> None:
     if sys.argv[3:4] == ["--trainer"]:
         return trainer_run(out_dir)
     if sys.argv[3:4] == ["--resume"]:
-        return resume_run(out_dir, sys.argv[4])
+        return resume_run(out_dir, sys.argv[4], sys.argv[5] if len(sys.argv) > 5 else fsdp_engines()[0])
     else:
-        for engine in ("ddp", "fsdp"):
+        for engine in ("ddp", *fsdp_engines()):
             for method in sys.argv[3:] or METHODS:
                 result = run(method, out_dir, LOCAL_BATCH, LOCAL_SPLITS, engine)
                 if distributed.rank() == 0:
