@@ -28,7 +28,12 @@ from transformers import PreTrainedModel
 from hf_contrast.errors import InputError, InputTypeError
 from hf_contrast.models.backbones import build_timm_backbone, built_input_size
 from hf_contrast.models.configuration import ContrastiveEncoderConfig
-from hf_contrast.models.st_layout import SentenceTransformerLayout, layout_options, pooling_from_config
+from hf_contrast.models.st_layout import (
+    SentenceTransformerLayout,
+    apply_max_seq_length,
+    layout_options,
+    pooling_from_config,
+)
 
 __all__ = ["ACCEPTED_BACKBONES", "as_encoder", "encoder_from_instance", "is_backbone_instance"]
 
@@ -285,13 +290,7 @@ def encoder_from_instance(
         own_tokenizer = None if tokenizer is not None else _tokenizer_of(module)
         name = module.config.name_or_path or module.config.model_type
     tokenizer = tokenizer if tokenizer is not None else own_tokenizer
-    max_seq_length = config_kwargs.get("max_seq_length")
-    if (
-        max_seq_length is not None
-        and tokenizer is not None
-        and getattr(tokenizer, "model_max_length", 0) > max_seq_length
-    ):
-        tokenizer.model_max_length = int(max_seq_length)  # truncate as sentence-transformers does
+    apply_max_seq_length(tokenizer, config_kwargs.get("max_seq_length"))
     config = ContrastiveEncoderConfig(
         backbone=name,
         backbone_type="text",

@@ -193,6 +193,17 @@ def layout_options(layout: SentenceTransformerLayout, config_kwargs: dict[str, A
     return options
 
 
+def apply_max_seq_length(tokenizer: Any, max_seq_length: int | None) -> None:
+    """Lower ``tokenizer.model_max_length`` to ``max_seq_length`` (when both are given and it is longer), so the
+    tokenizer truncates as ``SentenceTransformer`` does."""
+    if (
+        max_seq_length is not None
+        and tokenizer is not None
+        and getattr(tokenizer, "model_max_length", 0) > max_seq_length
+    ):
+        tokenizer.model_max_length = int(max_seq_length)
+
+
 def write_st_modules(
     save_dir: str | os.PathLike[str],
     *,

@@ -21,7 +21,7 @@ from hf_contrast.models.encode import text_batch
 from hf_contrast.models.export import export_sentence_transformers, text_max_seq_length
 from hf_contrast.models.inputs import check_token_inputs, check_training_batch
 from hf_contrast.models.pooling import pool_tokens
-from hf_contrast.models.st_layout import layout_options, read_st_layout
+from hf_contrast.models.st_layout import apply_max_seq_length, layout_options, read_st_layout
 
 __all__ = ["TransformersTextAdapter"]
 
@@ -63,13 +63,7 @@ class TransformersTextAdapter(BackboneAdapter):
         module, loaded_tokenizer = load_text_backbone(name, pretrained, **hub_kwargs)
         module.config.name_or_path = provenance_name  # saved inside `text_config`: never the local folder's path
         tokenizer = tokenizer if tokenizer is not None else loaded_tokenizer
-        max_seq_length = config_kwargs.get("max_seq_length")
-        if (
-            max_seq_length is not None
-            and tokenizer is not None
-            and getattr(tokenizer, "model_max_length", 0) > max_seq_length
-        ):
-            tokenizer.model_max_length = int(max_seq_length)  # truncate as sentence-transformers does
+        apply_max_seq_length(tokenizer, config_kwargs.get("max_seq_length"))
         config = ContrastiveEncoderConfig(
             backbone=provenance_name,
             backbone_type="text",
