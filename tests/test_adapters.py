@@ -74,6 +74,14 @@ def test_registry_refuses_a_taken_name_and_non_adapters(flat_family: str) -> Non
         adapter_class("nope")
 
 
+@pytest.mark.parametrize("name", [5, "", None, ("timm",)])
+def test_registry_refuses_a_family_name_that_is_not_a_non_empty_string(name: object) -> None:
+    before = configuration.BACKBONE_TYPES, dict(registry._ADAPTERS)
+    with pytest.raises(ValueError, match=r"`backbone_type` must be a non-empty string"):
+        register_adapter(name, TimmAdapter)  # type: ignore[arg-type]
+    assert (configuration.BACKBONE_TYPES, registry._ADAPTERS) == before  # nothing registered
+
+
 def test_built_in_families() -> None:
     assert adapter_class("timm") is TimmAdapter and adapter_class("text") is TransformersTextAdapter
     timm_encoder, text_encoder = tiny_timm_encoder(), tiny_text_encoder()

@@ -13,6 +13,7 @@ from hf_contrast.models.adapters.base import BackboneAdapter
 from hf_contrast.models.adapters.text import TransformersTextAdapter
 from hf_contrast.models.adapters.timm import TimmAdapter
 from hf_contrast.models.configuration import register_backbone_type
+from hf_contrast.tensor_checks import check_name
 
 __all__ = ["adapter_class", "adapter_for", "register_adapter"]
 
@@ -26,8 +27,10 @@ def register_adapter(backbone_type: str, adapter: type[BackboneAdapter]) -> None
     """Make ``backbone_type`` a valid ``ContrastiveEncoderConfig.backbone_type`` served by ``adapter``.
 
     Raises:
-        InputError: If ``adapter`` is not a :class:`BackboneAdapter` subclass or the name is taken by another.
+        InputError: If ``backbone_type`` is not a non-empty string, ``adapter`` is not a :class:`BackboneAdapter`
+            subclass, or the name is taken by another.
     """
+    check_name("backbone_type", backbone_type, what="string (the family's name in the config)")
     if not (isinstance(adapter, type) and issubclass(adapter, BackboneAdapter)):
         raise InputError(f"`adapter` must be a BackboneAdapter subclass, got {adapter!r}.")
     if _ADAPTERS.get(backbone_type, adapter) is not adapter:
