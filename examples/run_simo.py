@@ -22,9 +22,7 @@
 # eval_results.json, all_results.json, trainer_state.json, embeddings.png, loss_curves.png, eval_curves.png.
 from __future__ import annotations
 
-import json
 import os
-import sys
 from dataclasses import dataclass, field
 
 import torch
@@ -114,8 +112,6 @@ def main() -> None:
     script, training_args, config = parse_args_with_objective(
         (ScriptArguments, ContrastiveTrainingArguments), method="simo", defaults=DEFAULTS
     )
-    if not _given("per_device_train_batch_size"):  # class-major batches: C × k (given, it must equal that)
-        training_args.per_device_train_batch_size = config.classes_per_batch * config.samples_per_class
     if training_args.output_dir == DEFAULTS["output_dir"]:
         training_args.output_dir = DEFAULTS["output_dir"].format(method=script.method)
     setup_logging(training_args, __name__)
@@ -215,15 +211,6 @@ def main() -> None:
     # writes the pictures or the card is aborted at exit by torch.distributed (SIGABRT, the run fails).
     trainer.accelerator.wait_for_everyone()
     trainer.accelerator.end_training()
-
-
-def _given(name: str) -> bool:
-    """Whether the command line (or its .json config file) sets the field ``name``."""
-    argv = sys.argv[1:]
-    if len(argv) == 1 and argv[0].endswith(".json"):
-        with open(argv[0], encoding="utf-8") as handle:
-            return name in json.load(handle)
-    return any(arg == f"--{name}" or arg.startswith(f"--{name}=") for arg in argv)
 
 
 def _data_name(dataset: str | None) -> str:

@@ -340,6 +340,13 @@ def test_change_pairs_from_undecoded_images_of_different_sizes_and_a_bad_file(tm
     (tmp_path / "5.png").write_bytes(b"")
     with pytest.raises(BadImageError, match=r"row 5 .*5\.png"):
         make_change_pairs(data, num_pairs=10)
-    with pytest.warns(UserWarning, match=r"Skipped: make_change_pairs: row 5"):
+    with pytest.warns(UserWarning) as caught:
         pairs = make_change_pairs(data, num_pairs=10, on_bad_image="skip")
+    messages = [str(w.message) for w in caught]
+    assert any(m.startswith("Skipped: make_change_pairs: row 5") for m in messages), messages
+    # the count, once: the user sees how many images the pairs lost, not only which
+    assert [m for m in messages if "were unreadable" in m] == [
+        "make_change_pairs: 1 of 8 images were unreadable and left out (on_bad_image='skip'); the 10 pairs are "
+        "drawn from the other 7."
+    ]
     assert len(pairs) == 10

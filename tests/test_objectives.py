@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+import json
 import math
 import sys
 import typing
@@ -381,3 +382,34 @@ def test_a_new_loss_and_objective_are_two_files_and_two_registration_lines(tmp_p
     trainer.train()
     assert trainer.objective.get_config_dict() == {"scale": 0.5}
     assert trainer.objective.loss.get_config_dict() == {"scale": 0.5}
+
+
+@pytest.mark.parametrize(
+    ("method", "flags", "expected"),
+    [
+        ("simo", ["--classes_per_batch", "3", "--samples_per_class", "5"], 15),  # derived: C × k
+        ("simo", [], 4 * 8),  # SimO's defaults (C = 4, k = 8), not the script's default of 128
+        (
+            "simo",
+            ["--classes_per_batch", "3", "--per_device_train_batch_size", "12"],
+            12,
+        ),  # named: kept (checked later)
+        ("simo", ["--classes_per_batch", "3", "--per_device_train_batch_size=12"], 12),
+        ("care", [], 128),  # no class-major batches: the default stands
+    ],
+)
+def test_class_major_methods_derive_the_batch_size_unless_it_is_named(tmp_path, method, flags, expected) -> None:
+    """``run_care.py --method simo`` and ``run_simo.py`` alike: the batch of a class-major method is C × k."""
+    types = (_Script, ContrastiveTrainingArguments)
+    argv = ["--output_dir", str(tmp_path), "--method", method, *flags]
+    defaults = {"per_device_train_batch_size": 128}
+    _, args, _ = parse_args_with_objective(types, method="care", defaults=defaults, args=argv)
+    assert args.per_device_train_batch_size == expected
+    config_file = tmp_path / "args.json"  # a .json config file follows the same rule
+    named = dict(zip(flags[::2], flags[1::2])) if all("=" not in f for f in flags) else {}
+    config_file.write_text(
+        json.dumps({"output_dir": str(tmp_path), "method": method, **{k[2:]: int(v) for k, v in named.items()}})
+    )
+    if named or not flags:
+        _, args, _ = parse_args_with_objective(types, method="care", defaults=defaults, args=[str(config_file)])
+        assert args.per_device_train_batch_size == expected

@@ -136,6 +136,13 @@ def make_change_pairs(
     images, rows = _rgb_images(dataset, image_column, on_bad_image)
     if not images:
         raise InputError(f"make_change_pairs: no image of column {image_column!r} could be read.")
+    if len(rows) < len(dataset):  # the count, once, after the per-file warnings
+        warnings.warn(
+            f"make_change_pairs: {len(dataset) - len(rows)} of {len(dataset)} images were unreadable and left out "
+            f"(on_bad_image='skip'); the {n} pairs are drawn from the other {len(rows)}.",
+            UserWarning,
+            stacklevel=2,
+        )
     rng = np.random.default_rng(seed)
     source_labels = np.asarray(dataset[label_column])[rows]
     kinds = rng.choice(len(CHANGE_NAMES), size=n, p=freqs)

@@ -35,7 +35,9 @@ def parse_args_with_objective(
     first; the parser then holds the fields of ``dataclass_types`` (e.g. the script's arguments and
     :class:`~hf_contrast.training.ContrastiveTrainingArguments`) and of that method's config dataclass.
     ``defaults`` change the default of any of these fields (a default naming a field the chosen method
-    does not have is dropped); every flag overrides them. A single ``.json`` argument is read as a
+    does not have is dropped); every flag overrides them. For a method with class-major batches (SimO's
+    ``classes_per_batch`` × ``samples_per_class``) the batch size is that product unless
+    ``--per_device_train_batch_size`` is given. A single ``.json`` argument is read as a
     config file of field values (its ``"method"`` picks the method), as ``transformers`` examples do.
 
     Args:
@@ -73,11 +75,28 @@ def parse_args_with_objective(
         chosen["method"] = method
     parser.set_defaults(**chosen)
     if given is not None:
-        return tuple(parser.parse_dict({**chosen, **given}))
-    *parsed, rest = parser.parse_args_into_dataclasses(args=argv, return_remaining_strings=True)
-    if rest:  # e.g. `--n_splits` with `--method simclr`
-        fields = sorted(f.name for f in dataclasses.fields(config_class))
-        parser.error(
-            f"unrecognized arguments: {' '.join(rest)} (the hyperparameters of --method {method} are {fields})"
-        )
+        parsed = parser.parse_dict({**chosen, **given})
+        named = set(given)
+    else:
+        *parsed, rest = parser.parse_args_into_dataclasses(args=argv, return_remaining_strings=True)
+        if rest:  # e.g. `--n_splits` with `--method simclr`
+            fields = sorted(f.name for f in dataclasses.fields(config_class))
+            parser.error(
+                f"unrecognized arguments: {' '.join(rest)} (the hyperparameters of --method {method} are {fields})"
+            )
+        named = {arg[2:].split("=", 1)[0] for arg in argv if arg.startswith("--")}
+    _derive_class_major_batch_size(parsed, named)
     return tuple(parsed)
+
+
+def _derive_class_major_batch_size(parsed: Sequence[Any], named: set[str]) -> None:
+    """A method with class-major batches (a config with ``classes_per_batch`` and ``samples_per_class``, as
+    SimO's) trains on batches of exactly C × k rows: unless the batch size is named on the command line (then
+    the trainer checks it equals C × k), ``per_device_train_batch_size`` becomes that product."""
+    config = parsed[-1]
+    classes, samples = getattr(config, "classes_per_batch", None), getattr(config, "samples_per_class", None)
+    if not (isinstance(classes, int) and isinstance(samples, int)) or "per_device_train_batch_size" in named:
+        return
+    for values in parsed[:-1]:
+        if hasattr(values, "per_device_train_batch_size"):
+            values.per_device_train_batch_size = classes * samples
