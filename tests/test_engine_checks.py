@@ -42,7 +42,7 @@ def test_a_requested_engine_that_did_not_start_is_said(monkeypatch, caplog, env,
         monkeypatch.setenv(env, "true")
     training_args = SimpleNamespace(**{**vars(_args()), **args})
     assert requested_engine(training_args) == engine
-    accelerator = SimpleNamespace(num_processes=2, distributed_type="MULTI_CPU")
+    accelerator = SimpleNamespace(num_processes=2, distributed_type="MULTI_CPU", is_main_process=True)
     logger = logging.getLogger("hf_contrast.training.engine_checks")
     logger.addHandler(caplog.handler)
     try:
@@ -52,6 +52,9 @@ def test_a_requested_engine_that_did_not_start_is_said(monkeypatch, caplog, env,
             caplog.clear()
             check_distributed_engine(training_args, accelerator, engine == "FSDP", engine == "DeepSpeed")  # started
             assert caplog.text == ""
+            other_rank = SimpleNamespace(num_processes=2, distributed_type="MULTI_CPU", is_main_process=False)
+            check_distributed_engine(training_args, other_rank, False, False)
+            assert caplog.text == ""  # said once, by the main process
     finally:
         logger.removeHandler(caplog.handler)
 

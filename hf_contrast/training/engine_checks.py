@@ -63,7 +63,8 @@ def check_distributed_engine(args: Any, accelerator: Any, is_fsdp_enabled: bool,
         )
     engine = requested_engine(args)
     started = (engine == "FSDP" and is_fsdp_enabled) or (engine == "DeepSpeed" and is_deepspeed_enabled)
-    if engine is not None and not started and accelerator.num_processes > 1:
+    # said once, by the main process (every process would log the same line)
+    if engine is not None and not started and accelerator.num_processes > 1 and accelerator.is_main_process:
         logger.warning(
             "%s was requested, but Accelerate runs %s on %s processes: it has no %s for CPU processes, so every "
             "process holds the whole model (DDP over gloo). The results equal the sharded run's; only the memory does "
