@@ -12,6 +12,8 @@
 # An STS evaluator on scored pairs (--sts_file, default the shipped demo pairs; sentence-transformers'
 # EmbeddingSimilarityEvaluator) runs at every evaluation on at most --max_sts_pairs pairs (a seeded sample;
 # 0: all): with the defaults the checkpoint of best Spearman (`eval_sts_spearman`) is the one kept and saved.
+# That holds while evaluations and checkpoints share one schedule; with other --eval_strategy / --save_strategy
+# flags the last model is saved instead, and the start-up log says so (`--load_best_model_at_end true` insists).
 #
 # Data: --dataset is a Hub id or a local CSV / TSV / JSON / JSONL / parquet file (columns --text_column,
 # --text_pair_column, --label_column); default: the 240 template sentences shipped with hf_contrast (a demo,
@@ -51,6 +53,7 @@ from hf_contrast.training import (
     ContrastiveTrainer,
     ContrastiveTrainingArguments,
     detect_last_checkpoint,
+    given_arguments,
     parse_args_with_objective,
     setup_logging,
 )
@@ -76,8 +79,7 @@ DEFAULTS = {
     "save_strategy": "steps",
     "save_steps": 20,
     "save_total_limit": 2,
-    "load_best_model_at_end": True,
-    "metric_for_best_model": "eval_sts_spearman",
+    "metric_for_best_model": "eval_sts_spearman",  # and load_best_model_at_end where the schedules allow it (main)
     "logging_steps": 10,
     "report_to": "none",  # no tracker unless asked (`--report_to tensorboard`)
     "dataloader_num_workers": 0,
@@ -186,6 +188,26 @@ def load_sts(script: ScriptArguments, seed: int) -> datasets.Dataset:
     return pairs
 
 
+def best_checkpoint_unavailable(args: ContrastiveTrainingArguments) -> str | None:
+    """Why the Trainer cannot reload the best checkpoint with these schedules (``None``: it can). The judge is
+    transformers itself: ``TrainingArguments(load_best_model_at_end=True)`` with the same schedule fields."""
+    evaluate, save = str(args.eval_strategy.value), str(args.save_strategy.value)
+    if evaluate == "no":
+        return "there are no evaluations during training (`--eval_strategy no`)"
+    schedule = {name: getattr(args, name) for name in ("eval_strategy", "save_strategy", "eval_steps", "save_steps")}
+    try:
+        transformers.TrainingArguments(
+            output_dir=args.output_dir, use_cpu=True, load_best_model_at_end=True,
+            metric_for_best_model=args.metric_for_best_model, **schedule,
+        )  # fmt: skip
+    except ValueError as error:
+        return (
+            f"evaluations (`--eval_strategy {evaluate}`, `--eval_steps {args.eval_steps}`) do not all fall on "
+            f"checkpoints (`--save_strategy {save}`, `--save_steps {args.save_steps}`): {str(error).splitlines()[0]}"
+        )
+    return None
+
+
 def main() -> None:
     script, training_args, config = parse_args_with_objective(
         (ScriptArguments, ContrastiveTrainingArguments), method="simclr", defaults=DEFAULTS
@@ -193,6 +215,11 @@ def main() -> None:
     if training_args.output_dir == DEFAULTS["output_dir"]:
         training_args.output_dir = DEFAULTS["output_dir"].format(method=script.method)
     setup_logging(training_args, __name__)
+    if "load_best_model_at_end" not in given_arguments():  # the default: keep the best checkpoint where one exists
+        why_not = best_checkpoint_unavailable(training_args)
+        training_args.load_best_model_at_end = why_not is None
+        if why_not and training_args.should_log:  # said once, by the main process
+            logger.warning(f"The last model is saved, not the best `eval_sts_spearman` checkpoint: {why_not}.")
     last_checkpoint = detect_last_checkpoint(training_args, script.overwrite_output_dir)
     set_seed(training_args.seed)
 

@@ -10,6 +10,8 @@ PNGs. Nothing touches the network. Each script stands alone: no test imports a s
 from __future__ import annotations
 
 import contextlib
+import functools
+import importlib.util
 import io
 import json
 import logging
@@ -18,10 +20,13 @@ import os
 import runpy
 import subprocess
 import sys
+import types
 from pathlib import Path
 
 import pytest
 from _launch import free_port
+from hypothesis import given
+from hypothesis import strategies as st
 
 from hf_contrast.models import ContrastiveEncoder
 
@@ -599,3 +604,55 @@ def test_offline_hub_model_says_how_to_use_a_local_one() -> None:
 def test_offline_hub_dataset_says_how_to_use_a_local_folder(tmp_path: Path) -> None:
     with pytest.raises(SystemExit, match="local image folder"):
         run_example("run_care.py", "--dataset", "someone/some-dataset", output_dir=tmp_path / "care")
+
+
+@functools.cache
+def _example_module(name: str) -> types.ModuleType:
+    """An example script imported as a module (registered, so its dataclasses resolve), to call its functions."""
+    spec = importlib.util.spec_from_file_location(f"example_{name}", EXAMPLES / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+@given(
+    evaluate=st.sampled_from(["no", "steps", "epoch"]),
+    save=st.sampled_from(["no", "steps", "epoch", "best"]),
+    eval_steps=st.integers(1, 60) | st.sampled_from([0.05, 0.1, 0.25, 0.5]),  # a float < 1: a fraction of the run
+    save_steps=st.integers(1, 120) | st.sampled_from([0.05, 0.1, 0.2, 0.5]),
+)
+def test_run_bert_keeps_the_best_checkpoint_exactly_where_transformers_can(
+    tmp_path_factory, evaluate: str, save: str, eval_steps: float, save_steps: float
+) -> None:
+    """run_bert's default ``load_best_model_at_end`` is on where transformers accepts it with the user's schedules
+    (the reference: ``TrainingArguments(load_best_model_at_end=True)`` itself), else off with the reason said."""
+    from hf_contrast.training import ContrastiveTrainingArguments
+
+    run_bert = _example_module("run_bert")
+    schedule = dict(
+        output_dir=str(tmp_path_factory.getbasetemp() / "bert"), eval_strategy=evaluate, save_strategy=save,
+        eval_steps=eval_steps, save_steps=save_steps, metric_for_best_model="eval_sts_spearman", use_cpu=True,
+    )  # fmt: skip
+    try:
+        ContrastiveTrainingArguments(**schedule, load_best_model_at_end=True)
+        accepted = True
+    except ValueError:
+        accepted = False
+    why_not = run_bert.best_checkpoint_unavailable(ContrastiveTrainingArguments(**schedule))
+    if evaluate == "no":  # transformers accepts it with `save_strategy='no'` too, but there is no best to keep
+        assert why_not == "there are no evaluations during training (`--eval_strategy no`)"
+    else:
+        assert (why_not is None) == accepted, why_not
+    if why_not:
+        assert "`--eval_strategy" in why_not  # names the flags to change
+
+
+def test_given_arguments_are_what_the_command_line_names(tmp_path) -> None:
+    from hf_contrast.training import given_arguments
+
+    argv = ["--max_steps", "5", "--bf16=true", "--method", "care", "positional"]
+    assert given_arguments(argv) == {"max_steps", "bf16", "method"}
+    config = tmp_path / "args.json"
+    config.write_text(json.dumps({"max_steps": 5, "output_dir": "x"}))
+    assert given_arguments([str(config)]) == {"max_steps", "output_dir"}

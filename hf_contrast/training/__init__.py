@@ -14,7 +14,7 @@ the trainer logs the defaults that shape a result once at the start of ``train()
 
 from __future__ import annotations
 
-from .argument_parser import parse_args_with_objective
+from .argument_parser import given_arguments, parse_args_with_objective
 from .arguments import NONFINITE_POLICIES, ContrastiveTrainingArguments
 from .image_size import ImageSizeChoice, choose_image_size
 from .loss_terms import NonFiniteLossError
@@ -45,6 +45,7 @@ __all__ = [
     "ImageSizeChoice",
     "choose_image_size",
     "detect_last_checkpoint",
+    "given_arguments",
     "parse_args_with_objective",
     "set_cpu_threads",
     "setup_logging",

@@ -19,7 +19,7 @@ from transformers import HfArgumentParser
 
 from ..objectives import available_objectives, get_objective
 
-__all__ = ["parse_args_with_objective"]
+__all__ = ["given_arguments", "parse_args_with_objective"]
 
 
 def parse_args_with_objective(
@@ -59,7 +59,7 @@ def parse_args_with_objective(
     """
     argv = list(sys.argv[1:] if args is None else args)
     given: dict[str, Any] | None = None
-    if len(argv) == 1 and argv[0].endswith(".json"):
+    if _is_config_file(argv):
         with open(argv[0], encoding="utf-8") as handle:
             given = json.load(handle)
         method = given.get("method", method)
@@ -76,7 +76,6 @@ def parse_args_with_objective(
     parser.set_defaults(**chosen)
     if given is not None:
         parsed = parser.parse_dict({**chosen, **given})
-        named = set(given)
     else:
         *parsed, rest = parser.parse_args_into_dataclasses(args=argv, return_remaining_strings=True)
         if rest:  # e.g. `--n_splits` with `--method simclr`
@@ -84,9 +83,30 @@ def parse_args_with_objective(
             parser.error(
                 f"unrecognized arguments: {' '.join(rest)} (the hyperparameters of --method {method} are {fields})"
             )
-        named = {arg[2:].split("=", 1)[0] for arg in argv if arg.startswith("--")}
-    _derive_class_major_batch_size(parsed, named)
+    _derive_class_major_batch_size(parsed, given_arguments(argv))
     return tuple(parsed)
+
+
+def _is_config_file(argv: Sequence[str]) -> bool:
+    return len(argv) == 1 and argv[0].endswith(".json")
+
+
+def given_arguments(args: Sequence[str] | None = None) -> set[str]:
+    """The field names the command line sets (``--name value`` or ``--name=value``), or the keys of its single
+    ``.json`` config file: what the user chose, as opposed to a script's default.
+
+    Args:
+        args: The arguments (default ``sys.argv[1:]``).
+
+    Example:
+        >>> sorted(given_arguments(["--max_steps", "5", "--bf16=true"]))
+        ['bf16', 'max_steps']
+    """
+    argv = list(sys.argv[1:] if args is None else args)
+    if _is_config_file(argv):
+        with open(argv[0], encoding="utf-8") as handle:
+            return set(json.load(handle))
+    return {arg[2:].split("=", 1)[0] for arg in argv if arg.startswith("--")}
 
 
 def _derive_class_major_batch_size(parsed: Sequence[Any], named: set[str]) -> None:
