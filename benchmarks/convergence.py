@@ -82,7 +82,11 @@ IMAGE_METRICS = {  # table column: all_results.json / log_history key
     "uniformity ↓": "eval_uniformity",
     "effective rank ↑": "eval_effective_rank",
 }
-TEXT_METRICS = {"STS ρ (trial) ↑": "eval_sts_spearman"}
+TEXT_METRICS = {  # STS Spearman on SICK's trial pairs: the base model, the best evaluation, the end
+    "STS ρ before training": "eval_sts_spearman_before_training",
+    "STS ρ best ↑": "eval_sts_spearman_best",
+    "STS ρ final ↑": "eval_sts_spearman",
+}
 
 
 # ---- command lines --------------------------------------------------------------------------------
@@ -317,6 +321,9 @@ def read_run(run_dir: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     if (run_dir / "trainer_state.json").is_file():
         history = json.loads((run_dir / "trainer_state.json").read_text(encoding="utf-8"))["log_history"]
         curve = [entry for entry in history if any(key.startswith("eval_") for key in entry)]
+    scores = [entry["eval_sts_spearman"] for entry in curve if "eval_sts_spearman" in entry]
+    if scores:  # the best evaluation during training, the end's included
+        final["eval_sts_spearman_best"] = max([*scores, final.get("eval_sts_spearman", -math.inf)])
     return final, curve
 
 
@@ -356,7 +363,13 @@ def summarize(opts: argparse.Namespace) -> str:
                     for key in metrics.values()
                     if (values := [final[key] for final, _ in finals if isinstance(final.get(key), (int, float))])
                 }
-        plot_curves(curves, references, metrics, opts.out / f"curves_{family}.png")
+        plotted = {  # the metrics with a curve (not the text runs' before / best summaries)
+            title: key
+            for title, key in metrics.items()
+            if any(key in entry for seeds in curves.values() for curve in seeds for entry in curve)
+            or any(key in finals for finals in references.values())
+        }
+        plot_curves(curves, references, plotted, opts.out / f"curves_{family}.png")
     return "\n".join(lines)
 
 
