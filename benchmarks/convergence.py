@@ -60,7 +60,7 @@ IMAGE_METHODS: dict[str, list[str]] = {
     "spectral": ["run_care.py", "--method", "spectral"],
     "vicreg": ["run_care.py", "--method", "vicreg"],
     "binary_nce": ["run_care.py", "--method", "binary_nce"],
-    "simo": ["run_simo.py", "--classes_per_batch", "8", "--samples_per_class", "8"],
+    "simo": ["run_simo.py", "--classes_per_batch", "4", "--samples_per_class", "16"],  # C < 10 / 2 classes (SimO)
     "supcon": ["run_ocl.py", "--method", "supcon"],
     "ocl": ["run_ocl.py", "--method", "ocl"],
 }
