@@ -51,7 +51,6 @@ import os
 import shutil
 import statistics
 import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -59,18 +58,16 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import datasets
+import numpy as np
+import torch
+import transformers
+from PIL import Image
+from transformers import PrinterCallback, TrainerCallback
 
-import datasets  # noqa: E402
-import numpy as np  # noqa: E402
-import torch  # noqa: E402
-import transformers  # noqa: E402
-from PIL import Image  # noqa: E402
-from transformers import PrinterCallback, TrainerCallback  # noqa: E402
-
-from hf_contrast.models import ContrastiveEncoder  # noqa: E402
-from hf_contrast.objectives import CAREObjective, SimCLRObjective, SupConObjective  # noqa: E402
-from hf_contrast.training import ContrastiveTrainer, ContrastiveTrainingArguments  # noqa: E402
+from hf_contrast.models import ContrastiveEncoder
+from hf_contrast.objectives import CAREObjective, SimCLRObjective, SupConObjective
+from hf_contrast.training import ContrastiveTrainer, ContrastiveTrainingArguments
 
 MODELS = {"resnet18": "resnet18", "vit_s16": "vit_small_patch16_224"}
 PIPELINES = ("model-only", "workers", "device")
