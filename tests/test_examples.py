@@ -4,7 +4,8 @@ The scripts run in this process (``runpy`` with a patched ``sys.argv``: no secon
 so the file stays fast); the 2-process run goes through ``accelerate launch`` in subprocesses. Every run
 checks its output folder: the encoder (loadable with ``ContrastiveEncoder.from_pretrained``), the model
 card written by the library, ``all_results.json`` (``trainer.save_metrics``) with finite numbers and the
-PNGs. Nothing touches the network. Each script stands alone: no test imports a shared helper module.
+PNGs. Nothing touches the network. Each script stands alone: no test imports a shared helper module (one
+imports ``run_bert.py`` itself, to check its best-checkpoint rule over generated schedules).
 """
 
 from __future__ import annotations

@@ -389,11 +389,7 @@ def test_a_new_loss_and_objective_are_two_files_and_two_registration_lines(tmp_p
     [
         ("simo", ["--classes_per_batch", "3", "--samples_per_class", "5"], 15),  # derived: C × k
         ("simo", [], 4 * 8),  # SimO's defaults (C = 4, k = 8), not the script's default of 128
-        (
-            "simo",
-            ["--classes_per_batch", "3", "--per_device_train_batch_size", "12"],
-            12,
-        ),  # named: kept (checked later)
+        ("simo", ["--classes_per_batch", "3", "--per_device_train_batch_size", "12"], 12),  # named: kept
         ("simo", ["--classes_per_batch", "3", "--per_device_train_batch_size=12"], 12),
         ("care", [], 128),  # no class-major batches: the default stands
     ],
