@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.util
 import inspect
 import socket
+import sys
 from pathlib import Path
 from types import ModuleType
 
@@ -19,11 +20,14 @@ def free_port() -> int:
 
 
 def load_script(name: str, path: str | Path) -> ModuleType:
-    """Import a worker script by path (to reuse its single-process reference computation)."""
+    """Import a script by path (a worker's single-process reference computation, an example's functions). It is
+    registered in ``sys.modules`` under ``name`` before it runs, as Python's import recipe does, so that the
+    dataclasses it defines resolve their module."""
     spec = importlib.util.spec_from_file_location(name, path)
     if spec is None or spec.loader is None:
         raise ImportError(f"cannot load {path}")
     module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
     spec.loader.exec_module(module)
     return module
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import importlib.util
 import io
 import json
 import logging
@@ -25,7 +24,7 @@ import types
 from pathlib import Path
 
 import pytest
-from _launch import free_port
+from _launch import free_port, load_script
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -609,12 +608,8 @@ def test_offline_hub_dataset_says_how_to_use_a_local_folder(tmp_path: Path) -> N
 
 @functools.cache
 def _example_module(name: str) -> types.ModuleType:
-    """An example script imported as a module (registered, so its dataclasses resolve), to call its functions."""
-    spec = importlib.util.spec_from_file_location(f"example_{name}", EXAMPLES / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    """An example script imported once as a module, to call its functions."""
+    return load_script(f"example_{name}", EXAMPLES / f"{name}.py")
 
 
 @given(

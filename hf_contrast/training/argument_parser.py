@@ -83,7 +83,7 @@ def parse_args_with_objective(
             parser.error(
                 f"unrecognized arguments: {' '.join(rest)} (the hyperparameters of --method {method} are {fields})"
             )
-    _derive_class_major_batch_size(parsed, given_arguments(argv))
+    _derive_class_major_batch_size(parsed, set(given) if given is not None else given_arguments(argv))
     return tuple(parsed)
 
 
