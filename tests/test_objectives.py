@@ -409,3 +409,13 @@ def test_class_major_methods_derive_the_batch_size_unless_it_is_named(tmp_path, 
     if named or not flags:
         _, args, _ = parse_args_with_objective(types, method="care", defaults=defaults, args=[str(config_file)])
         assert args.per_device_train_batch_size == expected
+
+
+@pytest.mark.parametrize("flag", ["--per_device_train_batch", "--per_device_train_batch_s", "--classes_per"])
+def test_an_abbreviated_flag_is_refused_naming_it(tmp_path, capsys, flag) -> None:
+    """argparse would take ``--per_device_train_batch 12`` as the batch size, unseen by the class-major rule,
+    which would then replace it with C × k: abbreviations are refused, naming the flag."""
+    types = (_Script, ContrastiveTrainingArguments)
+    with pytest.raises(SystemExit):
+        parse_args_with_objective(types, method="simo", args=["--output_dir", str(tmp_path), flag, "12"])
+    assert f"unrecognized arguments: {flag} 12 (flags are spelled out in full" in capsys.readouterr().err

@@ -37,7 +37,8 @@ def parse_args_with_objective(
     ``defaults`` change the default of any of these fields (a default naming a field the chosen method
     does not have is dropped); every flag overrides them. For a method with class-major batches (SimO's
     ``classes_per_batch`` × ``samples_per_class``) the batch size is that product unless
-    ``--per_device_train_batch_size`` is given. A single ``.json`` argument is read as a
+    ``--per_device_train_batch_size`` is given. Flags are spelled out in full (no argparse abbreviations: a
+    script must see which fields the user named). A single ``.json`` argument is read as a
     config file of field values (its ``"method"`` picks the method), as ``transformers`` examples do.
 
     Args:
@@ -64,11 +65,13 @@ def parse_args_with_objective(
             given = json.load(handle)
         method = given.get("method", method)
     else:
-        first = argparse.ArgumentParser(add_help=False)
+        first = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
         first.add_argument("--method", default=method, choices=available_objectives())
         method = first.parse_known_args(argv)[0].method
     config_class = get_objective(method).config_class
-    parser = HfArgumentParser((*dataclass_types, config_class))
+    # no abbreviated flags: `--per_device_train_batch 12` would set the batch size while `given_arguments` (and a
+    # reader of the command line) sees no `--per_device_train_batch_size`, so a derived default could replace it
+    parser = HfArgumentParser((*dataclass_types, config_class), allow_abbrev=False)
     known = {f.name for kind in (*dataclass_types, config_class) for f in dataclasses.fields(kind) if f.init}
     chosen = {key: value for key, value in (defaults or {}).items() if key in known}
     if "method" in known:
@@ -81,7 +84,8 @@ def parse_args_with_objective(
         if rest:  # e.g. `--n_splits` with `--method simclr`
             fields = sorted(f.name for f in dataclasses.fields(config_class))
             parser.error(
-                f"unrecognized arguments: {' '.join(rest)} (the hyperparameters of --method {method} are {fields})"
+                f"unrecognized arguments: {' '.join(rest)} (flags are spelled out in full; the hyperparameters of "
+                f"--method {method} are {fields})"
             )
     _derive_class_major_batch_size(parsed, set(given) if given is not None else given_arguments(argv))
     return tuple(parsed)
