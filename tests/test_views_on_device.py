@@ -180,7 +180,12 @@ def test_the_flag_reaches_every_script_through_hf_argument_parser(tmp_path) -> N
         ["--output_dir", str(tmp_path), "--views_on_device", "--use_cpu"]
     )
     assert args.views_on_device is True
-    assert ContrastiveTrainingArguments(output_dir=str(tmp_path)).views_on_device is False
+    (args,) = HfArgumentParser(ContrastiveTrainingArguments).parse_args_into_dataclasses(
+        ["--output_dir", str(tmp_path), "--views_on_device", "false", "--use_cpu"]
+    )
+    assert args.views_on_device is False
+    # no flag: None, decided by the trainer for its device and modality (False on a CPU)
+    assert ContrastiveTrainingArguments(output_dir=str(tmp_path)).views_on_device is None
     with pytest.raises(ValueError, match="`views_on_device` must be True or False"):
         ContrastiveTrainingArguments(output_dir=str(tmp_path), views_on_device="yes")
 

@@ -88,7 +88,4 @@ class OCLoss(SupConLoss):
     """
 
     citation: str = _LOCAL_BIBTEX
-
-    def forward(self, z: Tensor, labels: Tensor) -> Tensor:
-        """Loss of labelled embeddings. Shape: ``z``: ``(N, D)``, ``labels``: ``(N,)``; returns a scalar."""
-        return ocl_loss(z, labels, self.temperature, self.normalize, self.gather_distributed, self.tile_size)
+    abs_negatives = True  # SupConLoss.forward with |cos| for the other classes

@@ -98,8 +98,13 @@ def _supervised_contrastive_loss(
     gather_distributed: bool,
     abs_negatives: bool,
     tile_size: int | None = None,
+    check_batch: bool = True,
 ) -> Tensor:
     """Core of SupCon (``abs_negatives=False``) and OCL (``abs_negatives=True``).
+
+    ``check_batch=False`` skips the one host read of the batch's structure (an anchor without a positive is an
+    error, a batch of one class a warning): for callers whose batches have a positive for every anchor by
+    construction (two or more views of each sample) and that watch for one-class batches themselves.
 
     ``lp_ib = s'_ib − log Σ_{b'≠i} exp(s'_ib')`` where ``s' = s`` for same-class candidates and
     ``s' = |s|`` for other-class candidates when ``abs_negatives`` (the absolute value is taken
@@ -147,7 +152,9 @@ def _supervised_contrastive_loss(
         # Anchors with a negative (another class among the candidates): none in a one-class batch.
         n_with_negative = (n_positives < candidates.shape[0] - 1).sum()
         # The single device sync of this loss: without a positive pair the loss is undefined.
-        n_valid_host, n_with_negative_host = torch.stack([n_valid, n_with_negative.to(n_valid.dtype)]).tolist()
+        n_valid_host, n_with_negative_host = (
+            torch.stack([n_valid, n_with_negative.to(n_valid.dtype)]).tolist() if check_batch else (1, 1)
+        )
         if n_with_negative_host == 0 and n_valid_host > 0:
             warnings.warn(
                 f"`labels`: all {candidate_labels.shape[0]} samples of the batch are of one class, so there are no "
@@ -276,7 +283,14 @@ class SupConLoss(HyperparameterModule):
 
     citation: str = _SUPCON_BIBTEX
     hyperparameters_class = SupConHyperparameters
+    #: Read the batch's structure on the host at every call (no positive: error; one class: warning). A trainer
+    #: whose batches hold two or more views of each sample turns it off: no host sync per step.
+    check_batch: bool = True
+    abs_negatives = False
 
     def forward(self, z: Tensor, labels: Tensor) -> Tensor:
         """Loss of labelled embeddings. Shape: ``z``: ``(N, D)``, ``labels``: ``(N,)``; returns a scalar."""
-        return supcon_loss(z, labels, self.temperature, self.normalize, self.gather_distributed, self.tile_size)
+        return _supervised_contrastive_loss(
+            z, labels, self.temperature, self.normalize, self.gather_distributed, self.abs_negatives,
+            self.tile_size, self.check_batch,
+        )  # fmt: skip

@@ -60,6 +60,9 @@ class Objective(nn.Module):
     needs_labels: ClassVar[bool] = False
     #: Whether ``forward`` can score any evaluation batch (``eval_loss``).
     has_eval_loss: ClassVar[bool] = True
+    #: Whether the batches hold pairs of inputs whose random geometry is drawn per pair in the collator (LOCAL):
+    #: such views are never made on the device, so ``views_on_device`` defaults to False for them.
+    paired_inputs: ClassVar[bool] = False
 
     def __init__(self, config: ObjectiveConfig | None = None, **hyperparameters: Any) -> None:
         super().__init__()

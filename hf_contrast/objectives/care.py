@@ -225,11 +225,12 @@ class CAREObjective(_ChunkedObjective):
         augmentation: Callable[..., tuple[Any, Any]],
         loss: nn.Module,
     ) -> dict[str, Tensor]:
-        eq1, eq2 = self.equivariance_views(inputs, views, augmentation)
         if self.config.share_views:
+            eq1, eq2 = self.equivariance_views(inputs, views, augmentation)
             z1, z2 = views.projections(model, [eq1, eq2])
             return loss(z1, z2)
-        z1, z2, e1, e2 = views.projections(model, [*views.augmented(inputs, 2), eq1, eq2])
+        (eq1, eq2), augmented = views.chunked_and_augmented(augmentation, inputs, 2)  # one pass on the device
+        z1, z2, e1, e2 = views.projections(model, [*augmented, eq1, eq2])
         return loss(z1, z2, e1, e2)
 
 

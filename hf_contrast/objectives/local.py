@@ -85,6 +85,7 @@ class LOCALObjective(Objective):
     config_class = LOCALConfig
     config: LOCALConfig
     needs_labels = True
+    paired_inputs = True
 
     def setup(self, views: ViewBuilder, train_dataset: Any) -> None:
         super().setup(views, train_dataset)

@@ -49,6 +49,9 @@ class SupConConfig(ObjectiveConfig):
         check_choice("n_views", self.n_views, (1, 2))
 
 
+_ONE_CLASS = "one_class_batches"  # a GeometryMonitor entry read with the others, not logged
+
+
 @register_objective("supcon")
 class SupConObjective(Objective):
     """SupCon (https://arxiv.org/abs/2004.11362) on the flattened views; needs ``label_column``."""
@@ -76,6 +79,9 @@ class SupConObjective(Objective):
         if classes is not None:
             self.check_classes(classes, views)
         self.loss = self.loss_class(temperature=self.config.temperature, gather_distributed=views.gather_distributed)
+        # two views of each sample: every anchor has a positive, so the loss need not read the batch on the host;
+        # one-class batches are counted on the device and said at the next log (`log_statistics`)
+        self.loss.check_batch = self.config.n_views < 2
 
     def check_classes(self, classes: list[Any], views: ViewBuilder) -> None:
         """Raise ``ValueError`` if the training labels ``classes`` (distinct values) cannot train this objective."""
@@ -119,13 +125,25 @@ class SupConObjective(Objective):
         if model.training:
             below, negatives = negative_cosine_counts(z, y)
             self.geometry.add("negative_cos_below_zero", below, negatives)
+            self.geometry.add(_ONE_CLASS, negatives == 0)
             self.geometry.count_step()
         return {"loss": self.loss(z, y)}
 
     def log_statistics(self) -> dict[str, float]:
         """``negative_cos_below_zero``: of the pairs of different classes in the training batches since the
-        last log, the fraction with a negative cosine similarity (pairs within each process's batch)."""
-        return self.geometry.drain()
+        last log, the fraction with a negative cosine similarity (pairs within each process's batch). Warns when
+        some of those batches held a single class (no negatives: the loss only pulled them together)."""
+        statistics = self.geometry.drain()
+        one_class = statistics.pop(_ONE_CLASS, 0.0)
+        if one_class > 0 and not self.loss.check_batch:  # else the loss warned at the batch itself
+            warnings.warn(
+                f"{type(self).__name__}: {one_class:.0%} of the training batches since the last log held one class, "
+                "so they had no negatives: the loss only pulled them together. Batches need 2 or more classes "
+                "(shuffle the data, use larger batches or a class-balanced sampler).",
+                RuntimeWarning,
+                stacklevel=2,
+            )
+        return statistics
 
 
 @register_objective("ocl")

@@ -8,6 +8,7 @@ Method hyperparameters are NOT here: each objective owns them in its config data
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 import torch
@@ -94,13 +95,29 @@ class ContrastiveTrainingArguments(TrainingArguments):
             "backbone's default with a warning (hf_contrast.training.image_size); logged at the start of training."
         },
     )
-    views_on_device: bool = field(
-        default=False,
+    views_on_device: bool | None = field(
+        default=None,
         metadata={
             "help": "Image: make the random views (SimCLR recipe: crop, flip, colour jitter, grayscale, blur; CARE's "
             "chunk-shared views too) per batch on the training device, from the uint8 images the DataLoader only "
             "decodes and resizes, instead of per sample in the DataLoader. Seeded by (seed, batch number), which "
-            "checkpoints keep: a resumed run draws the same views. Not for text encoders or LOCAL's pairs."
+            "checkpoints keep: a resumed run draws the same views. Not for text encoders or LOCAL's pairs. Default "
+            "(None): True for image views when the run trains on an accelerator (GPU), False on a CPU and for text "
+            "or LOCAL's pairs; the trainer decides it, logs it at the start of training and writes it in the model "
+            "card.",
+            # a bare `--views_on_device` means True, `--views_on_device false` False, no flag the default (None)
+            "nargs": "?",
+            "const": True,
+        },
+    )
+    image_cache_max_gb: float = field(
+        default=4.0,
+        metadata={
+            "help": "Image, with views made on the device: decode and resize every training image once, at start-up, "
+            "into a uint8 cache of at most this many GiB, held on the training device when it fits there (else in "
+            "host memory), and gather each batch with one index operation instead of decoding it at every step. "
+            "0 turns the cache off. A training set that does not fit is decoded per batch by persistent DataLoader "
+            "workers instead (logged)."
         },
     )
     # ---- evaluation ----------------------------------------------------------------------------
@@ -134,20 +151,38 @@ class ContrastiveTrainingArguments(TrainingArguments):
             check_name(name, getattr(self, name))
         check_int("max_length", self.max_length, 2, allow_none=True)
         check_int("image_size", self.image_size, 1, allow_none=True)
-        check_bool("views_on_device", self.views_on_device)
+        if self.views_on_device is not None:
+            check_bool("views_on_device", self.views_on_device)
+        if (
+            isinstance(self.image_cache_max_gb, bool)
+            or not isinstance(self.image_cache_max_gb, (int, float))
+            or not math.isfinite(self.image_cache_max_gb)
+            or self.image_cache_max_gb < 0
+        ):
+            raise InputError(
+                f"`image_cache_max_gb` must be a number of GiB >= 0 (0 turns the decoded-image cache off), got "
+                f"{self.image_cache_max_gb!r}."
+            )
         check_choice("eval_representation", self.eval_representation, _REPRESENTATIONS)
         check_int("knn_k", self.knn_k, 1)
         check_temperature("knn_temperature", self.knn_temperature)
         _check_bf16_device(self)
+        if self.accelerator_config is None and self.dataloader_pin_memory and not self.use_cpu and _has_accelerator():
+            # batches reach the GPU in pinned, non-blocking copies: the host never waits for the device per step
+            self.accelerator_config = {"non_blocking": True}
         super().__post_init__()
+
+
+def _has_accelerator() -> bool:
+    """Whether torch sees an accelerator (a GPU) on this machine."""
+    available = getattr(torch, "accelerator", None)
+    return available.is_available() if available is not None else torch.cuda.is_available()
 
 
 def _check_bf16_device(args: ContrastiveTrainingArguments) -> None:
     """``bf16=True`` on a machine without an accelerator: transformers refuses it in ``__post_init__`` ("Your setup
     doesn't support bf16/gpu"); say here which argument and what to set instead."""
-    available = getattr(torch, "accelerator", None)
-    has_accelerator = available.is_available() if available is not None else torch.cuda.is_available()
-    if args.bf16 and not args.use_cpu and not has_accelerator:
+    if args.bf16 and not args.use_cpu and not _has_accelerator():
         raise InputError(
             "`bf16=True` needs an accelerator (GPU) and this machine has none. For bf16 autocast on the CPU set "
             "`use_cpu=True` as well (`--use_cpu`; slower than fp32 on most CPUs, and its results differ from fp32); "

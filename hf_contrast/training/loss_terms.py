@@ -53,9 +53,18 @@ class LossTermTracker:
         self.skipped_batches = 0
         self._step_loss: Tensor | None = None  # this optimizer step's summed micro-batch losses (pending)
         self._kept_loss: dict[str, Tensor] = {}  # "log": since the last logged loss, "run": this `train()` call
+        self._host_sums: dict[str, float] | None = None  # the sums as `check` read them (one transfer per log)
+
+    def _read_sums(self) -> dict[str, float]:
+        """The terms' sums on the host, in one transfer."""
+        if not self._sums:
+            return {}
+        values = torch.stack([t.detach().float().reshape(()) for t in self._sums.values()]).tolist()
+        return dict(zip(self._sums, values))
 
     def record(self, terms: Mapping[str, Tensor], step: int) -> None:
         """Add one micro-batch's terms (``"loss"`` is the total; it is watched, not logged as a term)."""
+        self._host_sums = None  # the sums change: what `check` read is stale
         sums, counts = (self._pending, self._pending_counts) if self.defer else (self._sums, self._counts)
         for name, value in terms.items():
             if not isinstance(value, Tensor):
@@ -105,6 +114,7 @@ class LossTermTracker:
 
     def commit(self) -> None:
         """The step was kept: its pending terms count in the logs."""
+        self._host_sums = None
         if self._step_loss is not None:
             for scope in ("log", "run"):
                 kept = self._kept_loss.get(scope)
@@ -135,16 +145,14 @@ class LossTermTracker:
             "`nonfinite_policy='skip'` to drop such steps (`save_model(..., allow_nonfinite=True)` writes these "
             "weights anyway)."
         )
-        first_grad = int(self._first_bad_gradient_step) if self._first_bad_gradient_step is not None else -1
-        first_loss = int(self._first_bad_step) if self._first_bad_step is not None else -1
+        first_grad, first_loss, flags = self._read()
         if first_grad >= 0 and (first_loss < 0 or first_grad < first_loss):  # the fault began in a backward pass
             raise NonFiniteLossError(
                 f"Non-finite gradients at step {first_grad} (its loss was finite: the backward pass of a loss term "
                 f"overflowed, or an input gave an infinite derivative). {advice}"
             )
-        if not self._nonfinite:
+        if not flags:
             return
-        flags = {name: bool(flag) for name, flag in self._nonfinite.items()}
         if not any(flags.values()):
             self._nonfinite.clear()
             return
@@ -152,9 +160,29 @@ class LossTermTracker:
         bad = sorted(name for name, flag in flags.items() if flag and name != "loss") or ["loss"]
         raise NonFiniteLossError(f"Non-finite training loss at step {step} (terms: {', '.join(bad)}). {advice}")
 
+    def _read(self) -> tuple[int, int, dict[str, bool]]:
+        """The first bad gradient and loss steps (-1: none), the non-finite flags, and (kept for :meth:`drain`) the
+        terms' sums, read from the device in ONE transfer."""
+        flag_names, sum_names = list(self._nonfinite), list(self._sums)
+        tensors = [self._first_bad_gradient_step, self._first_bad_step]
+        tensors += [self._nonfinite[name] for name in flag_names] + [self._sums[name] for name in sum_names]
+        present = [t for t in tensors if t is not None]
+        if not present:
+            self._host_sums = {}
+            return -1, -1, {}
+        wide = torch.float32 if present[0].device.type == "mps" else torch.float64  # steps stay exact
+        values = torch.stack([t.detach().reshape(()).to(present[0].device, wide) for t in present]).tolist()
+        it = iter(values)
+        first_grad, first_loss = (int(next(it)) if t is not None else -1 for t in tensors[:2])
+        flags = {name: bool(next(it)) for name in flag_names}
+        self._host_sums = {name: next(it) for name in sum_names}
+        return first_grad, first_loss, flags
+
     def drain(self) -> dict[str, float]:
         """``{"loss_<term>": mean}`` since the last call (over all processes) and ``skipped_batches``; resets."""
-        local = {name: (float(total), self._counts[name]) for name, total in self._sums.items()}
+        host = self._host_sums if self._host_sums is not None else self._read_sums()  # read by `check`, if it ran
+        local = {name: (host[name], self._counts[name]) for name in self._sums}
+        self._host_sums = None
         skipped = self.skipped_batches
         self._sums, self._counts, self.skipped_batches = {}, {}, 0
         if distributed.world_size() > 1:  # `log` runs on every process at the same steps

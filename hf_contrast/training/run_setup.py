@@ -108,9 +108,15 @@ def describe_run(trainer: Any) -> dict[str, str]:
     if args.gradient_cache_size is not None:
         setup["gradient cache"] = f"the encoder runs in mini-batches of {args.gradient_cache_size} rows"
     if choice is not None:
-        setup["views"] = (
-            "made on the device, per batch" if args.views_on_device else "made per sample in the DataLoader"
-        )
+        views = "made on the device, per batch" if args.views_on_device else "made per sample in the DataLoader"
+        source = getattr(trainer, "views_on_device_source", "argument")
+        setup["views"] = views if source == "argument" else f"{views} (`views_on_device`'s {source})"
+        cache = getattr(trainer, "image_cache", None)
+        refusal = getattr(trainer, "image_cache_refusal", None)
+        if cache is not None:
+            setup["training images"] = cache.describe()
+        elif args.views_on_device and refusal:
+            setup["training images"] = f"decoded per batch ({refusal})"
     evaluation = _evaluation(trainer)
     if evaluation and (args.eval_strategy != "no" or trainer.eval_dataset is not None):
         setup["evaluation"] = evaluation

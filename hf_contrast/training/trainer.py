@@ -20,6 +20,7 @@ by DDP), and the objective's ``state_dict`` is stored in every checkpoint and re
 from __future__ import annotations
 
 import contextlib
+import time
 import warnings
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, ClassVar
@@ -29,6 +30,7 @@ from accelerate.utils import send_to_device
 from torch import Tensor, nn
 from torch.utils.data import DataLoader, IterableDataset
 from transformers import Trainer
+from transformers.utils import logging
 
 from hf_contrast.errors import InputError
 
@@ -39,9 +41,17 @@ from ..models.modeling import ContrastiveEncoder
 from ..objectives import Objective, build_objective
 from ..progress import follow_log_level, progress_bars_disabled
 from ..views import pop_view_batch_index, views_for
+from ..views.image_cache import DecodedImageCache
 from .arguments import ContrastiveTrainingArguments
 from .checkpointing import CheckpointingMixin, first_nonfinite_tensor
-from .dataloaders import dataloader_options, drop_last
+from .dataloaders import (
+    CachePlan,
+    dataloader_options,
+    drop_last,
+    plan_image_cache,
+    resolve_views_on_device,
+    serving_options,
+)
 from .doors import check_trainer_arguments, check_trainer_columns
 from .engine_checks import check_distributed_engine
 from .gradient_cache import GradientCache
@@ -55,6 +65,8 @@ from .run_setup import check_precision, log_run_setup
 from .setup_checks import check_datasets, check_evaluation_fits, check_image_files, check_objective_fits
 
 __all__ = ["ContrastiveTrainer", "NonFiniteLossError"]
+
+logger = logging.get_logger(__name__)
 
 
 class ContrastiveTrainer(CheckpointingMixin, HubPublishingMixin, Trainer):
@@ -164,6 +176,8 @@ class ContrastiveTrainer(CheckpointingMixin, HubPublishingMixin, Trainer):
             self.model, self.args.image_size, train_dataset, self.args.image_column
         )
         apply_image_size(self.model, self.image_size_choice)  # the evaluators' views and the saved model take it
+        #: How ``views_on_device`` was decided (the argument, or the default for this device and modality).
+        self.views_on_device_source = resolve_views_on_device(self.args, self.model, self.objective)
         self.views = views_for(self.model, self.args, self.processing_class, epoch=lambda: self.state.epoch)
         self.views.prepare_model()  # image views: the saved data config says `args.image_size`
         check_objective_fits(self.args, self.objective)
@@ -189,6 +203,12 @@ class ContrastiveTrainer(CheckpointingMixin, HubPublishingMixin, Trainer):
         self._train_view_batches = 0
         self._eval_view_batches = 0
         self.left_out_rows = LeftOutRows()  # rows the collators left out (`on_bad_image="skip"`), per stage
+        #: The training images decoded once (:mod:`hf_contrast.views.image_cache`), built by :meth:`train`.
+        self.image_cache: DecodedImageCache | None = None
+        #: Why the training set is not served from the cache (``None`` when it is, or before :meth:`train`).
+        self.image_cache_refusal: str | None = None
+        self._cache_skipped_reported = False
+        self._cache_plan: CachePlan | None = None
         self.add_callback(ModelCardCallback(self))  # fills model.model_card_data while training
 
     @property
@@ -219,6 +239,7 @@ class ContrastiveTrainer(CheckpointingMixin, HubPublishingMixin, Trainer):
         (:mod:`hf_contrast.views.whole_rows`) as ``train_dropped_rows``."""
         self.check_datasets()
         self.check_image_files()
+        self.build_image_cache()
         self.run_setup = log_run_setup(self)  # the defaults that shape the result, said once (and in the card)
         self.left_out_rows.start("train")
         with progress_bars_disabled(self.args.disable_tqdm):
@@ -228,7 +249,43 @@ class ContrastiveTrainer(CheckpointingMixin, HubPublishingMixin, Trainer):
             output.metrics["train_skipped_images"] = skipped
         if dropped:
             output.metrics["train_dropped_rows"] = dropped
-        return self.nonfinite.train_output(output)  # `nonfinite_policy="skip"`: the mean over the kept steps
+        if self.image_cache is not None and self.image_cache.skipped and not self._cache_skipped_reported:
+            output.metrics["train_skipped_images"] = skipped + len(self.image_cache.skipped)
+            self._cache_skipped_reported = True  # left out once, when the cache was built
+        return self.nonfinite.train_output(output)
+
+    def build_image_cache(self) -> None:
+        """Decode and resize the training images once into a ``uint8`` cache (:mod:`hf_contrast.views.image_cache`)
+        when the run makes its views on the device and the images fit in ``args.image_cache_max_gb``: on the
+        training device when they fit there, else in host memory. Otherwise say why (once), and where the
+        images do not fit, let persistent DataLoader workers decode them. Built once per trainer."""
+        if self.image_cache is not None or self.image_cache_refusal is not None:
+            return
+        plan = self._cache_plan = plan_image_cache(
+            self.args, self.data_collator, self.train_dataset, lambda: self.views.data_config()["input_size"]
+        )
+        if plan.refusal is not None:
+            self.image_cache_refusal = plan.refusal
+            if plan.log and self.is_world_process_zero():
+                workers = serving_options(self.args, None, plan).get("dataloader_num_workers")
+                extra = (
+                    f"; {workers} persistent DataLoader workers decode them, 4 batches ahead each" if workers else ""
+                )
+                logger.info(f"Training images are decoded per batch: {plan.refusal}{extra}.")
+            return
+        start = time.perf_counter()
+        self.image_cache = DecodedImageCache.build(
+            self.train_dataset,
+            self.data_collator,
+            plan.device,
+            num_workers=self.args.dataloader_num_workers,
+            progress=not self.args.disable_tqdm and self.is_world_process_zero(),
+            pin_memory=plan.pin_memory,
+        )
+        if self.is_world_process_zero():
+            logger.info(f"Training images {self.image_cache.describe()} ({time.perf_counter() - start:.1f} s).")
+
+    # `nonfinite_policy="skip"`: the mean over the kept steps
 
     # The Hub's upload bars run after `save_model`, outside every Trainer hook: with `disable_tqdm` they are off.
     def push_to_hub(self, *args: Any, **kwargs: Any) -> Any:
@@ -362,28 +419,58 @@ class ContrastiveTrainer(CheckpointingMixin, HubPublishingMixin, Trainer):
         """
         if self.train_dataset is None:
             raise InputError("Trainer: training requires a train_dataset.")
+        cache = self.image_cache
         dataset = self.train_dataset
         streaming = isinstance(dataset, IterableDataset)
-        batch_sampler = None if streaming else self.objective.train_batch_sampler(dataset, self.views)
+        batch_sampler = None
+        if not streaming:  # the sampler reads the labels of the rows the cache kept (all of them, or fewer)
+            labelled = dataset if cache is None or len(cache.kept) == len(dataset) else dataset.select(cache.kept)
+            batch_sampler = self.objective.train_batch_sampler(labelled, self.views)
         chunked = self.objective.batch_multiple > 1
-        if batch_sampler is None and not (streaming and chunked):
-            if chunked:
-                with drop_last(self.args):
-                    return super().get_train_dataloader()
-            return super().get_train_dataloader()
-        if self.args.auto_find_batch_size:  # the Trainer would shrink only its own loader's batches
-            raise InputError(
-                f"`auto_find_batch_size=True` cannot resize the batches of {type(self.objective).__name__} "
-                f"({'its batch sampler' if batch_sampler is not None else 'whole chunks of a streaming dataset'}); "
-                "set `auto_find_batch_size=False` and choose `per_device_train_batch_size`."
+        with self._serving(cache):
+            if batch_sampler is None and not (streaming and chunked):
+                if chunked:
+                    with drop_last(self.args):
+                        return super().get_train_dataloader()
+                return super().get_train_dataloader()
+            if self.args.auto_find_batch_size:  # the Trainer would shrink only its own loader's batches
+                raise InputError(
+                    f"`auto_find_batch_size=True` cannot resize the batches of {type(self.objective).__name__} "
+                    f"({'its batch sampler' if batch_sampler is not None else 'whole chunks of a streaming dataset'})"
+                    "; "
+                    "set `auto_find_batch_size=False` and choose `per_device_train_batch_size`."
+                )
+            batching: dict[str, Any] = (
+                {"batch_sampler": batch_sampler}
+                if batch_sampler is not None
+                else {"batch_size": self.args.train_batch_size, "drop_last": True}
             )
-        batching: dict[str, Any] = (
-            {"batch_sampler": batch_sampler}
-            if batch_sampler is not None
-            else {"batch_size": self.args.train_batch_size, "drop_last": True}
-        )
-        loader = DataLoader(dataset, **batching, collate_fn=self.data_collator, **dataloader_options(self.args))
-        return self.accelerator.prepare(loader)
+            loader = DataLoader(
+                self.train_dataset, **batching, collate_fn=self.data_collator, **dataloader_options(self.args)
+            )
+            return self.accelerator.prepare(loader)
+
+    @contextlib.contextmanager
+    def _serving(self, cache: DecodedImageCache | None) -> Iterator[None]:
+        """Inside the block the training loader is built over the cache's row numbers with its one-index-op
+        collate (no workers: the batch is one gather, on the cache's device), or, for images that did not fit in
+        the cache, with persistent prefetching workers (:func:`~hf_contrast.training.dataloaders.serving_options`)."""
+        overrides = serving_options(self.args, cache, self._cache_plan)
+        if cache is None and not overrides:
+            yield
+            return
+        saved = {name: getattr(self.args, name) for name in overrides}
+        dataset, collator = self.train_dataset, self.data_collator
+        for name, value in overrides.items():
+            setattr(self.args, name, value)
+        if cache is not None:
+            self.train_dataset, self.data_collator = cache.rows, cache.collate
+        try:
+            yield
+        finally:
+            for name, value in saved.items():
+                setattr(self.args, name, value)
+            self.train_dataset, self.data_collator = dataset, collator
 
     @contextlib.contextmanager
     def _eval_collation(self) -> Iterator[None]:

@@ -18,6 +18,7 @@ two-sample KS and binomial tests in ``tests/test_device_views.py``), not its ran
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, fields, replace
 
 import torch
@@ -195,6 +196,14 @@ class ViewParams:
     def repeat_interleave(self, repeats: int) -> ViewParams:
         """Each sample's parameters repeated ``repeats`` times in a row (chunk-shared views)."""
         return replace(self, **{f.name: getattr(self, f.name).repeat_interleave(repeats, dim=0) for f in fields(self)})
+
+    @classmethod
+    def cat(cls, params: Sequence[ViewParams]) -> ViewParams:
+        """Several parameter sets one after the other (the views of one call of
+        :meth:`BatchedSimCLRViews.many <hf_contrast.views.BatchedSimCLRViews.many>`)."""
+        if len(params) == 1:
+            return params[0]
+        return cls(**{f.name: torch.cat([getattr(p, f.name) for p in params]) for f in fields(cls)})
 
     def select(self, index: Tensor) -> ViewParams:
         """The parameter sets ``index`` (a ``(K,)`` int64 tensor on the parameters' device), in that order."""

@@ -169,32 +169,40 @@ class BatchedSimCLRViews:
             self._norm[device] = (mean.to(device), std.to(device))
         return self._norm[device]
 
-    def apply(self, images: Tensor, params: ViewParams) -> Tensor:
+    def apply(self, images: Tensor, params: ViewParams, repeats: int = 1) -> Tensor:
         """Make the views of ``images`` with given per-sample parameters.
 
         Args:
             images: ``uint8`` or ``[0, 1]`` float images on any device. Shape: ``(B, C, H, W)``,
                 ``C = len(mean)``.
-            params: ``B`` parameter sets on the CPU (:meth:`sample`); they go to the images'
-                device in one copy. The colour jitter's hue rounds are grouped from them on the CPU
+            params: ``repeats × B`` parameter sets on the CPU (:meth:`sample`); they go to the images'
+                device in one copy. Set ``r * B + i`` makes a view of image ``i``. The colour jitter's hue
+                rounds are grouped from them on the CPU
                 (:func:`~hf_contrast.views.batched_ops.hue_groups`): the batch is processed in
                 that order and put back in its own order at the end.
 
+            repeats: How many views of each image ``params`` holds.
+
         Returns:
-            Normalised float32 views. Shape: ``(B, C, *image_size)``.
+            Normalised float32 views. Shape: ``(repeats × B, C, *image_size)``.
         """
         with torch.autocast(images.device.type, enabled=False):  # float32 maths inside a bf16/fp16 autocast
-            return self._apply(images, params)
+            return self._apply(images, params, repeats)
 
-    def _apply(self, images: Tensor, params: ViewParams) -> Tensor:
+    def _apply(self, images: Tensor, params: ViewParams, repeats: int = 1) -> Tensor:
         device = images.device
         jitter = self.jitter_p > 0 and images.shape[1] == 3
         perm = None
         if jitter:
             perm, hue_counts = ops.hue_groups(params.jitter_factors, params.jitter_order)
             params = params.select(perm)
-            perm = (perm.pin_memory() if device.type == "cuda" else perm).to(device, non_blocking=True)
-            images = images.index_select(0, perm)
+            rows = perm % images.shape[0] if repeats > 1 else perm  # the image each (sorted) parameter set views
+            both = torch.stack([perm, rows])
+            both = (both.pin_memory() if device.type == "cuda" else both).to(device, non_blocking=True)
+            perm, rows = both[0], both[1]
+            images = images.index_select(0, rows)
+        elif repeats > 1:
+            images = images.repeat(repeats, 1, 1, 1)
         p = params.to(device)
         x = images.float().div_(255.0) if images.dtype == torch.uint8 else images.float()
         x = ops.resized_crop(x, p.boxes, self.image_size, flip=p.flip, antialias=self.antialias)
@@ -233,29 +241,70 @@ class BatchedSimCLRViews:
             ValueError: on a tensor that is not ``(B, C, H, W)`` uint8/float with ``C = len(mean)``,
                 or a ``chunk_size`` that does not divide ``B``.
         """
+        self._check_images(images)
+        return self.apply(images, self._draw(images, generator, chunk_size))
+
+    def _check_images(self, images: Tensor) -> None:
         if not isinstance(images, Tensor) or images.ndim != 4:
             got = tuple(images.shape) if isinstance(images, Tensor) else type(images).__name__
             raise InputError(f"`images` must be a tensor of shape (B, C, H, W), got {got}.")
         if images.dtype != torch.uint8 and not images.is_floating_point():
             raise InputError(f"`images` must be uint8 or float in [0, 1], got dtype {images.dtype}.")
-        batch, channels = images.shape[:2]
+        channels = images.shape[1]
         if channels != len(self.mean):
             raise InputError(
                 f"`images` has {channels} channels but `mean`/`std` have {len(self.mean)}; convert the images "
                 f"(e.g. `raw_image_transform(size, n_channels={len(self.mean)})`) or pass matching mean/std."
             )
-        if batch == 0:
+        if images.shape[0] == 0:
             raise InputError("`images` is an empty batch (B = 0).")
+
+    def many(
+        self,
+        images: Tensor,
+        generator: torch.Generator | None,
+        chunk_sizes: Sequence[int | None],
+        order: Sequence[int] | None = None,
+    ) -> list[Tensor]:
+        """Several random views of the batch made in ONE batched pass: the same views as calling
+        ``self(images, generator, chunk_size=c)`` for each ``c`` of ``chunk_sizes`` in turn (the parameters are
+        drawn in that order), with the kernels of one call instead of ``len(chunk_sizes)``.
+
+        Args:
+            images: As :meth:`__call__`. Shape: ``(B, C, H, W)``.
+            generator: CPU generator of the parameter draws.
+            chunk_sizes: Per view: ``None`` (every row its own parameters) or ``m`` (chunks of ``m`` rows share
+                one set, CARE's equivariance views).
+            order: How the views lie in memory (a permutation of the view numbers; default: as drawn): the views
+                are consecutive slices of one ``(V × B, C, *image_size)`` tensor in this order, so concatenating
+                them in this order (:meth:`ImageViews.merge <hf_contrast.views.ImageViews.merge>`) copies nothing.
+
+        Returns:
+            One normalised float32 tensor per view, in the order of ``chunk_sizes``. Shape: ``(B, C, *image_size)``
+            each.
+        """
+        self._check_images(images)
+        batch, count = images.shape[0], len(chunk_sizes)
+        drawn = [self._draw(images, generator, chunk) for chunk in chunk_sizes]
+        order = list(range(count)) if order is None else [int(i) for i in order]
+        if sorted(order) != list(range(count)):
+            raise InputError(f"`order` must be a permutation of 0..{count - 1}, got {order}.")
+        made = self.apply(images, ViewParams.cat([drawn[i] for i in order]), repeats=count).split(batch)
+        views: list[Tensor] = [made[0]] * count
+        for slot, view in enumerate(order):
+            views[view] = made[slot]
+        return views
+
+    def _draw(self, images: Tensor, generator: torch.Generator | None, chunk_size: int | None) -> ViewParams:
+        """The parameters of one view of ``images`` (one per row, or one per chunk of ``chunk_size`` rows)."""
+        batch = images.shape[0]
         if chunk_size is None:
-            params = self.sample(batch, tuple(images.shape[-2:]), generator)
-        else:
-            if not isinstance(chunk_size, int) or chunk_size < 1 or batch % chunk_size != 0:
-                raise InputError(
-                    f"`chunk_size` must be a positive int dividing the batch size {batch}, got {chunk_size!r}."
-                )
-            shared = self.sample(batch // chunk_size, tuple(images.shape[-2:]), generator)
-            params = shared.repeat_interleave(chunk_size)
-        return self.apply(images, params)
+            return self.sample(batch, tuple(images.shape[-2:]), generator)
+        if not isinstance(chunk_size, int) or chunk_size < 1 or batch % chunk_size != 0:
+            raise InputError(
+                f"`chunk_size` must be a positive int dividing the batch size {batch}, got {chunk_size!r}."
+            )
+        return self.sample(batch // chunk_size, tuple(images.shape[-2:]), generator).repeat_interleave(chunk_size)
 
     def __repr__(self) -> str:
         return (

@@ -174,6 +174,13 @@ class ViewBuilder(ABC):
             ValueError: if the batch lacks the input ``augment`` takes.
         """
 
+    def chunked_and_augmented(
+        self, augment: Callable[..., tuple[Any, Any]], inputs: Mapping[str, Any], n_views: int
+    ) -> tuple[list[dict[str, Tensor]], list[dict[str, Tensor]]]:
+        """CARE's views of a batch: :meth:`chunked_views` of ``augment``, then :meth:`augmented`'s ``n_views`` (in
+        that order). Views made on the device override it to make all of them in one batched pass."""
+        return self.chunked_views(augment, inputs), self.augmented(inputs, n_views)
+
     @abstractmethod
     def chunked_batch_size(self, inputs: Mapping[str, Any]) -> int | None:
         """Rows of the input of :meth:`chunked_views` (``None`` if the batch has none)."""

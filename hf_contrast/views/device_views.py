@@ -82,10 +82,10 @@ class DeviceViews:
             n_views: Views per row.
 
         Returns:
-            ``n_views`` normalised float32 tensors on the images' device. Shape: ``(B, C, *image_size)`` each.
+            ``n_views`` normalised float32 tensors on the images' device, made in one batched pass. Shape:
+            ``(B, C, *image_size)`` each.
         """
-        generator = self.generator
-        return [self.views(images, generator) for _ in range(n_views)]
+        return self.views.many(images, self.generator, [None] * n_views)
 
     def chunk_shared(self, images: Tensor, n_splits: int) -> tuple[Tensor, Tensor]:
         """CARE's two equivariance views: rows ``c*m:(c+1)*m`` (``m = B / n_splits``) share one parameter
@@ -94,15 +94,38 @@ class DeviceViews:
         Raises:
             ValueError: if ``B`` is not a positive multiple of ``n_splits``.
         """
-        batch = images.shape[0] if isinstance(images, Tensor) and images.ndim == 4 else 0
-        if batch == 0 or batch % n_splits:
-            got = tuple(images.shape) if isinstance(images, Tensor) else type(images).__name__
-            raise InputError(
-                f"`images` {got} must be a (B, C, H, W) batch with B a positive multiple of `n_splits`={n_splits} "
-                "(each chunk shares one augmentation); change the batch size or `n_splits`."
-            )
-        generator, chunk = self.generator, batch // n_splits
-        return self.views(images, generator, chunk_size=chunk), self.views(images, generator, chunk_size=chunk)
+        _check_chunks(images, n_splits)
+        batch = images.shape[0]
+        chunk = batch // n_splits
+        view1, view2 = self.views.many(images, self.generator, [chunk, chunk])
+        return view1, view2
+
+    def chunk_shared_and_per_sample(
+        self, images: Tensor, n_splits: int, n_views: int
+    ) -> tuple[tuple[Tensor, Tensor], list[Tensor]]:
+        """CARE's views in one batched pass: :meth:`chunk_shared`'s two views, then :meth:`per_sample`'s ``n_views``
+        (the parameters drawn in that order: the same views as the two calls).
+
+        Returns:
+            ``((view1, view2), [view, ...])``; the per-sample views come first in memory, consecutive slices of one
+            tensor, then the chunk-shared ones (so ``torch.cat(per_sample + chunk_shared)`` is that tensor).
+        """
+        _check_chunks(images, n_splits)
+        chunk = images.shape[0] // n_splits
+        order = [*range(2, n_views + 2), 0, 1]
+        view1, view2, *views = self.views.many(images, self.generator, [chunk, chunk] + [None] * n_views, order)
+        return (view1, view2), views
+
+
+def _check_chunks(images: Tensor, n_splits: int) -> None:
+    """Raise unless ``images`` is a ``(B, C, H, W)`` batch with ``B`` a positive multiple of ``n_splits``."""
+    batch = images.shape[0] if isinstance(images, Tensor) and images.ndim == 4 else 0
+    if batch == 0 or batch % n_splits:
+        got = tuple(images.shape) if isinstance(images, Tensor) else type(images).__name__
+        raise InputError(
+            f"`images` {got} must be a (B, C, H, W) batch with B a positive multiple of `n_splits`={n_splits} "
+            "(each chunk shares one augmentation); change the batch size or `n_splits`."
+        )
 
 
 class ChunkSharedDeviceViews:

@@ -220,10 +220,44 @@ class ImageViews(ViewBuilder):
         view1, view2 = augment(inputs["pixel_values_eq"])
         return [{"pixel_values": view1}, {"pixel_values": view2}]
 
+    def chunked_and_augmented(
+        self, augment: Callable[..., tuple[Any, Any]], inputs: Mapping[str, Any], n_views: int
+    ) -> tuple[list[dict[str, Tensor]], list[dict[str, Tensor]]]:
+        """CARE's views; with ``args.views_on_device`` and the default chunked augmentation, all ``2 + n_views`` in
+        one batched pass on the device (:meth:`DeviceViews.chunk_shared_and_per_sample`), laid out so that the
+        encoder's input (the per-sample views, then the chunk-shared ones) is made without a copy."""
+        if not (self.views_on_device and isinstance(augment, ChunkSharedDeviceViews)):
+            return super().chunked_and_augmented(augment, inputs, n_views)
+        (view1, view2), views = augment.views.chunk_shared_and_per_sample(
+            self._raw_images(inputs), augment.n_splits, n_views
+        )
+        return [{"pixel_values": view1}, {"pixel_values": view2}], [{"pixel_values": v} for v in views]
+
     def chunked_batch_size(self, inputs: Mapping[str, Any]) -> int | None:
         raw = inputs.get("pixel_values_eq")
         return None if raw is None else int(raw.shape[0])
 
     def merge(self, views: Sequence[Mapping[str, Tensor]]) -> dict[str, Tensor]:
-        """``torch.cat`` of each key along the batch."""
-        return {key: torch.cat([v[key] for v in views]) for key in views[0]}
+        """``torch.cat`` of each key along the batch; views that already lie one after the other in memory (made
+        in one pass on the device) are joined without a copy."""
+        return {key: _concatenated([v[key] for v in views]) for key in views[0]}
+
+
+def _concatenated(tensors: Sequence[Tensor]) -> Tensor:
+    """``torch.cat(tensors)``; a view of their memory instead when they are contiguous slices that follow each
+    other there (same dtype, device and row shape, no gradient history between them)."""
+    first = tensors[0]
+    adjacent = all(t.is_contiguous() and t.dtype == first.dtype and t.device == first.device for t in tensors) and all(
+        t.shape[1:] == first.shape[1:] for t in tensors
+    )
+    if adjacent and not any(t.requires_grad for t in tensors):
+        offset = first.storage_offset()
+        for t in tensors:
+            if t.untyped_storage().data_ptr() != first.untyped_storage().data_ptr() or t.storage_offset() != offset:
+                adjacent = False
+                break
+            offset += t.numel()
+        if adjacent:
+            rows = sum(t.shape[0] for t in tensors)
+            return first.as_strided((rows, *first.shape[1:]), first.stride())
+    return torch.cat(tensors)

@@ -1,0 +1,348 @@
+"""A training step at the speed of the device (issue 28): the decoded-image cache, every view of a batch in one pass,
+the non-finite check as one reduction, one host transfer per logging step and none in between, the
+``views_on_device`` default, and ``torch_compile`` with the image objectives.
+
+The timings themselves are measured by ``benchmarks/bench_step_overhead.py``, never here.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import sys
+import traceback
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import datasets
+import numpy as np
+import pytest
+import torch
+from distributed_scripts.trainer_utils import image_dataset, training_args, vit_encoder
+from PIL import Image
+from torch.utils._python_dispatch import TorchDispatchMode
+from transformers import TrainerCallback
+
+from hf_contrast.objectives import CAREObjective, LOCALObjective, SimCLRObjective, get_objective
+from hf_contrast.training import ContrastiveTrainer
+from hf_contrast.training.dataloaders import plan_image_cache, resolve_views_on_device, serving_options
+from hf_contrast.training.nonfinite import NonFinitePolicy
+from hf_contrast.training.run_setup import describe_run
+from hf_contrast.views import BatchedSimCLRViews, DeviceViews
+from hf_contrast.views.image_views import ImageViews
+
+sys.path.insert(0, str(Path(__file__).parent))
+from _tiny import tiny_text_encoder  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def images() -> datasets.Dataset:
+    return image_dataset(n=48, size=20)
+
+
+def _trainer(tmp_path: Path, dataset: Any, objective: Any = "simclr", **overrides: Any) -> ContrastiveTrainer:
+    options = {"per_device_train_batch_size": 8, "max_steps": 3, "views_on_device": True, "learning_rate": 1e-2}
+    args = training_args(tmp_path, **{**options, **overrides})
+    return ContrastiveTrainer(model=vit_encoder(), args=args, train_dataset=dataset, objective=objective)
+
+
+class _Losses(TrainerCallback):
+    def __init__(self) -> None:
+        self.logged: list[float] = []
+
+    def on_log(self, args: Any, state: Any, control: Any, logs: dict[str, float] | None = None, **kwargs: Any) -> None:
+        if logs and "loss" in logs:
+            self.logged.append(logs["loss"])
+
+
+# ------------------------------------------------------------------------------ the decoded-image cache
+
+
+@pytest.mark.parametrize("objective", ["simclr", "care"])
+def test_the_cache_trains_exactly_as_the_collator_does(
+    tmp_path: Path, images: datasets.Dataset, objective: str
+) -> None:
+    """Same sampler, same bytes: the losses of a cached run equal those of a run that decodes every batch."""
+    make = (lambda: CAREObjective(n_splits=2)) if objective == "care" else (lambda: "simclr")
+    runs = {}
+    for limit in (4.0, 0.0):  # 0 turns the cache off
+        trainer = _trainer(tmp_path / str(limit), images, make(), image_cache_max_gb=limit)
+        losses = _Losses()
+        trainer.add_callback(losses)
+        trainer.train()
+        assert (trainer.image_cache is not None) == (limit > 0)
+        runs[limit] = losses.logged
+    assert len(runs[4.0]) == 3 and runs[4.0] == runs[0.0]
+
+
+def test_cached_batches_are_the_collators_bytes_gathered_in_one_index_op(tmp_path: Path, images) -> None:
+    trainer = _trainer(tmp_path, images)
+    trainer.build_image_cache()
+    cache = trainer.image_cache
+    assert cache is not None and cache.images.dtype == torch.uint8 and cache.images.shape == (48, 3, 16, 16)
+    rows = [5, 0, 47, 5]
+    from_cache = cache.collate(cache.rows.__getitems__(rows))
+    from_collator = trainer.data_collator([images[i] for i in rows])
+    assert torch.equal(from_cache["pixel_values_eq"], from_collator["pixel_values_eq"])
+    assert torch.equal(from_cache["labels"], from_collator["labels"])
+    assert "decoded once into a uint8 cache of 48 images (3×16×16" in describe_run(trainer)["training images"]
+
+
+def _png(rng: np.random.Generator) -> bytes:
+    buffer = io.BytesIO()
+    Image.fromarray(rng.integers(0, 256, (20, 20, 3), dtype=np.uint8)).save(buffer, "PNG")
+    return buffer.getvalue()
+
+
+def test_the_cache_leaves_an_unreadable_image_out_and_counts_it(tmp_path: Path) -> None:
+    rng = np.random.default_rng(0)
+    rows = [{"bytes": b"" if i == 3 else _png(rng), "path": f"img{i}.png"} for i in range(17)]
+    dataset = datasets.Dataset.from_dict({"image": rows, "label": [i % 2 for i in range(17)]})
+    dataset = dataset.cast_column("image", datasets.Image(decode=False))
+    trainer = _trainer(tmp_path, dataset, on_bad_image="skip", max_steps=2)
+    with pytest.warns(UserWarning, match="1 unreadable training image"):
+        metrics = trainer.train().metrics
+    assert (
+        trainer.image_cache is not None and 3 not in trainer.image_cache.kept and len(trainer.image_cache.kept) == 16
+    )
+    assert metrics["train_skipped_images"] == 1
+
+
+def test_a_training_set_too_large_for_the_cache_is_decoded_by_persistent_workers(tmp_path: Path, images) -> None:
+    trainer = _trainer(tmp_path, images, image_cache_max_gb=1e-9)
+    plan = plan_image_cache(trainer.args, trainer.data_collator, images, lambda: (3, 16, 16))
+    assert plan.too_large and "above `image_cache_max_gb`=1e-09; raise it" in plan.refusal
+    options = serving_options(trainer.args, None, plan)
+    assert options["dataloader_persistent_workers"] and options["dataloader_prefetch_factor"] == 4
+    assert options["dataloader_num_workers"] >= 1
+    assert serving_options(training_args(tmp_path, dataloader_num_workers=3), None, plan) == {}  # the user's choice
+
+
+@pytest.mark.parametrize(
+    ("overrides", "why"),
+    [
+        ({"views_on_device": False}, "made per sample in the DataLoader"),
+        ({"image_cache_max_gb": 0}, "turns the decoded-image cache off"),
+    ],
+)
+def test_no_cache_says_why(tmp_path: Path, images, overrides: dict, why: str) -> None:
+    trainer = _trainer(tmp_path, images, **overrides)
+    trainer.build_image_cache()
+    assert trainer.image_cache is None and why in trainer.image_cache_refusal
+
+
+@pytest.mark.parametrize("value", [-1.0, float("nan"), "4", True])
+def test_image_cache_max_gb_is_checked(tmp_path: Path, value: Any) -> None:
+    with pytest.raises(ValueError, match="`image_cache_max_gb` must be a number of GiB >= 0"):
+        training_args(tmp_path, image_cache_max_gb=value)
+
+
+# ------------------------------------------------------------------------------ views in one pass
+
+
+@pytest.mark.parametrize(("name", "views_per_row"), [("simclr", 2), ("care", 4)])
+def test_every_view_of_a_training_batch_is_made_in_one_pass(tmp_path: Path, images, monkeypatch, name, views_per_row):
+    calls: list[int] = []
+    apply = BatchedSimCLRViews.apply
+
+    def counted(self: BatchedSimCLRViews, batch: torch.Tensor, params: Any, repeats: int = 1) -> torch.Tensor:
+        calls.append(repeats)
+        return apply(self, batch, params, repeats)
+
+    monkeypatch.setattr(BatchedSimCLRViews, "apply", counted)
+    objective = CAREObjective(n_splits=2) if name == "care" else "simclr"
+    _trainer(tmp_path, images, objective, max_steps=2).train()
+    assert calls == [views_per_row, views_per_row]  # one call per step, all the batch's views
+
+
+def test_views_made_together_equal_views_made_one_by_one_and_join_without_a_copy() -> None:
+    views = BatchedSimCLRViews(12, (0.5, 0.5, 0.5), (0.25, 0.25, 0.25), seed=3)
+    images = torch.randint(0, 256, (8, 3, 14, 14), dtype=torch.uint8)
+    generator = views.generator(5)
+    one_by_one = [views(images, generator, chunk_size=4), views(images, generator, chunk_size=4)]
+    one_by_one += [views(images, generator), views(images, generator)]
+    device_views = DeviceViews(views)
+    device_views.start_batch(5, training=True)
+    (eq1, eq2), (v1, v2) = device_views.chunk_shared_and_per_sample(images, n_splits=2, n_views=2)
+    for expected, made in zip(one_by_one, [eq1, eq2, v1, v2]):
+        torch.testing.assert_close(made, expected, rtol=0, atol=1e-6)
+    merged = ImageViews.merge(None, [{"pixel_values": t} for t in (v1, v2, eq1, eq2)])["pixel_values"]
+    assert merged.data_ptr() == v1.data_ptr() and torch.equal(merged, torch.cat([v1, v2, eq1, eq2]))
+    apart = ImageViews.merge(None, [{"pixel_values": t} for t in (eq1, v1)])["pixel_values"]  # not adjacent: copied
+    assert torch.equal(apart, torch.cat([eq1, v1]))
+
+
+# ------------------------------------------------------------------------------ the non-finite check
+
+
+class _Ops(TorchDispatchMode):
+    def __init__(self) -> None:
+        super().__init__()
+        self.count = 0
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        self.count += 0 if func.is_view else 1
+        return func(*args, **(kwargs or {}))
+
+
+@pytest.mark.parametrize("bad", [None, float("nan"), float("inf"), -float("inf")])
+def test_the_gradient_check_is_one_reduction_whatever_the_number_of_tensors(bad: float | None) -> None:
+    model = torch.nn.Sequential(*[torch.nn.Linear(3, 3) for _ in range(40)])  # 80 parameter tensors
+    for p in model.parameters():
+        p.grad = torch.randn_like(p)
+    if bad is not None:
+        next(iter(model[17].parameters())).grad[1, 2] = bad
+    policy = NonFinitePolicy("raise", loss_terms=None, watched=lambda: (model, torch.nn.Module()))
+    with _Ops() as ops:
+        finite = policy._gradients_finite(torch.device("cpu"))
+    assert bool(finite) == (bad is None)
+    assert ops.count <= 10  # the old check: 2-3 kernels per tensor (> 160)
+
+
+# ------------------------------------------------------------------------------ host reads
+
+
+_HOST_SIDE = ("batched_params.py", "hue_groups")  # the views' random parameters, drawn on the host by design
+_READS = ("item", "tolist", "__bool__", "__float__", "__int__", "numpy", "cpu")
+
+
+def _host_side() -> bool:
+    frame = sys._getframe(2)
+    while frame is not None:
+        if any(name in frame.f_code.co_filename or name == frame.f_code.co_name for name in _HOST_SIDE):
+            return True
+        frame = frame.f_back
+    return False
+
+
+@contextlib.contextmanager
+def _counting_reads() -> Iterator[list[str]]:
+    reads: list[str] = []
+    saved = {name: getattr(torch.Tensor, name) for name in _READS}
+
+    def wrap(name: str, method: Callable[..., Any]) -> Callable[..., Any]:
+        def read(self: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
+            if not _host_side():
+                caller = traceback.extract_stack(limit=3)[0]
+                reads.append(f"{name} at {Path(caller.filename).name}:{caller.lineno}")
+            return method(self, *args, **kwargs)
+
+        return read
+
+    for name, method in saved.items():
+        setattr(torch.Tensor, name, wrap(name, method))
+    try:
+        yield reads
+    finally:
+        for name, method in saved.items():
+            setattr(torch.Tensor, name, method)
+
+
+class _ReadsPerStep(TrainerCallback):
+    """The host reads of each step's whole period (next batch, step, logging), keyed by the step's number."""
+
+    def __init__(self) -> None:
+        self.reads: dict[int, list[str]] = {}
+        self._stack: contextlib.ExitStack | None = None
+
+    def _close(self) -> None:
+        if self._stack is not None:
+            self._stack.close()
+            self._stack = None
+
+    def on_step_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        self._close()
+        self._stack = contextlib.ExitStack()
+        self.reads[state.global_step + 1] = self._stack.enter_context(_counting_reads())
+
+    def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        self._close()
+
+
+@pytest.mark.parametrize("objective", ["simclr", "care", "supcon"])
+def test_no_host_read_outside_logging_steps_and_one_of_ours_per_logging_step(tmp_path, images, objective) -> None:
+    make = {"simclr": lambda: "simclr", "care": lambda: CAREObjective(n_splits=2), "supcon": lambda: "supcon"}
+    # batches of 4 of 48 rows: no epoch starts within these steps (the sampler's permutation is read on the host)
+    trainer = _trainer(
+        tmp_path, images, make[objective](), max_steps=6, logging_steps=3, per_device_train_batch_size=4
+    )
+    counter = _ReadsPerStep()
+    trainer.add_callback(counter)
+    trainer.train()
+    # step 1 is the first (the loader starts, the optimizer is built); steps 3 and 6 log
+    for step in (2, 4, 5):
+        assert counter.reads[step] == [], f"step {step}: {counter.reads[step]}"
+    # transformers' own reads of its loss and gradient norm (trainer.py) aside: the loss terms and the non-finite
+    # flags in one transfer; SupCon's geometry statistics (negative_cos_below_zero) in a second
+    ours = [r.split(":")[0] for r in counter.reads[3] if not r.split(" at ")[1].startswith("trainer.py")]
+    expected = ["tolist at loss_terms.py"] + (["tolist at geometry.py"] if objective == "supcon" else [])
+    assert ours == expected, counter.reads[3]
+
+
+# ------------------------------------------------------------------------------ the views_on_device default
+
+
+@pytest.mark.parametrize(
+    ("device", "model", "objective", "expected", "source"),
+    [
+        ("cuda", "image", SimCLRObjective(), True, "default for image views on cuda"),
+        ("cpu", "image", SimCLRObjective(), False, "default for image views on cpu"),
+        ("cuda", "text", SimCLRObjective(), False, "default for text views on cuda"),
+        ("cuda", "image", LOCALObjective(), False, "default for LOCAL's paired views on cuda"),
+    ],
+)
+def test_views_on_device_defaults_to_the_accelerator_for_image_views(device, model, objective, expected, source):
+    args = SimpleNamespace(views_on_device=None, device=torch.device(device))
+    encoder = SimpleNamespace(input_modality=model)
+    assert resolve_views_on_device(args, encoder, objective) == source
+    assert args.views_on_device is expected
+    args = SimpleNamespace(views_on_device=False, device=torch.device("cuda"))
+    assert resolve_views_on_device(args, encoder, objective) == "argument" and args.views_on_device is False
+
+
+def test_the_default_is_said_in_the_run_set_up(tmp_path: Path, images) -> None:
+    trainer = _trainer(tmp_path, images, views_on_device=None)
+    assert trainer.args.views_on_device is False  # a CPU run
+    assert describe_run(trainer)["views"] == (
+        "made per sample in the DataLoader (`views_on_device`'s default for image views on cpu)"
+    )
+    text = ContrastiveTrainer(
+        model=tiny_text_encoder(), args=training_args(tmp_path / "text", image_size=None), objective="simclr",
+        train_dataset=datasets.Dataset.from_dict({"text": ["a b", "c d", "e f", "g h"] * 2}),
+    )  # fmt: skip
+    assert text.args.views_on_device is False and text.views_on_device_source == "default for text views on cpu"
+
+
+# ------------------------------------------------------------------------------ torch.compile
+
+
+IMAGE_OBJECTIVES = ["simclr", "care", "care_moco", "supcon", "ocl", "simo", "spectral", "vicreg", "binary_nce"]
+
+
+@pytest.mark.parametrize("name", IMAGE_OBJECTIVES + ["align_uniform"])
+def test_torch_compile_trains_every_image_objective(tmp_path: Path, images, name: str) -> None:
+    """``torch_compile=True`` (TorchDynamo; the ``eager`` backend keeps the CPU test fast, the graph capture and the
+    wrapped model are the same as inductor's): trains, evaluates and saves a model that loads back."""
+    hyper = {"care": {"n_splits": 2}, "care_moco": {"n_splits": 2, "moco_queue_size": 16}}.get(name, {})
+    if name == "simo":  # fewer than half the classes per batch
+        hyper, images = {"classes_per_batch": 2, "samples_per_class": 4}, image_dataset(n=60, size=20, n_classes=10)
+    objective = get_objective(name)(**hyper)
+    trainer = _trainer(
+        tmp_path, images, objective, max_steps=2, torch_compile=True, torch_compile_backend="eager",
+        per_device_eval_batch_size=16,
+    )  # fmt: skip
+    trainer.eval_dataset = images.select(range(16))
+    output = trainer.train()
+    assert hasattr(trainer.model_wrapped, "_orig_mod")  # the Trainer trained torch.compile's module
+    assert np.isfinite(output.training_loss)
+    trainer.evaluate()
+    trainer.save_model()
+    from hf_contrast.models import ContrastiveEncoder
+
+    reloaded = ContrastiveEncoder.from_pretrained(tmp_path)
+    x = torch.randn(2, 3, 16, 16)
+    torch.testing.assert_close(
+        reloaded(pixel_values=x)["embeddings"], trainer.model.eval()(pixel_values=x)["embeddings"]
+    )
