@@ -56,6 +56,7 @@ from hf_contrast.training import (
     ContrastiveTrainingArguments,
     choose_image_size,
     detect_last_checkpoint,
+    notice_small_image_stem,
     parse_args_with_objective,
     set_cpu_threads,
     setup_logging,
@@ -98,6 +99,15 @@ class ScriptArguments:
     model: str = field(default="resnet18", metadata={"help": "Any timm model name (or 'hf-hub:…' / 'local-dir:…')."})
     pretrained: bool = field(default=False, metadata={"help": "Start from timm's pretrained weights (needs the Hub)."})
     projection_dim: int = field(default=128, metadata={"help": "Output size of the projection head."})
+    small_image_stem: bool | None = field(
+        default=None,
+        metadata={
+            "nargs": "?",  # a bare `--small_image_stem` is True; unset (None): no choice made
+            "const": True,
+            "help": "ResNet family: a 3x3 stride-1 first conv and no max-pool, as the small-image papers train 32-px "
+            "images (default: timm's ImageNet stem; with images <= 64 px a note says so; `false` keeps it quietly).",
+        },
+    )
     dataset: str | None = field(
         default=None, metadata={"help": "Image folder or Hub dataset id; default: the embedded digits."}
     )
@@ -161,10 +171,14 @@ def main() -> None:
     # ---- model, evaluators, trainer ----
     try:
         encoder = ContrastiveEncoder.from_backbone(
-            script.model, pretrained=script.pretrained, projection_dim=script.projection_dim
+            script.model,
+            pretrained=script.pretrained,
+            small_image_stem=bool(script.small_image_stem),
+            projection_dim=script.projection_dim,
         )
     except HubUnavailableError as error:
         raise SystemExit(f"{error}\nOr drop `--pretrained` to train `{script.model}` from scratch.") from error
+    notice_small_image_stem(encoder, script.small_image_stem, training_args.image_size, train_dataset)
     encode = dict(
         input_column=training_args.image_column, label_column=training_args.label_column,
         batch_size=training_args.per_device_eval_batch_size, on_bad_image=training_args.on_bad_image,

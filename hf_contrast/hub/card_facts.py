@@ -34,6 +34,8 @@ class EncoderCardFacts:
             library knows), or ``None``.
         base_model_license: The license that the backbone library's own metadata states for ``base_model``
             (``None``: unknown there; the renderer then reads a cached Hub card).
+        usage_values: ``(name, value)`` pairs the usage snippet's template reads besides the card's values
+            (timm: ``small_image_stem`` and ``stem_code`` for a model with the small-image stem).
     """
 
     model_type: str
@@ -50,3 +52,4 @@ class EncoderCardFacts:
     classification_task: str
     base_model: str | None = None
     base_model_license: str | None = None
+    usage_values: tuple[tuple[str, object], ...] = ()

@@ -155,7 +155,7 @@ def _context(model: Any, data: ContrastiveModelCardData, facts: EncoderCardFacts
         "versions": _versions(),
     }
     usage = (TEMPLATES / facts.usage_template).read_text(encoding="utf-8")
-    context["usage"] = jinja2.Template(usage).render(**context)
+    context["usage"] = jinja2.Template(usage).render(**context, **dict(facts.usage_values))
     return context
 
 

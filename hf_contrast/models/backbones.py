@@ -172,7 +172,7 @@ def _timm_source_config(name: str) -> tuple[str, dict[str, Any]]:
 
 
 def create_timm_backbone(
-    name: str, pretrained: bool, backbone_kwargs: dict[str, Any] | None = None
+    name: str, pretrained: bool, backbone_kwargs: dict[str, Any] | None = None, small_image_stem: bool = False
 ) -> tuple[nn.Module, str, dict[str, Any]]:
     """Create a timm backbone without classifier (``num_classes=0``), optionally with pretrained weights.
 
@@ -181,6 +181,9 @@ def create_timm_backbone(
             or a local directory holding a timm export.
         pretrained: Load the pretrained weights (from the Hub or the local directory).
         backbone_kwargs: Extra ``timm.create_model`` arguments.
+        small_image_stem: The encoder will get the small-image stem (:mod:`hf_contrast.models.stems`, applied by
+            the adapter): a ``hf-hub:``/``local-dir:`` source whose weights already have it (an hf_contrast
+            save's root) is built with it before its weights are loaded.
 
     Returns:
         ``(model, architecture, kwargs)``: the module, the registry name and the arguments that rebuild it
@@ -219,10 +222,45 @@ def create_timm_backbone(
             raise _unavailable(name, error) from error
         if "Unknown model" in str(error):
             raise _unknown(name, _close_timm_names(name)) from error
-        raise
+        small_stem_model = _source_with_small_stem(name, create_kwargs) if _stem_mismatch(error) else None
+        if small_stem_model is None:
+            raise
+        if not small_image_stem:
+            raise InputError(
+                f"The weights of `backbone`={name!r} have a small-image stem (a 3x3 stride-1 `conv1`, saved by "
+                "`from_backbone(..., small_image_stem=True)`) that the plain timm architecture does not: pass "
+                "`small_image_stem=True` (`--small_image_stem`) to load them."
+            ) from error
+        return small_stem_model, architecture, kwargs
     except TypeError as error:
         raise InputError(f"`backbone_kwargs` {backbone_kwargs!r} do not fit timm model `{name}`: {error}") from error
     return model, architecture, kwargs
+
+
+def _stem_mismatch(error: BaseException) -> bool:
+    """Whether loading a checkpoint failed on ``conv1`` (its shape or its keys): perhaps a small-image stem."""
+    text = str(error)
+    return "Error(s) in loading state_dict" in text and "conv1." in text
+
+
+def _source_with_small_stem(name: str, create_kwargs: dict[str, Any]) -> nn.Module | None:
+    """A ``hf-hub:``/``local-dir:`` timm source whose weights have the small-image stem: the architecture,
+    its stem replaced, then the weights (timm's own loader, strict); ``None`` if they do not fit it either."""
+    from timm.models import load_pretrained
+
+    from hf_contrast.models.stems import apply_small_image_stem, supports_small_image_stem
+
+    if not name.startswith(TIMM_SOURCES):
+        return None
+    model = timm.create_model(name, pretrained=False, num_classes=0, **create_kwargs)
+    if not supports_small_image_stem(model):
+        return None
+    apply_small_image_stem(model, name)
+    try:
+        load_pretrained(model, num_classes=0, in_chans=model.conv1.in_channels)
+    except RuntimeError:
+        return None
+    return model
 
 
 def build_timm_backbone(architecture: str, backbone_kwargs: dict[str, Any] | None = None) -> nn.Module:

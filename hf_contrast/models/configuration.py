@@ -72,6 +72,10 @@ class ContrastiveEncoderConfig(PretrainedConfig):
             default, also when ``None`` and no ``id2label`` is given) = no task head.
         feature_stages: timm only: which stage indices ``output_feature_maps=True`` returns
             (into ``backbone.feature_info``); ``None`` = all stages.
+        small_image_stem: timm ResNet family only: replace the ImageNet stem (7x7 stride-2 convolution +
+            max-pool) by a 3x3 stride-1 convolution and no max-pool, as the small-image (CIFAR) papers train
+            32-px images (:mod:`hf_contrast.models.stems`). Rebuilt by ``from_pretrained``; a save without
+            the key (older releases) has the ImageNet stem.
         **kwargs: Standard ``PretrainedConfig`` arguments.
 
     Every argument has a default, as transformers requires of a config (``PretrainedConfig.to_diff_dict``
@@ -109,6 +113,7 @@ class ContrastiveEncoderConfig(PretrainedConfig):
         normalize_projections: bool = True,
         num_labels: int | None = None,
         feature_stages: list[int] | None = None,
+        small_image_stem: bool = False,
         **kwargs: Any,
     ) -> None:
         if backbone_type not in BACKBONE_TYPES:
@@ -165,6 +170,13 @@ class ContrastiveEncoderConfig(PretrainedConfig):
                 "`backbone_kwargs` and `data_config` are for timm backbones; a text backbone is described by "
                 "`text_config` and its tokenizer."
             )
+        if not isinstance(small_image_stem, bool):
+            raise InputError(f"`small_image_stem` must be True or False, got {small_image_stem!r}.")
+        if backbone_type != "timm" and small_image_stem:
+            raise InputError(
+                f"`small_image_stem=True` is for timm ResNet-family image backbones; `{backbone}` is a "
+                f"{backbone_type} backbone: drop `small_image_stem`."
+            )
         if data_config is not None and not isinstance(data_config, dict):
             raise InputError(
                 f"`data_config` must be a dict like timm.data.resolve_data_config's, got {type(data_config).__name__}."
@@ -187,6 +199,16 @@ class ContrastiveEncoderConfig(PretrainedConfig):
         self.projection_norm = projection_norm
         self.normalize_projections = bool(normalize_projections)
         self.feature_stages = feature_stages
+        self.small_image_stem = small_image_stem
         kwargs.pop("format_version", None)  # read by `from_pretrained`'s format check; a save writes this release's
         self.format_version = SAVE_FORMAT_VERSION
         super().__init__(num_labels=num_labels, **kwargs)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The config as a dict (what ``config.json`` holds); ``small_image_stem`` only when ``True``, so a save
+        without the stem reads as before in releases that do not know the key, and one with it makes them warn
+        (``NewerSaveFormatWarning``: a key they do not know) instead of building the wrong stem silently."""
+        output = super().to_dict()
+        if not output.get("small_image_stem"):
+            output.pop("small_image_stem", None)
+        return output

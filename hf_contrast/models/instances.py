@@ -34,6 +34,7 @@ from hf_contrast.models.st_layout import (
     layout_options,
     pooling_from_config,
 )
+from hf_contrast.models.stems import apply_small_image_stem, has_small_image_stem
 
 __all__ = ["ACCEPTED_BACKBONES", "as_encoder", "encoder_from_instance", "is_backbone_instance"]
 
@@ -121,9 +122,12 @@ def _timm_parts(model: nn.Module) -> dict[str, Any]:
                 default_pool = pool
         if default_pool is not None and pool != default_pool:
             kwargs["global_pool"] = pool
+    small_stem = has_small_image_stem(model)  # e.g. a model loaded by the route the model card shows
     with torch.device("meta"):
         try:
             fresh = build_timm_backbone(architecture, kwargs)
+            if small_stem:
+                apply_small_image_stem(fresh, architecture)
         except ValueError:
             fresh = None
     classifier = model.get_classifier() if getattr(model, "num_classes", 0) else None
@@ -145,6 +149,7 @@ def _timm_parts(model: nn.Module) -> dict[str, Any]:
         model.reset_classifier(0)
     tag = pretrained_cfg.get("tag")
     return {
+        **({"small_image_stem": True} if small_stem else {}),
         "backbone": f"{architecture}.{tag}" if tag else architecture,
         "backbone_type": "timm",
         "backbone_architecture": architecture,
@@ -279,7 +284,7 @@ def encoder_from_instance(
                 f"`tokenizer` was given but the {type(backbone).__name__} is a timm vision model; drop it."
             )
         _check_timm_embedding(backbone, device, dtype)
-        config = ContrastiveEncoderConfig(**_timm_parts(backbone), **config_kwargs)
+        config = ContrastiveEncoderConfig(**{**_timm_parts(backbone), **config_kwargs})
         return _placed(encoder_class(config, backbone=backbone), backbone, device, dtype)
     if _is_sentence_transformer(backbone):
         module, own_tokenizer, parts = _sentence_transformer_parts(backbone)

@@ -130,6 +130,7 @@ class ContrastiveEncoder(PreTrainedModel):
         hub_kwargs: dict[str, Any] | None = None,
         base_model: str | None = None,
         license: str | None = None,  # noqa: A002 - the model card's field name
+        small_image_stem: bool = False,
         **config_kwargs: Any,
     ) -> ContrastiveEncoder:
         """Build an encoder on a timm or transformers backbone, by default with its pretrained weights.
@@ -155,6 +156,13 @@ class ContrastiveEncoder(PreTrainedModel):
                 (see :mod:`hf_contrast.provenance`). Never a local path.
             license: The license of the backbone's weights, for the model card (found in the source
                 otherwise: timm's ``pretrained_cfg``, the local copy's README).
+            small_image_stem: timm ResNet family only (resnet*, resnext*, wide_resnet*, seresnet*…): replace
+                the ImageNet stem (7x7 stride-2 convolution + max-pool; a 32-px image is 8x8 after it) by a
+                3x3 stride-1 convolution and no max-pool, as the small-image papers (CARE, SimCLR and SupCon on
+                CIFAR) train 32-px images (:mod:`hf_contrast.models.stems`). Saved in the config and rebuilt by
+                ``from_pretrained``. With ``pretrained=True`` every pretrained weight is kept except the stem's:
+                ``conv1`` starts from random values (a warning says so). A timm instance that already has the
+                stem keeps it (detected).
             **config_kwargs: Any :class:`ContrastiveEncoderConfig` option (``projection_dim``, ``pooling``,
                 ``projection_norm``, ``num_labels``, ``data_config``...).
 
@@ -163,11 +171,16 @@ class ContrastiveEncoder(PreTrainedModel):
 
         Raises:
             ValueError: If ``backbone`` is unknown (with close timm names) or an object of another kind,
+                ``small_image_stem=True`` for a backbone outside timm's ResNet family,
                 ``backbone_kwargs`` are given for a text backbone or do not fit the timm model, an option is
                 invalid, or a sentence-transformers model has modules other than Transformer, Pooling, Normalize.
             HubUnavailableError: (an ``OSError``) if pretrained weights are requested and the Hub is
                 unreachable with nothing cached.
         """
+        if not isinstance(small_image_stem, bool):
+            raise InputError(f"`small_image_stem` must be True or False, got {small_image_stem!r}.")
+        if small_image_stem:
+            config_kwargs["small_image_stem"] = True
         if not isinstance(backbone, str):
             return encoder_from_instance(
                 cls,

@@ -19,6 +19,7 @@ from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
 from hf_contrast.models.backbones import build_timm_backbone
+from hf_contrast.models.stems import apply_small_image_stem
 
 __all__ = ["count_parameters", "backbone_gmacs", "model_details"]
 
@@ -31,7 +32,10 @@ def count_parameters(module: nn.Module) -> int:
 
 
 def backbone_gmacs(
-    architecture: str, backbone_kwargs: dict[str, Any], input_size: tuple[int, int, int] | list[int]
+    architecture: str,
+    backbone_kwargs: dict[str, Any],
+    input_size: tuple[int, int, int] | list[int],
+    small_image_stem: bool = False,
 ) -> float | None:
     """GMACs of one image of ``input_size`` (C, H, W) through a timm backbone (``num_classes=0``).
 
@@ -39,6 +43,7 @@ def backbone_gmacs(
         architecture: The timm registry name.
         backbone_kwargs: Its ``timm.create_model`` arguments.
         input_size: ``(C, H, W)``.
+        small_image_stem: The backbone has the small-image stem (:mod:`hf_contrast.models.stems`).
 
     Returns:
         Giga multiply-accumulates, or ``None`` when the architecture cannot be traced on ``meta``.
@@ -46,6 +51,8 @@ def backbone_gmacs(
     try:
         with torch.device("meta"):
             replica = build_timm_backbone(architecture, backbone_kwargs).eval()
+            if small_image_stem:
+                apply_small_image_stem(replica, architecture)
             pixels = torch.empty(1, *[int(v) for v in input_size])
         with FlopCounterMode(display=False) as counter, torch.no_grad():
             replica(pixels)

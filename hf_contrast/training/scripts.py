@@ -8,14 +8,18 @@ The examples (``examples/run_*.py``) call these, as transformers' example script
   when ``output_dir`` holds an earlier run's files and no checkpoint (``--overwrite_output_dir`` is the
   way to train from scratch into it; transformers 5 no longer has that argument);
 - :func:`set_cpu_threads`: the CPU threads per process — every core for one plain ``python`` process
-  without ``OMP_NUM_THREADS``; otherwise what the user (or the launcher) set, never overridden.
+  without ``OMP_NUM_THREADS``; otherwise what the user (or the launcher) set, never overridden;
+- :func:`notice_small_image_stem`: one line when small images meet a ResNet's ImageNet stem and the user made
+  no stem choice (``--small_image_stem`` unset), saying what the small-image papers use and how to ask for it.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import os
 import sys
+from typing import Any
 
 import torch
 import transformers
@@ -23,11 +27,14 @@ from transformers import TrainingArguments
 from transformers.trainer_utils import get_last_checkpoint
 
 from hf_contrast.errors import InputError
+from hf_contrast.models.stems import SMALL_IMAGE_STEM, supports_small_image_stem
+from hf_contrast.training.image_size import choose_image_size
 
 __all__ = [
     "cpu_threads_source",
     "detect_last_checkpoint",
     "launched_by_accelerate",
+    "notice_small_image_stem",
     "set_cpu_threads",
     "setup_logging",
 ]
@@ -120,3 +127,63 @@ def set_cpu_threads(training_args: TrainingArguments) -> int:
     threads = torch.get_num_threads()
     logger.info(f"CPU threads per process: {threads} ({cpu_threads_source()}).")
     return threads
+
+
+#: Images at most this many pixels on their longer side are "small" (CIFAR, STL-10 at 64 px, the digits).
+SMALL_IMAGE_MAX_PX = 64
+
+
+def _imagenet_stem(backbone: Any) -> tuple[str, int]:
+    """``("7x7 stride-2 conv + max-pool", 4)``: a ResNet's stem in words, and its total stride."""
+    conv = backbone.conv1
+    if isinstance(conv, torch.nn.Conv2d):
+        words = f"{conv.kernel_size[0]}x{conv.kernel_size[1]} stride-{conv.stride[0]} conv + max-pool"
+    else:
+        words = "stride-2 deep stem + max-pool"
+    info = getattr(backbone, "feature_info", None) or []
+    stride = next((int(e["reduction"]) for e in info if isinstance(e, dict) and e.get("module") == "layer1"), 4)
+    return words, stride
+
+
+def notice_small_image_stem(
+    encoder: Any,
+    small_image_stem: bool | None,
+    image_size: int | None = None,
+    dataset: Any = None,
+    image_column: str = "image",
+) -> str | None:
+    """Log one line when a run trains small images (at most :data:`SMALL_IMAGE_MAX_PX` px, by
+    :func:`~hf_contrast.training.choose_image_size`'s rule) on a ResNet's ImageNet stem and the user made no stem
+    choice, saying what the small-image papers use and how to ask for it (``--small_image_stem``). Call it once,
+    after building the encoder.
+
+    Args:
+        encoder: The ``ContrastiveEncoder`` the run trains.
+        small_image_stem: The script's ``--small_image_stem`` (``None``: not given; ``True``/``False``: the user
+            chose, and nothing is logged).
+        image_size: The ``--image_size`` argument (``None``: not given).
+        dataset: The training data (its images' own size is read when no other rule applies).
+        image_column: Its image column.
+
+    Returns:
+        The line logged, or ``None`` (a choice was made, the encoder has the small stem or another family, or
+        the images are larger).
+    """
+    backbone = getattr(encoder, "backbone", None)
+    if small_image_stem is not None or getattr(encoder.config, "small_image_stem", False):
+        return None
+    if backbone is None or not supports_small_image_stem(backbone):
+        return None
+    choice = choose_image_size(encoder, image_size, dataset, image_column, warn=False)
+    if choice is None or max(choice.size) > SMALL_IMAGE_MAX_PX:
+        return None
+    (height, width), (words, stride) = choice.size, _imagenet_stem(backbone)
+    name = encoder.config.backbone_architecture or encoder.config.backbone
+    size = f"{height}-px" if height == width else f"{height}x{width}-px"
+    message = (
+        f"{size} images on {name}'s ImageNet stem ({words}: {math.ceil(height / stride)}x{math.ceil(width / stride)} "
+        f"after the stem); the CARE/SimCLR/SupCon papers train small images with a {SMALL_IMAGE_STEM}: pass "
+        "--small_image_stem (or --small_image_stem false to keep this stem without this note)."
+    )
+    logger.info(message)
+    return message

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Mapping
 from typing import Any, ClassVar
@@ -23,8 +24,17 @@ from hf_contrast.models.encode import image_batch
 from hf_contrast.models.export import export_timm
 from hf_contrast.models.inputs import check_pixel_values, check_training_batch
 from hf_contrast.models.statistics import backbone_gmacs
+from hf_contrast.models.stems import (
+    SMALL_IMAGE_STEM,
+    apply_small_image_stem,
+    has_small_image_stem,
+    outside_stem_code,
+    stem_channels,
+)
 
 __all__ = ["TimmAdapter"]
+
+logger = logging.getLogger("hf_contrast.models.modeling")
 
 
 class TimmAdapter(BackboneAdapter):
@@ -48,7 +58,15 @@ class TimmAdapter(BackboneAdapter):
     ) -> Any:
         if tokenizer is not None:
             raise InputError(f"`tokenizer` was given but `{name}` is a timm vision backbone; drop it.")
-        module, architecture, kwargs = create_timm_backbone(name, pretrained, backbone_kwargs)
+        small_image_stem = config_kwargs.get("small_image_stem", False) is True
+        module, architecture, kwargs = create_timm_backbone(name, pretrained, backbone_kwargs, small_image_stem)
+        if pretrained and small_image_stem and not has_small_image_stem(module):
+            apply_small_image_stem(module, name)  # refuses another family before anything else is built
+            logger.warning(
+                "`%s` with `small_image_stem=True`: the pretrained weights are kept except the stem's; `conv1` is a "
+                "fresh 3x3 stride-1 convolution (random weights) and the max-pool is dropped.",
+                name,
+            )
         config = ContrastiveEncoderConfig(
             backbone=provenance_name,
             backbone_type="timm",
@@ -65,6 +83,8 @@ class TimmAdapter(BackboneAdapter):
             raise InputError("A timm encoder needs `backbone` (a timm model name, e.g. 'resnet18') in its config.")
         if backbone is None:
             backbone = build_timm_backbone(architecture, config.backbone_kwargs)
+        if getattr(config, "small_image_stem", False):
+            apply_small_image_stem(backbone, architecture)
         width = int(backbone.num_features)
         config.data_config = {**timm_data_config(backbone), **(config.data_config or {})}
         num_stages = len(getattr(backbone, "feature_info", []) or [])
@@ -183,19 +203,23 @@ class TimmAdapter(BackboneAdapter):
 
     def describe(self, encoder: Any) -> tuple[str, str]:
         config = encoder.config
-        return f"timm '{config.backbone_architecture or config.backbone}'", ""
+        stem = f", {SMALL_IMAGE_STEM}" if getattr(config, "small_image_stem", False) else ""
+        return f"timm '{config.backbone_architecture or config.backbone}'{stem}", ""
 
     def details(self, encoder: Any, previous: dict[str, Any] | None) -> dict[str, Any]:
         """``architecture_name``, ``input_size``, ``gmacs`` (reused from ``previous`` when nothing changed)."""
         config = encoder.config
         architecture = config.backbone_architecture or config.backbone
         input_size = list((encoder.data_config or {}).get("input_size") or ())
-        key = repr((architecture, sorted(config.backbone_kwargs.items()), input_size))
+        small_stem = bool(getattr(config, "small_image_stem", False))
+        key = repr(
+            (architecture, sorted(config.backbone_kwargs.items()), input_size) + ((True,) if small_stem else ())
+        )
         details: dict[str, Any] = {"architecture_name": architecture, "input_size": input_size, "key": key}
         if previous and previous.get("key") == key and "gmacs" in previous:
             details["gmacs"] = previous["gmacs"]
         elif input_size:
-            gmacs = backbone_gmacs(architecture, config.backbone_kwargs, input_size)
+            gmacs = backbone_gmacs(architecture, config.backbone_kwargs, input_size, small_image_stem=small_stem)
             if gmacs is not None:
                 details["gmacs"] = round(gmacs, 4)
         return details
@@ -206,6 +230,16 @@ class TimmAdapter(BackboneAdapter):
         card_data = get_model_card_data(encoder)
         stats = card_data.model_details or {}
         rows: list[tuple[str, str]] = []
+        usage_values: tuple[tuple[str, object], ...] = ()
+        if getattr(config, "small_image_stem", False):
+            in_chans, channels = stem_channels(encoder.backbone)
+            rows.append(
+                ("Stem", f"{SMALL_IMAGE_STEM}: `conv1` = Conv2d({in_chans}, {channels}, 3, stride 1), no `maxpool`")
+            )
+            usage_values = (
+                ("small_image_stem", SMALL_IMAGE_STEM),
+                ("stem_code", outside_stem_code(in_chans, channels)),
+            )
         size = data_config.get("input_size")
         if size:
             rows.append(("Image size", f"{size[1]} x {size[2]} ({size[0]} channels)"))
@@ -231,6 +265,7 @@ class TimmAdapter(BackboneAdapter):
             classification_task="image-classification",
             base_model=base_model,
             base_model_license=_timm_license(config, base_model),
+            usage_values=usage_values,
         )
 
     def pretrained_hub_id(self, backbone: str) -> str | None:
