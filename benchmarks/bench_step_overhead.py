@@ -24,7 +24,10 @@ Every step is timed by a public ``TrainerCallback`` (``on_step_begin`` stamps; t
 points): the *period* is from one step's beginning to the next (what images/s sees); *between steps* is from a
 step's end to the next one's beginning (the next batch, logging). ``--rounds`` rounds, the three runs' order
 rotated each round; each figure is the median over the timed steps of a round, then the median over rounds.
-The ratio is the trainer's period over the plain loop's, within the same round.
+The ratio is the trainer's period over the plain loop's, within the same round. *Views alone* is the time of
+making one batch's views with ``DeviceViews`` outside the trainer, in the same round (on a GPU a few kernels; on a
+CPU real arithmetic on every pixel of every view, which the plain loop, fed pre-made views, never does); the
+ratio *views aside* subtracts it, leaving what the trainer adds around the model and the views.
 
 Also counted, on one non-logging step of each run (after the timing, untimed):
 
@@ -64,6 +67,7 @@ from transformers import PrinterCallback, TrainerCallback
 from hf_contrast.models import ContrastiveEncoder
 from hf_contrast.objectives import CAREObjective, SimCLRObjective
 from hf_contrast.training import ContrastiveTrainer, ContrastiveTrainingArguments
+from hf_contrast.views import BatchedSimCLRViews, DeviceViews
 
 IMAGE_SIZE = 32
 N_SPLITS = 8
@@ -189,10 +193,9 @@ class StepStamps(TrainerCallback):
 
 
 def run_trainer(
-    method: str, dataset: datasets.Dataset, batch: int, steps: int, logging_steps: int, count: bool
+    objective: Callable[[], Any], dataset: datasets.Dataset, batch: int, steps: int, logging_steps: int, count: bool
 ) -> StepStamps:
     """``steps`` steps of ``ContrastiveTrainer``; with ``count``, one non-logging step is counted (not timed)."""
-    objective = SimCLRObjective(temperature=TEMPERATURE) if method == "simclr" else CAREObjective(n_splits=N_SPLITS)
     count_step = logging_steps if count else None  # step logging_steps + 1: right after a logging step, not one
     stamps = StepStamps(count_step)
     with tempfile.TemporaryDirectory() as out:
@@ -203,7 +206,7 @@ def run_trainer(
             use_cpu=not torch.cuda.is_available(), dataloader_num_workers=0, seed=0,
         )  # fmt: skip
         trainer = ContrastiveTrainer(
-            model=near_free_model(0), args=args, objective=objective, train_dataset=dataset, callbacks=[stamps]
+            model=near_free_model(0), args=args, objective=objective(), train_dataset=dataset, callbacks=[stamps]
         )
         trainer.remove_callback(PrinterCallback)
         trainer.train()
@@ -239,6 +242,27 @@ def run_plain(batch: int, steps: int, device: torch.device, count: bool) -> Step
     return stamps
 
 
+def views_ms(name: str, batch: int, device: torch.device) -> float:
+    """Median ms of making one batch's views alone (``DeviceViews``, as the trainer does; 0 for the plain loop)."""
+    if name == "plain":
+        return 0.0
+    views = DeviceViews(BatchedSimCLRViews(IMAGE_SIZE, (0.5, 0.5, 0.5), (0.25, 0.25, 0.25), seed=0))
+    images = torch.randint(0, 256, (batch, 3, IMAGE_SIZE, IMAGE_SIZE), dtype=torch.uint8, device=device)
+    make = {
+        "trainer simclr": lambda: views.per_sample(images, 2),
+        "trainer care": lambda: views.chunk_shared_and_per_sample(images, N_SPLITS, 2),
+    }[name]
+    times = []
+    for index in range(6):
+        views.start_batch(index, training=True)
+        start = time.perf_counter()
+        make()
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        times.append(time.perf_counter() - start)
+    return 1e3 * statistics.median(times[1:])
+
+
 def medians(stamps: StepStamps, warmup: int) -> dict[str, float]:
     """Median period and time between steps (ms) over the steps after ``warmup``."""
     periods = [b - a for a, b in zip(stamps.begins[warmup:], stamps.begins[warmup + 1 :])]
@@ -269,10 +293,15 @@ def main() -> None:
     runs: dict[str, Callable[[bool], StepStamps]] = {
         "plain": lambda count: run_plain(flags.batch_size, total, device, count),
         "trainer simclr": lambda count: run_trainer(
-            "simclr", dataset, flags.batch_size, total, flags.logging_steps, count
+            lambda: SimCLRObjective(temperature=TEMPERATURE),
+            dataset,
+            flags.batch_size,
+            total,
+            flags.logging_steps,
+            count,
         ),
         "trainer care": lambda count: run_trainer(
-            "care", dataset, flags.batch_size, total, flags.logging_steps, count
+            lambda: CAREObjective(n_splits=N_SPLITS), dataset, flags.batch_size, total, flags.logging_steps, count
         ),
     }
     names = list(runs)
@@ -281,7 +310,10 @@ def main() -> None:
         order = names[r % len(names) :] + names[: r % len(names)]
         figures = {name: medians(runs[name](False), flags.warmup) for name in order}
         for name in names:
-            figures[name]["ratio"] = figures[name]["period_ms"] / figures["plain"]["period_ms"]
+            plain = figures["plain"]["period_ms"]
+            figures[name]["views_ms"] = views_ms(name, flags.batch_size, device)
+            figures[name]["ratio"] = figures[name]["period_ms"] / plain
+            figures[name]["ratio_without_views"] = (figures[name]["period_ms"] - figures[name]["views_ms"]) / plain
         rounds.append(figures)
         print(
             f"round {r + 1}: "
@@ -298,7 +330,8 @@ def main() -> None:
         "rounds": rounds,
         "median": {
             name: {
-                key: statistics.median(r[name][key] for r in rounds) for key in ("period_ms", "between_ms", "ratio")
+                key: statistics.median(r[name][key] for r in rounds)
+                for key in ("period_ms", "between_ms", "ratio", "views_ms", "ratio_without_views")
             }
             for name in names
         },
@@ -306,13 +339,15 @@ def main() -> None:
     }
     lines = [
         f"| run (B = {flags.batch_size}, {device}, {torch.get_num_threads()} threads) | period, ms "
-        "| between steps, ms | × plain loop | ops per step | host reads per step |",
-        "| --- | --- | --- | --- | --- | --- |",
+        "| between steps, ms | × plain loop | views alone, ms | × plain loop, views aside | ops per step "
+        "| host reads per step |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for name in names:
         m, c = results["median"][name], counts[name]
         lines.append(
-            f"| {name} | {m['period_ms']:.1f} | {m['between_ms']:.1f} | {m['ratio']:.2f} | {c['ops']} "
+            f"| {name} | {m['period_ms']:.1f} | {m['between_ms']:.1f} | {m['ratio']:.2f} | {m['views_ms']:.1f} "
+            f"| {m['ratio_without_views']:.2f} | {c['ops']} "
             f"| {c['host_reads']} |"
         )
     table = "\n".join(lines)

@@ -231,11 +231,12 @@ class ContrastiveTrainer(CheckpointingMixin, HubPublishingMixin, Trainer):
         check_image_files(self.args, self.train_dataset, self.eval_dataset)
 
     def train(self, *args: Any, **kwargs: Any) -> Any:
-        """Checks and reports around ``Trainer.train``: :meth:`check_datasets`, :meth:`check_image_files` and the
-        run set-up before the first step; with ``disable_tqdm=True`` no progress bar at all (the package's,
-        transformers' "Writing model shards", the Hub's uploads). Rows the training collator left out in this call
-        (``on_bad_image="skip"``) are reported as ``train_skipped_images`` in the returned metrics when there are
-        any, and the readable rows left out with them to keep chunks or class groups whole
+        """Checks and reports around ``Trainer.train``: :meth:`check_datasets`, :meth:`check_image_files`, the
+        decoded-image cache (:meth:`build_image_cache`) and the run set-up before the first step; with
+        ``disable_tqdm=True`` no progress bar at all (the package's, transformers' "Writing model shards", the Hub's
+        uploads). Rows the training collator left out in this call (``on_bad_image="skip"``; or, once, the
+        unreadable images the cache left out) are reported as ``train_skipped_images`` in the returned metrics
+        when there are any, and the readable rows left out with them to keep chunks or class groups whole
         (:mod:`hf_contrast.views.whole_rows`) as ``train_dropped_rows``."""
         self.check_datasets()
         self.check_image_files()
@@ -252,7 +253,7 @@ class ContrastiveTrainer(CheckpointingMixin, HubPublishingMixin, Trainer):
         if self.image_cache is not None and self.image_cache.skipped and not self._cache_skipped_reported:
             output.metrics["train_skipped_images"] = skipped + len(self.image_cache.skipped)
             self._cache_skipped_reported = True  # left out once, when the cache was built
-        return self.nonfinite.train_output(output)
+        return self.nonfinite.train_output(output)  # `nonfinite_policy="skip"`: the mean over the kept steps
 
     def build_image_cache(self) -> None:
         """Decode and resize the training images once into a ``uint8`` cache (:mod:`hf_contrast.views.image_cache`)
@@ -284,8 +285,6 @@ class ContrastiveTrainer(CheckpointingMixin, HubPublishingMixin, Trainer):
         )
         if self.is_world_process_zero():
             logger.info(f"Training images {self.image_cache.describe()} ({time.perf_counter() - start:.1f} s).")
-
-    # `nonfinite_policy="skip"`: the mean over the kept steps
 
     # The Hub's upload bars run after `save_model`, outside every Trainer hook: with `disable_tqdm` they are off.
     def push_to_hub(self, *args: Any, **kwargs: Any) -> Any:
@@ -437,8 +436,7 @@ class ContrastiveTrainer(CheckpointingMixin, HubPublishingMixin, Trainer):
                 raise InputError(
                     f"`auto_find_batch_size=True` cannot resize the batches of {type(self.objective).__name__} "
                     f"({'its batch sampler' if batch_sampler is not None else 'whole chunks of a streaming dataset'})"
-                    "; "
-                    "set `auto_find_batch_size=False` and choose `per_device_train_batch_size`."
+                    "; set `auto_find_batch_size=False` and choose `per_device_train_batch_size`."
                 )
             batching: dict[str, Any] = (
                 {"batch_sampler": batch_sampler}
