@@ -27,6 +27,7 @@ import statistics
 import sys
 import tempfile
 import time
+import warnings
 from typing import Any
 
 import torch
@@ -36,15 +37,32 @@ from transformers import TrainerCallback
 
 
 class StepClock(TrainerCallback):
-    """Stamps each step's beginning; on CUDA synchronises at each step's end (a period is the device's time)."""
+    """Stamps each step's beginning; on CUDA synchronises at each step's end (a period is the device's time).
 
-    def __init__(self) -> None:
+    With ``sync_debug`` (CUDA), ``torch.cuda.set_sync_debug_mode("warn")`` is on from each step's beginning to its
+    end (the step itself: forward, backward, optimizer; not the next batch or the logging after it), and the
+    synchronising operations it reports are counted in :attr:`syncs`."""
+
+    def __init__(self, sync_debug: bool = False) -> None:
         self.begins: list[float] = []
+        self.sync_debug = sync_debug and torch.cuda.is_available()
+        self.syncs: list[str] = []
+        self._caught: Any = None
 
     def on_step_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         self.begins.append(time.perf_counter())
+        if self.sync_debug:
+            self._caught = warnings.catch_warnings(record=True)
+            self._records = self._caught.__enter__()
+            warnings.simplefilter("always")
+            torch.cuda.set_sync_debug_mode("warn")
 
     def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        if self.sync_debug and self._caught is not None:
+            torch.cuda.set_sync_debug_mode("default")
+            self._caught.__exit__(None, None, None)
+            self.syncs += [str(w.message)[:200] for w in self._records if "synchroniz" in str(w.message)]
+            self._caught = None
         if torch.cuda.is_available():
             torch.cuda.synchronize()
 
@@ -54,10 +72,10 @@ class StepClock(TrainerCallback):
         return statistics.median(b - a for a, b in zip(stamps, stamps[1:]))
 
 
-def time_example(script: list[str], warmup: int) -> dict[str, Any]:
+def time_example(script: list[str], warmup: int, sync_debug: bool = False) -> dict[str, Any]:
     from hf_contrast.training import ContrastiveTrainer
 
-    clock = StepClock()
+    clock = StepClock(sync_debug)
     init = ContrastiveTrainer.__init__
 
     def timed_init(self: ContrastiveTrainer, *args: Any, **kwargs: Any) -> None:
@@ -73,8 +91,12 @@ def time_example(script: list[str], warmup: int) -> dict[str, Any]:
         ContrastiveTrainer.__init__ = init  # type: ignore[method-assign]
     batch = int(script[script.index("--per_device_train_batch_size") + 1])
     period = clock.period(warmup)
-    return {"command": " ".join(script), "steps": len(clock.begins), "period_ms": 1e3 * period,
-            "images_per_s": batch / period, "wall_s": time.perf_counter() - start}  # fmt: skip
+    result = {"command": " ".join(script), "steps": len(clock.begins), "period_ms": 1e3 * period,
+              "images_per_s": batch / period, "wall_s": time.perf_counter() - start}  # fmt: skip
+    if clock.sync_debug:
+        result["syncs_in_steps"] = len(clock.syncs)
+        result["sync_examples"] = sorted(set(clock.syncs))[:5]
+    return result
 
 
 def nt_xent(z1: torch.Tensor, z2: torch.Tensor, temperature: float = 0.5) -> torch.Tensor:
@@ -129,12 +151,15 @@ def main() -> None:
     parser.add_argument("--image_size", type=int, default=32)
     parser.add_argument("--steps", type=int, default=60)
     parser.add_argument("--bf16", action="store_true")
+    parser.add_argument(
+        "--sync_debug", action="store_true", help="example, CUDA: count synchronising operations inside steps"
+    )
     argv = sys.argv[1:]
     script = argv[argv.index("--") + 1 :] if "--" in argv else []
     flags = parser.parse_args(argv[: argv.index("--")] if "--" in argv else argv)
     if flags.mode == "example" and not script:
         parser.error("example mode needs the script and its flags after `--`")
-    result = time_example(script, flags.warmup) if flags.mode == "example" else time_plain(flags)
+    result = time_example(script, flags.warmup, flags.sync_debug) if flags.mode == "example" else time_plain(flags)
     result = {"mode": flags.mode, "device": torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu",
               **result}  # fmt: skip
     print(json.dumps(result))

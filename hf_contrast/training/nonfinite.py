@@ -23,7 +23,6 @@ from typing import Any
 
 import torch
 from torch import Tensor, nn
-from torch.nn.utils import get_total_norm
 from transformers import TrainerCallback
 from transformers.trainer_utils import TrainOutput
 
@@ -130,7 +129,10 @@ class NonFinitePolicy(TrainerCallback):
         grads = [p.grad for module in self.watched() for p in module.parameters() if p.grad is not None]
         if not grads:
             return torch.tensor(True, device=device)
-        return torch.isfinite(get_total_norm(grads, norm_type=float("inf"), foreach=True))
+        total_norm = getattr(torch.nn.utils, "get_total_norm", None)  # torch >= 2.6
+        if total_norm is None:  # pragma: no cover - older torch: the largest |gradient| of each tensor
+            return torch.isfinite(torch.stack([torch.linalg.vector_norm(g, float("inf")) for g in grads]).amax())
+        return torch.isfinite(total_norm(grads, norm_type=float("inf"), foreach=True))
 
     def _statistics_snapshot(self) -> list[tuple[Tensor, Tensor]]:
         """Copies of what a forward pass changes outside the optimizer: the model's buffers (BatchNorm running
