@@ -67,6 +67,8 @@ DOMAIN_CHECKS = {
         "_check_bf16_device",
     ): "bf16 against the machine's devices (before transformers refuses it)",
     ("views/afcl_sampler.py", "_check_labels_1d"): "a label sequence converted to a tensor",
+    ("views/batched_simclr.py", "_check_images"): "a (B, C, H, W) uint8/float image batch whose C matches mean/std",
+    ("views/device_views.py", "_check_chunks"): "an image batch whose B is a positive multiple of `n_splits`",
     ("views/batched_params.py", "_check_generator"): "a torch.Generator's device",
     ("losses/binary_nce.py", "_check_scalar_tensor"): "a one-element float tensor (learnable values)",
     ("losses/binary_nce.py", "_check_temperature"): "a number or a tensor, read only on the CPU",
