@@ -73,8 +73,9 @@ IMAGE_SIZE = 32
 N_SPLITS = 8
 TEMPERATURE = 0.5
 LR = 1e-3
-# the random view parameters are drawn on the host wherever the model runs: not device work, not device reads
-HOST_SIDE = ("batched_params.py", "hue_groups")
+# the random view parameters are drawn on the host wherever the model runs: not device work, not device reads; so are
+# the step counters of torch's non-fused optimizers (on the CPU unless `capturable`)
+HOST_SIDE = ("batched_params.py", "hue_groups", "/torch/optim/")
 HOST_READS = ("item", "tolist", "__bool__", "__float__", "__int__", "numpy", "cpu")
 
 

@@ -46,11 +46,13 @@ def cache_refusal(collator: Any, dataset: Any, views_on_device: bool) -> str | N
     and nothing random. Collators that make views per sample, an evaluation view or pairs, a user's own
     collator and streaming datasets keep the DataLoader.
     """
-    import datasets
-
     if not views_on_device:
         return "the views are made per sample in the DataLoader (`views_on_device=False`)"
-    if not isinstance(dataset, datasets.Dataset):
+    try:
+        import datasets
+    except ImportError:  # without `datasets` a training set cannot be a `datasets.Dataset`
+        datasets = None
+    if datasets is None or not isinstance(dataset, datasets.Dataset):
         return f"the training set is a {type(dataset).__name__}, not a map-style `datasets.Dataset`"
     if not isinstance(collator, ImageViewCollator) or collator.raw_transform is None:
         return "the training collator is not the objective's image collator"
