@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
+from typing import Literal
 
 import datasets
 import torch
@@ -140,7 +141,7 @@ class ScriptArguments:
     num_augmentations: int = field(
         default=8, metadata={"help": "Sampled token edits for the Wahba error / cosine histogram."}
     )
-    projection_plot: str = field(
+    projection_plot: Literal["pca", "tsne"] = field(
         default="pca", metadata={"help": "2-D projection of the test embeddings: pca or tsne."}
     )
     overwrite_output_dir: bool = field(

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
+from typing import Literal
 
 import torch
 import transformers
@@ -124,7 +125,7 @@ class ScriptArguments:
         default=256, metadata={"help": "Test images (class-balanced) for the Wahba error / γ_f."}
     )
     num_augmentations: int = field(default=8, metadata={"help": "Sampled augmentations for the Wahba error / γ_f."})
-    projection_plot: str = field(
+    projection_plot: Literal["pca", "tsne"] = field(
         default="tsne", metadata={"help": "2-D projection of the test embeddings: pca or tsne."}
     )
     max_plot_samples: int = field(

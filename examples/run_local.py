@@ -29,6 +29,7 @@ from __future__ import annotations
 import os
 from collections import Counter
 from dataclasses import dataclass, field
+from typing import Literal
 
 import datasets
 import torch
@@ -111,7 +112,7 @@ class ScriptArguments:
     max_eval_samples: int | None = field(
         default=None, metadata={"help": "Build test pairs from this many test images."}
     )
-    projection_plot: str = field(
+    projection_plot: Literal["pca", "tsne"] = field(
         default="tsne", metadata={"help": "2-D projection of the pair representations: pca or tsne."}
     )
     overwrite_output_dir: bool = field(

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
+from typing import Literal
 
 import torch
 import transformers
@@ -106,7 +107,7 @@ class ScriptArguments:
     max_eval_samples: int | None = field(
         default=None, metadata={"help": "Evaluate on a class-balanced subset of this many rows."}
     )
-    projection_plot: str = field(
+    projection_plot: Literal["pca", "tsne"] = field(
         default="tsne", metadata={"help": "2-D projection of the test projections: pca or tsne."}
     )
     max_plot_samples: int = field(

@@ -1,4 +1,4 @@
-"""Pictures of a trained embedding space, written as PNG files (needs ``pip install hf-contrast[plots]``).
+"""Pictures of a trained embedding space, written as PNG files (matplotlib, part of the base install).
 
 Figures are drawn on a ``matplotlib.figure.Figure`` with the Agg canvas: no display, no pyplot
 global state, no backend switch in the caller's process.
@@ -65,7 +65,8 @@ def _new_figure(width: float = 6.0, height: float = 4.5) -> Figure:
         from matplotlib.figure import Figure
     except ImportError as error:
         raise ImportError(
-            "hf_contrast.plots needs matplotlib: `pip install hf-contrast[plots]` (or `pip install matplotlib`)."
+            "hf_contrast.plots needs matplotlib, which the package's install brings: `pip install matplotlib` (or, "
+            "from a checkout, `pip install -e .` again)."
         ) from error
     return Figure(figsize=(width, height), dpi=100, layout="constrained")
 

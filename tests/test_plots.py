@@ -166,5 +166,8 @@ def test_plot_errors(tmp_path: Path, clusters: tuple[torch.Tensor, torch.Tensor]
 
 def test_missing_matplotlib_message(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "matplotlib.figure", None)
-    with pytest.raises(ImportError, match=r"pip install hf-contrast\[plots\]"):
+    # a hint that works from a checkout (no `hf-contrast[plots]`: the package is not on PyPI)
+    with pytest.raises(
+        ImportError, match=r"`pip install matplotlib` \(or, from a checkout, `pip install -e \.` again\)"
+    ):
         plot_loss_curves([{"loss": 1.0, "step": 1}], tmp_path / "x.png")

@@ -6,7 +6,8 @@ destination is absent or empty; otherwise each entry replaces its namesake (``os
 a rename aside and back for folders), so files that are not part of the save (``checkpoint-*``
 folders, logs) stay. When the block raises (a disk full, a kill signal turned into an exception, a
 bug), the staging folder is removed and the destination is untouched. A process killed outright
-leaves a hidden ``.<name>.staging-*`` folder next to an intact destination.
+leaves a hidden ``.<name>.staging-*`` folder next to an intact destination. Every file of a save gets the
+user's umask (:func:`with_umask`), whatever mode the library that wrote it chose.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import uuid
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
-__all__ = ["staged_directory", "swap_into"]
+__all__ = ["staged_directory", "swap_into", "with_umask"]
 
 
 def swap_into(staging: str | os.PathLike[str], target: str | os.PathLike[str], stale: Iterable[str] = ()) -> None:
@@ -76,7 +77,20 @@ def staged_directory(target: str | os.PathLike[str], stale: Iterable[str] = ()) 
     staging.mkdir()
     try:
         yield staging
+        with_umask(staging)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
     swap_into(staging, target, stale)
+
+
+def with_umask(folder: str | os.PathLike[str]) -> None:
+    """Give every file and folder under ``folder`` the mode a plain ``open`` / ``mkdir`` gives them: ``0o666`` /
+    ``0o777`` less the process's umask. A library that saves through a private temporary file and renames it
+    (safetensors: mode ``0o600``) would otherwise leave the weights unreadable to the user's group and to other
+    accounts, unlike every other file of the save. Symbolic links are left alone."""
+    umask = os.umask(0)  # POSIX reads the umask only by setting it: put it straight back
+    os.umask(umask)
+    for path in Path(folder).rglob("*"):
+        if not path.is_symlink():
+            os.chmod(path, (0o777 if path.is_dir() else 0o666) & ~umask)

@@ -12,6 +12,7 @@ import argparse
 import dataclasses
 import json
 import sys
+import typing
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -79,6 +80,7 @@ def parse_args_with_objective(
     parser.set_defaults(**chosen)
     if given is not None:
         parsed = parser.parse_dict({**chosen, **given})
+        _check_choices(parsed, parser, source=argv[0])  # argparse checks a flag's choices; a file's values too
     else:
         *parsed, rest = parser.parse_args_into_dataclasses(args=argv, return_remaining_strings=True)
         if rest:  # e.g. `--n_splits` with `--method simclr`
@@ -89,6 +91,23 @@ def parse_args_with_objective(
             )
     _derive_class_major_batch_size(parsed, set(given) if given is not None else given_arguments(argv))
     return tuple(parsed)
+
+
+def _check_choices(parsed: Sequence[Any], parser: argparse.ArgumentParser, source: str) -> None:
+    """Exit with argparse's error when a value read from the config file ``source`` is not one of its field's
+    ``Literal`` choices (argparse checks them for flags only)."""
+    for instance in parsed:
+        hints = typing.get_type_hints(type(instance))
+        for field in dataclasses.fields(instance):
+            kind = hints.get(field.name)
+            if typing.get_origin(kind) is typing.Literal and getattr(instance, field.name) not in typing.get_args(
+                kind
+            ):
+                choices = ", ".join(repr(choice) for choice in typing.get_args(kind))
+                parser.error(
+                    f"{source}: {field.name!r} is {getattr(instance, field.name)!r}; choose one of {choices} "
+                    f"(the flag --{field.name})"
+                )
 
 
 def _is_config_file(argv: Sequence[str]) -> bool:
