@@ -9,6 +9,7 @@ Method hyperparameters are NOT here: each objective owns them in its config data
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass, field
 
 import torch
@@ -167,10 +168,35 @@ class ContrastiveTrainingArguments(TrainingArguments):
         check_int("knn_k", self.knn_k, 1)
         check_temperature("knn_temperature", self.knn_temperature)
         _check_bf16_device(self)
+        _check_schedule(self)
         if self.accelerator_config is None and self.dataloader_pin_memory and not self.use_cpu and _has_accelerator():
             # batches reach the GPU in pinned, non-blocking copies: the host never waits for the device per step
             self.accelerator_config = {"non_blocking": True}
         super().__post_init__()
+
+
+def _check_schedule(args: ContrastiveTrainingArguments) -> None:
+    """Values transformers accepts and then does not honour: ``max_steps=0`` trained one step, ``save_steps=0`` /
+    ``eval_steps=0`` with the ``"steps"`` strategy saved or evaluated at no step; an ``output_dir`` that is a file
+    failed at the first save with ``FileExistsError``. Said before any work, naming the argument."""
+    if args.max_steps == 0:
+        raise InputError(
+            "`max_steps` (`--max_steps`) is 0: no training step would be run (transformers runs one anyway). Give a "
+            "number of steps >= 1, or -1 (the default) to train for `num_train_epochs`."
+        )
+    for name, strategy in (("save_steps", args.save_strategy), ("eval_steps", args.eval_strategy)):
+        value = getattr(args, name)
+        if str(getattr(strategy, "value", strategy)) == "steps" and value is not None and value <= 0:
+            raise InputError(
+                f"`{name}` (`--{name}`) is {value} with the 'steps' strategy: nothing would be "
+                f"{'saved' if name == 'save_steps' else 'evaluated'}. Give a number of steps >= 1 (or a fraction of "
+                f"the training in (0, 1)), or set `{name.replace('steps', 'strategy')}` to 'no' or 'epoch'."
+            )
+    if args.output_dir is not None and os.path.isfile(args.output_dir):
+        raise InputError(
+            f"`output_dir` (`--output_dir`) {args.output_dir!r} is a file, not a folder: the run writes a folder of "
+            "checkpoints, the model and its card there. Name a folder (new or existing)."
+        )
 
 
 def _has_accelerator() -> bool:
