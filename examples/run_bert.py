@@ -54,6 +54,7 @@ from hf_contrast.training import (
     ContrastiveTrainer,
     ContrastiveTrainingArguments,
     detect_last_checkpoint,
+    finished_run,
     given_arguments,
     parse_args_with_objective,
     setup_logging,
@@ -222,6 +223,9 @@ def main() -> None:
         if why_not and training_args.should_log:  # said once, by the main process
             logger.warning(f"The last model is saved, not the best `eval_sts_spearman` checkpoint: {why_not}.")
     last_checkpoint = detect_last_checkpoint(training_args, script.overwrite_output_dir)
+    if (finished := finished_run(training_args, last_checkpoint)) is not None:
+        logger.warning(finished)  # run again: nothing to do, nothing changed
+        return
     set_seed(training_args.seed)
 
     # ---- data: training sentences (+ pairs, + labels), a held-out split, scored pairs for STS ----

@@ -25,8 +25,8 @@
 # Variants: --method simclr | care_moco | spectral | vicreg | binary_nce | … (any registered objective;
 #           `--method X --help` lists X's hyperparameter flags); --model <timm name> [--pretrained];
 #           --dataset <image folder or Hub id>; every TrainingArguments flag (--max_steps, --push_to_hub…).
-# Resuming: a checkpoint in --output_dir is picked up (checkpoints every --save_steps); --overwrite_output_dir
-# starts from scratch instead.
+# Resuming: a checkpoint in --output_dir is picked up (checkpoints every --save_steps); a finished run is left as
+# it is (a larger --max_steps continues it); --overwrite_output_dir starts from scratch instead.
 # Writes to --output_dir (default outputs/<method>): the encoder and its model card, train_results.json,
 # eval_results.json, all_results.json, trainer_state.json, embeddings.png, augmentation_cosines.png,
 # loss_curves.png, eval_curves.png.
@@ -57,6 +57,7 @@ from hf_contrast.training import (
     ContrastiveTrainingArguments,
     choose_image_size,
     detect_last_checkpoint,
+    finished_run,
     notice_small_image_stem,
     parse_args_with_objective,
     set_cpu_threads,
@@ -145,6 +146,9 @@ def main() -> None:
         training_args.output_dir = DEFAULTS["output_dir"].format(method=script.method)
     setup_logging(training_args, __name__)
     last_checkpoint = detect_last_checkpoint(training_args, script.overwrite_output_dir)
+    if (finished := finished_run(training_args, last_checkpoint)) is not None:
+        logger.warning(finished)  # run again: nothing to do, nothing changed
+        return
     set_cpu_threads(training_args)  # one plain CPU process: every core, unless OMP_NUM_THREADS is set
     set_seed(training_args.seed)
 

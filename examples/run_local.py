@@ -45,6 +45,7 @@ from hf_contrast.training import (
     ContrastiveTrainer,
     ContrastiveTrainingArguments,
     detect_last_checkpoint,
+    finished_run,
     notice_small_image_stem,
     parse_args_with_objective,
     setup_logging,
@@ -173,6 +174,9 @@ def main() -> None:
         training_args.output_dir = DEFAULTS["output_dir"].format(contrastive=config.contrastive)
     setup_logging(training_args, __name__)
     last_checkpoint = detect_last_checkpoint(training_args, script.overwrite_output_dir)
+    if (finished := finished_run(training_args, last_checkpoint)) is not None:
+        logger.warning(finished)  # run again: nothing to do, nothing changed
+        return
     set_seed(training_args.seed)
 
     train_dataset, eval_dataset = load_pairs(script, training_args, config)

@@ -41,6 +41,7 @@ from hf_contrast.training import (
     ContrastiveTrainer,
     ContrastiveTrainingArguments,
     detect_last_checkpoint,
+    finished_run,
     notice_small_image_stem,
     parse_args_with_objective,
     setup_logging,
@@ -126,6 +127,9 @@ def main() -> None:
         training_args.output_dir = DEFAULTS["output_dir"].format(method=script.method)
     setup_logging(training_args, __name__)
     last_checkpoint = detect_last_checkpoint(training_args, script.overwrite_output_dir)
+    if (finished := finished_run(training_args, last_checkpoint)) is not None:
+        logger.warning(finished)  # run again: nothing to do, nothing changed
+        return
     set_seed(training_args.seed)
 
     # ---- data: images stay undecoded until the collators and evaluators, which name (or skip) a bad file ----

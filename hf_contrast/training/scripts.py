@@ -15,6 +15,7 @@ The examples (``examples/run_*.py``) call these, as transformers' example script
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 import os
@@ -33,6 +34,7 @@ from hf_contrast.training.image_size import choose_image_size
 __all__ = [
     "cpu_threads_source",
     "detect_last_checkpoint",
+    "finished_run",
     "launched_by_accelerate",
     "notice_small_image_stem",
     "set_cpu_threads",
@@ -80,12 +82,51 @@ def detect_last_checkpoint(training_args: TrainingArguments, overwrite_output_di
             f"Output directory ({output_dir}) already exists and is not empty. Use --overwrite_output_dir to train "
             "from scratch into it, or pick another --output_dir."
         )
-    if last_checkpoint is not None and training_args.resume_from_checkpoint is None:
+    resuming = last_checkpoint is not None and training_args.resume_from_checkpoint is None
+    if resuming and finished_run(training_args, last_checkpoint) is None:  # a finished run is said by the script
         logger.info(
             f"Checkpoint detected, resuming training at {last_checkpoint}. To avoid this behavior, change the "
             "`--output_dir` or add `--overwrite_output_dir` to train from scratch."
         )
     return last_checkpoint
+
+
+def finished_run(training_args: TrainingArguments, last_checkpoint: str | None) -> str | None:
+    """Why there is nothing to train, or ``None``: ``output_dir`` already holds a run that reached the steps these
+    arguments ask for (its ``trainer_state.json`` and ``train_results.json`` are there, as a script writes them at
+    its end). Resuming it would train past its last step and rewrite its results with that one step; a script
+    says so and stops instead, changing nothing. A larger ``--max_steps`` (or more epochs) continues the run.
+
+    Only for a checkpoint found in ``output_dir`` (``last_checkpoint``), not one named by
+    ``--resume_from_checkpoint``.
+    """
+    if last_checkpoint is None or training_args.resume_from_checkpoint is not None:
+        return None
+    output_dir = training_args.output_dir
+    state_file = os.path.join(output_dir, "trainer_state.json")
+    if not (os.path.isfile(state_file) and os.path.isfile(os.path.join(output_dir, "train_results.json"))):
+        return None
+    try:
+        with open(state_file, encoding="utf-8") as handle:
+            state = json.load(handle)
+        done, planned = int(state["global_step"]), int(state["max_steps"])
+        epochs = float(state.get("num_train_epochs", training_args.num_train_epochs))
+    except (OSError, ValueError, KeyError, TypeError):  # unreadable: let the resume say what is wrong
+        return None
+    if training_args.max_steps > 0:
+        wanted, unit = training_args.max_steps, "steps"
+        finished = done >= training_args.max_steps
+    else:
+        wanted, unit = training_args.num_train_epochs, "epochs"
+        finished = done >= planned and training_args.num_train_epochs <= epochs
+    if not finished:
+        return None
+    return (
+        f"{output_dir} holds a finished run: {done} training steps, which is the {wanted:g} {unit} asked for "
+        "(trainer_state.json, train_results.json). Nothing was trained and nothing changed. Pass a larger "
+        f"--{'max_steps' if unit == 'steps' else 'num_train_epochs'} to continue this run, --overwrite_output_dir to "
+        "train again from scratch, or another --output_dir."
+    )
 
 
 def launched_by_accelerate() -> bool:
