@@ -53,10 +53,12 @@ from hf_contrast.plots import save_training_plots
 from hf_contrast.training import (
     ContrastiveTrainer,
     ContrastiveTrainingArguments,
+    check_sample_caps,
     detect_last_checkpoint,
     finished_run,
     given_arguments,
     parse_args_with_objective,
+    run_main,
     setup_logging,
 )
 from hf_contrast.views import ChunkedTextAugmentation
@@ -222,6 +224,7 @@ def main() -> None:
         training_args.load_best_model_at_end = why_not is None
         if why_not and training_args.should_log:  # said once, by the main process
             logger.warning(f"The last model is saved, not the best `eval_sts_spearman` checkpoint: {why_not}.")
+    check_sample_caps(script)  # before any data is read
     last_checkpoint = detect_last_checkpoint(training_args, script.overwrite_output_dir)
     if (finished := finished_run(training_args, last_checkpoint)) is not None:
         logger.warning(finished)  # run again: nothing to do, nothing changed
@@ -381,4 +384,4 @@ def _data_name(dataset: str | None) -> str:
 
 
 if __name__ == "__main__":
-    main()
+    run_main(main)  # an input error ends the run with its message, no traceback

@@ -33,6 +33,7 @@ from hf_contrast.errors import InputError
 from hf_contrast.evaluation import ProbeEvaluator, balanced_split, balanced_subset, encode_dataset
 from hf_contrast.models import ContrastiveEncoder
 from hf_contrast.plots import save_training_plots
+from hf_contrast.training import run_main
 
 logger = transformers.utils.logging.get_logger(__name__)
 
@@ -163,4 +164,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_main(main)  # an input error ends the run with its message, no traceback

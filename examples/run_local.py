@@ -44,10 +44,12 @@ from hf_contrast.plots import save_training_plots
 from hf_contrast.training import (
     ContrastiveTrainer,
     ContrastiveTrainingArguments,
+    check_sample_caps,
     detect_last_checkpoint,
     finished_run,
     notice_small_image_stem,
     parse_args_with_objective,
+    run_main,
     setup_logging,
 )
 
@@ -173,6 +175,7 @@ def main() -> None:
     if training_args.output_dir == DEFAULTS["output_dir"]:
         training_args.output_dir = DEFAULTS["output_dir"].format(contrastive=config.contrastive)
     setup_logging(training_args, __name__)
+    check_sample_caps(script)  # before any data is read
     last_checkpoint = detect_last_checkpoint(training_args, script.overwrite_output_dir)
     if (finished := finished_run(training_args, last_checkpoint)) is not None:
         logger.warning(finished)  # run again: nothing to do, nothing changed
@@ -279,4 +282,4 @@ def _data_name(dataset: str | None) -> str:
 
 
 if __name__ == "__main__":
-    main()
+    run_main(main)  # an input error ends the run with its message, no traceback

@@ -1,17 +1,21 @@
 """A field with fixed choices (``Literal``) is checked before training whether it comes from a flag or from a
 ``.json`` config file, naming the flag, the file and the choices (issue 29: ``--projection_plot umap`` ran to the
-end, exited 0 and drew nothing)."""
+end, exited 0 and drew nothing); the scripts' sample caps are checked naming the flag, and an input error ends a
+script with its message instead of a traceback."""
 
 from __future__ import annotations
 
 import json
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Literal
 
 import pytest
 
-from hf_contrast.training import ContrastiveTrainingArguments, parse_args_with_objective
+from hf_contrast.errors import InputError
+from hf_contrast.training import ContrastiveTrainingArguments, check_sample_caps, parse_args_with_objective, run_main
 
 
 @dataclass
@@ -46,3 +50,30 @@ def test_a_good_choice_passes_both_ways(tmp_path: Path, value: str) -> None:
     config = tmp_path / "config.json"
     config.write_text(json.dumps({"output_dir": str(tmp_path), "projection_plot": value}))
     assert _parse([str(config)]).projection_plot == value
+
+
+@pytest.mark.parametrize("value", [0, -3, True, 2.5])
+def test_sample_caps_are_checked_naming_the_flag(value) -> None:
+    for name in ("max_train_samples", "max_eval_samples"):
+        script = SimpleNamespace(**{name: value})
+        with pytest.raises(ValueError, match=rf"`--{name}` must be a number of rows >= 1 \(or left out: every row\)"):
+            check_sample_caps(script)
+    check_sample_caps(SimpleNamespace(max_train_samples=None, max_eval_samples=7))
+    check_sample_caps(SimpleNamespace())  # a script without the flags
+
+
+def test_run_main_ends_an_input_error_with_its_message_and_keeps_other_tracebacks(monkeypatch) -> None:
+    monkeypatch.setattr(sys, "argv", ["run_care.py"])
+
+    def bad_input() -> None:
+        raise InputError("`--n_splits`=7 does not divide the batch; use 126.")
+
+    with pytest.raises(SystemExit) as exit_:
+        run_main(bad_input)
+    assert exit_.value.code == "run_care.py: error: `--n_splits`=7 does not divide the batch; use 126."
+
+    def bug() -> None:
+        raise RuntimeError("a bug")
+
+    with pytest.raises(RuntimeError, match="a bug"):  # not an input error: the traceback stays
+        run_main(bug)

@@ -18,7 +18,15 @@ from .argument_parser import given_arguments, parse_args_with_objective
 from .arguments import NONFINITE_POLICIES, ContrastiveTrainingArguments
 from .image_size import ImageSizeChoice, choose_image_size
 from .loss_terms import NonFiniteLossError
-from .scripts import detect_last_checkpoint, finished_run, notice_small_image_stem, set_cpu_threads, setup_logging
+from .scripts import (
+    check_sample_caps,
+    detect_last_checkpoint,
+    finished_run,
+    notice_small_image_stem,
+    run_main,
+    set_cpu_threads,
+    setup_logging,
+)
 from .trainer import ContrastiveTrainer
 from .trainers import (
     AlignUniformTrainer,
@@ -44,8 +52,10 @@ __all__ = [
     "SupConTrainer",
     "ImageSizeChoice",
     "choose_image_size",
+    "check_sample_caps",
     "detect_last_checkpoint",
     "finished_run",
+    "run_main",
     "given_arguments",
     "notice_small_image_stem",
     "parse_args_with_objective",

@@ -34,8 +34,10 @@ from hf_contrast.training.image_size import choose_image_size
 __all__ = [
     "cpu_threads_source",
     "detect_last_checkpoint",
+    "check_sample_caps",
     "finished_run",
     "launched_by_accelerate",
+    "run_main",
     "notice_small_image_stem",
     "set_cpu_threads",
     "setup_logging",
@@ -89,6 +91,28 @@ def detect_last_checkpoint(training_args: TrainingArguments, overwrite_output_di
             "`--output_dir` or add `--overwrite_output_dir` to train from scratch."
         )
     return last_checkpoint
+
+
+def run_main(main: Any) -> None:
+    """Run a script's ``main()``; the package's own input errors (:class:`~hf_contrast.errors.InputError`, raised
+    with the argument and the fix) end it with that message and exit status 1, like argparse's, instead of a
+    traceback in front of the message. Any other exception keeps its traceback."""
+    try:
+        main()
+    except InputError as error:
+        sys.exit(f"{os.path.basename(sys.argv[0])}: error: {error}")
+
+
+def check_sample_caps(script: Any) -> None:
+    """``--max_train_samples`` / ``--max_eval_samples`` (where a script has them): a number of rows >= 1, or unset.
+
+    Raises:
+        InputError: naming the flag, before any data is read.
+    """
+    for name in ("max_train_samples", "max_eval_samples"):
+        value = getattr(script, name, None)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+            raise InputError(f"`--{name}` must be a number of rows >= 1 (or left out: every row), got {value!r}.")
 
 
 def finished_run(training_args: TrainingArguments, last_checkpoint: str | None) -> str | None:
