@@ -55,6 +55,7 @@ from hf_contrast.training import (
     ContrastiveTrainingArguments,
     check_sample_caps,
     detect_last_checkpoint,
+    evaluate_final,
     finished_run,
     given_arguments,
     parse_args_with_objective,
@@ -317,7 +318,7 @@ def main() -> None:
     trainer.save_state()
 
     # ---- evaluation of the kept encoder (STS, probes, alignment, …) and its equivariance under token edits ----
-    metrics = trainer.evaluate()
+    metrics = evaluate_final(trainer)  # the last step's evaluation when it was of these weights
     metrics["eval_samples"] = len(eval_dataset)
     metrics["eval_sts_pairs"] = len(sts_pairs)
     metrics["eval_sts_spearman_before_training"] = spearman_before

@@ -58,6 +58,7 @@ from hf_contrast.training import (
     check_sample_caps,
     choose_image_size,
     detect_last_checkpoint,
+    evaluate_final,
     finished_run,
     notice_small_image_stem,
     parse_args_with_objective,
@@ -232,7 +233,7 @@ def main() -> None:
     trainer.save_state()
 
     # ---- evaluation of the final encoder: the trainer's metrics, the probes and the equivariance ----
-    metrics = trainer.evaluate()
+    metrics = evaluate_final(trainer)  # the last step's evaluation when it was of these weights
     metrics["eval_samples"] = len(eval_dataset)
     trainer.log_metrics("eval", metrics)
     trainer.save_metrics("eval", metrics)

@@ -46,6 +46,7 @@ from hf_contrast.training import (
     ContrastiveTrainingArguments,
     check_sample_caps,
     detect_last_checkpoint,
+    evaluate_final,
     finished_run,
     notice_small_image_stem,
     parse_args_with_objective,
@@ -227,7 +228,7 @@ def main() -> None:
     trainer.save_state()
 
     # ---- evaluation: the trainer's metrics of the held-out pairs, and the recall of each kind of change ----
-    metrics = trainer.evaluate()
+    metrics = evaluate_final(trainer)  # the last step's evaluation when it was of these weights
     metrics["eval_samples"] = len(eval_dataset)
     model = trainer.accelerator.unwrap_model(trainer.model).eval()
     loader = DataLoader(

@@ -42,6 +42,7 @@ from hf_contrast.training import (
     ContrastiveTrainingArguments,
     check_sample_caps,
     detect_last_checkpoint,
+    evaluate_final,
     finished_run,
     notice_small_image_stem,
     parse_args_with_objective,
@@ -204,7 +205,7 @@ def main() -> None:
     trainer.save_state()
 
     # ---- evaluation of the final encoder, and the orthogonality of the class means of its projections ----
-    metrics = trainer.evaluate()
+    metrics = evaluate_final(trainer)  # the last step's evaluation when it was of these weights
     metrics["eval_samples"] = len(eval_dataset)
     model = trainer.accelerator.unwrap_model(trainer.model)
     test_z, test_y = encode_dataset(model, eval_dataset, progress=False, **encode)

@@ -42,6 +42,7 @@ from hf_contrast.training import (
     ContrastiveTrainingArguments,
     check_sample_caps,
     detect_last_checkpoint,
+    evaluate_final,
     finished_run,
     notice_small_image_stem,
     parse_args_with_objective,
@@ -199,7 +200,7 @@ def main() -> None:
     trainer.save_state()
 
     # ---- evaluation of the final encoder, and the geometry of the projections SimO shapes ----
-    metrics = trainer.evaluate()
+    metrics = evaluate_final(trainer)  # the last step's evaluation when it was of these weights
     metrics["eval_samples"] = len(eval_dataset)
     model = trainer.accelerator.unwrap_model(trainer.model)
     test_p, test_y = encode_dataset(model, eval_dataset, output="projections", progress=False, **encode)

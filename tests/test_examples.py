@@ -494,13 +494,12 @@ def test_bad_images_are_skipped_and_counted(tmp_path: Path) -> None:
 
 def test_a_bad_image_raises_naming_the_file(tmp_path: Path) -> None:
     """`--on_bad_image raise` (the default) stops before the first step (the trainer's start-up scan), naming
-    both bad files and the fix."""
-    from hf_contrast.data.decode import BadImageError
-
+    both bad files and the fix, as the script's error message (no traceback: `run_main`)."""
     root = bad_image_folder(tmp_path / "images")
-    with pytest.raises(BadImageError) as caught:
+    with pytest.raises(SystemExit) as caught:
         run_example("run_ocl.py", "--dataset", str(root), *BAD_RUN, output_dir=tmp_path / "ocl")
-    message = str(caught.value)
+    message = str(caught.value.code)
+    assert message.startswith("run_ocl.py: error: ")
     assert "2 unreadable image(s) found before training" in message and "on_bad_image='skip'" in message
     assert "empty.png" in message and "truncated.jpg" in message
     assert not (tmp_path / "ocl" / "checkpoint-1").exists()
@@ -508,11 +507,9 @@ def test_a_bad_image_raises_naming_the_file(tmp_path: Path) -> None:
 
 def test_the_equivariance_evaluator_names_a_bad_file_before_training(tmp_path: Path) -> None:
     """A bad file among the test images fails before training, naming the row and the file."""
-    from hf_contrast.data.decode import BadImageError
-
     root = image_folder(tmp_path / "images")
     (root / "test" / "cat" / "0.png").write_bytes(b"not a png")
-    with pytest.raises(BadImageError, match=r"EquivarianceEvaluator: row \d+ .*cat/0\.png"):
+    with pytest.raises(SystemExit, match=r"run_care.py: error: .*EquivarianceEvaluator: row \d+ .*cat/0\.png"):
         run_example("run_care.py", "--dataset", str(root), *TINY_IMAGES[:4], output_dir=tmp_path / "care")
 
 

@@ -67,6 +67,10 @@ DOMAIN_CHECKS = {
         "_check_bf16_device",
     ): "bf16 against the machine's devices (before transformers refuses it)",
     ("views/afcl_sampler.py", "_check_labels_1d"): "a label sequence converted to a tensor",
+    ("training/argument_parser.py", "_check_choices"): "a .json config's values against their fields' Literal "
+    "choices (argparse checks flags only)",
+    ("training/arguments.py", "_check_schedule"): "max_steps / save_steps / eval_steps / output_dir that "
+    "transformers accepts and does not honour",
     ("views/batched_simclr.py", "_check_images"): "a (B, C, H, W) uint8/float image batch whose C matches mean/std",
     ("views/device_views.py", "_check_chunks"): "an image batch whose B is a positive multiple of `n_splits`",
     ("views/batched_params.py", "_check_generator"): "a torch.Generator's device",

@@ -21,6 +21,7 @@ from .loss_terms import NonFiniteLossError
 from .scripts import (
     check_sample_caps,
     detect_last_checkpoint,
+    evaluate_final,
     finished_run,
     notice_small_image_stem,
     run_main,
@@ -54,6 +55,7 @@ __all__ = [
     "choose_image_size",
     "check_sample_caps",
     "detect_last_checkpoint",
+    "evaluate_final",
     "finished_run",
     "run_main",
     "given_arguments",

@@ -35,6 +35,7 @@ __all__ = [
     "cpu_threads_source",
     "detect_last_checkpoint",
     "check_sample_caps",
+    "evaluate_final",
     "finished_run",
     "launched_by_accelerate",
     "run_main",
@@ -91,6 +92,26 @@ def detect_last_checkpoint(training_args: TrainingArguments, overwrite_output_di
             "`--output_dir` or add `--overwrite_output_dir` to train from scratch."
         )
     return last_checkpoint
+
+
+def evaluate_final(trainer: Any) -> dict[str, float]:
+    """The evaluation of the run's final weights: the one the run made at its last step when there is one and the
+    weights have not changed since (no best checkpoint reloaded at the end), else ``trainer.evaluate()``. A run whose
+    last step is an evaluation step is not evaluated twice on the same weights (its evaluators, probes and
+    equivariance included: the same numbers, twice the time)."""
+    state, args = trainer.state, trainer.args
+    best_step = getattr(state, "best_global_step", None)
+    reloaded = bool(args.load_best_model_at_end) and state.best_model_checkpoint is not None
+    if not reloaded or best_step == state.global_step:
+        for entry in reversed(state.log_history):
+            if any(key.startswith("eval_") for key in entry):
+                if entry.get("step") == state.global_step:
+                    logger.info(
+                        f"The final weights were evaluated at step {state.global_step}: those metrics are kept."
+                    )
+                    return {key: value for key, value in entry.items() if key != "step"}
+                break
+    return trainer.evaluate()
 
 
 def run_main(main: Any) -> None:
