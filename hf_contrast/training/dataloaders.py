@@ -60,7 +60,7 @@ def resolve_views_on_device(args: Any, model: Any, objective: Any) -> str:
     the device (text, LOCAL's pairs).
 
     Returns:
-        ``"argument"`` when the user set it, else ``"default for <device> and <modality> views"``.
+        ``"argument"`` when the user set it, else ``"default for <modality> views on <device type>"``.
     """
     from ..views.for_model import input_modality_of
 
