@@ -34,7 +34,8 @@ Also counted, on one non-logging step of each run (after the timing, untimed):
 * operations that would be kernel launches on a GPU: aten operations seen by a ``TorchDispatchMode`` during a whole
   period (the next batch, forward, backward, optimizer step), not counting views of memory (``is_view``
   operations, ``detach``) nor the random parameters drawn on the host (``hf_contrast.views.batched_params``,
-  the hue grouping), which run on the CPU wherever the model runs;
+  the hue grouping), which run on the CPU wherever the model runs, nor a non-fused optimizer's step counters
+  (CPU tensors unless ``capturable``);
 * host reads of tensors (``item``, ``tolist``, ``__bool__``, ``__float__``, ``__int__``, ``numpy``, ``cpu``) by
   the step, outside the same host-side parameter code: on a GPU each is a synchronisation that stalls the host.
 """
