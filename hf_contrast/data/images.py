@@ -14,7 +14,7 @@ from .folder_layout import IMAGE_SUFFIXES, SPLIT_FOLDERS, image_files_by_split
 from .naming import name_dataset
 from .sources import load_from_hub, resolve_source
 
-__all__ = ["defer_image_decoding", "empty_class_folders", "load_image_dataset"]
+__all__ = ["case_twin_class_folders", "defer_image_decoding", "empty_class_folders", "load_image_dataset"]
 
 _IMAGE_SUFFIXES = IMAGE_SUFFIXES
 _SPLIT_NAMES = tuple(SPLIT_FOLDERS)
@@ -43,6 +43,25 @@ def empty_class_folders(root: str | os.PathLike[str]) -> list[str]:
         return any(f.is_file() and f.suffix.lower() in _IMAGE_SUFFIXES for f in folder.rglob("*"))
 
     return [c.relative_to(base).as_posix() for c in class_dirs if not has_images(c)]
+
+
+def case_twin_class_folders(root: str | os.PathLike[str]) -> list[list[str]]:
+    """Groups of class folders whose names differ only in case (``Cat/`` and ``cat/``), relative paths, sorted.
+
+    datasets' ``imagefolder`` builder makes each of them a class of its own; on a case-insensitive file system
+    (a copy to macOS or Windows) they would merge. :func:`load_image_dataset` warns about them.
+    """
+    base = Path(root)
+    subdirs = sorted(p for p in base.iterdir() if p.is_dir() and not p.name.startswith("."))
+    split_dirs = [p for p in subdirs if p.name.lower() in _SPLIT_NAMES]
+    parents = split_dirs or [base]
+    groups: list[list[str]] = []
+    for parent in parents:
+        by_name: dict[str, list[str]] = {}
+        for folder in sorted(c for c in parent.iterdir() if c.is_dir() and not c.name.startswith(".")):
+            by_name.setdefault(folder.name.casefold(), []).append(folder.relative_to(base).as_posix())
+        groups += [names for names in by_name.values() if len(names) > 1]
+    return groups
 
 
 def _check_columns(dataset: Any, source: str, columns: dict[str, str | None]) -> None:
@@ -174,6 +193,16 @@ def read_image_source(
                 f"Image folder {local.name!r}: the class folder(s) {empty} hold no image and are left out of the "
                 "classes (datasets' imagefolder names classes after the files it finds); add images or remove "
                 "the folder(s).",
+                UserWarning,
+                stacklevel=3,
+            )
+        twins = case_twin_class_folders(local)
+        if twins:
+            listed = "; ".join(" and ".join(repr(name) for name in group) for group in twins)
+            warnings.warn(
+                f"Image folder {local.name!r}: the class folders {listed} differ only in case, so they are "
+                "separate classes (and would merge on a case-insensitive file system); rename or merge them if "
+                "they are one class.",
                 UserWarning,
                 stacklevel=3,
             )
