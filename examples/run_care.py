@@ -65,6 +65,7 @@ from hf_contrast.training import (
     run_main,
     set_cpu_threads,
     setup_logging,
+    small_image_stem_field,
 )
 
 logger = transformers.utils.logging.get_logger(__name__)
@@ -104,15 +105,7 @@ class ScriptArguments:
     model: str = field(default="resnet18", metadata={"help": "Any timm model name (or 'hf-hub:…' / 'local-dir:…')."})
     pretrained: bool = field(default=False, metadata={"help": "Start from timm's pretrained weights (needs the Hub)."})
     projection_dim: int = field(default=128, metadata={"help": "Output size of the projection head."})
-    small_image_stem: bool | None = field(
-        default=None,
-        metadata={
-            "nargs": "?",  # a bare `--small_image_stem` is True; unset (None): no choice made
-            "const": True,
-            "help": "ResNet family: a 3x3 stride-1 first conv and no max-pool, as the small-image papers train 32-px "
-            "images (default: timm's ImageNet stem; with images <= 64 px a note says so; `false` keeps it quietly).",
-        },
-    )
+    small_image_stem: bool | None = small_image_stem_field()
     dataset: str | None = field(
         default=None, metadata={"help": "Image folder or Hub dataset id; default: the embedded digits."}
     )

@@ -27,6 +27,7 @@ from .scripts import (
     run_main,
     set_cpu_threads,
     setup_logging,
+    small_image_stem_field,
 )
 from .trainer import ContrastiveTrainer
 from .trainers import (
@@ -63,4 +64,5 @@ __all__ = [
     "parse_args_with_objective",
     "set_cpu_threads",
     "setup_logging",
+    "small_image_stem_field",
 ]

@@ -15,6 +15,7 @@ The examples (``examples/run_*.py``) call these, as transformers' example script
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import math
@@ -42,9 +43,24 @@ __all__ = [
     "notice_small_image_stem",
     "set_cpu_threads",
     "setup_logging",
+    "small_image_stem_field",
 ]
 
 logger = logging.getLogger(__name__)
+
+
+def small_image_stem_field() -> Any:
+    """The image examples' ``--small_image_stem`` field, declared once: ``None`` (no choice made: the ImageNet stem,
+    and a note for small images, :func:`notice_small_image_stem`), a bare flag for True, ``false`` for False."""
+    return dataclasses.field(
+        default=None,
+        metadata={
+            "nargs": "?",  # a bare `--small_image_stem` is True; unset (None): no choice made
+            "const": True,
+            "help": "ResNet family: a 3x3 stride-1 first conv and no max-pool, as the small-image papers train 32-px "
+            "images (default: timm's ImageNet stem; with images <= 64 px a note says so; `false` keeps it quietly).",
+        },
+    )
 
 
 def setup_logging(training_args: TrainingArguments, script_logger: str = "__main__") -> None:
