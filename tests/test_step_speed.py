@@ -135,7 +135,9 @@ def test_no_cache_says_why(tmp_path: Path, images, overrides: dict, why: str) ->
 
 @pytest.mark.parametrize("value", [-1.0, float("nan"), "4", True])
 def test_image_cache_max_gb_is_checked(tmp_path: Path, value: Any) -> None:
-    with pytest.raises(ValueError, match="`image_cache_max_gb` must be a number of GiB >= 0"):
+    with pytest.raises(
+        ValueError, match=r"`image_cache_max_gb` \(`--image_cache_max_gb`\) must be a number of GiB >= 0"
+    ):
         training_args(tmp_path, image_cache_max_gb=value)
 
 

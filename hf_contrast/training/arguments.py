@@ -161,8 +161,8 @@ class ContrastiveTrainingArguments(TrainingArguments):
             or self.image_cache_max_gb < 0
         ):
             raise InputError(
-                f"`image_cache_max_gb` must be a number of GiB >= 0 (0 turns the decoded-image cache off), got "
-                f"{self.image_cache_max_gb!r}."
+                "`image_cache_max_gb` (`--image_cache_max_gb`) must be a number of GiB >= 0 (0 turns the decoded-"
+                f"image cache off), got {self.image_cache_max_gb!r}."
             )
         check_choice("eval_representation", self.eval_representation, _REPRESENTATIONS)
         check_int("knn_k", self.knn_k, 1)
