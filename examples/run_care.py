@@ -106,6 +106,15 @@ class ScriptArguments:
     pretrained: bool = field(default=False, metadata={"help": "Start from timm's pretrained weights (needs the Hub)."})
     projection_dim: int = field(default=128, metadata={"help": "Output size of the projection head."})
     small_image_stem: bool | None = small_image_stem_field()
+    task_head: bool = field(
+        default=False,
+        metadata={
+            "help": "Add a linear classification head on the embeddings (one output per class of --dataset), trained "
+            "with cross-entropy by the objectives that have a task term (align_uniform: --task_loss_weight; with "
+            "--align_weight 0 --uniform_weight 0 that is plain supervised training, the convergence benchmark's "
+            "reference). Other methods refuse it."
+        },
+    )
     dataset: str | None = field(
         default=None, metadata={"help": "Image folder or Hub dataset id; default: the embedded digits."}
     )
@@ -142,6 +151,12 @@ def main() -> None:
         training_args.output_dir = DEFAULTS["output_dir"].format(method=script.method)
     setup_logging(training_args, __name__)
     check_sample_caps(script)  # before any data is read
+    objective_class = get_objective(script.method)
+    if script.task_head and not objective_class.trains_task_head:
+        raise SystemExit(
+            f"--task_head: --method {script.method} does not train a task head (it would stay random); use "
+            "--method align_uniform (its --task_loss_weight term), or drop --task_head."
+        )
     last_checkpoint = detect_last_checkpoint(training_args, script.overwrite_output_dir)
     if (finished := finished_run(training_args, last_checkpoint)) is not None:
         logger.warning(finished)  # run again: nothing to do, nothing changed
@@ -169,6 +184,9 @@ def main() -> None:
     training_args.image_column, training_args.label_column = "image", "label"  # the loader renames the chosen columns
     label_feature = train_dataset.features.get(training_args.label_column)
     class_names = list(label_feature.names) if hasattr(label_feature, "names") else None
+    if script.task_head and not class_names:
+        raise SystemExit("--task_head needs a dataset with named classes (an image folder, or a ClassLabel column).")
+    head = {"id2label": dict(enumerate(class_names))} if script.task_head else {}
 
     # ---- model, evaluators, trainer ----
     try:
@@ -177,6 +195,7 @@ def main() -> None:
             pretrained=script.pretrained,
             small_image_stem=bool(script.small_image_stem),
             projection_dim=script.projection_dim,
+            **head,
         )
     except HubUnavailableError as error:
         raise SystemExit(f"{error}\nOr drop `--pretrained` to train `{script.model}` from scratch.") from error
@@ -201,7 +220,7 @@ def main() -> None:
     trainer = ContrastiveTrainer(
         model=encoder,
         args=training_args,
-        objective=get_objective(script.method)(config),
+        objective=objective_class(config),
         train_dataset=train_dataset,
         eval_dataset=eval_dataset,
         evaluator=SequentialEvaluator([probe, equivariance]),

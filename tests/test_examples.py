@@ -259,6 +259,36 @@ def test_run_care_other_methods(method: list[str], tmp_path: Path) -> None:
     )
 
 
+def test_run_care_task_head_is_supervised_training_the_saved_encoder_keeps(tmp_path: Path) -> None:
+    """--task_head with align_uniform at zero align/uniform weights: cross-entropy alone trains the head (the
+    convergence benchmark's supervised reference); the head and the class names are saved and reloaded."""
+    import torch
+
+    output_dir = tmp_path / "supervised"
+    run_example(
+        "run_care.py", *TINY_IMAGES, "--method", "align_uniform", "--align_weight", "0", "--uniform_weight", "0",
+        "--task_head", "--max_steps", "16", "--per_device_train_batch_size", "32", "--num_augmentations", "2",
+        "--eval_strategy", "no", output_dir=output_dir,
+    )  # fmt: skip
+    history = json.loads((output_dir / "trainer_state.json").read_text(encoding="utf-8"))["log_history"]
+    steps = [entry for entry in history if "loss_task" in entry]
+    assert len(steps) == 16
+    assert all(entry["loss_align"] == 0 and entry["loss_task"] == entry["loss"] for entry in steps)
+    first, last = (sum(e["loss_task"] for e in part) / 4 for part in (steps[:4], steps[-4:]))
+    assert last < first - 0.2, (first, last)  # the head learns: cross-entropy falls
+    encoder = ContrastiveEncoder.from_pretrained(output_dir)
+    assert encoder.config.id2label == {i: str(i) for i in range(10)}  # the digits' class folders
+    with torch.no_grad():
+        logits = encoder(pixel_values=torch.zeros(2, 3, 32, 32)).logits
+    assert logits.shape == (2, 10)
+
+
+def test_run_care_task_head_refused_by_a_method_without_a_task_term(tmp_path: Path) -> None:
+    with pytest.raises(SystemExit, match=r"--task_head: --method simclr does not train a task head"):
+        run_example("run_care.py", *TINY_IMAGES, "--method", "simclr", "--task_head", output_dir=tmp_path / "x")
+    assert not (tmp_path / "x" / "model.safetensors").exists()
+
+
 # ---- argument parsing: the registry resolves the method -------------------------------------------
 
 

@@ -57,6 +57,7 @@ class AlignUniformObjective(Objective):
 
     config_class = AlignUniformConfig
     config: AlignUniformConfig
+    trains_task_head = True
 
     def setup(self, views: ViewBuilder, train_dataset: Any) -> None:
         super().setup(views, train_dataset)

@@ -58,6 +58,8 @@ class Objective(nn.Module):
     config_class: ClassVar[type[ObjectiveConfig]] = ObjectiveConfig
     #: Whether the batches need integer class labels.
     needs_labels: ClassVar[bool] = False
+    #: Whether ``forward`` trains the encoder's task head (``config.num_labels > 0``) when it has one.
+    trains_task_head: ClassVar[bool] = False
     #: Whether ``forward`` can score any evaluation batch (``eval_loss``).
     has_eval_loss: ClassVar[bool] = True
     #: Whether the batches hold pairs of inputs whose random geometry is drawn per pair in the collator (LOCAL):
