@@ -764,7 +764,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--test_images", type=int, default=1000)
     parser.add_argument("--text_epochs", type=int, default=1)
     parser.add_argument("--text_eval_every", type=float, default=0.5, help="Epochs between text evaluations.")
-    parser.add_argument("--parallel", type=int, default=None, help="Runs at a time (default: 8 on a GPU, else 1).")
+    parser.add_argument("--parallel", type=int, default=None, help="Runs at a time (default: 6 on a GPU, else 1).")
     parser.add_argument("--threads", type=int, default=None, help="OMP_NUM_THREADS a run (default: CPUs / parallel).")
     parser.add_argument("--calibrate", action="store_true", help="Time every recipe first and predict the plan.")
     parser.add_argument("--calibration_steps", type=int, default=40)
@@ -793,7 +793,7 @@ def main() -> None:
     import torch
 
     gpu = torch.cuda.is_available()
-    opts.parallel = opts.parallel or (8 if gpu else 1)
+    opts.parallel = opts.parallel or (6 if gpu else 1)
     opts.threads = opts.threads or max(1, (os.cpu_count() or 1) // opts.parallel)
     opts.precision = ["--bf16", "true"] if gpu and torch.cuda.is_bf16_supported() else []
     info: dict[str, Any] = {

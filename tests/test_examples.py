@@ -283,10 +283,11 @@ def test_run_care_task_head_is_supervised_training_the_saved_encoder_keeps(tmp_p
     assert logits.shape == (2, 10)
 
 
-def test_run_care_task_head_refused_by_a_method_without_a_task_term(tmp_path: Path) -> None:
+@pytest.mark.parametrize("script", ["run_care.py", "run_bert.py"])
+def test_task_head_refused_by_a_method_without_a_task_term(script: str, tmp_path: Path) -> None:
     with pytest.raises(SystemExit, match=r"--task_head: --method simclr does not train a task head"):
-        run_example("run_care.py", *TINY_IMAGES, "--method", "simclr", "--task_head", output_dir=tmp_path / "x")
-    assert not (tmp_path / "x" / "model.safetensors").exists()
+        run_example(script, "--method", "simclr", "--task_head", output_dir=tmp_path / "x")
+    assert not (tmp_path / "x").exists()  # refused before anything is read or written
 
 
 # ---- argument parsing: the registry resolves the method -------------------------------------------
