@@ -111,6 +111,15 @@ class ContrastiveTrainingArguments(TrainingArguments):
             "const": True,
         },
     )
+    resume_with_changes: bool = field(
+        default=False,
+        metadata={
+            "help": "Resume a checkpoint even though the method, its hyperparameters, the model or a setting that "
+            "shapes the weights (batch, learning rate and schedule, seed, image size, precision, processes) differs "
+            "from the run that wrote it; each change is logged and written in the model card. Without it such a "
+            "resume is refused, naming the changes."
+        },
+    )
     image_cache_max_gb: float = field(
         default=4.0,
         metadata={

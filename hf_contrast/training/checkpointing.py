@@ -48,6 +48,7 @@ from .checkpoint_validation import (
     last_complete_checkpoint,
 )
 from .loss_terms import NonFiniteLossError
+from .run_identity import RUN_SETTINGS_NAME, changed_settings, read_run_settings
 
 __all__ = ["CheckpointingMixin", "first_nonfinite_tensor", "sanitized_training_args"]
 
@@ -155,6 +156,9 @@ class CheckpointingMixin:
         state = self.contrastive_state_dict() if in_checkpoint and hasattr(self, "contrastive_state_dict") else {}
         if state and self.args.should_save:
             torch.save(state, os.path.join(target, CONTRASTIVE_STATE_NAME))
+        if in_checkpoint and hasattr(self, "run_settings") and self.args.should_save:  # what a resume must match
+            settings = json.dumps(self.run_settings(), indent=2, sort_keys=True)
+            Path(target, RUN_SETTINGS_NAME).write_text(settings + "\n", encoding="utf-8")
 
     def _remove_earlier_checkpoint(self, folder: str) -> None:
         """Remove ``folder`` (a checkpoint of this step from an earlier run) before it is written again."""
@@ -292,4 +296,27 @@ class CheckpointingMixin:
         """
         resume = self._complete_checkpoint(resume_from_checkpoint)
         self._remove_interrupted_saves(resume)
+        if resume is not None and hasattr(self, "run_settings"):
+            self._check_resumed_run(resume)
         return super().train(resume, *args, **kwargs)
+
+    def _check_resumed_run(self, checkpoint: str) -> None:
+        """Refuse to continue ``checkpoint`` with another method, model or weight-shaping setting
+        (:mod:`~hf_contrast.training.run_identity`) unless ``resume_with_changes``; then log and card the changes."""
+        saved = read_run_settings(checkpoint)
+        changes = [] if saved is None else changed_settings(saved, self.run_settings())
+        if not changes:
+            return
+        listed = "\n  ".join(changes)
+        if not getattr(self.args, "resume_with_changes", False):
+            raise InputError(
+                f"Refusing to resume {checkpoint}: it was written by another run.\n  {listed}\nResume with the "
+                "checkpoint's settings; or start a new run (another `output_dir`, or `overwrite_output_dir=True` / "
+                "`--overwrite_output_dir`); or pass `resume_with_changes=True` (`--resume_with_changes`) to continue "
+                "it with these changes (they are then logged and written in the model card)."
+            )
+        if self.is_world_process_zero():
+            logger.warning(f"Resuming {checkpoint} with changed settings (`resume_with_changes=True`):\n  {listed}")
+        setup = getattr(self, "run_setup", None)
+        if isinstance(setup, dict):  # the model card's run set-up
+            setup["resumed with changes"] = f"at step {checkpoint_step(checkpoint)}: " + "; ".join(changes)

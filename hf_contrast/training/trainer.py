@@ -61,6 +61,7 @@ from .loss_terms import LossTermTracker, NonFiniteLossError
 from .nonfinite import NonFinitePolicy
 from .objective_parameters import ZeroObjectiveGradients, add_objective_parameter_groups, average_gradients
 from .publishing import HubPublishingMixin
+from .run_identity import run_settings
 from .run_setup import check_precision, log_run_setup
 from .setup_checks import check_datasets, check_evaluation_fits, check_image_files, check_objective_fits
 
@@ -546,6 +547,11 @@ class ContrastiveTrainer(CheckpointingMixin, HubPublishingMixin, Trainer):
         return output
 
     # ---- checkpoints (written by CheckpointingMixin) -------------------------------------------------
+
+    def run_settings(self) -> dict[str, dict[str, Any]]:
+        """What a resume must match, saved in every checkpoint: the method and its hyperparameters, the encoder's
+        architecture, the weight-shaping training arguments (:mod:`~hf_contrast.training.run_identity`)."""
+        return run_settings(self.objective, self.accelerator.unwrap_model(self.model), self.args)
 
     def contrastive_state_dict(self) -> dict[str, Any]:
         """Training state outside the model and optimizer, saved in every checkpoint: the objective's
