@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 import datasets
 import torch
@@ -239,7 +239,10 @@ def main() -> None:
 
     # ---- data: training sentences (+ pairs, + labels), a held-out split, scored pairs for STS ----
     source = script.dataset or SENTENCE_PAIRS_PATH
-    columns = dict(split=None, text_column=training_args.text_column, text_pair_column=training_args.text_pair_column)
+    columns = dict(
+        split=None, text_column=training_args.text_column, text_pair_column=training_args.text_pair_column,
+        dataset_name=script.dataset_name,
+    )  # fmt: skip
     try:  # with labels when the data has them (probes; the task head needs them)
         data = load_text_dataset(source, label_column=training_args.label_column, **columns)
     except ValueError as error:
@@ -366,7 +369,7 @@ def main() -> None:
         )  # fmt: skip
 
     # ---- model card and the Hub ----
-    kwargs = {"tags": [script.method], "dataset": script.dataset_name or _data_name(script.dataset)}
+    kwargs: dict[str, Any] = {"tags": [script.method]}  # the data's names: the loaders' (`info.dataset_name`)
     if script.dataset and not os.path.exists(script.dataset):
         kwargs["dataset_tags"] = script.dataset
     if not os.path.isdir(script.model):
@@ -380,13 +383,6 @@ def main() -> None:
     # writes the pictures or the card is aborted at exit by torch.distributed (SIGABRT, the run fails).
     trainer.accelerator.wait_for_everyone()
     trainer.accelerator.end_training()
-
-
-def _data_name(dataset: str | None) -> str:
-    """A Hub id, the name of a local file, or the shipped sentences."""
-    if not dataset:
-        return "hf_contrast sentence pairs (demo)"
-    return os.path.basename(os.path.normpath(dataset)) if os.path.exists(dataset) else dataset
 
 
 if __name__ == "__main__":

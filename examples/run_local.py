@@ -29,7 +29,7 @@ from __future__ import annotations
 import os
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 import datasets
 import torch
@@ -249,10 +249,8 @@ def main() -> None:
         )  # fmt: skip
 
     # ---- model card and the Hub ----
-    kwargs = {
-        "tags": [script.method, config.contrastive],
-        "dataset": script.dataset_name or _data_name(script.dataset),
-    }
+    kwargs: dict[str, Any] = {"tags": [script.method, config.contrastive]}  # the data's names: the loaders'
+
     if script.dataset and not os.path.isdir(script.dataset):
         kwargs["dataset_tags"] = script.dataset
     if script.pretrained and not os.path.isdir(script.model):
@@ -266,13 +264,6 @@ def main() -> None:
     # writes the pictures or the card is aborted at exit by torch.distributed (SIGABRT, the run fails).
     trainer.accelerator.wait_for_everyone()
     trainer.accelerator.end_training()
-
-
-def _data_name(dataset: str | None) -> str:
-    """A Hub id, the name of a local folder, or the embedded digits."""
-    if not dataset:
-        return "scikit-learn digits"
-    return os.path.basename(os.path.normpath(dataset)) if os.path.isdir(dataset) else dataset
 
 
 if __name__ == "__main__":

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 import torch
 import transformers
@@ -211,7 +211,7 @@ def main() -> None:
         )  # fmt: skip
 
     # ---- model card and the Hub ----
-    kwargs = {"tags": [script.method], "dataset": script.dataset_name or _data_name(script.dataset)}
+    kwargs: dict[str, Any] = {"tags": [script.method]}  # the data's names: the loaders' (`info.dataset_name`)
     if script.dataset and not os.path.isdir(script.dataset):
         kwargs["dataset_tags"] = script.dataset
     if script.pretrained and not os.path.isdir(script.model):
@@ -225,13 +225,6 @@ def main() -> None:
     # writes the pictures or the card is aborted at exit by torch.distributed (SIGABRT, the run fails).
     trainer.accelerator.wait_for_everyone()
     trainer.accelerator.end_training()
-
-
-def _data_name(dataset: str | None) -> str:
-    """A Hub id, the name of a local folder, or the embedded digits."""
-    if not dataset:
-        return "scikit-learn digits"
-    return os.path.basename(os.path.normpath(dataset)) if os.path.isdir(dataset) else dataset
 
 
 if __name__ == "__main__":

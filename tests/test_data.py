@@ -61,6 +61,19 @@ def test_long_tailed_profile_and_subset(digits) -> None:
         make_long_tailed(digits["train"], 2.0, label_column="y")
 
 
+def test_change_pairs_are_named_after_their_images(digits) -> None:
+    pairs = make_change_pairs(digits["train"].select(range(20)), seed=0)
+    assert (
+        pairs.info.dataset_name
+        == f"change pairs from {digits['train'].info.dataset_name}"
+        == ("change pairs from sklearn-digits")
+    )
+    unnamed = datasets.Dataset.from_dict(
+        {"image": list(digits["train"].select(range(20))["image"]), "label": [0, 1] * 10}
+    )
+    assert make_change_pairs(unnamed, seed=0).info.dataset_name is None  # no name invented
+
+
 def test_change_pairs_follow_their_kind(digits) -> None:
     pairs = make_change_pairs(digits["train"], num_pairs=400, seed=1)
     assert pairs.features["label"].names == list(CHANGE_NAMES)

@@ -189,6 +189,15 @@ def test_run_care_card_and_results_give_each_number_one_name(care_run: tuple[Pat
         assert float(table[key]) == pytest.approx(results[f"eval_{key}"], rel=1e-3, abs=1e-12), key
 
 
+def test_run_care_card_names_its_training_and_evaluation_data_alike(care_run: tuple[Path, str]) -> None:
+    """One name per dataset, the loader's (``info.dataset_name``): the card listed the digits' training split as
+    "scikit-learn digits" and their test split as "sklearn-digits"."""
+    card = (care_run[0] / "README.md").read_text(encoding="utf-8")
+    listed = [line for line in card.splitlines() if line.startswith("- ") and " rows, columns " in line]
+    assert [line.split(",")[0] for line in listed] == ["- sklearn-digits", "- sklearn-digits"]
+    assert "scikit-learn digits" not in card
+
+
 def test_run_care_card_names_the_objective_and_its_hyperparameters(care_run: tuple[Path, str]) -> None:
     card = (care_run[0] / "README.md").read_text(encoding="utf-8")
     assert "care_weight" in card and "n_splits" in card  # filled by the library's card callback while training

@@ -160,6 +160,8 @@ def make_change_pairs(
             "label": datasets.ClassLabel(names=list(CHANGE_NAMES)),
         }
     )
+    source = getattr(dataset.info, "dataset_name", None)  # the pairs are named after their images (model cards)
+    info = datasets.DatasetInfo(features=features, dataset_name=f"change pairs from {source}" if source else None)
     return datasets.Dataset.from_dict(
-        {"image_pre": pre_images, "image_post": post_images, "label": kinds.tolist()}, features=features
+        {"image_pre": pre_images, "image_post": post_images, "label": kinds.tolist()}, features=features, info=info
     )
