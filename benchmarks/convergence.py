@@ -609,7 +609,7 @@ def grid_table(opts: argparse.Namespace) -> list[str]:
             )
             if is_done(run_dir):
                 cells[weight, splits] = read_run(run_dir)[0]
-    if not cells:
+    if set(cells) <= {GRID_DEFAULT}:  # no grid run yet (the default cell alone is the CARE run)
         return []
     shown = ("eval_linear_probe_accuracy", "eval_equivariance_wahba_error_per_sample",
              "eval_equivariance_relative_rotational_equivariance")  # fmt: skip
@@ -633,8 +633,8 @@ def describe(opts: argparse.Namespace, info: dict[str, Any]) -> str:
         f"Image plan: {opts.model} ({'small-image stem' if opts.small_image_stem else 'ImageNet stem'}), batch "
         f"{opts.batch_size}, {opts.epochs} epochs of {opts.train_images} training images "
         f"({image_steps(opts)} steps), {opts.test_images} test images, {opts.evaluations} evaluations, "
-        f"{' '.join(call['precision']) or 'float32'}; {call['parallel']} runs at a time, {call['threads']} threads "
-        "each (the last call).",
+        f"{' '.join(call['precision']) or 'float32'}; {call['parallel']} run(s) at a time, {call['threads']} "
+        "thread(s) each (the last call).",
         f"Text plan: {opts.text_epochs} epoch(s) of batch 64, an evaluation every {opts.text_eval_every} epoch.",
     ]
     if info.get("prediction"):

@@ -192,3 +192,26 @@ def test_good_inputs_still_pass(model, images, tmp_path) -> None:
     ContrastiveTrainer(model=model, args=training_args(tmp_path), train_dataset=rows, objective="simclr")
     paths = datasets.Dataset.from_dict({"image": ["a.png"] * 8, "label": [0, 1] * 4})  # paths: decoded by the collator
     SupConTrainer(model=model, args=training_args(tmp_path), train_dataset=paths)
+
+
+_resnet = None
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(size=st.integers(1, 40))
+def test_an_image_size_the_encoder_cannot_take_is_refused_before_training(size: int, images, tmp_path) -> None:
+    """test_resnet's total stride is 32: the encoder takes sizes >= 16 (half of it); a smaller `image_size` is
+    refused when the trainer is built, naming the argument (it failed at the first step before)."""
+    from _tiny import tiny_timm_encoder
+
+    global _resnet
+    _resnet = _resnet or tiny_timm_encoder()
+    build = lambda: ContrastiveTrainer(  # noqa: E731
+        model=_resnet, args=training_args(tmp_path, image_size=size), train_dataset=images, objective="simclr"
+    )
+    if size < 16:
+        with pytest.raises(InputError, match=rf"`image_size`: the training views would be {size}x{size} px"):
+            build()
+    else:
+        assert build().image_size_choice.size == (size, size)
+    assert _resnet.training  # the dry forward leaves the model as it found it

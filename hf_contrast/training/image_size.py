@@ -24,6 +24,9 @@ import warnings
 from dataclasses import dataclass
 from typing import Any
 
+import torch
+
+from hf_contrast.errors import InputError
 from hf_contrast.models.backbones import timm_data_config
 
 __all__ = [
@@ -31,6 +34,7 @@ __all__ = [
     "MAX_ROWS_READ",
     "ImageSizeChoice",
     "apply_image_size",
+    "check_image_size_fits",
     "choose_image_size",
     "data_image_sizes",
 ]
@@ -240,3 +244,30 @@ def apply_image_size(model: Any, choice: ImageSizeChoice | None) -> None:
     model say) carries the training size."""
     if choice is not None and choice.rule not in ("encoder", "pretrained", "fixed", "default"):
         model.set_image_size(list(choice.size))
+
+
+def check_image_size_fits(model: Any, choice: ImageSizeChoice | None) -> None:
+    """One zero image through the encoder at the chosen size, in eval mode and without gradients, before training:
+    a size the network cannot take (1 px through a padded convolution, a ViT's fixed patch grid) is refused naming
+    ``image_size`` here, not met as a RuntimeError at the first step. Nothing is learned or counted (eval mode:
+    BatchNorm statistics stay as they are)."""
+    if choice is None:
+        return
+    parameter = next(model.parameters(), None)
+    if parameter is None or parameter.device.type == "meta":
+        return
+    channels = int(getattr(model, "data_config", {}).get("input_size", (3,))[0])
+    image = torch.zeros(1, channels, *choice.size, device=parameter.device, dtype=parameter.dtype)
+    training = model.training
+    model.eval()
+    try:
+        with torch.no_grad():
+            model(pixel_values=image)
+    except (RuntimeError, AssertionError, ValueError) as error:  # InputError is a ValueError: the encoder's own
+        why = str(error) if isinstance(error, InputError) else f"{type(error).__name__}: {str(error).splitlines()[0]}"
+        raise InputError(
+            f"`image_size`: the training views would be {choice.describe()}, a size this encoder cannot take. "
+            f"{why.rstrip('.')}. Pass a larger `image_size` (`--image_size`)."
+        ) from error
+    finally:
+        model.train(training)

@@ -55,7 +55,7 @@ from .dataloaders import (
 from .doors import check_trainer_arguments, check_trainer_columns
 from .engine_checks import check_distributed_engine
 from .gradient_cache import GradientCache
-from .image_size import apply_image_size, choose_image_size
+from .image_size import apply_image_size, check_image_size_fits, choose_image_size
 from .left_out_rows import LeftOutRows
 from .loss_terms import LossTermTracker, NonFiniteLossError
 from .nonfinite import NonFinitePolicy
@@ -177,6 +177,7 @@ class ContrastiveTrainer(CheckpointingMixin, HubPublishingMixin, Trainer):
             self.model, self.args.image_size, train_dataset, self.args.image_column
         )
         apply_image_size(self.model, self.image_size_choice)  # the evaluators' views and the saved model take it
+        check_image_size_fits(self.model, self.image_size_choice)  # a size the network cannot take: said now
         #: How ``views_on_device`` was decided (the argument, or the default for this device and modality).
         self.views_on_device_source = resolve_views_on_device(self.args, self.model, self.objective)
         self.views = views_for(self.model, self.args, self.processing_class, epoch=lambda: self.state.epoch)
