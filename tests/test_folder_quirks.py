@@ -41,3 +41,26 @@ def test_class_folders_equal_but_for_case_are_found_and_said(tmp_path: Path, cla
     assert len(said) == (1 if twins else 0)
     if twins:
         assert all(repr(name) in said[0] for group in twins for name in group)
+
+
+@pytest.mark.parametrize(
+    ("sizes", "single"),
+    [({"cat": 1, "dog": 4, "owl": 1}, ["cat", "owl"]), ({"cat": 2, "dog": 4}, [])],
+)
+def test_a_one_image_class_without_a_test_split_is_said(tmp_path: Path, sizes: dict[str, int], single) -> None:
+    from hf_contrast.data import load_image_splits
+
+    root = tmp_path / "images"
+    for name, count in sizes.items():
+        (root / name).mkdir(parents=True)
+        for i in range(count):
+            Image.fromarray(np.full((8, 8, 3), i * 40, np.uint8)).save(root / name / f"{i}.png")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        data = load_image_splits(str(root))
+    said = [str(w.message) for w in caught if "hold a single image" in str(w.message)]
+    assert len(said) == (1 if single else 0)
+    if single:
+        assert f"{len(single)} class(es) hold a single image: {single}" in said[0]
+    test_classes = {data["test"].features["label"].names[i] for i in data["test"]["label"]}
+    assert test_classes == set(sizes) - set(single)  # the one-image classes are in training only

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import warnings
+from collections import Counter
 from typing import Any
 
 from hf_contrast.errors import InputError
@@ -100,7 +102,20 @@ def load_image_splits(
     if "test" not in data and "validation" in data:
         data["test"] = data.pop("validation")
     if "test" not in data:
-        train_rows, test_rows = balanced_split(list(data["train"][label_column]), test_fraction, seed)
+        labels = list(data["train"][label_column])
+        train_rows, test_rows = balanced_split(labels, test_fraction, seed)
+        single = sorted(label for label, count in Counter(labels).items() if count == 1)
+        if single:
+            names = getattr(data["train"].features.get(label_column), "names", None)
+            shown = [names[label] if names else label for label in single]
+            warnings.warn(
+                f"{len(single)} class(es) hold a single image: {shown[:10]}{' …' if len(shown) > 10 else ''}. With no "
+                f"test split, {test_fraction:.0%} of each class is held out for evaluation, but a one-image class "
+                "can only be trained on: the evaluation never sees it. Add images to those classes, or give a "
+                "test/ folder.",
+                UserWarning,
+                stacklevel=2,
+            )
         data = datasets.DatasetDict(
             {"train": data["train"].select(train_rows.tolist()), "test": data["train"].select(test_rows.tolist())}
         )
