@@ -119,3 +119,14 @@ def test_changed_settings_names_exactly_the_settings_that_differ(saved, group, k
         assert changes == []
     else:
         assert changes == [f"`{key}` ({group}): {old!r} in the checkpoint, {value!r} now"]
+
+
+def test_a_resumed_runs_card_keeps_the_training_log_from_step_one(tmp_path: Path, images) -> None:
+    first_run(tmp_path, images, logging_steps=1)
+    trainer = resume(tmp_path, images, logging_steps=1)
+    trainer.create_model_card()
+    card = (tmp_path / "README.md").read_text()
+    table = card[card.index("## Training logs") :].split("\n\n")[1].splitlines()[2:]
+    history = [entry for entry in trainer.state.log_history if "loss" in entry]
+    assert [int(row.split("|")[2]) for row in table] == [entry["step"] for entry in history] == [1, 2, 3, 4]
+    assert [float(row.split("|")[3]) for row in table] == pytest.approx([e["loss"] for e in history], rel=1e-3)

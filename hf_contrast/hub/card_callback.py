@@ -52,6 +52,13 @@ class ModelCardCallback(TrainerCallback):
 
     def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         self._describe_run()
+        data = self._data()
+        if state.log_history and not data.training_logs:  # resumed: the card's log and metrics start at step 1
+            for entry in state.log_history:
+                step = int(entry.get("step", 0))
+                data.log(step, entry.get("epoch"), entry)
+                if any(key.startswith("eval_") for key in entry):
+                    data.set_metrics(entry, step)
         setup = getattr(self.trainer, "run_setup", None)  # what the trainer logged at the start of `train()`
         if setup:
             self._data().training_setup = {str(key): str(value) for key, value in setup.items()}
