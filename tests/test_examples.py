@@ -268,6 +268,23 @@ def test_run_care_other_methods(method: list[str], tmp_path: Path) -> None:
     )
 
 
+def test_the_getting_started_pages_start_up_line_is_what_run_care_prints(tmp_path: Path) -> None:
+    """docs/getting-started.md shows the short run's start-up line: the script prints it (with this test's smaller
+    model and step count put in), so the page cannot drift from the script again."""
+    page = (EXAMPLES.parent / "docs" / "getting-started.md").read_text(encoding="utf-8")
+    shown = next(line for line in page.splitlines() if line.startswith("INFO - __main__ - Training "))
+    command = page[page.index("A short run on a subset,") :].split("`")[1].split()[2:]  # the flags after the script
+    assert command[:2] == ["--max_steps", "10"] and "--model" not in command
+    printed = run_example(
+        "run_care.py", *command, "--max_steps", "2", "--model", "test_resnet", "--eval_strategy", "no",
+        "--num_probe_images", "16", "--num_augmentations", "2", output_dir=tmp_path / "care",
+    )  # fmt: skip
+    expected = (
+        shown.removeprefix("INFO - __main__ - ").replace("resnet18", "test_resnet").replace("10 steps", "2 steps")
+    )
+    assert expected in printed
+
+
 def test_run_care_task_head_is_supervised_training_the_saved_encoder_keeps(tmp_path: Path) -> None:
     """--task_head with align_uniform at zero align/uniform weights: cross-entropy alone trains the head (the
     convergence benchmark's supervised reference); the head and the class names are saved and reloaded."""
