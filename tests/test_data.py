@@ -363,3 +363,16 @@ def test_change_pairs_from_undecoded_images_of_different_sizes_and_a_bad_file(tm
         "drawn from the other 7."
     ]
     assert len(pairs) == 10
+
+
+def test_a_scored_pairs_file_without_a_header_row_is_said_so(tmp_path: Path) -> None:
+    from hf_contrast.data import load_sts_pairs
+    from hf_contrast.errors import InputError
+
+    path = tmp_path / "pairs.csv"
+    path.write_text("A man plays a guitar.,A person plays music.,4.5\nA dog runs.,A cat sleeps.,0.5\n")
+    with pytest.raises(InputError, match=r"its first row is read as the header, and that row looks like data") as e:
+        load_sts_pairs(str(path))
+    assert "`sentence1,sentence2,score`" in str(e.value)
+    path.write_text("sentence1,sentence2,score\n" + path.read_text())  # the fix the message names
+    assert load_sts_pairs(str(path))["score"] == [4.5, 0.5]

@@ -73,6 +73,14 @@ def _has_text(path: Path) -> bool:
     return False
 
 
+def _is_number(name: object) -> bool:
+    try:
+        float(str(name))
+    except ValueError:
+        return False
+    return True
+
+
 def _check_text(
     dataset: Any,
     source: str,
@@ -85,6 +93,12 @@ def _check_text(
         if column is None:
             continue
         if column not in names:
+            if any(_is_number(name) for name in names):  # a header row of data: the file has none
+                raise InputError(
+                    f"`{option}`={column!r} is not a column of {source!r}: its first row is read as the header, and "
+                    f"that row looks like data (a number among its column names: {names}). Add a header row naming "
+                    f"the columns (e.g. `{','.join(str(c) for c in columns.values() if c)}`) as the file's first line."
+                )
             raise InputError(
                 f"`{option}`={column!r} is not a column of {source!r} (its columns: {names}); pass `{option}=` "
                 "with one of them" + (" (or `delimiter=` if the file was split wrongly)." if len(names) == 1 else ".")
