@@ -548,7 +548,7 @@ def finished_groups(opts: argparse.Namespace, family: str) -> dict[str, list[Pat
     for run_dir in sorted((opts.work / family).glob("**/seed*")):
         if is_done(run_dir):
             groups.setdefault(str(run_dir.parent.relative_to(opts.work / family)), []).append(run_dir)
-    order = [*IMAGE_METHODS, "random_init"] if family == "image" else list(TEXT_METHODS)
+    order = [*IMAGE_METHODS, "random_init"] if family == "image" else ["minilm", "random_bert", *TEXT_METHODS]
     rank = {name: i for i, name in enumerate(order)}
     return dict(
         sorted(groups.items(), key=lambda g: (g[0] in REFERENCES, *(rank.get(p, -1) for p in g[0].split("/"))))
