@@ -115,6 +115,8 @@ TEXT_METRICS = {  # STS Spearman on SICK's trial pairs: the base model, the best
     "STS ρ best ↑": "eval_sts_spearman_best",
     "STS ρ final ↑": "eval_sts_spearman",
 }
+BEFORE = "eval_sts_spearman_before_training"
+CURVE_TITLES = {"eval_sts_spearman": "STS ρ, SICK trial pairs ↑"}  # the curve is every evaluation, not the final one
 RESULT_FILES = ("results.md", "results.json", "curves_image.png", "curves_text.png", "log.txt")
 
 
@@ -576,7 +578,11 @@ def summarize(opts: argparse.Namespace, info: dict[str, Any]) -> None:
             walls = [wall_seconds(opts, str(d.relative_to(opts.work))) for d in dirs]
             label = f"{group} (reference)" if group in REFERENCES else group
             lines.append(f"| {label} | {len(dirs)} | " + " | ".join(cells) + f" | {mean_std(walls, 0)} |")
-            curves[group] = [curve for _, curve in finals if curve]
+            curves[group] = [
+                ([{"epoch": 0.0, "eval_sts_spearman": final[BEFORE]}] if BEFORE in final else []) + curve
+                for final, curve in finals
+                if curve
+            ]  # a text curve starts at the base model's score (epoch 0)
             if not curves[group]:  # a reference without a curve: a dashed line at its final value
                 references[group] = {
                     key: sum(values) / len(values)
@@ -584,7 +590,7 @@ def summarize(opts: argparse.Namespace, info: dict[str, Any]) -> None:
                     if (values := [final[key] for final, _ in finals if isinstance(final.get(key), (int, float))])
                 }
         plotted = {
-            title: key
+            CURVE_TITLES.get(key, title): key
             for title, key in metrics.items()
             if any(key in entry for seeds in curves.values() for curve in seeds for entry in curve)
         }
