@@ -394,6 +394,10 @@ def test_detect_last_checkpoint_resumes_refuses_or_overwrites(tmp_path: Path) ->
         (tmp_path / "run" / f"checkpoint-{step}").mkdir()
     assert run_ocl.detect_last_checkpoint(args, overwrite_output_dir=False) == str(tmp_path / "run" / "checkpoint-12")
     assert run_ocl.detect_last_checkpoint(args, overwrite_output_dir=True) is None
+    args.resume_from_checkpoint = str(tmp_path / "run" / "checkpoint-3")  # and overwrite: opposite requests
+    with pytest.raises(ValueError, match="--overwrite_output_dir .* and --resume_from_checkpoint .* drop one"):
+        run_ocl.detect_last_checkpoint(args, overwrite_output_dir=True)
+    assert (tmp_path / "run" / "checkpoint-3").is_dir()  # nothing removed
 
 
 def test_run_ocl_resumes_from_the_last_checkpoint(tmp_path: Path) -> None:

@@ -90,9 +90,15 @@ def detect_last_checkpoint(training_args: TrainingArguments, overwrite_output_di
 
     Raises:
         ValueError: if ``output_dir`` holds files but no checkpoint and ``overwrite_output_dir`` is false
-            (nothing of an earlier run is overwritten unasked).
+            (nothing of an earlier run is overwritten unasked), or if ``overwrite_output_dir`` and
+            ``resume_from_checkpoint`` are both given (opposite requests).
     """
     output_dir = training_args.output_dir
+    if overwrite_output_dir and training_args.resume_from_checkpoint:
+        raise InputError(
+            f"--overwrite_output_dir (train from scratch) and --resume_from_checkpoint "
+            f"{training_args.resume_from_checkpoint} (continue a run) ask for opposite things: drop one of them."
+        )
     if not os.path.isdir(output_dir) or overwrite_output_dir:
         return None
     last_checkpoint = get_last_checkpoint(output_dir)
