@@ -50,6 +50,7 @@ Usage::
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import math
 import os
@@ -269,15 +270,16 @@ def install_wheels(opts: argparse.Namespace, log: Log) -> None:
     wheels = sorted(p.name for p in opts.wheels.glob("*.whl"))
     if not wheels:
         raise SystemExit(f"--wheels {opts.wheels}: no *.whl files there (build them: pip wheel --no-deps -w DIR .)")
-    marker = site / ".installed"
-    if not marker.is_file() or marker.read_text(encoding="utf-8").split() != wheels:
+    marker = site / ".installed"  # the wheels' names and contents: a rebuilt wheel of the same version is new
+    stamp = "\n".join(f"{w} {hashlib.sha256((opts.wheels / w).read_bytes()).hexdigest()}" for w in wheels)
+    if not marker.is_file() or marker.read_text(encoding="utf-8") != stamp:
         log(f"installing {len(wheels)} wheels into {site}: {', '.join(wheels)}")
         subprocess.run(
             [sys.executable, "-m", "pip", "install", "-q", "--no-index", "--no-deps", "--no-compile", "--upgrade",
              "--target", str(site), *(str(opts.wheels / w) for w in wheels)],
             check=True,
         )  # fmt: skip
-        marker.write_text("\n".join(wheels), encoding="utf-8")
+        marker.write_text(stamp, encoding="utf-8")
     os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(site), os.environ.get("PYTHONPATH")]))
     sys.path.insert(0, str(site))
 
