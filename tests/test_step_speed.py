@@ -110,6 +110,23 @@ def test_the_cache_leaves_an_unreadable_image_out_and_counts_it(tmp_path: Path) 
     assert metrics["train_skipped_images"] == 1
 
 
+@pytest.mark.parametrize("limit", [4.0, 0])
+def test_a_cached_training_set_is_decoded_once_at_start_up(tmp_path: Path, images, monkeypatch, limit: float) -> None:
+    """The cache's build decodes every training image (and names the bad ones): the start-up scan then reads only
+    the evaluation set; without the cache it reads both."""
+    from hf_contrast.training import setup_checks
+
+    scanned: list[int] = []
+    scan = setup_checks.scan_images
+    monkeypatch.setattr(setup_checks, "scan_images", lambda dataset: scanned.append(len(dataset)) or scan(dataset))
+    trainer = _trainer(tmp_path / str(limit), images, image_cache_max_gb=limit, max_steps=1)
+    trainer.eval_dataset = images.select(range(16))
+    trainer.args.eval_strategy = "steps"
+    trainer.train()
+    assert (trainer.image_cache is not None) == (limit > 0)
+    assert scanned == ([16] if limit > 0 else [48, 16])
+
+
 def test_a_training_set_too_large_for_the_cache_is_decoded_by_persistent_workers(tmp_path: Path, images) -> None:
     trainer = _trainer(tmp_path, images, image_cache_max_gb=1e-9)
     plan = plan_image_cache(trainer.args, trainer.data_collator, images, lambda: (3, 16, 16))

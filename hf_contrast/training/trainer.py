@@ -225,12 +225,14 @@ class ContrastiveTrainer(CheckpointingMixin, HubPublishingMixin, Trainer):
 
     def check_image_files(self) -> None:
         """Scan the training and evaluation sets' image files before training
-        (:func:`~hf_contrast.training.setup_checks.check_image_files`).
+        (:func:`~hf_contrast.training.setup_checks.check_image_files`); not the training set when the decoded-image
+        cache holds it (its build decoded every image and named the bad ones).
 
         Raises:
             BadImageError: with ``on_bad_image="raise"``, naming the bad files and the fix.
         """
-        check_image_files(self.args, self.train_dataset, self.eval_dataset)
+        # the decoded-image cache decodes every training image once already (and names the bad ones): no second pass
+        check_image_files(self.args, None if self.image_cache is not None else self.train_dataset, self.eval_dataset)
 
     def train(self, *args: Any, **kwargs: Any) -> Any:
         """Checks and reports around ``Trainer.train``: :meth:`check_datasets`, :meth:`check_image_files`, the
@@ -241,8 +243,8 @@ class ContrastiveTrainer(CheckpointingMixin, HubPublishingMixin, Trainer):
         when there are any, and the readable rows left out with them to keep chunks or class groups whole
         (:mod:`hf_contrast.views.whole_rows`) as ``train_dropped_rows``."""
         self.check_datasets()
+        self.build_image_cache()  # before the scan: a cached training set is not decoded twice at start-up
         self.check_image_files()
-        self.build_image_cache()
         self.run_setup = log_run_setup(self)  # the defaults that shape the result, said once (and in the card)
         self.left_out_rows.start("train")
         with progress_bars_disabled(self.args.disable_tqdm):
