@@ -53,7 +53,9 @@ def test_each_checkpoint_keeps_the_settings_a_resume_must_match(tmp_path: Path, 
     assert saved["method"] == {"name": "simclr", "temperature": 0.5}
     assert saved["model"]["backbone"] == "test_vit" and saved["model"]["projection_dim"] == 8
     assert saved["training"]["learning_rate"] == 1e-3 and saved["training"]["per_device_train_batch_size"] == 4
-    trainer = resume(tmp_path, images, eval_strategy="no", logging_steps=2)  # a longer run, other logging: fine
+    assert saved["training"]["image_size"] == [16, 16]  # the size trained at, given or chosen
+    # a longer run, other logging, the same size now given explicitly: the same run
+    trainer = resume(tmp_path, images, eval_strategy="no", logging_steps=2, image_size=16)
     assert trainer.state.global_step == 4
     assert "resumed with changes" not in trainer.run_setup
 
@@ -67,8 +69,12 @@ def test_each_checkpoint_keeps_the_settings_a_resume_must_match(tmp_path: Path, 
         ({"per_device_train_batch_size": 8}, r"`per_device_train_batch_size` \(training\): 4 in the checkpoint, 8"),
         ({"seed": 3}, r"`seed` \(training\): 0 in the checkpoint, 3 now"),
         ({"model": vit_encoder(projection_dim=16)}, r"`projection_dim` \(model\): 8 in the checkpoint, 16 now"),
+        (
+            {"image_size": 32, "model": vit_encoder(img_size=32)},
+            r"`image_size` \(training\): \[16, 16\] in the checkpoint, \[32, 32\] now",
+        ),
     ],
-    ids=["method", "hyperparameter", "learning_rate", "batch", "seed", "model"],
+    ids=["method", "hyperparameter", "learning_rate", "batch", "seed", "model", "image_size"],
 )
 def test_resuming_another_run_is_refused_naming_the_change(tmp_path: Path, images, change, said) -> None:
     first_run(tmp_path, images)

@@ -554,7 +554,10 @@ class ContrastiveTrainer(CheckpointingMixin, HubPublishingMixin, Trainer):
     def run_settings(self) -> dict[str, dict[str, Any]]:
         """What a resume must match, saved in every checkpoint: the method and its hyperparameters, the encoder's
         architecture, the weight-shaping training arguments (:mod:`~hf_contrast.training.run_identity`)."""
-        return run_settings(self.objective, self.accelerator.unwrap_model(self.model), self.args)
+        settings = run_settings(self.objective, self.accelerator.unwrap_model(self.model), self.args)
+        if self.image_size_choice is not None:  # the size trained at, however it was chosen (given or not)
+            settings["training"]["image_size"] = list(self.image_size_choice.size)
+        return settings
 
     def contrastive_state_dict(self) -> dict[str, Any]:
         """Training state outside the model and optimizer, saved in every checkpoint: the objective's
