@@ -277,10 +277,21 @@ def check_bool(name: str, value: object) -> bool:
 
 
 def check_choice(name: str, value: object, choices: Sequence[object]) -> object:
-    """Check that ``value`` is one of ``choices`` (e.g. ``negatives`` in ``("all", "shifted")``)."""
-    if value not in tuple(choices) or (isinstance(value, bool) and not any(value is c for c in choices)):
+    """Check that ``value`` is one of ``choices`` (e.g. ``negatives`` in ``("all", "shifted")``); a bool matches
+    only a bool, and a value whose comparison is no truth value (a tensor or array of several elements) matches
+    nothing."""
+    if not any(_same_choice(value, choice) for choice in choices):
         raise InputError(f"`{name}` must be one of {tuple(choices)}, got {value!r}.")
     return value
+
+
+def _same_choice(value: object, choice: object) -> bool:
+    if isinstance(value, bool) or isinstance(choice, bool):
+        return value is choice
+    try:
+        return bool(value == choice)
+    except (RuntimeError, ValueError, TypeError):  # `tensor([a, b]) == 2` has no single truth value
+        return False
 
 
 def check_name(name: str, value: object, what: str = "column name", allow_none: bool = False) -> str | None:

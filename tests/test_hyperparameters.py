@@ -17,6 +17,7 @@ import inspect
 from pathlib import Path
 from typing import get_type_hints
 
+import numpy as np
 import pytest
 import torch
 
@@ -127,6 +128,9 @@ def test_vocabulary_messages_name_argument_value_and_expectation() -> None:
          "`moco_momentum` must be in [0, 1), got 1.0."),
         (lambda: check_unit_interval("hflip_p", "0.5"), "`hflip_p` must be a number, got '0.5' of type str."),
         (lambda: check_choice("n_views", True, (1, 2)), "`n_views` must be one of (1, 2), got True."),
+        (lambda: check_choice("flag", 0, (False, True)), "`flag` must be one of (False, True), got 0."),
+        (lambda: check_choice("n_views", np.array([2, 2]), (2,)),  # no single truth value: no match, no crash
+         "`n_views` must be one of (2,), got array([2, 2])."),
         (lambda: check_range("scale", (0.9, 0.1), 0.0, 1.0),
          "`scale` must be a pair (lo, hi) with 0.0 < lo <= hi <= 1.0, got (0.9, 0.1)."),
         (lambda: check_size("image_size", (8, True)),

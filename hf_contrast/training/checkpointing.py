@@ -13,7 +13,9 @@ previous complete checkpoint. The mixin adds, through public methods:
 - ``train``: ``resume_from_checkpoint=True`` resumes from the newest *complete* checkpoint, warning
   about each newer one it skips and why; a given incomplete folder raises, naming the file; staging
   folders and incomplete checkpoints newer than the resume point (leftovers of a killed save) are
-  removed with a warning.
+  removed with a warning. With a trainer's optional ``run_settings()`` hook, each checkpoint also keeps
+  ``run_settings.json`` and a resume of another run (method, model, weight-shaping settings) is refused
+  unless ``args.resume_with_changes`` (:mod:`~hf_contrast.training.run_identity`).
 
 Three private ``Trainer`` methods are overridden (``_save``, ``_load_from_checkpoint``, ``_load_best_model``,
 the ones sentence-transformers 6 overrides too); why is said once, in docs/training.md ("What the trainer
