@@ -264,7 +264,8 @@ def check_image_size_fits(model: Any, choice: ImageSizeChoice | None) -> None:
         with torch.no_grad():
             model(pixel_values=image)
     except (RuntimeError, AssertionError, ValueError) as error:  # InputError is a ValueError: the encoder's own
-        why = str(error) if isinstance(error, InputError) else f"{type(error).__name__}: {str(error).splitlines()[0]}"
+        first_line = (str(error).splitlines() or [""])[0]
+        why = str(error) if isinstance(error, InputError) else f"{type(error).__name__}: {first_line}"
         raise InputError(
             f"`image_size`: the training views would be {choice.describe()}, a size this encoder cannot take. "
             f"{why.rstrip('.')}. Pass a larger `image_size` (`--image_size`)."
