@@ -64,3 +64,40 @@ def test_a_one_image_class_without_a_test_split_is_said(tmp_path: Path, sizes: d
         assert f"{len(single)} class(es) hold a single image: {single}" in said[0]
     test_classes = {data["test"].features["label"].names[i] for i in data["test"]["label"]}
     assert test_classes == set(sizes) - set(single)  # the one-image classes are in training only
+
+
+def test_the_folder_quirks_said_at_load_time_are_in_the_model_card_too(tmp_path: Path) -> None:
+    """Warned once when the folder is loaded, and kept on the splits (``info.description``) for the card, whose
+    training-data lines carry them: a class folder without images, names equal but for case, one-image classes."""
+    from distributed_scripts.trainer_utils import training_args, vit_encoder
+
+    from hf_contrast.data import load_image_splits
+    from hf_contrast.data.naming import loader_notes
+    from hf_contrast.training import ContrastiveTrainer
+
+    root = tmp_path / "images"
+    for name, count in {"Cat": 4, "cat": 4, "owl": 1, "empty": 0}.items():
+        (root / name).mkdir(parents=True)
+        for i in range(count):
+            Image.fromarray(np.full((16, 16, 3), i * 40, np.uint8)).save(root / name / f"{i}.png")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        data = load_image_splits(str(root))
+    notes = [
+        "the class folder(s) ['empty'] hold no image and are left out of the classes",
+        "the class folders 'Cat' and 'cat' differ only in case and are separate classes",
+        "1 class(es) of a single image, in training only: ['owl']",
+    ]
+    assert loader_notes(data["train"]) == loader_notes(data["test"]) == notes
+    trainer = ContrastiveTrainer(
+        model=vit_encoder(),
+        args=training_args(tmp_path / "run", per_device_train_batch_size=4, max_steps=1),
+        train_dataset=data["train"],
+        eval_dataset=data["test"],
+        objective="simclr",
+    )
+    trainer.train()
+    trainer.create_model_card()
+    card = (tmp_path / "run" / "README.md").read_text()
+    lines = [line for line in card.splitlines() if line.startswith("- images, ")]  # training, evaluation
+    assert len(lines) == 2 and all(line.endswith("; note: ".join(["", *notes])) for line in lines), lines

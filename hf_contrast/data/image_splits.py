@@ -71,7 +71,7 @@ def load_image_splits(
     from .columns import CANONICAL_COLUMNS
     from .digits import load_digits_dataset
     from .images import defer_image_decoding, prepare_image_splits, read_image_source
-    from .naming import name_dataset
+    from .naming import add_loader_note, name_dataset
     from .sampling import balanced_split, balanced_subset
 
     check_unit_interval("test_fraction", check_positive("test_fraction", test_fraction), include_one=False)
@@ -108,6 +108,7 @@ def load_image_splits(
         if single:
             names = getattr(data["train"].features.get(label_column), "names", None)
             shown = [names[label] if names else label for label in single]
+            one_image_note = f"{len(single)} class(es) of a single image, in training only: {shown[:10]}"
             warnings.warn(
                 f"{len(single)} class(es) hold a single image: {shown[:10]}{' …' if len(shown) > 10 else ''}. With no "
                 f"test split, {test_fraction:.0%} of each class is held out for evaluation, but a one-image class "
@@ -119,6 +120,8 @@ def load_image_splits(
         data = datasets.DatasetDict(
             {"train": data["train"].select(train_rows.tolist()), "test": data["train"].select(test_rows.tolist())}
         )
+        if single:  # on both splits: the card lists the note with the training and the evaluation data
+            add_loader_note(data, one_image_note)
     data = datasets.DatasetDict({"train": data["train"], "test": data["test"]})
     for split, limit in (("train", max_train_samples), ("test", max_eval_samples)):
         if limit is not None and limit < len(data[split]):

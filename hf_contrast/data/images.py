@@ -11,7 +11,7 @@ from hf_contrast.errors import InputError
 
 from .columns import rename_to_canonical
 from .folder_layout import IMAGE_SUFFIXES, SPLIT_FOLDERS, image_files_by_split
-from .naming import name_dataset
+from .naming import add_loader_note, name_dataset
 from .sources import load_from_hub, resolve_source
 
 __all__ = ["case_twin_class_folders", "defer_image_decoding", "empty_class_folders", "load_image_dataset"]
@@ -187,8 +187,10 @@ def read_image_source(
             if {"data_files", "data_dir"} & set(load_kwargs)
             else image_files_by_split(local, argument, labelled=labelled)
         )
+        notes = []  # warned now, and kept on the loaded splits for the model card (naming.add_loader_note)
         empty = empty_class_folders(local)
         if empty:
+            notes.append(f"the class folder(s) {empty} hold no image and are left out of the classes")
             warnings.warn(
                 f"Image folder {local.name!r}: the class folder(s) {empty} hold no image and are left out of the "
                 "classes (datasets' imagefolder names classes after the files it finds); add images or remove "
@@ -199,6 +201,7 @@ def read_image_source(
         twins = case_twin_class_folders(local)
         if twins:
             listed = "; ".join(" and ".join(repr(name) for name in group) for group in twins)
+            notes.append(f"the class folders {listed} differ only in case and are separate classes")
             warnings.warn(
                 f"Image folder {local.name!r}: the class folders {listed} differ only in case, so they are "
                 "separate classes (and would merge on a case-insensitive file system); rename or merge them if "
@@ -214,6 +217,8 @@ def read_image_source(
                 f"No images found in the folder {source!r} ({error}); put them in one sub-folder per class "
                 "(root/<class>/<image>)."
             ) from error
+        for note in notes:
+            add_loader_note(loaded, note)
     else:
         loaded = load_from_hub(argument, where, "image folder (root/<class>/<image>)", **load_kwargs)
     return loaded, is_local

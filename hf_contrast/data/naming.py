@@ -15,7 +15,10 @@ from typing import Any
 
 from hf_contrast.errors import InputError
 
-__all__ = ["local_dataset_name", "name_dataset"]
+__all__ = ["add_loader_note", "loader_notes", "local_dataset_name", "name_dataset"]
+
+#: Marks the lines of ``info.description`` that the loaders wrote (a Hub dataset's own description is kept).
+NOTE_PREFIX = "hf_contrast note: "
 
 _SPLIT_NAMES = frozenset({"train", "test", "validation", "valid", "val", "dev", "eval", "data"})
 
@@ -49,3 +52,21 @@ def name_dataset(dataset: Any, source: str | os.PathLike[str], dataset_name: str
         for part in dataset.values() if hasattr(dataset, "values") and not hasattr(dataset, "info") else [dataset]:
             part.info.dataset_name = name
     return dataset
+
+
+def add_loader_note(dataset: Any, note: str) -> Any:
+    """Keep ``note`` (a quirk of the data the loader found and warned about: a class folder without images, class
+    names equal but for case, one-image classes) in ``info.description`` of ``dataset`` (each split of a
+    ``DatasetDict``), where the model card reads it (:func:`loader_notes`); said once per split."""
+    for part in dataset.values() if hasattr(dataset, "values") and not hasattr(dataset, "info") else [dataset]:
+        line = NOTE_PREFIX + note
+        description = part.info.description or ""
+        if line not in description.splitlines():
+            part.info.description = f"{description}\n{line}".strip("\n")
+    return dataset
+
+
+def loader_notes(dataset: Any) -> list[str]:
+    """The notes :func:`add_loader_note` kept on ``dataset`` (none for a dataset without ``info``)."""
+    description = getattr(getattr(dataset, "info", None), "description", None) or ""
+    return [line[len(NOTE_PREFIX) :] for line in description.splitlines() if line.startswith(NOTE_PREFIX)]

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from hf_contrast.data.naming import loader_notes
 from hf_contrast.errors import InputError
 from hf_contrast.provenance import hub_id_or_none as _hub_id
 from hf_contrast.provenance import public_name
@@ -77,7 +78,8 @@ def public_dataset(entry: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def dataset_metadata(dataset: Any, name: str | None = None) -> list[dict[str, Any]]:
-    """``[{"name", "id", "split", "size", "columns"}]`` of a dataset (one entry per split of a ``DatasetDict``).
+    """``[{"name", "id", "split", "size", "columns"[, "notes"]}]`` of a dataset (one entry per split of a
+    ``DatasetDict``; ``notes``: the quirks its loader warned about, :func:`hf_contrast.data.naming.loader_notes`).
 
     The Hub id comes from the download checksums of a dataset loaded from the Hub (as
     sentence-transformers does); a local folder or file gives no id and its folder name at most.
@@ -105,4 +107,7 @@ def dataset_metadata(dataset: Any, name: str | None = None) -> list[dict[str, An
         entry["size"] = None
     columns = getattr(dataset, "column_names", None)
     entry["columns"] = list(columns) if columns else []
+    notes = loader_notes(dataset)  # quirks the loader warned about (a class folder without images, …)
+    if notes:
+        entry["notes"] = notes
     return [entry]
