@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import logging
+import os
 import warnings
 
 import datasets
@@ -254,3 +255,48 @@ def test_threads_the_users_omp_num_threads_is_never_overridden(monkeypatch, unde
         assert ("--num_cpu_threads_per_process" in source) == under_accelerate
     finally:
         torch.set_num_threads(before)
+
+
+LAUNCH_PROBE = """
+import sys, warnings
+sys.path.insert(0, sys.argv[1])
+from distributed_scripts.trainer_utils import image_dataset, training_args, vit_encoder
+from hf_contrast.training import ContrastiveTrainer
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    trainer = ContrastiveTrainer(model=vit_encoder(), args=training_args(sys.argv[2]), train_dataset=image_dataset(),
+                                 objective="simclr")
+    trainer.train()
+print("WARNED:", any("started one" in str(w.message) for w in caught))
+print("PROCESSES:", trainer.run_setup["processes"])
+trainer.accelerator.wait_for_everyone()
+trainer.accelerator.end_training()  # a process group left open aborts the processes at exit
+"""
+
+
+@pytest.mark.distributed
+@pytest.mark.parametrize("multi", [False, True], ids=["num_processes_2_alone", "multi_cpu"])
+def test_a_launch_asked_for_two_processes_that_starts_one_is_said(tmp_path, multi: bool) -> None:
+    """`accelerate launch --num_processes 2` without `--multi_gpu` runs ONE process (accelerate's simple launcher):
+    the trainer warns before training and the run set-up (log and card) says it; a real 2-process launch does not."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from _launch import free_port
+
+    script = tmp_path / "probe.py"
+    script.write_text(LAUNCH_PROBE)
+    command = [
+        sys.executable, "-m", "accelerate.commands.launch", *(["--multi_gpu"] if multi else ["--cpu"]),
+        "--num_processes", "2", "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no",
+        "--main_process_port", str(free_port()), str(script), str(Path(__file__).parent), str(tmp_path / "run"),
+    ]  # fmt: skip
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    done = subprocess.run(command, capture_output=True, text=True, timeout=240, env=env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    if multi:
+        assert done.stdout.count("WARNED: False") == 2 and "2 process(es)" in done.stdout
+    else:
+        assert "WARNED: True" in done.stdout, done.stdout + done.stderr[-2000:]
+        assert "1 process(es)" in done.stdout and "asked for several and started one (no `--multi_gpu`)" in done.stdout

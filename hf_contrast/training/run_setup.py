@@ -9,6 +9,7 @@ views are made, and what the evaluation scores (the metrics' and evaluators' sam
 
 from __future__ import annotations
 
+import os
 import warnings
 from typing import Any
 
@@ -17,7 +18,7 @@ from transformers.utils import logging
 
 from .scripts import cpu_threads_source
 
-__all__ = ["check_precision", "describe_run", "log_run_setup", "precision"]
+__all__ = ["check_launch", "check_precision", "describe_run", "launched_fewer_processes", "log_run_setup", "precision"]
 
 logger = logging.get_logger(__name__)
 
@@ -36,6 +37,30 @@ def check_precision(args: Any) -> None:
             "on the CPU (its results differ from fp32).",
             stacklevel=3,
         )
+
+
+def launched_fewer_processes(args: Any) -> str | None:
+    """Why this single process is not the several processes ``accelerate launch`` was asked for, or ``None``.
+
+    ``accelerate launch --num_processes 2 script.py`` (or a config file with ``num_processes: 2`` and
+    ``distributed_type: NO``) starts ONE process: only ``--multi_gpu`` (``MULTI_GPU`` / ``MULTI_CPU`` in the
+    config) starts several. Its single-process launcher then still sets ``MASTER_ADDR`` / ``MASTER_PORT`` (and
+    ``ACCELERATE_USE_CPU``), but no ``WORLD_SIZE``: that signature is read here."""
+    env = os.environ
+    if args.world_size > 1 or "WORLD_SIZE" in env or "ACCELERATE_USE_CPU" not in env or "MASTER_ADDR" not in env:
+        return None
+    return (
+        "`accelerate launch` was asked for several processes (`--num_processes` > 1, or `num_processes` in its "
+        "config) but started one: it starts several only with `--multi_gpu` (`distributed_type: MULTI_GPU`, or "
+        "`MULTI_CPU` for CPU processes, in the config). This run trains in 1 process."
+    )
+
+
+def check_launch(args: Any) -> None:
+    """Warn, before training, when :func:`launched_fewer_processes` finds one process where several were asked."""
+    why = launched_fewer_processes(args)
+    if why is not None:
+        warnings.warn(why, UserWarning, stacklevel=3)
 
 
 def precision(trainer: Any) -> str:
@@ -91,6 +116,8 @@ def describe_run(trainer: Any) -> dict[str, str]:
     setup["processes"] = (
         f"{args.world_size} process(es) × {torch.get_num_threads()} CPU thread(s) per process ({cpu_threads_source()})"
     )
+    if launched_fewer_processes(args) is not None:
+        setup["processes"] += " — `accelerate launch` was asked for several and started one (no `--multi_gpu`)"
     distributed = getattr(getattr(trainer, "accelerator", None), "distributed_type", None)
     kind = str(getattr(distributed, "value", distributed or "NO"))
     setup["devices"] = device.type + ("" if kind == "NO" else f" ({kind}, accelerate's distributed type)")

@@ -62,7 +62,7 @@ from .nonfinite import NonFinitePolicy
 from .objective_parameters import ZeroObjectiveGradients, add_objective_parameter_groups, average_gradients
 from .publishing import HubPublishingMixin
 from .run_identity import run_settings
-from .run_setup import check_precision, log_run_setup
+from .run_setup import check_launch, check_precision, log_run_setup
 from .setup_checks import check_datasets, check_evaluation_fits, check_image_files, check_objective_fits
 
 __all__ = ["ContrastiveTrainer", "NonFiniteLossError"]
@@ -172,6 +172,7 @@ class ContrastiveTrainer(CheckpointingMixin, HubPublishingMixin, Trainer):
         self.model_accepts_loss_kwargs = False
         self.evaluator = evaluator
         check_precision(self.args)  # fp16 on a CPU: said before training
+        check_launch(self.args)  # `accelerate launch --num_processes 2` without --multi_gpu: one process, said
         #: The image size this run trains at and why (:mod:`hf_contrast.training.image_size`); None for text.
         self.image_size_choice = choose_image_size(
             self.model, self.args.image_size, train_dataset, self.args.image_column
