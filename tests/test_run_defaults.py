@@ -275,10 +275,9 @@ trainer.accelerator.end_training()  # a process group left open aborts the proce
 
 
 @pytest.mark.distributed
-@pytest.mark.parametrize("multi", [False, True], ids=["num_processes_2_alone", "multi_cpu"])
-def test_a_launch_asked_for_two_processes_that_starts_one_is_said(tmp_path, multi: bool) -> None:
+def test_a_launch_asked_for_two_processes_that_starts_one_is_said(tmp_path) -> None:
     """`accelerate launch --num_processes 2` without `--multi_gpu` runs ONE process (accelerate's simple launcher):
-    the trainer warns before training and the run set-up (log and card) says it; a real 2-process launch does not."""
+    the trainer warns before training and the run set-up (log and card) says it. A real launch."""
     import subprocess
     import sys
     from pathlib import Path
@@ -288,15 +287,37 @@ def test_a_launch_asked_for_two_processes_that_starts_one_is_said(tmp_path, mult
     script = tmp_path / "probe.py"
     script.write_text(LAUNCH_PROBE)
     command = [
-        sys.executable, "-m", "accelerate.commands.launch", *(["--multi_gpu"] if multi else ["--cpu"]),
-        "--num_processes", "2", "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no",
-        "--main_process_port", str(free_port()), str(script), str(Path(__file__).parent), str(tmp_path / "run"),
+        sys.executable, "-m", "accelerate.commands.launch", "--cpu", "--num_processes", "2", "--num_machines", "1",
+        "--mixed_precision", "no", "--dynamo_backend", "no", "--main_process_port", str(free_port()), str(script),
+        str(Path(__file__).parent), str(tmp_path / "run"),
     ]  # fmt: skip
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    done = subprocess.run(command, capture_output=True, text=True, timeout=240, env=env)
+    done = subprocess.run(
+        command, capture_output=True, text=True, timeout=240, env={**os.environ, "OMP_NUM_THREADS": "1"}
+    )
     assert done.returncode == 0, done.stderr[-3000:]
-    if multi:
-        assert done.stdout.count("WARNED: False") == 2 and "2 process(es)" in done.stdout
-    else:
-        assert "WARNED: True" in done.stdout, done.stdout + done.stderr[-2000:]
-        assert "1 process(es)" in done.stdout and "asked for several and started one (no `--multi_gpu`)" in done.stdout
+    assert "WARNED: True" in done.stdout, done.stdout + done.stderr[-2000:]
+    assert "1 process(es)" in done.stdout and "asked for several and started one (no `--multi_gpu`)" in done.stdout
+
+
+@pytest.mark.parametrize(
+    ("env", "world_size", "said"),
+    [
+        ({"MASTER_ADDR": "127.0.0.1", "ACCELERATE_USE_CPU": "True"}, 1, True),  # the simple launcher, 2 asked
+        ({"ACCELERATE_USE_CPU": "True"}, 1, False),  # `accelerate launch --cpu`: one process asked
+        ({"MASTER_ADDR": "127.0.0.1", "ACCELERATE_USE_CPU": "True", "WORLD_SIZE": "2"}, 2, False),  # --multi_gpu
+        ({"MASTER_ADDR": "127.0.0.1"}, 1, False),  # not accelerate launch (a plain python in a cluster job)
+    ],
+)
+def test_the_single_process_launch_signature(monkeypatch, env: dict, world_size: int, said: bool) -> None:
+    from types import SimpleNamespace
+
+    from hf_contrast.training.run_setup import launched_fewer_processes
+
+    for name in ("MASTER_ADDR", "ACCELERATE_USE_CPU", "WORLD_SIZE"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    why = launched_fewer_processes(SimpleNamespace(world_size=world_size))
+    assert (why is not None) == said
+    if said:
+        assert "started one: it starts several only with `--multi_gpu`" in why
