@@ -111,13 +111,11 @@ FAKE_EXAMPLE = """
 import json, sys, time, pathlib, signal
 out = pathlib.Path(sys.argv[sys.argv.index("--output_dir") + 1])
 seconds = float(sys.argv[1])
-marker = out / "progress"
-done = float(marker.read_text()) if marker.exists() else 0.0
-signal.signal(signal.SIGINT, lambda *a: (marker.write_text(str(done)), sys.exit(130)))
-while done < seconds:
+marker = out / "stopped"  # a stopped run "resumes" and ends at once in the next call
+signal.signal(signal.SIGINT, lambda *a: (marker.write_text("1"), sys.exit(130)))
+start = time.time()
+while time.time() - start < seconds and not marker.exists():
     time.sleep(0.05)
-    done += 0.05
-    marker.write_text(str(done))
 (out / "eval_results.json").write_text(json.dumps({"eval_x": seconds}))
 """
 
@@ -128,11 +126,9 @@ def test_the_runner_keeps_parallel_runs_going_stops_at_the_deadline_and_goes_on(
     fake = tmp_path / "fake_example.py"
     fake.write_text(FAKE_EXAMPLE)
     log = convergence.Log(opts.results / "log.txt")
-    runs = [
-        convergence.Run(f"image/m{i}/seed0", [str(fake), seconds]) for i, seconds in enumerate(("0.3", "6", "0.3"))
-    ]
-    status = convergence.run_all(runs, opts.work, opts, deadline=convergence.time.time() + 3, log=log)
-    # two at a time: m0 ends, m2 starts in its slot and ends; m1 (6 s of work) is stopped at the deadline
+    runs = [convergence.Run(f"image/m{i}/seed0", [str(fake), s]) for i, s in enumerate(("0.2", "1000", "0.2"))]
+    status = convergence.run_all(runs, opts.work, opts, deadline=convergence.time.time() + 6, log=log)
+    # two at a time: m0 ends, m2 starts in its slot and ends; m1 (which would run for 1000 s) is stopped
     assert status == {"image/m0/seed0": "done", "image/m2/seed0": "done", "image/m1/seed0": "stopped"}
     assert not (opts.work / "image/m1/seed0/eval_results.json").exists()
     status = convergence.run_all(runs, opts.work, opts, deadline=math.inf, log=log)  # the next call: m1 only
