@@ -54,6 +54,7 @@ from hf_contrast.training import (
     ContrastiveTrainer,
     ContrastiveTrainingArguments,
     check_sample_caps,
+    check_task_head,
     detect_last_checkpoint,
     evaluate_final,
     finished_run,
@@ -226,11 +227,7 @@ def main() -> None:
         if why_not and training_args.should_log:  # said once, by the main process
             logger.warning(f"The last model is saved, not the best `eval_sts_spearman` checkpoint: {why_not}.")
     check_sample_caps(script)  # before any data is read
-    if script.task_head and not get_objective(script.method).trains_task_head:
-        raise SystemExit(
-            f"--task_head: --method {script.method} does not train a task head (it would stay random); use "
-            "--method align_uniform (EquiBERT: its --task_loss_weight term), or drop --task_head."
-        )
+    check_task_head(script.method, script.task_head)
     last_checkpoint = detect_last_checkpoint(training_args, script.overwrite_output_dir)
     if (finished := finished_run(training_args, last_checkpoint)) is not None:
         logger.warning(finished)  # run again: nothing to do, nothing changed

@@ -56,6 +56,7 @@ from hf_contrast.training import (
     ContrastiveTrainer,
     ContrastiveTrainingArguments,
     check_sample_caps,
+    check_task_head,
     choose_image_size,
     detect_last_checkpoint,
     evaluate_final,
@@ -151,12 +152,7 @@ def main() -> None:
         training_args.output_dir = DEFAULTS["output_dir"].format(method=script.method)
     setup_logging(training_args, __name__)
     check_sample_caps(script)  # before any data is read
-    objective_class = get_objective(script.method)
-    if script.task_head and not objective_class.trains_task_head:
-        raise SystemExit(
-            f"--task_head: --method {script.method} does not train a task head (it would stay random); use "
-            "--method align_uniform (its --task_loss_weight term), or drop --task_head."
-        )
+    check_task_head(script.method, script.task_head)
     last_checkpoint = detect_last_checkpoint(training_args, script.overwrite_output_dir)
     if (finished := finished_run(training_args, last_checkpoint)) is not None:
         logger.warning(finished)  # run again: nothing to do, nothing changed
@@ -220,7 +216,7 @@ def main() -> None:
     trainer = ContrastiveTrainer(
         model=encoder,
         args=training_args,
-        objective=objective_class(config),
+        objective=get_objective(script.method)(config),
         train_dataset=train_dataset,
         eval_dataset=eval_dataset,
         evaluator=SequentialEvaluator([probe, equivariance]),

@@ -302,9 +302,9 @@ def test_a_launch_asked_for_two_processes_that_starts_one_is_said(tmp_path) -> N
 @pytest.mark.parametrize(
     ("env", "world_size", "said"),
     [
-        ({"MASTER_ADDR": "127.0.0.1", "ACCELERATE_USE_CPU": "True"}, 1, True),  # the simple launcher, 2 asked
-        ({"ACCELERATE_USE_CPU": "True"}, 1, False),  # `accelerate launch --cpu`: one process asked
-        ({"MASTER_ADDR": "127.0.0.1", "ACCELERATE_USE_CPU": "True", "WORLD_SIZE": "2"}, 2, False),  # --multi_gpu
+        ({"MASTER_ADDR": "127.0.0.1", "ACCELERATE_MIXED_PRECISION": "no"}, 1, True),  # simple launcher, 2 asked
+        ({"ACCELERATE_MIXED_PRECISION": "no"}, 1, False),  # `accelerate launch --cpu`: one process asked
+        ({"MASTER_ADDR": "127.0.0.1", "ACCELERATE_MIXED_PRECISION": "no", "WORLD_SIZE": "2"}, 2, False),  # --multi_gpu
         ({"MASTER_ADDR": "127.0.0.1"}, 1, False),  # not accelerate launch (a plain python in a cluster job)
     ],
 )
@@ -313,7 +313,7 @@ def test_the_single_process_launch_signature(monkeypatch, env: dict, world_size:
 
     from hf_contrast.training.run_setup import launched_fewer_processes
 
-    for name in ("MASTER_ADDR", "ACCELERATE_USE_CPU", "WORLD_SIZE"):
+    for name in ("MASTER_ADDR", "ACCELERATE_MIXED_PRECISION", "WORLD_SIZE"):
         monkeypatch.delenv(name, raising=False)
     for name, value in env.items():
         monkeypatch.setenv(name, value)

@@ -35,9 +35,7 @@ def empty_class_folders(root: str | os.PathLike[str]) -> list[str]:
         Paths like ``"dog"`` or ``"train/dog"``, relative to ``root``.
     """
     base = Path(root)
-    subdirs = sorted(p for p in base.iterdir() if p.is_dir() and not p.name.startswith("."))
-    split_dirs = [p for p in subdirs if p.name.lower() in _SPLIT_NAMES]
-    class_dirs = [c for s in split_dirs for c in sorted(s.iterdir()) if c.is_dir()] if split_dirs else subdirs
+    class_dirs = [c for group in _class_folder_groups(base) for c in group]
 
     def has_images(folder: Path) -> bool:
         return any(f.is_file() and f.suffix.lower() in _IMAGE_SUFFIXES for f in folder.rglob("*"))
@@ -52,16 +50,21 @@ def case_twin_class_folders(root: str | os.PathLike[str]) -> list[list[str]]:
     (a copy to macOS or Windows) they would merge. :func:`load_image_dataset` warns about them.
     """
     base = Path(root)
-    subdirs = sorted(p for p in base.iterdir() if p.is_dir() and not p.name.startswith("."))
-    split_dirs = [p for p in subdirs if p.name.lower() in _SPLIT_NAMES]
-    parents = split_dirs or [base]
     groups: list[list[str]] = []
-    for parent in parents:
+    for folders in _class_folder_groups(base):
         by_name: dict[str, list[str]] = {}
-        for folder in sorted(c for c in parent.iterdir() if c.is_dir() and not c.name.startswith(".")):
+        for folder in (c for c in folders if not c.name.startswith(".")):
             by_name.setdefault(folder.name.casefold(), []).append(folder.relative_to(base).as_posix())
         groups += [names for names in by_name.values() if len(names) > 1]
     return groups
+
+
+def _class_folder_groups(base: Path) -> list[list[Path]]:
+    """The class folders of ``base``, sorted, one group per split folder (``train/``, ``test/``…), or one group:
+    the sub-folders of ``base`` when it is not split."""
+    subdirs = sorted(p for p in base.iterdir() if p.is_dir() and not p.name.startswith("."))
+    split_dirs = [p for p in subdirs if p.name.lower() in _SPLIT_NAMES]
+    return [[c for c in sorted(s.iterdir()) if c.is_dir()] for s in split_dirs] if split_dirs else [subdirs]
 
 
 def _check_columns(dataset: Any, source: str, columns: dict[str, str | None]) -> None:

@@ -20,6 +20,7 @@ from .image_size import ImageSizeChoice, choose_image_size
 from .loss_terms import NonFiniteLossError
 from .scripts import (
     check_sample_caps,
+    check_task_head,
     detect_last_checkpoint,
     evaluate_final,
     finished_run,
@@ -55,6 +56,7 @@ __all__ = [
     "ImageSizeChoice",
     "choose_image_size",
     "check_sample_caps",
+    "check_task_head",
     "detect_last_checkpoint",
     "evaluate_final",
     "finished_run",

@@ -16,7 +16,7 @@ from typing import Any
 import torch
 from transformers.utils import logging
 
-from .scripts import cpu_threads_source
+from .scripts import cpu_threads_source, launched_by_accelerate
 
 __all__ = ["check_launch", "check_precision", "describe_run", "launched_fewer_processes", "log_run_setup", "precision"]
 
@@ -44,10 +44,11 @@ def launched_fewer_processes(args: Any) -> str | None:
 
     ``accelerate launch --num_processes 2 script.py`` (or a config file with ``num_processes: 2`` and
     ``distributed_type: NO``) starts ONE process: only ``--multi_gpu`` (``MULTI_GPU`` / ``MULTI_CPU`` in the
-    config) starts several. Its single-process launcher then still sets ``MASTER_ADDR`` / ``MASTER_PORT`` (and
-    ``ACCELERATE_USE_CPU``), but no ``WORLD_SIZE``: that signature is read here."""
+    config) starts several. Its single-process launcher then still sets ``MASTER_ADDR`` / ``MASTER_PORT``, but no
+    ``WORLD_SIZE``: that signature, in a process :func:`~hf_contrast.training.scripts.launched_by_accelerate`,
+    is read here."""
     env = os.environ
-    if args.world_size > 1 or "WORLD_SIZE" in env or "ACCELERATE_USE_CPU" not in env or "MASTER_ADDR" not in env:
+    if args.world_size > 1 or "WORLD_SIZE" in env or "MASTER_ADDR" not in env or not launched_by_accelerate():
         return None
     return (
         "`accelerate launch` was asked for several processes (`--num_processes` > 1, or `num_processes` in its "

@@ -36,6 +36,7 @@ __all__ = [
     "cpu_threads_source",
     "detect_last_checkpoint",
     "check_sample_caps",
+    "check_task_head",
     "evaluate_final",
     "finished_run",
     "launched_by_accelerate",
@@ -156,6 +157,22 @@ def check_sample_caps(script: Any) -> None:
         value = getattr(script, name, None)
         if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
             raise InputError(f"`--{name}` must be a number of rows >= 1 (or left out: every row), got {value!r}.")
+
+
+def check_task_head(method: str, task_head: bool) -> None:
+    """``--task_head`` only with a method that trains the head (:attr:`Objective.trains_task_head
+    <hf_contrast.objectives.Objective.trains_task_head>`): with any other it would stay random.
+
+    Raises:
+        InputError: naming the flag and the method, before any data is read.
+    """
+    from hf_contrast.objectives import get_objective
+
+    if task_head and not get_objective(method).trains_task_head:
+        raise InputError(
+            f"--task_head: --method {method} does not train a task head (it would stay random); use --method "
+            "align_uniform (its --task_loss_weight term; EquiBERT for text), or drop --task_head."
+        )
 
 
 def finished_run(training_args: TrainingArguments, last_checkpoint: str | None) -> str | None:
