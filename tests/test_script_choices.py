@@ -13,6 +13,8 @@ from types import SimpleNamespace
 from typing import Literal
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from hf_contrast.errors import InputError
 from hf_contrast.training import ContrastiveTrainingArguments, check_sample_caps, parse_args_with_objective, run_main
@@ -77,3 +79,42 @@ def test_run_main_ends_an_input_error_with_its_message_and_keeps_other_traceback
 
     with pytest.raises(RuntimeError, match="a bug"):  # not an input error: the traceback stays
         run_main(bug)
+
+
+_FIELDS = {  # a field of each plain type: (config key, values of its type, values of other types)
+    "resume_with_changes": (st.booleans(), st.one_of(st.text(max_size=5), st.integers(), st.floats(allow_nan=False))),
+    "max_steps": (st.integers(1, 50), st.one_of(st.text(max_size=5), st.booleans(), st.floats(0.5, 9.5))),
+    "learning_rate": (st.floats(1e-5, 1.0) | st.integers(1, 3), st.one_of(st.text(max_size=5), st.booleans())),
+    "temperature": (st.floats(0.05, 2.0), st.one_of(st.text(max_size=5), st.booleans())),  # the method's config
+}
+
+
+@settings(max_examples=30, deadline=None)
+@given(data=st.data())
+def test_a_config_files_value_of_another_type_is_refused_naming_the_field(tmp_path_factory, data) -> None:
+    """The file's values reach the dataclasses as they are: `"resume_with_changes": "no"` was a true string. A
+    value of another type than its field's is refused with the file, the field and the flag named."""
+    key = data.draw(st.sampled_from(sorted(_FIELDS)), label="field")
+    good, bad = _FIELDS[key]
+    config = tmp_path_factory.mktemp("config") / "args.json"
+    value = data.draw(bad, label="bad value")
+    config.write_text(json.dumps({"output_dir": "out", key: value}))
+    with pytest.raises(SystemExit):
+        _parse([str(config)])
+    value = data.draw(good, label="good value")
+    config.write_text(json.dumps({"output_dir": "out", key: value}))
+    script, args, method_config = parse_args_with_objective(
+        (_Script, ContrastiveTrainingArguments), method="simclr", args=[str(config)]
+    )
+    assert getattr(args, key, getattr(method_config, key, None)) == value
+
+
+def test_the_refusal_names_the_file_the_field_and_the_flag(tmp_path: Path, capsys) -> None:
+    config = tmp_path / "args.json"
+    config.write_text(json.dumps({"output_dir": "out", "resume_with_changes": "no"}))
+    with pytest.raises(SystemExit):
+        _parse([str(config)])
+    said = capsys.readouterr().err
+    assert (
+        f"{config}: 'resume_with_changes' is 'no' (str); give true or false (the flag --resume_with_changes)" in said
+    )

@@ -79,6 +79,7 @@ def parse_args_with_objective(
         chosen["method"] = method
     parser.set_defaults(**chosen)
     if given is not None:
+        _check_config_types(given, (*dataclass_types, config_class), parser, source=argv[0])
         parsed = parser.parse_dict({**chosen, **given})
         _check_choices(parsed, parser, source=argv[0])  # argparse checks a flag's choices; a file's values too
     else:
@@ -91,6 +92,40 @@ def parse_args_with_objective(
             )
     _derive_class_major_batch_size(parsed, set(given) if given is not None else given_arguments(argv))
     return tuple(parsed)
+
+
+_PLAIN_TYPES = {bool: "true or false", int: "an integer", float: "a number", str: "a string"}
+
+
+def _check_config_types(
+    given: Mapping[str, Any], kinds: Sequence[type], parser: argparse.ArgumentParser, source: str
+) -> None:
+    """Exit with argparse's error when a value of the config file ``source`` is not of its field's plain type
+    (``bool``, ``int``, ``float``, ``str``, or one of them or ``None``): the file's values reach the dataclasses as
+    they are, so ``"resume_with_changes": "no"`` would be a true string, and ``"max_steps": "10"`` a string."""
+    for kind in kinds:
+        hints = typing.get_type_hints(kind)
+        for field in dataclasses.fields(kind):
+            if field.name not in given:
+                continue
+            value, members = given[field.name], set(typing.get_args(hints.get(field.name))) - {type(None)}
+            plain = hints.get(field.name) if hints.get(field.name) in _PLAIN_TYPES else None
+            if plain is None and len(members) == 1 and next(iter(members)) in _PLAIN_TYPES:
+                plain = next(iter(members))  # `X | None`
+            if plain is None or (value is None and type(None) in typing.get_args(hints.get(field.name))):
+                continue
+            fits = (
+                isinstance(value, bool)
+                if plain is bool
+                else isinstance(value, (int, float)) and not isinstance(value, bool)
+                if plain is float
+                else isinstance(value, plain) and not isinstance(value, bool)
+            )
+            if not fits:
+                parser.error(
+                    f"{source}: {field.name!r} is {value!r} ({type(value).__name__}); give {_PLAIN_TYPES[plain]} "
+                    f"(the flag --{field.name})"
+                )
 
 
 def _check_choices(parsed: Sequence[Any], parser: argparse.ArgumentParser, source: str) -> None:
