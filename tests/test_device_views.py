@@ -301,6 +301,25 @@ def test_same_seed_and_batch_index_give_bit_identical_views(views, uint8_batch):
     assert not torch.equal(first[0], views(x, views.generator(5, stream=1)))  # evaluation batches draw apart
 
 
+@pytest.mark.parametrize("backend", ["eager", "aot_eager"])
+@pytest.mark.parametrize("channels", [3, 1])
+def test_compiled_views_equal_the_eager_views(backend, channels):
+    """``compile=`` (what ``torch_compile=True`` turns on) makes the same views as the eager pass, up to float
+    rounding: per-sample, chunk-shared and several views in one call, a second batch size, 1 and 3 channels."""
+    mean, std = MEAN[:channels], STD[:channels]
+    eager = BatchedSimCLRViews(16, mean, std, seed=0)
+    compiled = BatchedSimCLRViews(16, mean, std, seed=0, compile={"backend": backend})
+    for batch in (8, 12):  # a new batch size compiles again (or runs the dynamic graph), the same views
+        x = _uint8_images(b=batch)[:, :channels]
+        for chunks in ([None, None], [4, 4, None, None], [None]):
+            want = eager.many(x, eager.generator(batch), chunks)
+            got = compiled.many(x, compiled.generator(batch), chunks)
+            assert len(got) == len(want)
+            for a, b in zip(got, want):
+                torch.testing.assert_close(a, b, atol=1e-5, rtol=0)
+    assert "compile={'backend'" in repr(compiled)
+
+
 def test_views_are_normalised_float32_of_the_right_shape(uint8_batch):
     views = BatchedSimCLRViews((12, 10), MEAN, STD, seed=0)
     x = uint8_batch[:4]

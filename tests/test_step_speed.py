@@ -357,6 +357,8 @@ def test_torch_compile_trains_every_image_objective(tmp_path: Path, images, name
     trainer.eval_dataset = images.select(range(16))
     output = trainer.train()
     assert hasattr(trainer.model_wrapped, "_orig_mod")  # the Trainer trained torch.compile's module
+    if name != "align_uniform":  # the device views' pass is compiled with the model's backend
+        assert trainer.views.device_views().views.compile == {"backend": "eager", "mode": None}
     assert np.isfinite(output.training_loss)
     trainer.evaluate()
     trainer.save_model()

@@ -71,6 +71,12 @@ class BatchedSimCLRViews:
         std: Per-channel normalisation standard deviation; its length must equal the input's channels.
         antialias: Antialiased bilinear resampling (``simclr_transform``'s setting) or plain bilinear.
         seed: Seed of :meth:`generator` (per-batch generators for exact resume).
+        compile: ``None`` (eager), or the keyword arguments of ``torch.compile`` (``{}`` for its defaults, e.g.
+            ``{"backend": "inductor", "mode": None}``) for the view pass: the pass becomes a few fused kernels
+            instead of about 370 launches (what ``ContrastiveTrainingArguments(torch_compile=True)`` asks for
+            with device views). The same views up to float rounding (the colour jitter's hue rotation is
+            computed for every row in every round and kept where it applies, instead of grouping the rows on
+            the host, which would give the compiler a new shape per batch).
         **recipe: Fields of :class:`~hf_contrast.views.SimCLRRecipe` to change (``scale``, ``ratio``,
             ``hflip_p``, ``jitter_strength``, ``jitter_p``, ``grayscale_p``, ``blur_p``,
             ``blur_kernel``, ``blur_sigma``, ``solarize_p``, ``solarize_threshold``): the defaults
@@ -88,6 +94,7 @@ class BatchedSimCLRViews:
         *,
         antialias: bool = True,
         seed: int | None = None,
+        compile: Mapping[str, Any] | None = None,
         **recipe: Any,
     ) -> None:
         self.image_size = check_size("image_size", image_size)
@@ -105,6 +112,8 @@ class BatchedSimCLRViews:
         self.antialias = bool(antialias)
         self.seed = seed
         self._norm: dict[torch.device, tuple[Tensor, Tensor]] = {}
+        self.compile = None if compile is None else dict(compile)
+        self._compiled = None if compile is None else torch.compile(self._pass, **self.compile)
 
     @classmethod
     def from_data_config(cls, data_config: Mapping[str, Any], **kwargs: Any) -> BatchedSimCLRViews:
@@ -197,8 +206,12 @@ class BatchedSimCLRViews:
 
     def _apply(self, images: Tensor, params: ViewParams, repeats: int = 1) -> Tensor:
         device = images.device
+        if self._compiled is not None:
+            if repeats > 1:
+                images = images.repeat(repeats, 1, 1, 1)
+            return self._compiled(images, params.to(device), None, *self._normalisation(device))
         jitter = self.jitter_p > 0 and images.shape[1] == 3
-        perm = None
+        perm = hue_counts = None
         if jitter:
             perm, hue_counts = ops.hue_groups(params.jitter_factors, params.jitter_order)
             params = params.select(perm)
@@ -209,10 +222,20 @@ class BatchedSimCLRViews:
             images = images.index_select(0, rows)
         elif repeats > 1:
             images = images.repeat(repeats, 1, 1, 1)
-        p = params.to(device)
+        x = self._pass(images, params.to(device), hue_counts, *self._normalisation(device))
+        if perm is not None:
+            x = torch.empty_like(x).index_copy_(0, perm, x)
+        return x
+
+    def _pass(self, images: Tensor, p: ViewParams, hue_counts: list[int] | None, mean: Tensor, std: Tensor) -> Tensor:
+        """The views of ``images`` (``(N, C, H, W)``, one row per parameter set of ``p``, on one device).
+
+        ``hue_counts``: the rows are sorted by hue round (:func:`~hf_contrast.views.batched_ops.hue_groups`), or
+        ``None`` (the rotation computed for every row every round and kept where it applies).
+        """
         x = images.float().div_(255.0) if images.dtype == torch.uint8 else images.float()
         x = ops.resized_crop(x, p.boxes, self.image_size, flip=p.flip, antialias=self.antialias)
-        if jitter:
+        if self.jitter_p > 0 and x.shape[1] == 3:
             x = ops.color_jitter(x, p.jitter_factors, p.jitter_order, hue_counts)
         if self.recipe.grayscale_p > 0 and x.shape[1] == 3:
             x = torch.where(p.grayscale.reshape(-1, 1, 1, 1), ops.rgb_to_grayscale(x).expand_as(x), x)
@@ -220,11 +243,7 @@ class BatchedSimCLRViews:
             x = ops.gaussian_blur(x, p.blur_sigma, self.blur_kernel)
         if self.recipe.solarize_p > 0:
             x = ops.solarize(x, p.solarize, self.recipe.solarize_threshold)
-        mean, std = self._normalisation(device)
-        x = (x - mean) / std
-        if perm is not None:
-            x = torch.empty_like(x).index_copy_(0, perm, x)
-        return x
+        return (x - mean) / std
 
     def __call__(
         self, images: Tensor, generator: torch.Generator | None = None, *, chunk_size: int | None = None
@@ -297,9 +316,8 @@ class BatchedSimCLRViews:
         order = list(range(count)) if order is None else [int(i) for i in order]
         if sorted(order) != list(range(count)):
             raise InputError(f"`order` must be a permutation of 0..{count - 1}, got {order}.")
-        if images.device.type == "cpu" and count * batch * images.shape[1] * math.prod(self.image_size) * 4 > (
-            _CPU_ONE_PASS_BYTES
-        ):
+        view_bytes = count * batch * images.shape[1] * math.prod(self.image_size) * 4
+        if self._compiled is None and images.device.type == "cpu" and view_bytes > _CPU_ONE_PASS_BYTES:
             return [self.apply(images, params) for params in drawn]  # the same views, one pass each
         made = self.apply(images, ViewParams.cat([drawn[i] for i in order]), repeats=count).split(batch)
         views: list[Tensor] = [made[0]] * count
@@ -321,5 +339,7 @@ class BatchedSimCLRViews:
     def __repr__(self) -> str:
         return (
             f"{type(self).__name__}(image_size={self.image_size}, {self.recipe}, blur_kernel={self.blur_kernel}, "
-            f"antialias={self.antialias}, seed={self.seed})"
+            f"antialias={self.antialias}, seed={self.seed}"
+            + ("" if self.compile is None else f", compile={self.compile}")
+            + ")"
         )

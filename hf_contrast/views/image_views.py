@@ -89,9 +89,15 @@ class ImageViews(ViewBuilder):
 
     def device_views(self) -> DeviceViews:
         """The random views made on the device (``args.views_on_device``): SimCLR's recipe sized and normalised
-        from the data config, seeded with :attr:`seed`; built once."""
+        from the data config, seeded with :attr:`seed`, compiled with ``torch.compile`` when ``args.torch_compile``
+        (its backend and mode); built once."""
         if self._device_views is None:
-            self._device_views = DeviceViews(BatchedSimCLRViews.from_data_config(self.data_config(), seed=self.seed))
+            compiled = None
+            if self.args.torch_compile:  # the view pass compiled with the model's settings: a few fused kernels
+                backend = self.args.torch_compile_backend or "inductor"
+                compiled = {"backend": backend, "mode": self.args.torch_compile_mode}
+            views = BatchedSimCLRViews.from_data_config(self.data_config(), seed=self.seed, compile=compiled)
+            self._device_views = DeviceViews(views)
         return self._device_views
 
     def start_batch(self, batch_index: int, training: bool) -> None:
