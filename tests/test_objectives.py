@@ -6,6 +6,7 @@ import dataclasses
 import importlib
 import json
 import math
+import re
 import sys
 import typing
 from collections.abc import Iterator, Mapping
@@ -23,6 +24,7 @@ from distributed_scripts.trainer_utils import (
 from torch import Tensor, nn
 from transformers import HfArgumentParser
 
+from hf_contrast.errors import InputError
 from hf_contrast.objectives import (
     AlignUniformConfig,
     BinaryNCEConfig,
@@ -382,6 +384,33 @@ def test_a_new_loss_and_objective_are_two_files_and_two_registration_lines(tmp_p
     trainer.train()
     assert trainer.objective.get_config_dict() == {"scale": 0.5}
     assert trainer.objective.loss.get_config_dict() == {"scale": 0.5}
+
+
+@pytest.mark.parametrize("field", ["learning_rate", "seed", "method"])
+def test_a_hyperparameter_named_like_a_script_argument_is_refused_naming_both(tmp_path, field) -> None:
+    """A user's objective whose config declares a field that ``TrainingArguments`` (or the script) already has:
+    one flag cannot set two fields; argparse's "conflicting option string" traceback becomes one message."""
+    config_class = dataclasses.make_dataclass("ClashConfig", [(field, float, dataclasses.field(default=1.0))])
+    objective_class = type("ClashObjective", (_MineObjective,), {"config_class": config_class})
+    register_objective("clash")(objective_class)
+    try:
+        with pytest.raises(InputError) as caught:
+            parse_args_with_objective(
+                (_Script, ContrastiveTrainingArguments), method="simclr",
+                args=["--output_dir", str(tmp_path), "--method", "clash"],
+            )  # fmt: skip
+    finally:
+        registry_module._REGISTRY.pop("clash", None)
+    owner = "_Script" if field == "method" else "ContrastiveTrainingArguments"
+    assert f"--method clash's hyperparameters (ClashConfig) and {owner} both declare ['{field}']" in str(caught.value)
+    assert f"'clash_{field}'" in str(caught.value)
+
+
+@pytest.mark.parametrize("name", [3, None, "", "  ", ("care",)])
+def test_a_method_name_that_is_not_a_string_is_refused_at_registration(name) -> None:
+    expected = r"`register_objective` takes the method's name .* got " + re.escape(repr(name))
+    with pytest.raises(TypeError, match=expected):
+        register_objective(name)
 
 
 @pytest.mark.parametrize(

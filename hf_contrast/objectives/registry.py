@@ -28,8 +28,14 @@ def register_objective(name: str) -> Callable[[T], T]:
     """Class decorator: register an :class:`~hf_contrast.objectives.Objective` under ``name``.
 
     Raises:
+        TypeError: if ``name`` is not a non-empty string (it is the ``--method`` value and the card's method).
         ValueError: if ``name`` is already registered to another class.
     """
+    if not isinstance(name, str) or not name.strip():
+        raise InputTypeError(
+            f"`register_objective` takes the method's name (a non-empty string, what `--method` and "
+            f'`objective=` accept), got {name!r}; write `@register_objective("my_method")`.'
+        )
 
     def decorate(cls: T) -> T:
         if name in _REGISTRY and _REGISTRY[name] is not cls:

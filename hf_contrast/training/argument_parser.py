@@ -18,6 +18,7 @@ from typing import Any
 
 from transformers import HfArgumentParser
 
+from ..errors import InputError
 from ..objectives import available_objectives, get_objective
 
 __all__ = ["given_arguments", "parse_args_with_objective"]
@@ -70,6 +71,7 @@ def parse_args_with_objective(
         first.add_argument("--method", default=method, choices=available_objectives())
         method = first.parse_known_args(argv)[0].method
     config_class = get_objective(method).config_class
+    _check_no_shared_fields(method, config_class, dataclass_types)
     # no abbreviated flags: `--per_device_train_batch 12` would set the batch size while `given_arguments` (and a
     # reader of the command line) sees no `--per_device_train_batch_size`, so a derived default could replace it
     parser = HfArgumentParser((*dataclass_types, config_class), allow_abbrev=False)
@@ -92,6 +94,22 @@ def parse_args_with_objective(
             )
     _derive_class_major_batch_size(parsed, set(given) if given is not None else given_arguments(argv))
     return tuple(parsed)
+
+
+def _check_no_shared_fields(method: str, config_class: type, dataclass_types: Sequence[type]) -> None:
+    """Raise when the method's hyperparameters and the script's arguments declare a field of the same name.
+
+    One flag cannot set two fields (argparse would stop with "conflicting option string" and a traceback).
+    """
+    own = {f.name for f in dataclasses.fields(config_class) if f.init}
+    for kind in dataclass_types:
+        shared = sorted(own & {f.name for f in dataclasses.fields(kind) if f.init})
+        if shared:
+            raise InputError(
+                f"--method {method}'s hyperparameters ({config_class.__name__}) and {kind.__name__} both declare "
+                f"{shared}: one flag cannot set two fields. Rename the field in {config_class.__name__} "
+                f"(e.g. {shared[0]!r} → '{method}_{shared[0]}')."
+            )
 
 
 _PLAIN_TYPES = {bool: "true or false", int: "an integer", float: "a number", str: "a string"}
