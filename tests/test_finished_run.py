@@ -9,10 +9,18 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+from distributed_scripts.trainer_utils import image_dataset, training_args, vit_encoder
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hf_contrast.training import ContrastiveTrainingArguments, detect_last_checkpoint, evaluate_final, finished_run
+from hf_contrast.training import (
+    ContrastiveTrainingArguments,
+    SimCLRTrainer,
+    detect_last_checkpoint,
+    evaluate_final,
+    finished_run,
+)
+from hf_contrast.training.run_sessions import whole_run_loss
 
 
 def _run_dir(root: Path, steps: int, planned: int, epochs: float = 3.0, results: bool = True) -> Path:
@@ -98,3 +106,73 @@ def test_the_final_weights_are_evaluated_once() -> None:
     assert evaluate_final(trainer)["eval_loss"] == 2.0 and trainer.evaluated == 0
     trainer = _Trainer([{"loss": 1.0, "step": 3}], step=3)  # no evaluation during training
     assert evaluate_final(trainer)["eval_loss"] == 9.0 and trainer.evaluated == 1
+
+
+# ------------------------------------------------------------------------------ results over the whole run
+
+
+@settings(max_examples=60, deadline=None)
+@given(data=st.data())
+def test_the_whole_run_loss_is_the_mean_over_the_steps_with_a_recorded_loss(data) -> None:
+    """Per-step losses, split into sessions that each log every ``k`` steps: the whole-run mean from the logged
+    windows of the earlier sessions and the last session's own mean equals the plain mean over the steps whose loss
+    was recorded (an earlier session's steps after its last log were never logged)."""
+    losses = data.draw(st.lists(st.floats(0.0, 10.0), min_size=2, max_size=40))
+    n = len(losses)
+    cuts = sorted(data.draw(st.sets(st.integers(1, n - 1), max_size=4)))
+    bounds = list(zip([0, *cuts], [*cuts, n]))
+    history, counted = [], []
+    for start, end in bounds[:-1]:
+        k = data.draw(st.integers(1, 5))
+        for step in range(start + k, end + 1, k):
+            window = losses[step - k : step]
+            history.append({"loss": sum(window) / k, "step": step})
+            counted.extend(window)
+    start, end = bounds[-1]
+    session = losses[start:end]
+    history.append({"eval_loss": 99.0, "step": end})  # not a training loss
+    mean, steps = whole_run_loss(history, bounds[:-1], sum(session) / len(session), len(session))
+    counted.extend(session)
+    assert steps == len(counted)
+    assert mean == pytest.approx(sum(counted) / len(counted), rel=1e-9, abs=1e-12)
+
+
+def _trainer(root: Path, images, max_steps: int):
+    args = training_args(
+        root, per_device_train_batch_size=4, max_steps=max_steps, save_strategy="steps", save_steps=2,
+        logging_steps=1, learning_rate=1e-2,
+    )  # fmt: skip
+    return SimCLRTrainer(model=vit_encoder(), args=args, train_dataset=images)
+
+
+@pytest.mark.parametrize("how", ["continued to a larger max_steps", "resumed after an interruption"])
+def test_a_resumed_run_reports_the_whole_run(tmp_path: Path, how: str) -> None:
+    """``train()``'s metrics (and so a script's train_results.json) after a resume cover every step of the run:
+    the loss over all its steps, the time of every session that made the weights; this call's own as session_*."""
+    images = image_dataset(n=16, size=16)
+    first = _trainer(tmp_path, images, 4).train()
+    assert "train_sessions" not in first.metrics  # one call: transformers' metrics as they are
+    if how == "continued to a larger max_steps":
+        second_trainer = _trainer(tmp_path, images, 6)
+        output = second_trainer.train(resume_from_checkpoint=True)  # checkpoint-4, the end of the first call
+        session_steps = 2
+    else:  # the first call is taken as stopped after checkpoint-2: its later steps are trained again
+        second_trainer = _trainer(tmp_path, images, 4)
+        output = second_trainer.train(resume_from_checkpoint=str(tmp_path / "checkpoint-2"))
+        session_steps = 2
+    metrics = output.metrics
+    logged = [h["loss"] for h in second_trainer.state.log_history if "loss" in h]
+    assert len(logged) == output.global_step  # every step of the run's lineage, once
+    assert metrics["train_sessions"] == 2 and metrics["session_train_steps"] == session_steps
+    assert metrics["train_loss"] == pytest.approx(sum(logged) / len(logged), rel=1e-6)
+    assert output.training_loss == metrics["train_loss"] and metrics["train_loss_steps"] == output.global_step
+    assert metrics["session_train_loss"] == pytest.approx(sum(logged[-session_steps:]) / session_steps, rel=1e-6)
+    assert (
+        metrics["session_train_runtime"]
+        < metrics["train_runtime"]
+        < first.metrics["train_runtime"] + metrics["session_train_runtime"] + 0.01
+    )
+    assert metrics["train_steps_per_second"] == pytest.approx(output.global_step / metrics["train_runtime"], rel=1e-2)
+    assert metrics["train_samples_per_second"] == pytest.approx(4 * metrics["train_steps_per_second"], rel=1e-2)
+    sessions = second_trainer.run_sessions.sessions
+    assert [s["start_step"] for s in sessions] == [0, output.global_step - session_steps]

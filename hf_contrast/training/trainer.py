@@ -62,6 +62,7 @@ from .nonfinite import NonFinitePolicy
 from .objective_parameters import ZeroObjectiveGradients, add_objective_parameter_groups, average_gradients
 from .publishing import HubPublishingMixin
 from .run_identity import run_settings
+from .run_sessions import RunSessions
 from .run_setup import check_launch, check_precision, log_run_setup
 from .setup_checks import check_datasets, check_evaluation_fits, check_image_files, check_objective_fits
 
@@ -213,6 +214,9 @@ class ContrastiveTrainer(CheckpointingMixin, HubPublishingMixin, Trainer):
         self._cache_skipped_reported = False
         self._cache_plan: CachePlan | None = None
         self.add_callback(ModelCardCallback(self))  # fills model.model_card_data while training
+        #: The ``train()`` calls that made the weights (:mod:`hf_contrast.training.run_sessions`), checkpointed.
+        self.run_sessions = RunSessions()
+        self.add_callback(self.run_sessions)
 
     @property
     def skipped_steps(self) -> int:
@@ -258,7 +262,9 @@ class ContrastiveTrainer(CheckpointingMixin, HubPublishingMixin, Trainer):
         if self.image_cache is not None and self.image_cache.skipped and not self._cache_skipped_reported:
             output.metrics["train_skipped_images"] = skipped + len(self.image_cache.skipped)
             self._cache_skipped_reported = True  # left out once, when the cache was built
-        return self.nonfinite.train_output(output)  # `nonfinite_policy="skip"`: the mean over the kept steps
+        output = self.nonfinite.train_output(output)  # `nonfinite_policy="skip"`: the mean over the kept steps
+        global_batch = self.args.train_batch_size * self.args.gradient_accumulation_steps * self.args.world_size
+        return self.run_sessions.whole_run(output, self.state.log_history, global_batch)  # a resumed run: all of it
 
     def build_image_cache(self) -> None:
         """Decode and resize the training images once into a ``uint8`` cache (:mod:`hf_contrast.views.image_cache`)
@@ -564,10 +570,12 @@ class ContrastiveTrainer(CheckpointingMixin, HubPublishingMixin, Trainer):
         """Training state outside the model and optimizer, saved in every checkpoint: the objective's
         ``state_dict`` (trainable parameters, MoCo key encoder and queue, …), the index of the next batch
         of the training collator's random views and the number of training batches whose views were made on the
-        device (``views_on_device``), so resumed views match."""
+        device (``views_on_device``), so resumed views match; and the run's sessions so far (``run_sessions``), so
+        a resumed run reports over the whole run."""
         state: dict[str, Any] = {
             "objective": self.objective.state_dict(),
             "device_views": {"next_batch": torch.tensor(self._train_view_batches)},
+            "run_sessions": self.run_sessions.state_dict(),
         }
         if self._next_view_index is not None:
             state["collator"] = {"next_index": torch.as_tensor(self._next_view_index).cpu()}
@@ -586,6 +594,8 @@ class ContrastiveTrainer(CheckpointingMixin, HubPublishingMixin, Trainer):
                 UserWarning,
                 stacklevel=2,
             )
+        if "run_sessions" in state:  # a checkpoint of an earlier version: this run's results start at the resume
+            self.run_sessions.load_state_dict(state["run_sessions"])
         if "collator" in state and hasattr(self.data_collator, "next_index"):
             self._next_view_index = int(state["collator"]["next_index"])
             self.data_collator.next_index = self._next_view_index
