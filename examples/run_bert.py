@@ -229,7 +229,7 @@ def main() -> None:
     check_sample_caps(script)  # before any data is read
     check_task_head(script.method, script.task_head)
     last_checkpoint = detect_last_checkpoint(training_args, script.overwrite_output_dir)
-    if (finished := finished_run(training_args, last_checkpoint)) is not None:
+    if (finished := finished_run(training_args, last_checkpoint, script.method)) is not None:
         logger.warning(finished)  # run again: nothing to do, nothing changed
         return
     set_seed(training_args.seed)
@@ -283,9 +283,10 @@ def main() -> None:
             else max(train_dataset[training_args.label_column]) + 1
         )
     encoder = load_encoder(script, num_labels)
-    sts = STSEvaluator.from_dataset(
-        sts_pairs, batch_size=training_args.per_device_eval_batch_size, max_length=training_args.max_length
-    )
+    sts = STSEvaluator.from_dataset(  # a bar while it encodes: the pairs can take minutes on a CPU (--max_sts_pairs 0)
+        sts_pairs, batch_size=training_args.per_device_eval_batch_size, max_length=training_args.max_length,
+        progress=not training_args.disable_tqdm,
+    )  # fmt: skip
     encode = dict(
         input_column=training_args.text_column, label_column=training_args.label_column if has_labels else None,
         batch_size=training_args.per_device_eval_batch_size, max_length=training_args.max_length,
@@ -301,6 +302,7 @@ def main() -> None:
         model=encoder, args=training_args, objective=get_objective(script.method)(config),
         train_dataset=train_dataset, eval_dataset=eval_dataset, evaluator=evaluator,
     )  # fmt: skip
+    logger.info(f"Scoring the starting model on {len(sts_pairs):,} STS pairs.")
     spearman_before = sts(encoder)["sts_spearman"]
     pairs = f" paired with `{pair_source}`" if pair_source else ""
     logger.info(
@@ -338,6 +340,7 @@ def main() -> None:
         )
     )
     edit = ChunkedTextAugmentation.from_tokenizer(model.tokenizer, 1)
+    logger.info(f"Equivariance under token edits: {len(sentences)} sentences × {script.num_augmentations} edits.")
     equivariance = EquivarianceEvaluator(
         batch,
         lambda inputs: edit(inputs)[0],
@@ -356,7 +359,8 @@ def main() -> None:
         )
 
     if trainer.is_world_process_zero():  # the pictures
-        test_z, test_y = encode_dataset(model, eval_dataset, progress=False, **encode)
+        logger.info(f"Encoding the {len(eval_dataset)} test sentences for the pictures.")
+        test_z, test_y = encode_dataset(model, eval_dataset, progress=not training_args.disable_tqdm, **encode)
         model.eval()
         with torch.no_grad():
             f, f_a = equivariance.embeddings(model)

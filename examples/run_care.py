@@ -154,7 +154,7 @@ def main() -> None:
     check_sample_caps(script)  # before any data is read
     check_task_head(script.method, script.task_head)
     last_checkpoint = detect_last_checkpoint(training_args, script.overwrite_output_dir)
-    if (finished := finished_run(training_args, last_checkpoint)) is not None:
+    if (finished := finished_run(training_args, last_checkpoint, script.method)) is not None:
         logger.warning(finished)  # run again: nothing to do, nothing changed
         return
     set_cpu_threads(training_args)  # one plain CPU process: every core, unless OMP_NUM_THREADS is set
@@ -248,7 +248,7 @@ def main() -> None:
 
     if trainer.is_world_process_zero():  # the pictures
         model = trainer.accelerator.unwrap_model(trainer.model)
-        test_z, test_y = encode_dataset(model, eval_dataset, progress=False, **encode)
+        test_z, test_y = encode_dataset(model, eval_dataset, progress=not training_args.disable_tqdm, **encode)
         shown = balanced_subset(test_y, min(script.max_plot_samples, len(test_y)), training_args.seed)
         model.eval()
         with torch.no_grad():

@@ -171,7 +171,7 @@ def main() -> None:
     setup_logging(training_args, __name__)
     check_sample_caps(script)  # before any data is read
     last_checkpoint = detect_last_checkpoint(training_args, script.overwrite_output_dir)
-    if (finished := finished_run(training_args, last_checkpoint)) is not None:
+    if (finished := finished_run(training_args, last_checkpoint, script.method)) is not None:
         logger.warning(finished)  # run again: nothing to do, nothing changed
         return
     set_seed(training_args.seed)

@@ -124,7 +124,7 @@ def main() -> None:
     setup_logging(training_args, __name__)
     check_sample_caps(script)  # before any data is read
     last_checkpoint = detect_last_checkpoint(training_args, script.overwrite_output_dir)
-    if (finished := finished_run(training_args, last_checkpoint)) is not None:
+    if (finished := finished_run(training_args, last_checkpoint, script.method)) is not None:
         logger.warning(finished)  # run again: nothing to do, nothing changed
         return
     set_seed(training_args.seed)
@@ -201,8 +201,9 @@ def main() -> None:
     metrics = evaluate_final(trainer)  # the last step's evaluation when it was of these weights
     metrics["eval_samples"] = len(eval_dataset)
     model = trainer.accelerator.unwrap_model(trainer.model)
-    test_z, test_y = encode_dataset(model, eval_dataset, progress=False, **encode)
-    test_p, _ = encode_dataset(model, eval_dataset, output="projections", progress=False, **encode)
+    bars = not training_args.disable_tqdm  # encoding the test set shows a bar
+    test_z, test_y = encode_dataset(model, eval_dataset, progress=bars, **encode)
+    test_p, _ = encode_dataset(model, eval_dataset, output="projections", progress=bars, **encode)
     # Of the projections the loss shapes (the trainer's `class_orthogonality` uses `eval_representation`).
     metrics["eval_projection_class_orthogonality"] = class_orthogonality(test_p, test_y)
     trainer.log_metrics("eval", metrics)

@@ -125,7 +125,7 @@ def main() -> None:
     setup_logging(training_args, __name__)
     check_sample_caps(script)  # before any data is read
     last_checkpoint = detect_last_checkpoint(training_args, script.overwrite_output_dir)
-    if (finished := finished_run(training_args, last_checkpoint)) is not None:
+    if (finished := finished_run(training_args, last_checkpoint, script.method)) is not None:
         logger.warning(finished)  # run again: nothing to do, nothing changed
         return
     set_seed(training_args.seed)
@@ -196,7 +196,8 @@ def main() -> None:
     metrics = evaluate_final(trainer)  # the last step's evaluation when it was of these weights
     metrics["eval_samples"] = len(eval_dataset)
     model = trainer.accelerator.unwrap_model(trainer.model)
-    test_p, test_y = encode_dataset(model, eval_dataset, output="projections", progress=False, **encode)
+    bars = not training_args.disable_tqdm  # encoding the test set shows a bar
+    test_p, test_y = encode_dataset(model, eval_dataset, output="projections", progress=bars, **encode)
     # Of the projections SimO shapes (the trainer's `class_orthogonality` uses `eval_representation`).
     metrics["eval_projection_class_orthogonality"] = class_orthogonality(test_p, test_y)
     metrics["eval_projection_effective_rank"] = effective_rank(test_p)

@@ -50,6 +50,20 @@ def test_finished_exactly_when_the_steps_asked_for_are_done(tmp_path_factory, do
         assert "Pass a larger --max_steps to continue" in message
 
 
+@pytest.mark.parametrize(
+    ("recorded", "asked", "said"), [("care", "simclr", True), ("care", "care", False), (None, "simclr", False)]
+)
+def test_a_finished_run_of_another_method_says_so(tmp_path: Path, recorded, asked, said) -> None:
+    """``--method simclr`` into a finished CARE run's folder: the message says the run is another method's."""
+    root = _run_dir(tmp_path / "run", steps=10, planned=10)
+    if recorded is not None:
+        (root / "checkpoint-10" / "run_settings.json").write_text(json.dumps({"method": {"name": recorded}}))
+    args = _args(root, max_steps=10)
+    message = finished_run(args, detect_last_checkpoint(args, overwrite_output_dir=False), asked)
+    assert message is not None and "Nothing was trained and nothing changed" in message
+    assert ("It is a care run, not the --method simclr asked for." in message) is said
+
+
 def test_epoch_runs_compare_epochs(tmp_path: Path) -> None:
     root = _run_dir(tmp_path / "run", steps=60, planned=60, epochs=3.0)
     for epochs, finished in ((3.0, True), (2.0, True), (4.0, False)):

@@ -31,6 +31,7 @@ from transformers.trainer_utils import get_last_checkpoint
 from hf_contrast.errors import InputError
 from hf_contrast.models.stems import SMALL_IMAGE_STEM, supports_small_image_stem
 from hf_contrast.training.image_size import choose_image_size
+from hf_contrast.training.run_identity import RUN_SETTINGS_NAME
 
 __all__ = [
     "cpu_threads_source",
@@ -175,14 +176,17 @@ def check_task_head(method: str, task_head: bool) -> None:
         )
 
 
-def finished_run(training_args: TrainingArguments, last_checkpoint: str | None) -> str | None:
+def finished_run(
+    training_args: TrainingArguments, last_checkpoint: str | None, method: str | None = None
+) -> str | None:
     """Why there is nothing to train, or ``None``: ``output_dir`` already holds a run that reached the steps these
     arguments ask for (its ``trainer_state.json`` and ``train_results.json`` are there, as a script writes them at
     its end). Resuming it would train past its last step and rewrite its results with that one step; a script
     says so and stops instead, changing nothing. A larger ``--max_steps`` (or more epochs) continues the run.
 
     Only for a checkpoint found in ``output_dir`` (``last_checkpoint``), not one named by
-    ``--resume_from_checkpoint``.
+    ``--resume_from_checkpoint``. With ``method`` (the ``--method`` asked for), the message also says when the
+    finished run is of another method (its checkpoint's ``run_settings.json``): continuing it is not what was asked.
     """
     if last_checkpoint is None or training_args.resume_from_checkpoint is not None:
         return None
@@ -205,9 +209,13 @@ def finished_run(training_args: TrainingArguments, last_checkpoint: str | None) 
         finished = done >= planned and training_args.num_train_epochs <= epochs
     if not finished:
         return None
+    other = ""
+    ran = _checkpoint_method(last_checkpoint)
+    if method is not None and ran is not None and ran != method:
+        other = f"It is a {ran} run, not the --method {method} asked for. "
     return (
         f"{output_dir} holds a finished run: {done} training steps, which is the {wanted:g} {unit} asked for "
-        "(trainer_state.json, train_results.json). Nothing was trained and nothing changed. Pass a larger "
+        f"(trainer_state.json, train_results.json). {other}Nothing was trained and nothing changed. Pass a larger "
         f"--{'max_steps' if unit == 'steps' else 'num_train_epochs'} to continue this run, --overwrite_output_dir to "
         "train again from scratch, or another --output_dir."
     )
@@ -312,3 +320,13 @@ def notice_small_image_stem(
     )
     logger.info(message)
     return message
+
+
+def _checkpoint_method(checkpoint: str) -> str | None:
+    """The method named in ``checkpoint``'s ``run_settings.json`` (``None`` when it has none or it is unreadable)."""
+    try:
+        with open(os.path.join(checkpoint, RUN_SETTINGS_NAME), encoding="utf-8") as handle:
+            name = json.load(handle)["method"]["name"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return name if isinstance(name, str) else None
