@@ -62,6 +62,7 @@ from hf_contrast.training import (
     parse_args_with_objective,
     run_main,
     setup_logging,
+    training_length,
 )
 from hf_contrast.views import ChunkedTextAugmentation
 
@@ -307,7 +308,7 @@ def main() -> None:
     pairs = f" paired with `{pair_source}`" if pair_source else ""
     logger.info(
         f"Fine-tuning {script.model} with {script.method}{' + task head' if script.task_head else ''} on "
-        f"{len(train_dataset)} sentences{pairs} ({training_args.max_steps} steps of "
+        f"{len(train_dataset)} sentences{pairs} ({training_length(training_args)}, batches of "
         f"{training_args.per_device_train_batch_size}); STS Spearman on {len(sts_pairs):,} pairs before training: "
         f"{spearman_before:.4f}"
     )

@@ -55,6 +55,7 @@ from hf_contrast.plots import save_training_plots
 from hf_contrast.training import (
     ContrastiveTrainer,
     ContrastiveTrainingArguments,
+    check_image_backbone,
     check_sample_caps,
     check_task_head,
     choose_image_size,
@@ -67,6 +68,7 @@ from hf_contrast.training import (
     set_cpu_threads,
     setup_logging,
     small_image_stem_field,
+    training_length,
 )
 
 logger = transformers.utils.logging.get_logger(__name__)
@@ -151,6 +153,7 @@ def main() -> None:
     if training_args.output_dir == DEFAULTS["output_dir"]:
         training_args.output_dir = DEFAULTS["output_dir"].format(method=script.method)
     setup_logging(training_args, __name__)
+    check_image_backbone(script.model)  # a timm model, said before any data is read
     check_sample_caps(script)  # before any data is read
     check_task_head(script.method, script.task_head)
     last_checkpoint = detect_last_checkpoint(training_args, script.overwrite_output_dir)
@@ -194,7 +197,8 @@ def main() -> None:
             **head,
         )
     except HubUnavailableError as error:
-        raise SystemExit(f"{error}\nOr drop `--pretrained` to train `{script.model}` from scratch.") from error
+        scratch = f"\nOr drop `--pretrained` to train `{script.model}` from scratch." if script.pretrained else ""
+        raise SystemExit(f"{error}{scratch}") from error
     notice_small_image_stem(encoder, script.small_image_stem, training_args.image_size, train_dataset)
     encode = dict(
         input_column=training_args.image_column, label_column=training_args.label_column,
@@ -224,7 +228,7 @@ def main() -> None:
     logger.info(
         f"Training {script.method} on {script.dataset or 'the embedded digits'} ({len(train_dataset)} train / "
         f"{len(eval_dataset)} test images) with {script.model} "
-        f"({'pretrained' if script.pretrained else 'from scratch'}) for {training_args.max_steps} steps (image size, "
+        f"({'pretrained' if script.pretrained else 'from scratch'}) for {training_length(training_args)} (image size, "
         "precision, processes × threads: the trainer's start-up log)."
     )
 

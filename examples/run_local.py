@@ -44,6 +44,7 @@ from hf_contrast.plots import save_training_plots
 from hf_contrast.training import (
     ContrastiveTrainer,
     ContrastiveTrainingArguments,
+    check_image_backbone,
     check_sample_caps,
     detect_last_checkpoint,
     evaluate_final,
@@ -169,6 +170,7 @@ def main() -> None:
     if training_args.output_dir == DEFAULTS["output_dir"]:
         training_args.output_dir = DEFAULTS["output_dir"].format(contrastive=config.contrastive)
     setup_logging(training_args, __name__)
+    check_image_backbone(script.model)  # a timm model, said before any data is read
     check_sample_caps(script)  # before any data is read
     last_checkpoint = detect_last_checkpoint(training_args, script.overwrite_output_dir)
     if (finished := finished_run(training_args, last_checkpoint, script.method)) is not None:
@@ -189,7 +191,8 @@ def main() -> None:
             projection_dim=script.projection_dim,
         )
     except HubUnavailableError as error:
-        raise SystemExit(f"{error}\nOr drop `--pretrained` to train `{script.model}` from scratch.") from error
+        scratch = f"\nOr drop `--pretrained` to train `{script.model}` from scratch." if script.pretrained else ""
+        raise SystemExit(f"{error}{scratch}") from error
     notice_small_image_stem(
         encoder, script.small_image_stem, training_args.image_size, train_dataset, config.pre_column
     )

@@ -40,6 +40,7 @@ from hf_contrast.plots import save_training_plots
 from hf_contrast.training import (
     ContrastiveTrainer,
     ContrastiveTrainingArguments,
+    check_image_backbone,
     check_sample_caps,
     detect_last_checkpoint,
     evaluate_final,
@@ -49,6 +50,7 @@ from hf_contrast.training import (
     run_main,
     setup_logging,
     small_image_stem_field,
+    training_length,
 )
 
 logger = transformers.utils.logging.get_logger(__name__)
@@ -123,6 +125,7 @@ def main() -> None:
     if training_args.output_dir == DEFAULTS["output_dir"]:
         training_args.output_dir = DEFAULTS["output_dir"].format(method=script.method)
     setup_logging(training_args, __name__)
+    check_image_backbone(script.model)  # a timm model, said before any data is read
     check_sample_caps(script)  # before any data is read
     last_checkpoint = detect_last_checkpoint(training_args, script.overwrite_output_dir)
     if (finished := finished_run(training_args, last_checkpoint, script.method)) is not None:
@@ -161,7 +164,8 @@ def main() -> None:
             normalize_projections=False,
         )
     except HubUnavailableError as error:
-        raise SystemExit(f"{error}\nOr drop `--pretrained` to train `{script.model}` from scratch.") from error
+        scratch = f"\nOr drop `--pretrained` to train `{script.model}` from scratch." if script.pretrained else ""
+        raise SystemExit(f"{error}{scratch}") from error
     notice_small_image_stem(encoder, script.small_image_stem, training_args.image_size, train_dataset)
     encode = dict(
         input_column=training_args.image_column, label_column=training_args.label_column,
@@ -177,7 +181,8 @@ def main() -> None:
     )  # fmt: skip
     logger.info(
         f"Training {script.method} on {script.dataset or 'the embedded digits'} ({len(train_dataset)} train images): "
-        f"{training_args.max_steps} steps of {config.classes_per_batch} classes × {config.samples_per_class} images."
+        f"{training_length(training_args)} of batches of {config.classes_per_batch} classes × "
+        f"{config.samples_per_class} images."
     )
 
     # ---- training ----

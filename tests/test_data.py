@@ -316,6 +316,17 @@ def test_load_image_splits_holds_out_a_stratified_split_of_a_folder_without_one(
     assert load_image_splits(None, dataset_name="my-digits")["train"].info.dataset_name == "my-digits"
 
 
+@pytest.mark.parametrize("column", ["image_column", "label_column"])
+def test_a_column_choice_without_a_dataset_is_refused(column: str) -> None:
+    """``--label_column nope`` with no ``--dataset`` trained on the embedded digits as if it had not been given."""
+    from hf_contrast.data import load_image_splits
+    from hf_contrast.errors import InputError
+
+    with pytest.raises(InputError, match=rf"`{column}`='nope' \(`--{column}`\) names a column of your data, but no"):
+        load_image_splits(None, **{column: "nope"})
+    assert len(load_image_splits(None, **{column: column.removesuffix("_column")})["train"]) > 0  # the digits' own
+
+
 def test_an_empty_class_folder_is_warned_about(tmp_path: Path) -> None:
     from PIL import Image
 

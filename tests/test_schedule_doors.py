@@ -36,3 +36,96 @@ def test_an_output_dir_that_is_a_file_is_refused(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match=r"`output_dir` \(`--output_dir`\) .* is a file, not a folder"):
         ContrastiveTrainingArguments(output_dir=str(file))
     assert file.read_text() == "not a folder"  # untouched
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    name=st.sampled_from(
+        ["max_steps", "learning_rate", "gradient_accumulation_steps", "seed", "dataloader_num_workers"]
+        + ["save_total_limit", "weight_decay", "max_grad_norm"]
+    ),
+    data=st.data(),
+)
+def test_values_that_failed_after_training_began_are_refused_up_front(tmp_path_factory, name: str, data) -> None:
+    """``--learning_rate -1`` (torch's optimizer), ``--gradient_accumulation_steps 0`` (a ZeroDivisionError), ``--seed
+    -1`` (numpy), ``--dataloader_num_workers -1`` (the DataLoader) failed once training began; ``--max_steps -5``
+    trained for the epochs and ``--save_total_limit 0`` kept every checkpoint. Refused naming the argument; the edges
+    of the accepted range are accepted."""
+    bad, good = {
+        "max_steps": (st.integers(-(10**6), -2) | st.just(0), st.sampled_from([-1, 1, 10**6])),
+        "learning_rate": (st.floats(max_value=-1e-12) | st.just(float("nan")), st.sampled_from([0.0, 1e-9, 3.0])),
+        "gradient_accumulation_steps": (st.integers(-100, 0), st.sampled_from([1, 64])),
+        "seed": (st.integers(-(2**40), -1) | st.integers(2**32, 2**40), st.sampled_from([0, 2**32 - 1])),
+        "dataloader_num_workers": (st.integers(-100, -1), st.sampled_from([0, 4])),
+        "save_total_limit": (st.integers(-100, 0), st.sampled_from([None, 1, 5])),
+        "weight_decay": (st.floats(max_value=-1e-12) | st.just(float("nan")), st.sampled_from([0.0, 0.05])),
+        "max_grad_norm": (st.floats(max_value=-1e-12) | st.just(float("nan")), st.sampled_from([0.0, 1.0, None])),
+    }[name]
+    out = str(tmp_path_factory.mktemp("out"))
+    value = data.draw(bad)
+    with pytest.raises(ValueError, match=rf"`{name}` "):
+        ContrastiveTrainingArguments(output_dir=out, **{name: value})
+    accepted = data.draw(good)
+    assert getattr(ContrastiveTrainingArguments(output_dir=out, **{name: accepted}), name) == accepted
+
+
+@pytest.mark.parametrize(
+    ("flags", "said"),
+    [
+        (["--warmup_steps", "-1"], "Expected value warmup_steps >= 0"),
+        (["--logging_steps", "0"], "requires non-zero --logging_steps"),
+    ],
+)
+def test_transformers_own_argument_errors_end_the_script_without_a_traceback(tmp_path: Path, flags, said) -> None:
+    """transformers' ``TrainingArguments`` refuses these with a plain ``ValueError``: the scripts' parser makes it
+    an input error (the script ends with ``<script>: error: <message>``, no traceback)."""
+    import dataclasses
+
+    from hf_contrast.errors import InputError
+    from hf_contrast.training import parse_args_with_objective
+
+    @dataclasses.dataclass
+    class Script:
+        method: str = "simclr"
+
+    with pytest.raises(InputError, match=said):
+        parse_args_with_objective(
+            (Script, ContrastiveTrainingArguments), method="simclr", args=["--output_dir", str(tmp_path), *flags]
+        )
+
+
+@pytest.mark.parametrize("epochs", [0, 0.0, -1.0])
+def test_no_epochs_without_max_steps_is_refused(tmp_path: Path, epochs) -> None:
+    """``--num_train_epochs 0`` ran no step, saved the untrained model with a card and exited 0."""
+    with pytest.raises(ValueError, match=r"`num_train_epochs` \(`--num_train_epochs`\) is .* no training step"):
+        ContrastiveTrainingArguments(output_dir=str(tmp_path), num_train_epochs=epochs)
+    assert ContrastiveTrainingArguments(output_dir=str(tmp_path), num_train_epochs=epochs, max_steps=5).max_steps == 5
+
+
+@pytest.mark.parametrize(
+    ("overrides", "said"),
+    [({"max_steps": 150}, "150 steps"), ({"num_train_epochs": 3}, "3 epochs"), ({"num_train_epochs": 1}, "1 epoch"),
+     ({"num_train_epochs": 0.5}, "0.5 epochs")],
+)  # fmt: skip
+def test_the_start_up_line_says_epochs_when_epochs_decide(tmp_path: Path, overrides, said) -> None:
+    """The scripts said "for -1 steps" when ``num_train_epochs`` decided the length."""
+    from hf_contrast.training import training_length
+
+    assert training_length(ContrastiveTrainingArguments(output_dir=str(tmp_path), **overrides)) == said
+
+
+def test_an_empty_output_dir_is_refused() -> None:
+    """``--output_dir ""`` failed with ``FileNotFoundError: ''`` when the trainer was built."""
+    with pytest.raises(ValueError, match=r"`output_dir` \(`--output_dir`\) is empty"):
+        ContrastiveTrainingArguments(output_dir="  ")
+
+
+def test_a_tracker_that_is_not_installed_is_refused(tmp_path: Path, monkeypatch) -> None:
+    """``--report_to wandb`` without wandb failed with a RuntimeError traceback when the Trainer was built."""
+    import transformers.integrations
+
+    monkeypatch.setattr(transformers.integrations, "get_available_reporting_integrations", lambda: ["tensorboard"])
+    with pytest.raises(ValueError, match=r"`report_to` \(`--report_to`\) names \['wandb'\], not installed here"):
+        ContrastiveTrainingArguments(output_dir=str(tmp_path), report_to=["tensorboard", "wandb"])
+    assert ContrastiveTrainingArguments(output_dir=str(tmp_path), report_to="tensorboard").report_to == ["tensorboard"]
+    assert ContrastiveTrainingArguments(output_dir=str(tmp_path), report_to="none").report_to == []

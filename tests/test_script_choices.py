@@ -118,3 +118,19 @@ def test_the_refusal_names_the_file_the_field_and_the_flag(tmp_path: Path, capsy
     assert (
         f"{config}: 'resume_with_changes' is 'no' (str); give true or false (the flag --resume_with_changes)" in said
     )
+
+
+@pytest.mark.parametrize(
+    ("model", "close"),
+    [("resnt18", "resnet18"), ("notamodel", None), ("bert-base-uncased", None), ("sentence-transformers/x", None)],
+)
+def test_an_image_script_refuses_a_model_that_is_not_timm_at_once(model: str, close: str | None) -> None:
+    """``run_care.py --model notamodel`` looked it up on the Hub as a text encoder (a minute of retries offline) and
+    then suggested dropping a ``--pretrained`` that was never given; now one message, with the close timm names."""
+    from hf_contrast.training import check_image_backbone
+
+    with pytest.raises(InputError, match=rf"--model '{model}' is not a timm image model") as caught:
+        check_image_backbone(model)
+    assert ("Close timm names: " + (close or "")) in str(caught.value) if close else "Close" not in str(caught.value)
+    for good in ("resnet18", "hf-hub:timm/resnet18.a1_in1k", "local-dir:/anywhere", "test_resnet"):
+        check_image_backbone(good)  # timm names and sources pass without reading anything

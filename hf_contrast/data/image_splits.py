@@ -79,6 +79,13 @@ def load_image_splits(
     check_int("max_eval_samples", max_eval_samples, 1, allow_none=True)
     check_int("seed", seed, 0)
     if isinstance(dataset, str) and dataset in ("", "digits") or dataset is None:
+        for name, value in (("image_column", image_column), ("label_column", label_column)):
+            if value != CANONICAL_COLUMNS[name]:  # the embedded digits have their own columns: nothing to choose
+                raise InputError(
+                    f"`{name}`={value!r} (`--{name}`) names a column of your data, but no `dataset` (`--dataset`) "
+                    f"was given: the embedded digits have the columns 'image' and 'label'. Pass `--dataset` with "
+                    f"the data that has {value!r}, or drop `--{name}`."
+                )
         data = load_digits_dataset(image_size=max(8, image_size), seed=seed)
         if dataset_name is not None:
             name_dataset(data, "digits", dataset_name)

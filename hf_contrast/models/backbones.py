@@ -21,6 +21,7 @@ __all__ = [
     "HubUnavailableError",
     "TIMM_SOURCES",
     "backbone_type_of",
+    "close_timm_names",
     "create_timm_backbone",
     "build_timm_backbone",
     "timm_data_config",
@@ -93,7 +94,8 @@ def _unavailable(name: str, error: BaseException, pretrained: bool = True) -> Hu
     )
 
 
-def _close_timm_names(name: str, n: int = 5) -> list[str]:
+def close_timm_names(name: str, n: int = 5) -> list[str]:
+    """Up to ``n`` timm model names close to ``name`` (its architecture part), for "did you mean" hints."""
     base = name.split(".", 1)[0].lower()
     return difflib.get_close_matches(base, timm.list_models(), n=n, cutoff=0.75)
 
@@ -153,7 +155,7 @@ def backbone_type_of(name: str) -> str:
     if not is_hub_repo_id(name):  # not a timm name, not a folder, and no Hub id either: say so before any request
         raise _unknown(
             name,
-            _close_timm_names(name),
+            close_timm_names(name),
             " It is not a valid Hub id either ('name' or 'user/name' of letters, digits, '-', '_', '.').",
         )
     return "text"
@@ -221,7 +223,7 @@ def create_timm_backbone(
         if _is_hub_unreachable(error):
             raise _unavailable(name, error) from error
         if "Unknown model" in str(error):
-            raise _unknown(name, _close_timm_names(name)) from error
+            raise _unknown(name, close_timm_names(name)) from error
         small_stem_model = _source_with_small_stem(name, create_kwargs) if _stem_mismatch(error) else None
         if small_stem_model is None:
             raise
@@ -277,7 +279,7 @@ def build_timm_backbone(architecture: str, backbone_kwargs: dict[str, Any] | Non
         ValueError: If the name is unknown to timm or the arguments do not fit it.
     """
     if not timm.is_model(architecture):
-        raise _unknown(architecture, _close_timm_names(architecture))
+        raise _unknown(architecture, close_timm_names(architecture))
     try:
         return timm.create_model(architecture, pretrained=False, num_classes=0, **(backbone_kwargs or {}))
     except TypeError as error:
@@ -353,14 +355,14 @@ def load_text_backbone(name: str, pretrained: bool = True, **hub_kwargs: Any) ->
         from huggingface_hub.errors import RepositoryNotFoundError
 
         if _is_hub_unreachable(error):
-            matches = _close_timm_names(name) if "/" not in name else []
+            matches = close_timm_names(name) if "/" not in name else []
             if matches:  # most likely a misspelt timm name, not a Hub id
                 raise _unknown(name, matches, " (The Hub is unreachable, so Hub ids cannot be checked.)") from error
             raise _unavailable(name, error, pretrained) from error
         if isinstance(
             error, RepositoryNotFoundError
         ) or "is not a local folder and is not a valid model identifier" in str(error):
-            raise _unknown(name, _close_timm_names(name)) from error
+            raise _unknown(name, close_timm_names(name)) from error
         raise
     try:
         tokenizer = AutoTokenizer.from_pretrained(name, **hub_kwargs)

@@ -19,6 +19,7 @@ from .arguments import NONFINITE_POLICIES, ContrastiveTrainingArguments
 from .image_size import ImageSizeChoice, choose_image_size
 from .loss_terms import NonFiniteLossError
 from .scripts import (
+    check_image_backbone,
     check_sample_caps,
     check_task_head,
     detect_last_checkpoint,
@@ -29,6 +30,7 @@ from .scripts import (
     set_cpu_threads,
     setup_logging,
     small_image_stem_field,
+    training_length,
 )
 from .trainer import ContrastiveTrainer
 from .trainers import (
@@ -56,6 +58,7 @@ __all__ = [
     "ImageSizeChoice",
     "choose_image_size",
     "check_sample_caps",
+    "check_image_backbone",
     "check_task_head",
     "detect_last_checkpoint",
     "evaluate_final",
@@ -67,4 +70,5 @@ __all__ = [
     "set_cpu_threads",
     "setup_logging",
     "small_image_stem_field",
+    "training_length",
 ]

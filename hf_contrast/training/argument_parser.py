@@ -9,11 +9,12 @@ flags, and a flag another method has (``--n_splits`` with ``--method simclr``) i
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import json
 import sys
 import typing
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from transformers import HfArgumentParser
@@ -82,10 +83,12 @@ def parse_args_with_objective(
     parser.set_defaults(**chosen)
     if given is not None:
         _check_config_types(given, (*dataclass_types, config_class), parser, source=argv[0])
-        parsed = parser.parse_dict({**chosen, **given})
+        with _argument_errors():
+            parsed = parser.parse_dict({**chosen, **given})
         _check_choices(parsed, parser, source=argv[0])  # argparse checks a flag's choices; a file's values too
     else:
-        *parsed, rest = parser.parse_args_into_dataclasses(args=argv, return_remaining_strings=True)
+        with _argument_errors():
+            *parsed, rest = parser.parse_args_into_dataclasses(args=argv, return_remaining_strings=True)
         if rest:  # e.g. `--n_splits` with `--method simclr`
             fields = sorted(f.name for f in dataclasses.fields(config_class))
             parser.error(
@@ -94,6 +97,19 @@ def parse_args_with_objective(
             )
     _derive_class_major_batch_size(parsed, set(given) if given is not None else given_arguments(argv))
     return tuple(parsed)
+
+
+@contextlib.contextmanager
+def _argument_errors() -> Iterator[None]:
+    """A value the arguments' own checks refuse (transformers' ``TrainingArguments.__post_init__`` raises plain
+    ``ValueError``s: ``--warmup_steps -1``, ``--logging_steps 0``) is an input error: the script ends with its
+    message (:func:`~hf_contrast.training.run_main`), not a traceback."""
+    try:
+        yield
+    except InputError:
+        raise
+    except ValueError as error:
+        raise InputError(str(error)) from error
 
 
 def _check_no_shared_fields(method: str, config_class: type, dataclass_types: Sequence[type]) -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 import os
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 from transformers import TrainingArguments
@@ -182,16 +183,67 @@ class ContrastiveTrainingArguments(TrainingArguments):
             # batches reach the GPU in pinned, non-blocking copies: the host never waits for the device per step
             self.accelerator_config = {"non_blocking": True}
         super().__post_init__()
+        _check_trackers_installed(self.report_to)
+
+
+#: Trackers whose availability ``transformers.integrations.get_available_reporting_integrations`` reports.
+_TRACKERS = (
+    "clearml", "codecarbon", "comet_ml", "dagshub", "dvclive", "kubeflow", "mlflow", "neptune", "swanlab",
+    "tensorboard", "trackio", "wandb",
+)  # fmt: skip
+
+
+def _check_trackers_installed(report_to: Any) -> None:
+    """``report_to=["wandb"]`` without wandb installed failed when the Trainer was built, with a traceback."""
+    from transformers.integrations import get_available_reporting_integrations
+
+    asked = [report_to] if isinstance(report_to, str) else list(report_to or [])
+    missing = [name for name in asked if name in _TRACKERS and name not in get_available_reporting_integrations()]
+    if missing:
+        raise InputError(
+            f"`report_to` (`--report_to`) names {missing}, not installed here: `pip install {' '.join(missing)}`, or "
+            "pass `--report_to none` (or another tracker that is installed)."
+        )
 
 
 def _check_schedule(args: ContrastiveTrainingArguments) -> None:
-    """Values transformers accepts and then does not honour: ``max_steps=0`` trained one step, ``save_steps=0`` /
+    """Values transformers accepts and then does not honour (or fails on mid-run): ``max_steps=0`` trained one step
+    (``max_steps=-5`` trained for the epochs; a negative weight decay or gradient norm ran as given or unclipped),
+    a negative learning rate, ``gradient_accumulation_steps=0`` or a seed
+    outside numpy's range failed once training began, ``save_steps=0`` /
     ``eval_steps=0`` with the ``"steps"`` strategy saved or evaluated at no step; an ``output_dir`` that is a file
     failed at the first save with ``FileExistsError``. Said before any work, naming the argument."""
-    if args.max_steps == 0:
+    if args.max_steps == 0 or args.max_steps < -1:
+        why = "no training step would be run (transformers runs one anyway)" if args.max_steps == 0 else "no count"
         raise InputError(
-            "`max_steps` (`--max_steps`) is 0: no training step would be run (transformers runs one anyway). Give a "
-            "number of steps >= 1, or -1 (the default) to train for `num_train_epochs`."
+            f"`max_steps` (`--max_steps`) is {args.max_steps}: {why}. Give a number of steps >= 1, or -1 (the "
+            "default) to train for `num_train_epochs`."
+        )
+    if args.max_steps == -1 and not args.num_train_epochs > 0:
+        raise InputError(
+            f"`num_train_epochs` (`--num_train_epochs`) is {args.num_train_epochs} and `max_steps` is unset: no "
+            "training step would be run. Give a number of epochs > 0, or `max_steps` (`--max_steps`) >= 1."
+        )
+    if not isinstance(args.learning_rate, (int, float)) or not args.learning_rate >= 0:  # NaN too
+        raise InputError(f"`learning_rate` (`--learning_rate`) must be a number >= 0, got {args.learning_rate!r}.")
+    check_int("gradient_accumulation_steps", args.gradient_accumulation_steps, 1)
+    if not isinstance(args.weight_decay, (int, float)) or not args.weight_decay >= 0:
+        raise InputError(f"`weight_decay` (`--weight_decay`) must be a number >= 0, got {args.weight_decay!r}.")
+    if args.max_grad_norm is not None and not args.max_grad_norm >= 0:
+        raise InputError(
+            f"`max_grad_norm` (`--max_grad_norm`) must be a norm >= 0 (0 turns gradient clipping off), got "
+            f"{args.max_grad_norm!r}: transformers would silently not clip."
+        )
+    check_int("dataloader_num_workers", args.dataloader_num_workers, 0)
+    if args.save_total_limit is not None and args.save_total_limit < 1:
+        raise InputError(
+            f"`save_total_limit` (`--save_total_limit`) is {args.save_total_limit}: transformers would keep every "
+            "checkpoint. Give a number of checkpoints >= 1, leave it unset to keep all, or set `save_strategy` to "
+            "'no' to keep none."
+        )
+    if not isinstance(args.seed, int) or not 0 <= args.seed < 2**32:
+        raise InputError(
+            f"`seed` (`--seed`) must be an integer in [0, 2**32 - 1] (what numpy and torch accept), got {args.seed!r}."
         )
     for name, strategy in (("save_steps", args.save_strategy), ("eval_steps", args.eval_strategy)):
         value = getattr(args, name)
@@ -201,6 +253,10 @@ def _check_schedule(args: ContrastiveTrainingArguments) -> None:
                 f"{'saved' if name == 'save_steps' else 'evaluated'}. Give a number of steps >= 1 (or a fraction of "
                 f"the training in (0, 1)), or set `{name.replace('steps', 'strategy')}` to 'no' or 'epoch'."
             )
+    if isinstance(args.output_dir, str) and not args.output_dir.strip():
+        raise InputError(
+            "`output_dir` (`--output_dir`) is empty: name the folder for the checkpoints, the model and its card."
+        )
     if args.output_dir is not None and os.path.isfile(args.output_dir):
         raise InputError(
             f"`output_dir` (`--output_dir`) {args.output_dir!r} is a file, not a folder: the run writes a folder of "

@@ -29,6 +29,7 @@ from transformers import TrainingArguments
 from transformers.trainer_utils import get_last_checkpoint
 
 from hf_contrast.errors import InputError
+from hf_contrast.models.backbones import backbone_type_of, close_timm_names
 from hf_contrast.models.stems import SMALL_IMAGE_STEM, supports_small_image_stem
 from hf_contrast.training.image_size import choose_image_size
 from hf_contrast.training.run_identity import RUN_SETTINGS_NAME
@@ -37,6 +38,7 @@ __all__ = [
     "cpu_threads_source",
     "detect_last_checkpoint",
     "check_sample_caps",
+    "check_image_backbone",
     "check_task_head",
     "evaluate_final",
     "finished_run",
@@ -46,6 +48,7 @@ __all__ = [
     "set_cpu_threads",
     "setup_logging",
     "small_image_stem_field",
+    "training_length",
 ]
 
 logger = logging.getLogger(__name__)
@@ -158,6 +161,25 @@ def check_sample_caps(script: Any) -> None:
         value = getattr(script, name, None)
         if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
             raise InputError(f"`--{name}` must be a number of rows >= 1 (or left out: every row), got {value!r}.")
+
+
+def check_image_backbone(model: str) -> None:
+    """``--model`` of an image script: a timm model (a timm name, ``hf-hub:…``, ``local-dir:…`` or a folder saved
+    from one). Any other name would be looked up on the Hub as a text encoder (a minute of retries offline) and
+    could not train on images.
+
+    Raises:
+        InputError: naming the flag, with the close timm names, before any data is read.
+    """
+    if backbone_type_of(model) == "timm":
+        return
+    matches = close_timm_names(model)
+    hint = f" Close timm names: {', '.join(matches)}." if matches else ""
+    raise InputError(
+        f"--model {model!r} is not a timm image model (a timm name such as 'resnet18', 'hf-hub:<repo>', "
+        f"'local-dir:<path>', or a folder saved from one).{hint} List them with `timm.list_models('*resnet*')`; "
+        "text encoders train with examples/run_bert.py."
+    )
 
 
 def check_task_head(method: str, task_head: bool) -> None:
@@ -330,3 +352,12 @@ def _checkpoint_method(checkpoint: str) -> str | None:
     except (OSError, ValueError, KeyError, TypeError):
         return None
     return name if isinstance(name, str) else None
+
+
+def training_length(training_args: TrainingArguments) -> str:
+    """How long the run trains, as the start-up line says it: ``"150 steps"``, or ``"3 epochs"`` when
+    ``max_steps`` is unset (-1) and ``num_train_epochs`` decides."""
+    if training_args.max_steps > 0:
+        return f"{training_args.max_steps} steps"
+    epochs = training_args.num_train_epochs
+    return f"{epochs:g} epoch{'' if epochs == 1 else 's'}"
