@@ -39,6 +39,7 @@ import transformers
 from transformers.trainer_utils import set_seed
 
 from hf_contrast.data import SENTENCE_PAIRS_PATH, load_sts_pairs, load_text_dataset
+from hf_contrast.errors import InputError
 from hf_contrast.evaluation import (
     EquivarianceEvaluator,
     ProbeEvaluator,
@@ -55,6 +56,7 @@ from hf_contrast.training import (
     ContrastiveTrainingArguments,
     check_sample_caps,
     check_task_head,
+    check_text_backbone,
     detect_last_checkpoint,
     evaluate_final,
     finished_run,
@@ -109,7 +111,8 @@ class ScriptArguments:
         metadata={"help": "Hub id or local directory of a BERT-style (or sentence-transformers) encoder."},
     )
     pooling: str | None = field(
-        default=None, metadata={"help": "'mean' or 'cls'; default: the model's own (sentence-transformers) or mean."}
+        default=None,
+        metadata={"help": "'mean', 'cls' or 'max'; default: the model's own (sentence-transformers) or mean."},
     )
     projection_dim: int = field(default=128, metadata={"help": "Output size of the projection head."})
     task_head: bool = field(
@@ -172,17 +175,33 @@ def load_encoder(script: ScriptArguments, num_labels: int) -> ContrastiveEncoder
         ) from error
 
 
+#: ``load_sts_pairs``'s arguments and the flags that set them.
+STS_FLAGS = {
+    "path": "--sts_file",
+    "sentence1_column": "--sts_sentence1_column",
+    "sentence2_column": "--sts_sentence2_column",
+    "score_column": "--sts_score_column",
+    "split": "--sts_split",
+}
+
+
 def load_sts(script: ScriptArguments, seed: int) -> datasets.Dataset:
     """The scored pairs of the STS evaluation, a seeded sample of at most ``--max_sts_pairs``."""
     if script.max_sts_pairs < 0:
-        raise ValueError(f"--max_sts_pairs must be >= 0 (0: all pairs), got {script.max_sts_pairs}.")
+        raise InputError(f"--max_sts_pairs must be >= 0 (0: all pairs), got {script.max_sts_pairs}.")
     if script.sts_file is None:
         pairs = load_sts_pairs(SENTENCE_PAIRS_PATH).train_test_split(test_size=0.25, seed=seed)["test"]
     else:
-        pairs = load_sts_pairs(
-            script.sts_file, script.sts_sentence1_column, script.sts_sentence2_column, script.sts_score_column,
-            split=script.sts_split,
-        )  # fmt: skip
+        try:
+            pairs = load_sts_pairs(
+                script.sts_file, script.sts_sentence1_column, script.sts_sentence2_column, script.sts_score_column,
+                split=script.sts_split,
+            )  # fmt: skip
+        except InputError as error:  # the loader names its arguments; the user typed the flags
+            message = str(error)
+            for name, flag in STS_FLAGS.items():
+                message = message.replace(f"`{name}=`", f"`{flag}`").replace(f"`{name}`", f"`{flag}`")
+            raise InputError(message) from error
     total = len(pairs)
     if 0 < script.max_sts_pairs < total:
         pairs = pairs.shuffle(seed=seed).select(range(script.max_sts_pairs))
@@ -229,6 +248,7 @@ def main() -> None:
             logger.warning(f"The last model is saved, not the best `eval_sts_spearman` checkpoint: {why_not}.")
     check_sample_caps(script)  # before any data is read
     check_task_head(script.method, script.task_head)
+    check_text_backbone(script.model)  # a timm name is an image model: said before any data or Hub request
     last_checkpoint = detect_last_checkpoint(training_args, script.overwrite_output_dir)
     if (finished := finished_run(training_args, last_checkpoint, script.method)) is not None:
         logger.warning(finished)  # run again: nothing to do, nothing changed

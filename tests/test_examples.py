@@ -710,3 +710,27 @@ def test_given_arguments_are_what_the_command_line_names(tmp_path) -> None:
     config = tmp_path / "args.json"
     config.write_text(json.dumps({"max_steps": 5, "output_dir": "x"}))
     assert given_arguments([str(config)]) == {"max_steps", "output_dir"}
+
+
+@pytest.mark.parametrize(
+    ("flags", "said"),
+    [
+        (["--sts_file", "missing.tsv"], r"`--sts_file`='missing.tsv' does not exist"),
+        (["--sts_score_column", "label"], r"`--sts_score_column`='label' of '.*' must hold numbers"),
+        (["--sts_sentence2_column", "nope"], r"`--sts_sentence2_column`='nope' is not a column of .* pass "
+         r"`--sts_sentence2_column` with one of them"),
+        (["--max_sts_pairs", "-1"], r"--max_sts_pairs must be >= 0"),
+        (["--model", "resnet18"], r"--model 'resnet18' is a timm image model; examples/run_bert.py trains text"),
+    ],
+)  # fmt: skip
+def test_run_bert_names_the_sts_flags_as_typed(tiny_bert_dir: Path, tmp_path: Path, flags, said) -> None:
+    """The STS loader names its own arguments (`path`, `score_column`); run_bert's messages name the flags, and end
+    the script without a traceback (an input error)."""
+    sts = tmp_path / "sts.tsv"
+    sts.write_text("sentence1\tsentence2\tscore\tlabel\na cat\ta dog\t1.0\tno\n", encoding="utf-8")
+    flags = [f if f != "missing.tsv" else str(tmp_path / "missing.tsv") for f in flags]
+    say = said.replace("missing.tsv", ".*missing.tsv")
+    base = ["--model", str(tiny_bert_dir), "--sts_file", str(sts)]
+    with pytest.raises(SystemExit, match="run_bert.py: error: " + say):  # run_main's ending: no traceback
+        run_example("run_bert.py", *base, *flags, output_dir=tmp_path / "x")
+    assert not (tmp_path / "x").exists()

@@ -421,3 +421,23 @@ def test_create_model_card_takes_every_trainer_argument(tmp_path: Path, caplog: 
     card = ModelCard.load(tmp_path / "README.md")
     assert card.data.license == "mit" and "digits" in card.data.tags and card.data.datasets == ["user/imgs"]
     assert GENERATED_MARKER in card.text
+
+
+def test_push_to_hub_with_the_hub_unreachable_is_said_before_training(tmp_path: Path) -> None:
+    """``--push_to_hub`` offline: transformers' Trainer creates the repository when it is built, and the connection
+    error came out as an httpx traceback; now one message naming the flag and what to do instead."""
+    import socket
+
+    from distributed_scripts.trainer_utils import image_dataset, training_args, vit_encoder
+
+    from hf_contrast.errors import InputError
+    from hf_contrast.training import SimCLRTrainer
+
+    with socket.socket() as probe:  # a loopback port nothing listens on: every request is refused
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    args = training_args(tmp_path / "out", push_to_hub=True, hub_model_id="me/model", max_steps=1)
+    with use_hub_server(f"http://127.0.0.1:{port}", cache_dir=tmp_path / "cache", timeout=5.0):
+        with pytest.raises(InputError, match=r"`push_to_hub=True` \(`--push_to_hub`\): the Hugging Face Hub is unr"):
+            SimCLRTrainer(model=vit_encoder(), args=args, train_dataset=image_dataset(n=8, size=16))
+    assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())  # nothing written

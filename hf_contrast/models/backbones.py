@@ -21,6 +21,7 @@ __all__ = [
     "HubUnavailableError",
     "TIMM_SOURCES",
     "backbone_type_of",
+    "is_hub_unreachable",
     "close_timm_names",
     "create_timm_backbone",
     "build_timm_backbone",
@@ -50,7 +51,7 @@ def _hub_offline() -> bool:
     return bool(constants.HF_HUB_OFFLINE)
 
 
-def _is_hub_unreachable(error: BaseException) -> bool:
+def is_hub_unreachable(error: BaseException) -> bool:
     """Whether ``error`` (or anything it was raised from) says the Hub could not be contacted."""
     from huggingface_hub.errors import LocalEntryNotFoundError, OfflineModeIsEnabled
 
@@ -72,6 +73,11 @@ def _is_hub_unreachable(error: BaseException) -> bool:
         seen.add(id(current))
         if isinstance(current, unreachable) or "couldn't connect to" in str(current):
             return True
+        kind = type(current)
+        if kind.__module__.split(".")[0].rstrip("0123456789") in ("httpx", "httpcore") and kind.__name__ in (
+            "ConnectError", "ConnectTimeout", "ReadTimeout", "TimeoutException", "NetworkError", "ProxyError",
+        ):  # fmt: skip
+            return True  # an httpx-like client under another module name (e.g. httpx2): the same failures
         current = current.__cause__ or current.__context__
     return False
 
@@ -220,7 +226,7 @@ def create_timm_backbone(
                 pass
         model = timm.create_model(name, pretrained=pretrained, num_classes=0, **create_kwargs)
     except (RuntimeError, FileNotFoundError, OSError) as error:
-        if _is_hub_unreachable(error):
+        if is_hub_unreachable(error):
             raise _unavailable(name, error) from error
         if "Unknown model" in str(error):
             raise _unknown(name, close_timm_names(name)) from error
@@ -354,7 +360,7 @@ def load_text_backbone(name: str, pretrained: bool = True, **hub_kwargs: Any) ->
     except (OSError, ValueError) as error:
         from huggingface_hub.errors import RepositoryNotFoundError
 
-        if _is_hub_unreachable(error):
+        if is_hub_unreachable(error):
             matches = close_timm_names(name) if "/" not in name else []
             if matches:  # most likely a misspelt timm name, not a Hub id
                 raise _unknown(name, matches, " (The Hub is unreachable, so Hub ids cannot be checked.)") from error

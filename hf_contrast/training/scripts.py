@@ -39,6 +39,7 @@ __all__ = [
     "detect_last_checkpoint",
     "check_sample_caps",
     "check_image_backbone",
+    "check_text_backbone",
     "check_task_head",
     "evaluate_final",
     "finished_run",
@@ -180,6 +181,21 @@ def check_image_backbone(model: str) -> None:
         f"'local-dir:<path>', or a folder saved from one).{hint} List them with `timm.list_models('*resnet*')`; "
         "text encoders train with examples/run_bert.py."
     )
+
+
+def check_text_backbone(model: str) -> None:
+    """``--model`` of a text script: not a timm image model (a timm name would be looked up on the Hub as a text
+    encoder, a minute of retries offline, and then called "not a timm model name").
+
+    Raises:
+        InputError: naming the flag and the image scripts, before any data is read.
+    """
+    if isinstance(model, str) and backbone_type_of(model) == "timm":
+        raise InputError(
+            f"--model {model!r} is a timm image model; examples/run_bert.py trains text encoders (a Hub id or a "
+            "local folder of a BERT-style or sentence-transformers model). Train image models with "
+            "examples/run_care.py."
+        )
 
 
 def check_task_head(method: str, task_head: bool) -> None:

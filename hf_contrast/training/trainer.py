@@ -36,6 +36,7 @@ from hf_contrast.errors import InputError
 
 from ..hub import ModelCardCallback
 from ..losses import finite_input_checks
+from ..models.backbones import is_hub_unreachable
 from ..models.instances import as_encoder
 from ..models.modeling import ContrastiveEncoder
 from ..objectives import Objective, build_objective
@@ -152,16 +153,26 @@ class ContrastiveTrainer(CheckpointingMixin, HubPublishingMixin, Trainer):
             processing_class = getattr(model, "tokenizer", None)
         if compute_metrics is None:
             compute_metrics = self.objective.compute_metrics(args)
-        super().__init__(
-            model=model,
-            args=args,
-            data_collator=data_collator,
-            train_dataset=train_dataset,
-            eval_dataset=eval_dataset,
-            processing_class=processing_class,
-            compute_metrics=compute_metrics,
-            **kwargs,
-        )
+        try:
+            super().__init__(
+                model=model,
+                args=args,
+                data_collator=data_collator,
+                train_dataset=train_dataset,
+                eval_dataset=eval_dataset,
+                processing_class=processing_class,
+                compute_metrics=compute_metrics,
+                **kwargs,
+            )
+        except Exception as error:
+            if getattr(args, "push_to_hub", False) and is_hub_unreachable(error):  # Trainer creates the repo now
+                raise InputError(
+                    "`push_to_hub=True` (`--push_to_hub`): the Hugging Face Hub is unreachable, so its repository "
+                    f"cannot be created before training ({type(error).__name__}: {error}). Train without "
+                    "`--push_to_hub` and upload the saved folder later (`trainer.push_to_hub()`, or `hf upload "
+                    "<repo> <output_dir>`), or check the network (HF_ENDPOINT)."
+                ) from error
+            raise
         self.args: ContrastiveTrainingArguments
         follow_log_level(self.args.get_process_log_level())  # the package's loggers, as Trainer sets transformers'
         check_distributed_engine(self.args, self.accelerator, self.is_fsdp_enabled, self.is_deepspeed_enabled)
