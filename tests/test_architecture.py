@@ -505,3 +505,37 @@ def test_pyproject_ships_every_package_and_the_model_cards() -> None:
     assert config["package-dir"]["hf_contrast.model_cards"] == "model_cards" and (ROOT / "model_cards").is_dir()
     stale = {p for p in listed - on_disk if p != "hf_contrast.model_cards"}
     assert not stale, f"pyproject.toml lists packages that do not exist: {sorted(stale)}"
+
+
+# ---- the training room -------------------------------------------------------------------------
+
+
+def test_the_training_room_is_eight_modules_and_the_old_paths_still_import() -> None:
+    """Issue 30: the trainer, its arguments, checkpointing, publishing, the per-step callbacks, the checks, the run
+    set-up and the scripts' command line; the sixteen modules merged into them import from their old paths with a
+    FutureWarning naming the new place, and give the very same objects."""
+    import importlib
+    import warnings
+
+    import hf_contrast.training as training
+
+    modules = sorted(p.stem for p in (PACKAGE / "training").glob("*.py") if p.stem != "__init__")
+    assert modules == sorted(
+        ["arguments", "callbacks", "checkpointing", "checks", "cli", "publishing", "run_setup", "trainer"]
+    )
+    moved = {
+        "loss_terms": "LossTermTracker", "scripts": "run_main", "image_size": "choose_image_size",
+        "trainers": "CARETrainer", "run_identity": "run_settings", "doors": "check_trainer_arguments",
+    }  # fmt: skip
+    assert set(moved) <= set(training._MOVED_MODULES) and len(training._MOVED_MODULES) == 16
+    for old, name in moved.items():
+        module = importlib.import_module(f"hf_contrast.training.{old}")
+        said = rf"hf_contrast\.training\.{old} is now part of hf_contrast\.training\."
+        with pytest.warns(FutureWarning, match=said):
+            value = getattr(module, name)
+        assert value is getattr(training._MOVED_MODULES[old], name)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        from hf_contrast.training.callbacks import LossTermTracker  # the new path: no warning
+
+    assert LossTermTracker is training.callbacks.LossTermTracker

@@ -19,12 +19,13 @@ from _tiny_trainer import TOKEN, RandomImages, TinyTrainer, losses_of, tiny_args
 from transformers import PreTrainedModel, TrainerCallback, TrainerState, TrainingArguments
 
 from hf_contrast.models import HUB_SUBFOLDER, ContrastiveEncoder
-from hf_contrast.training.checkpoint_validation import (
+from hf_contrast.training.checkpointing import (
     CONTRASTIVE_STATE_NAME,
     checkpoint_problem,
+    first_nonfinite_tensor,
     last_complete_checkpoint,
+    sanitized_training_args,
 )
-from hf_contrast.training.checkpointing import first_nonfinite_tensor, sanitized_training_args
 
 
 def _trainer(output_dir: Path, seed: int = 0, **overrides) -> TinyTrainer:

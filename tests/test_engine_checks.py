@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from hf_contrast.errors import InputError
-from hf_contrast.training.engine_checks import check_distributed_engine, requested_engine
+from hf_contrast.training.checks import check_distributed_engine, requested_engine
 
 
 def _args(**kwargs):
@@ -43,10 +43,10 @@ def test_a_requested_engine_that_did_not_start_is_said(monkeypatch, caplog, env,
     training_args = SimpleNamespace(**{**vars(_args()), **args})
     assert requested_engine(training_args) == engine
     accelerator = SimpleNamespace(num_processes=2, distributed_type="MULTI_CPU", is_main_process=True)
-    logger = logging.getLogger("hf_contrast.training.engine_checks")
+    logger = logging.getLogger("hf_contrast.training.checks")
     logger.addHandler(caplog.handler)
     try:
-        with caplog.at_level(logging.WARNING, logger="hf_contrast.training.engine_checks"):
+        with caplog.at_level(logging.WARNING, logger="hf_contrast.training.checks"):
             check_distributed_engine(training_args, accelerator, False, False)
             assert f"{engine} was requested, but Accelerate runs MULTI_CPU" in caplog.text
             caplog.clear()

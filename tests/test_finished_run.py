@@ -20,7 +20,7 @@ from hf_contrast.training import (
     evaluate_final,
     finished_run,
 )
-from hf_contrast.training.run_sessions import whole_run_loss
+from hf_contrast.training.callbacks import whole_run_loss
 
 
 def _run_dir(root: Path, steps: int, planned: int, epochs: float = 3.0, results: bool = True) -> Path:

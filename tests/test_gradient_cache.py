@@ -16,7 +16,7 @@ from distributed_scripts.trainer_utils import (
 
 from hf_contrast.objectives import CAREObjective, SupConObjective
 from hf_contrast.training import ContrastiveTrainer, ContrastiveTrainingArguments
-from hf_contrast.training.gradient_cache import GradientCache
+from hf_contrast.training.callbacks import GradientCache
 
 SENTENCES = ["the cat sat on the mat", "a dog is red", "hello world", "the man and the woman", "a red car",
              "the dog sat", "a cat and a dog", "hello the world is red"]  # fmt: skip

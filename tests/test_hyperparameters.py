@@ -62,8 +62,8 @@ VOCABULARY_NAMES = {
 
 # Private checks that are not scalar-argument duplicates, with why they stay where they are.
 DOMAIN_CHECKS = {
-    ("training/argument_parser.py", "_check_config_types"): "a .json config's values against their fields' types",
-    ("training/argument_parser.py", "_check_no_shared_fields"): "a method's fields against the script's dataclasses",
+    ("training/cli.py", "_check_config_types"): "a .json config's values against their fields' types",
+    ("training/cli.py", "_check_no_shared_fields"): "a method's fields against the script's dataclasses",
     ("training/arguments.py", "_check_trackers_installed"): "`report_to` trackers against the installed integrations",
     ("training/checkpointing.py", "_check_resumed_run"): "a checkpoint's run settings against the resuming trainer's",
     ("models/instances.py", "_check_timm_embedding"): "a timm model's pooled output, by a dry forward pass",
@@ -72,7 +72,7 @@ DOMAIN_CHECKS = {
         "_check_bf16_device",
     ): "bf16 against the machine's devices (before transformers refuses it)",
     ("views/afcl_sampler.py", "_check_labels_1d"): "a label sequence converted to a tensor",
-    ("training/argument_parser.py", "_check_choices"): "a .json config's values against their fields' Literal "
+    ("training/cli.py", "_check_choices"): "a .json config's values against their fields' Literal "
     "choices (argparse checks flags only)",
     ("training/arguments.py", "_check_schedule"): "max_steps / save_steps / eval_steps / output_dir that "
     "transformers accepts and does not honour",

@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from hf_contrast.errors import InputError
 from hf_contrast.objectives import CAREObjective, SimCLRObjective
 from hf_contrast.training import ContrastiveTrainer
-from hf_contrast.training.run_identity import RUN_SETTINGS_NAME, changed_settings
+from hf_contrast.training.checkpointing import RUN_SETTINGS_NAME, changed_settings
 
 
 @pytest.fixture(scope="module")

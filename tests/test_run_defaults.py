@@ -1,5 +1,5 @@
 """The defaults that shape a run are said: the image-size rule, the start-up summary, the card's training set-up,
-fp16/bf16 on a CPU, CPU threads (hf_contrast.training.image_size / run_setup / scripts)."""
+fp16/bf16 on a CPU, CPU threads (hf_contrast.training.run_setup / run_setup / scripts)."""
 
 from __future__ import annotations
 
@@ -23,8 +23,9 @@ from hf_contrast.training import (
     ContrastiveTrainingArguments,
     choose_image_size,
 )
-from hf_contrast.training import scripts as scripts_module
-from hf_contrast.training.image_size import MAX_RESIZE_FACTOR, data_image_sizes
+from hf_contrast.training import cli as scripts_module
+from hf_contrast.training import run_setup as run_setup_module
+from hf_contrast.training.run_setup import MAX_RESIZE_FACTOR, data_image_sizes
 
 
 def _png(height: int, width: int, seed: int = 0) -> bytes:
@@ -233,7 +234,7 @@ def test_threads_one_plain_process_uses_every_core(monkeypatch) -> None:
     before = torch.get_num_threads()
     try:
         threads = scripts_module.set_cpu_threads(_Args())
-        assert threads == scripts_module._usable_cores() == torch.get_num_threads()
+        assert threads == run_setup_module.usable_cores() == torch.get_num_threads()
         assert scripts_module.cpu_threads_source() == "every usable core (OMP_NUM_THREADS unset)"
     finally:
         torch.set_num_threads(before)

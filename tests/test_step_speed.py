@@ -27,9 +27,9 @@ from transformers import TrainerCallback
 
 from hf_contrast.objectives import CAREObjective, LOCALObjective, SimCLRObjective, get_objective
 from hf_contrast.training import ContrastiveTrainer
-from hf_contrast.training.dataloaders import plan_image_cache, resolve_views_on_device, serving_options
-from hf_contrast.training.nonfinite import NonFinitePolicy
+from hf_contrast.training.callbacks import NonFinitePolicy
 from hf_contrast.training.run_setup import describe_run
+from hf_contrast.training.trainer import plan_image_cache, resolve_views_on_device, serving_options
 from hf_contrast.views import BatchedSimCLRViews, DeviceViews
 from hf_contrast.views.image_views import ImageViews
 
@@ -114,7 +114,7 @@ def test_the_cache_leaves_an_unreadable_image_out_and_counts_it(tmp_path: Path) 
 def test_a_cached_training_set_is_decoded_once_at_start_up(tmp_path: Path, images, monkeypatch, limit: float) -> None:
     """The cache's build decodes every training image (and names the bad ones): the start-up scan then reads only
     the evaluation set; without the cache it reads both."""
-    from hf_contrast.training import setup_checks
+    from hf_contrast.training import checks as setup_checks
 
     scanned: list[int] = []
     scan = setup_checks.scan_images
@@ -298,7 +298,7 @@ def test_no_host_read_outside_logging_steps_and_one_of_ours_per_logging_step(tmp
     # transformers' own reads of its loss and gradient norm (trainer.py) aside: the loss terms and the non-finite
     # flags in one transfer; SupCon's geometry statistics (negative_cos_below_zero) in a second
     ours = [r.split(":")[0] for r in counter.reads[3] if not r.split(" at ")[1].startswith("trainer.py")]
-    expected = ["tolist at loss_terms.py"] + (["tolist at geometry.py"] if objective == "supcon" else [])
+    expected = ["tolist at callbacks.py"] + (["tolist at geometry.py"] if objective == "supcon" else [])
     assert ours == expected, counter.reads[3]
 
 

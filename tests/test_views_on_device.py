@@ -17,7 +17,7 @@ from transformers import HfArgumentParser
 
 from hf_contrast.objectives import CAREObjective, LOCALObjective, SupConObjective
 from hf_contrast.training import CARETrainer, ContrastiveTrainingArguments, LOCALTrainer, SimCLRTrainer, SupConTrainer
-from hf_contrast.training.checkpoint_validation import CONTRASTIVE_STATE_NAME
+from hf_contrast.training.checkpointing import CONTRASTIVE_STATE_NAME
 from hf_contrast.views import BatchedSimCLRViews, ChunkSharedDeviceViews, DeviceViews, ImageViewCollator
 
 sys.path.insert(0, str(Path(__file__).parent))

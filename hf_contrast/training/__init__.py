@@ -5,20 +5,23 @@ Swap ``Trainer`` for a named trainer (or :class:`ContrastiveTrainer` with ``obje
 Collators and the AFCL batch sampler are in :mod:`hf_contrast.views`. :func:`parse_args_with_objective`
 parses a script's flags together with the chosen ``--method``'s hyperparameters; :func:`setup_logging` and
 :func:`detect_last_checkpoint` and :func:`set_cpu_threads` are a script's other set-up steps
-(:mod:`~hf_contrast.training.scripts`).
+(:mod:`~hf_contrast.training.cli`).
 
-The image size a run trains at follows one rule (:mod:`~hf_contrast.training.image_size`, :func:`choose_image_size`);
+The image size a run trains at follows one rule (:mod:`~hf_contrast.training.run_setup`, :func:`choose_image_size`);
 the trainer logs the defaults that shape a result once at the start of ``train()``
 (:mod:`~hf_contrast.training.run_setup`) and the model card's training section repeats them.
 """
 
 from __future__ import annotations
 
-from .argument_parser import given_arguments, parse_args_with_objective
+import sys
+import types
+import warnings
+
+from . import callbacks, checkpointing, checks, cli, run_setup, trainer
 from .arguments import NONFINITE_POLICIES, ContrastiveTrainingArguments
-from .image_size import ImageSizeChoice, choose_image_size
-from .loss_terms import NonFiniteLossError
-from .scripts import (
+from .callbacks import NonFiniteLossError
+from .cli import (
     check_image_backbone,
     check_sample_caps,
     check_task_head,
@@ -26,17 +29,20 @@ from .scripts import (
     detect_last_checkpoint,
     evaluate_final,
     finished_run,
+    given_arguments,
     notice_small_image_stem,
+    parse_args_with_objective,
     run_main,
     set_cpu_threads,
     setup_logging,
     small_image_stem_field,
     training_length,
 )
-from .trainer import ContrastiveTrainer
-from .trainers import (
+from .run_setup import ImageSizeChoice, choose_image_size
+from .trainer import (
     AlignUniformTrainer,
     CARETrainer,
+    ContrastiveTrainer,
     LOCALTrainer,
     OCLTrainer,
     SimCLRTrainer,
@@ -74,3 +80,53 @@ __all__ = [
     "small_image_stem_field",
     "training_length",
 ]
+
+
+# ---- the modules that became parts of others: their old import paths still work, with a FutureWarning ----
+
+_MOVED_MODULES = {
+    "loss_terms": callbacks,
+    "nonfinite": callbacks,
+    "left_out_rows": callbacks,
+    "objective_parameters": callbacks,
+    "run_sessions": callbacks,
+    "gradient_cache": callbacks,
+    "doors": checks,
+    "setup_checks": checks,
+    "engine_checks": checks,
+    "image_size": run_setup,
+    "checkpoint_validation": checkpointing,
+    "run_identity": checkpointing,
+    "argument_parser": cli,
+    "scripts": cli,
+    "trainers": trainer,
+    "dataloaders": trainer,
+}
+
+
+class _MovedModule(types.ModuleType):
+    """``hf_contrast.training.<old>``: every attribute read (``from … import name``) or write is the new module's,
+    with a ``FutureWarning`` naming where it is now."""
+
+    def __init__(self, old: str, new: types.ModuleType) -> None:
+        super().__init__(f"{__name__}.{old}", new.__doc__)
+        object.__setattr__(self, "_new", new)
+
+    def __getattr__(self, name: str) -> object:
+        new = object.__getattribute__(self, "_new")
+        if name.startswith("__"):  # the import system's own lookups (`__path__`, `__spec__`): no warning
+            return getattr(new, name)
+        warnings.warn(
+            f"{self.__name__} is now part of {new.__name__}: import `{name}` from there (or from {__name__}).",
+            FutureWarning,
+            stacklevel=2,
+        )
+        return getattr(new, name)
+
+    def __setattr__(self, name: str, value: object) -> None:
+        setattr(object.__getattribute__(self, "_new"), name, value)
+
+
+for _old, _new in _MOVED_MODULES.items():
+    sys.modules[f"{__name__}.{_old}"] = _MovedModule(_old, _new)
+del _old, _new

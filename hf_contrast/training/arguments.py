@@ -94,7 +94,7 @@ class ContrastiveTrainingArguments(TrainingArguments):
         metadata={
             "help": "Image: side of the views. None: a size set on the encoder (set_image_size / a saved encoder), "
             "else a pretrained backbone's size, else the training images' own size when they share one, else the "
-            "backbone's default with a warning (hf_contrast.training.image_size); logged at the start of training."
+            "backbone's default with a warning (hf_contrast.training.run_setup); logged at the start of training."
         },
     )
     views_on_device: bool | None = field(

@@ -1,24 +1,93 @@
-"""The defaults that shape a run's result, said once: checked at the trainer's ``__init__``, logged at the start of
+"""The defaults that shape a run's result, decided and said once: the image size rule and the run set-up.
+
+Formerly also the modules ``image_size`` of ``hf_contrast.training`` (their import paths still work, with a
+``FutureWarning``). Their parts follow.
+
+The defaults that shape a run's result, said once: checked at the trainer's ``__init__``, logged at the start of
 ``train()`` (main process) and written in the model card's training section.
 
 :func:`describe_run` gives ``{label: value}`` for: the image size and the rule that chose it
-(:mod:`~hf_contrast.training.image_size`), the precision actually used, processes × CPU threads and the
+(:mod:`~hf_contrast.training.run_setup`), the precision actually used, processes × CPU threads and the
 devices, the global batch, how a chunked objective cuts it (CARE's ``n_splits`` → chunk size ``m``), where the
 views are made, and what the evaluation scores (the metrics' and evaluators' sample caps).
+
+The one rule for the image size a run trains at, used by the trainer and the example scripts.
+
+In order, the first that applies:
+
+1. ``image_size`` given (``ContrastiveTrainingArguments.image_size``, ``--image_size``): that size;
+2. the encoder's size was set before training (``encoder.set_image_size(n)``, or an encoder saved at
+   a size and loaded again): that size;
+3. a pretrained backbone (``from_backbone(..., pretrained=True)``): the size it was pretrained at;
+4. a backbone whose input size is fixed (ViT-style): that size;
+5. the training images share one size: the images' own size (read from the headers of at most
+   :data:`MAX_ROWS_READ` rows spread over the dataset, nothing decoded);
+6. otherwise (sizes differ, or they cannot be read): the backbone's default, with a warning.
+
+The choice is logged once by the trainer at the start of training (with why), written in the model
+card's training section, and a warning says when the views resize the images by more than
+:data:`MAX_RESIZE_FACTOR` either way (a 32-px image up-sampled to 224 px costs ~50× the compute and
+adds no detail).
 """
 
 from __future__ import annotations
 
+import io
 import os
 import warnings
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 from transformers.utils import logging
 
-from .scripts import cpu_threads_source, launched_by_accelerate
+from hf_contrast.errors import InputError
+from hf_contrast.models.backbones import timm_data_config
 
-__all__ = ["check_launch", "check_precision", "describe_run", "launched_fewer_processes", "log_run_setup", "precision"]
+__all__ = [
+    "apply_image_size",
+    "check_image_size_fits",
+    "check_launch",
+    "check_precision",
+    "choose_image_size",
+    "data_image_sizes",
+    "describe_run",
+    "ImageSizeChoice",
+    "launched_fewer_processes",
+    "log_run_setup",
+    "MAX_RESIZE_FACTOR",
+    "MAX_ROWS_READ",
+    "precision",
+]
+
+
+# ==================== run setup =======================================================================
+
+
+def launched_by_accelerate() -> bool:
+    """Whether this process was started by ``accelerate launch`` (which sets ``ACCELERATE_MIXED_PRECISION``, and
+    ``OMP_NUM_THREADS`` to its ``--num_cpu_threads_per_process``: the user's ``OMP_NUM_THREADS``, else 1)."""
+    return "ACCELERATE_MIXED_PRECISION" in os.environ
+
+
+def cpu_threads_source() -> str:
+    """Where this process's CPU thread count comes from, in words (for the start-up log and the model card)."""
+    omp = os.environ.get("OMP_NUM_THREADS")
+    if omp is not None and launched_by_accelerate():
+        return (
+            f"OMP_NUM_THREADS={omp}, as `accelerate launch` passes it: `--num_cpu_threads_per_process`, by default "
+            f"your OMP_NUM_THREADS, else 1"
+        )
+    if omp is not None:
+        return f"OMP_NUM_THREADS={omp}"
+    if int(os.environ.get("WORLD_SIZE", "1")) == 1 and torch.get_num_threads() == usable_cores():
+        return "every usable core (OMP_NUM_THREADS unset)"
+    return "torch's default (OMP_NUM_THREADS unset)"
+
+
+def usable_cores() -> int:
+    return (len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()) or 1
+
 
 logger = logging.get_logger(__name__)
 
@@ -45,7 +114,7 @@ def launched_fewer_processes(args: Any) -> str | None:
     ``accelerate launch --num_processes 2 script.py`` (or a config file with ``num_processes: 2`` and
     ``distributed_type: NO``) starts ONE process: only ``--multi_gpu`` (``MULTI_GPU`` / ``MULTI_CPU`` in the
     config) starts several. Its single-process launcher then still sets ``MASTER_ADDR`` / ``MASTER_PORT``, but no
-    ``WORLD_SIZE``: that signature, in a process :func:`~hf_contrast.training.scripts.launched_by_accelerate`,
+    ``WORLD_SIZE``: that signature, in a process :func:`~hf_contrast.training.cli.launched_by_accelerate`,
     is read here."""
     env = os.environ
     if args.world_size > 1 or "WORLD_SIZE" in env or "MASTER_ADDR" not in env or not launched_by_accelerate():
@@ -159,3 +228,241 @@ def log_run_setup(trainer: Any) -> dict[str, str]:
         lines = "\n".join(f"  {label:<{width}} : {value}" for label, value in setup.items())
         logger.info(f"Run set-up (defaults that shape the result):\n{lines}")
     return setup
+
+
+# ==================== image size ======================================================================
+
+
+#: A resize by more than this factor (up or down, either side) is warned about.
+MAX_RESIZE_FACTOR = 2.0
+#: Rows whose image headers are read to find the data's own size.
+MAX_ROWS_READ = 32
+
+_REASONS = {
+    "argument": "`image_size` was given",
+    "encoder": "the encoder's data config was set before training (`set_image_size`, or a saved encoder)",
+    "pretrained": "the pretrained backbone's input size",
+    "fixed": "the backbone's input size is fixed",
+    "data": "the training images' own size",
+    "default": "the backbone's default input size",
+}
+
+
+@dataclass(frozen=True)
+class ImageSizeChoice:
+    """The image size a run trains at, and why.
+
+    Attributes:
+        size: ``(height, width)`` of the views.
+        rule: ``"argument"``, ``"encoder"``, ``"pretrained"``, ``"fixed"``, ``"data"`` or ``"default"``.
+        data_sizes: The distinct ``(height, width)`` of the images read (empty when none could be read).
+        rows_read: How many rows' image headers were read.
+    """
+
+    size: tuple[int, int]
+    rule: str
+    data_sizes: tuple[tuple[int, int], ...] = ()
+    rows_read: int = 0
+
+    @property
+    def reason(self) -> str:
+        """Why this size, in words."""
+        return _REASONS[self.rule]
+
+    @property
+    def resize_factor(self) -> float | None:
+        """The largest factor by which the views scale an image read (up or down), ``None`` if none was read."""
+        if not self.data_sizes:
+            return None
+        return max(max(t / d, d / t) for hw in self.data_sizes for t, d in zip(self.size, hw))
+
+    def describe(self) -> str:
+        """``"28x28 px (the training images' own size)"``, with the data's sizes when they differ from it."""
+        text = f"{_hw(self.size)} px ({self.reason})"
+        if self.data_sizes and self.data_sizes != (self.size,):
+            seen = ", ".join(_hw(hw) for hw in self.data_sizes[:4]) + (", …" if len(self.data_sizes) > 4 else "")
+            text += f"; the images are {seen} px (from {self.rows_read} rows read)"
+        return text
+
+
+def _hw(size: tuple[int, int]) -> str:
+    return f"{size[0]}x{size[1]}"
+
+
+def _header_size(value: Any) -> tuple[int, int] | None:
+    """``(height, width)`` of one image cell: a PIL image, an undecoded ``{"path", "bytes"}`` row (only the
+    file header is read), a path, or an array ``(H, W[, C])`` / tensor ``(C, H, W)``; ``None`` if unknown."""
+    from PIL import Image
+
+    if isinstance(value, Image.Image):
+        return value.size[1], value.size[0]
+    source: Any = None
+    if isinstance(value, dict):
+        source = io.BytesIO(value["bytes"]) if value.get("bytes") else value.get("path")
+    elif isinstance(value, str):
+        source = value
+    if source is not None:
+        try:
+            with Image.open(source) as image:  # lazy: reads the header, decodes nothing
+                return image.size[1], image.size[0]
+        except Exception:  # noqa: BLE001 - a bad file is the collators' to report, with its row
+            return None
+    shape = getattr(value, "shape", None)
+    if shape is not None and len(shape) in (2, 3):
+        shape = tuple(int(s) for s in shape)
+        if len(shape) == 3 and shape[0] in (1, 3, 4) and shape[2] not in (1, 3, 4):
+            return shape[1], shape[2]  # (C, H, W) tensor
+        return shape[0], shape[1]
+    return None
+
+
+def _sample_rows(dataset: Any, image_column: str, max_rows: int) -> list[Any]:
+    """At most ``max_rows`` image cells spread evenly over a ``datasets.Dataset`` (undecoded), or the first ones
+    of an iterable dataset; ``[]`` when the dataset has no such column or cannot be read."""
+    try:
+        import datasets
+    except ImportError:  # pragma: no cover - the package imports without datasets
+        return []
+    features = getattr(dataset, "features", None) or {}
+    if image_column not in features:  # e.g. LOCAL's (pre, post) pairs: the first image column
+        image_column = next((name for name, f in features.items() if isinstance(f, datasets.Image)), image_column)
+    if isinstance(dataset, datasets.Dataset):
+        if image_column not in dataset.column_names or len(dataset) == 0:
+            return []
+        n = len(dataset)
+        k = min(n, max_rows)
+        rows = sorted({round(i * (n - 1) / max(1, k - 1)) for i in range(k)})
+        part = dataset.select(rows)
+        feature = part.features.get(image_column)
+        if isinstance(feature, datasets.Image) and feature.decode:
+            part = part.cast_column(image_column, datasets.Image(decode=False))
+        return list(part[image_column])
+    if isinstance(dataset, datasets.IterableDataset):
+        feature = (dataset.features or {}).get(image_column)
+        if isinstance(feature, datasets.Image) and feature.decode:
+            dataset = dataset.cast_column(image_column, datasets.Image(decode=False))
+        cells = []
+        for row in dataset.take(max_rows):
+            if image_column not in row:
+                return []
+            cells.append(row[image_column])
+        return cells
+    return []
+
+
+def data_image_sizes(
+    dataset: Any, image_column: str = "image", max_rows: int = MAX_ROWS_READ
+) -> tuple[list[tuple[int, int]], int]:
+    """The distinct ``(height, width)`` of the images of at most ``max_rows`` rows, read from the file headers.
+
+    Args:
+        dataset: A ``datasets.Dataset`` (rows spread evenly over it) or ``IterableDataset`` (its first rows).
+        image_column: The image column (PIL images, undecoded ``{"path", "bytes"}`` rows, paths or arrays); when the
+            dataset has no such column, its first ``datasets.Image`` column.
+        max_rows: How many rows to read at most.
+
+    Returns:
+        ``(sizes, rows_read)``: the sizes seen, most frequent first, and the number of rows whose size was read.
+    """
+    counts: dict[tuple[int, int], int] = {}
+    for cell in _sample_rows(dataset, image_column, max_rows):
+        size = _header_size(cell)
+        if size is not None:
+            counts[size] = counts.get(size, 0) + 1
+    return sorted(counts, key=lambda hw: -counts[hw]), sum(counts.values())
+
+
+def choose_image_size(
+    model: Any, image_size: int | None = None, dataset: Any = None, image_column: str = "image", *, warn: bool = True
+) -> ImageSizeChoice | None:
+    """The image size to train ``model`` at, by the module's rule (``None`` for a model without a ``data_config``:
+    a text encoder). Reads nothing but image headers; changes nothing (see :func:`apply_image_size`).
+
+    Args:
+        model: A timm :class:`~hf_contrast.models.ContrastiveEncoder`.
+        image_size: The ``image_size`` argument (``None``: not given).
+        dataset: The training data, whose images' own size is read when no other rule applies.
+        image_column: Its image column.
+        warn: Warn when the images differ in size and no other rule applies, and when the views resize the
+            images by more than :data:`MAX_RESIZE_FACTOR` either way.
+
+    Returns:
+        An :class:`ImageSizeChoice`, or ``None``.
+    """
+    data_config = getattr(model, "data_config", None)
+    backbone = getattr(model, "backbone", None)
+    if not data_config or backbone is None:
+        return None
+    current = tuple(int(v) for v in data_config["input_size"][1:])
+    default = tuple(int(v) for v in timm_data_config(backbone)["input_size"][1:])
+    sizes, rows_read = data_image_sizes(dataset, image_column) if dataset is not None else ([], 0)
+    fixed = bool(getattr(backbone, "pretrained_cfg", {}).get("fixed_input_size", False))
+    if image_size is not None:
+        size, rule = (int(image_size), int(image_size)), "argument"
+    elif current != default:
+        size, rule = current, "encoder"
+    elif getattr(model.config, "backbone_pretrained", False):
+        size, rule = current, "pretrained"
+    elif fixed:
+        size, rule = current, "fixed"
+    elif len(sizes) == 1:
+        size, rule = sizes[0], "data"
+    else:
+        size, rule = current, "default"
+    choice = ImageSizeChoice(size=size, rule=rule, data_sizes=tuple(sizes), rows_read=rows_read)
+    if warn and rule == "default" and dataset is not None:
+        found = (
+            f"the images differ in size ({', '.join(_hw(hw) for hw in sizes[:4])} px in {rows_read} rows read)"
+            if sizes
+            else "the training images' size could not be read"
+        )
+        warnings.warn(
+            f"Training at {_hw(size)} px, the backbone's default input size: `image_size` is not set and {found}. "
+            "Pass `image_size=` (`--image_size`) to choose.",
+            stacklevel=3,
+        )
+    factor = choice.resize_factor
+    if warn and factor is not None and factor > MAX_RESIZE_FACTOR:
+        warnings.warn(
+            f"The views resize the training images by {factor:.1f}x (images {', '.join(_hw(hw) for hw in sizes[:4])} "
+            f"px, views {_hw(size)} px, {choice.reason}): more than {MAX_RESIZE_FACTOR:g}x costs compute (or detail) "
+            f"for nothing. Pass `image_size=` (`--image_size`) near the images' size, e.g. image_size={sizes[0][0]}, "
+            "or resize the data.",
+            stacklevel=3,
+        )
+    return choice
+
+
+def apply_image_size(model: Any, choice: ImageSizeChoice | None) -> None:
+    """``model.set_image_size(choice.size)``: the encoder's data config (what the evaluators' views and the saved
+    model say) carries the training size."""
+    if choice is not None and choice.rule not in ("encoder", "pretrained", "fixed", "default"):
+        model.set_image_size(list(choice.size))
+
+
+def check_image_size_fits(model: Any, choice: ImageSizeChoice | None) -> None:
+    """One zero image through the encoder at the chosen size, in eval mode and without gradients, before training:
+    a size the network cannot take (1 px through a padded convolution, a ViT's fixed patch grid) is refused naming
+    ``image_size`` here, not met as a RuntimeError at the first step. Nothing is learned or counted (eval mode:
+    BatchNorm statistics stay as they are)."""
+    if choice is None:
+        return
+    parameter = next(model.parameters(), None)
+    if parameter is None or parameter.device.type == "meta":
+        return
+    channels = int(getattr(model, "data_config", {}).get("input_size", (3,))[0])
+    image = torch.zeros(1, channels, *choice.size, device=parameter.device, dtype=parameter.dtype)
+    training = model.training
+    model.eval()
+    try:
+        with torch.no_grad():
+            model(pixel_values=image)
+    except (RuntimeError, AssertionError, ValueError) as error:  # InputError is a ValueError: the encoder's own
+        first_line = (str(error).splitlines() or [""])[0]
+        why = str(error) if isinstance(error, InputError) else f"{type(error).__name__}: {first_line}"
+        raise InputError(
+            f"`image_size`: the training views would be {choice.describe()}, a size this encoder cannot take. "
+            f"{why.rstrip('.')}. Pass a larger `image_size` (`--image_size`)."
+        ) from error
+    finally:
+        model.train(training)

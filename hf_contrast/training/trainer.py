@@ -1,4 +1,9 @@
-"""``ContrastiveTrainer``: one ``transformers.Trainer`` for every contrastive objective.
+"""``ContrastiveTrainer``, the named trainers and the pieces of their data loaders.
+
+Formerly also the modules ``trainers``, ``dataloaders`` of ``hf_contrast.training`` (their import paths still work,
+with a ``FutureWarning``). Their parts follow.
+
+``ContrastiveTrainer``: one ``transformers.Trainer`` for every contrastive objective.
 
 Data flow: dataset rows → the objective's collator (views) → :meth:`compute_loss` (the objective turns
 the encoder's outputs into named loss terms) → ``Trainer``'s optimisation loop → evaluation
@@ -15,14 +20,26 @@ Objective-owned parameters (a learnable temperature, LOCAL's classifier) live in
 *not* in the model: the saved encoder stays a clean ``ContrastiveEncoder``. They get their own optimizer
 parameter groups, their gradients are averaged over processes before each optimizer step (the model's are,
 by DDP), and the objective's ``state_dict`` is stored in every checkpoint and restored on resume.
+
+The named trainers: thin entry points over :class:`ContrastiveTrainer`, one per method family.
+
+Each only names its default objective; ``objective=`` chooses another registered method or passes an
+instance with hyperparameters (``CARETrainer(..., objective=CAREObjective(n_splits=4))``,
+``CARETrainer(..., objective="care_moco")``, ``SimCLRTrainer(..., objective="vicreg")``).
+
+Pieces of the trainer's data loaders: the Trainer's ``DataLoader`` options for a loader built here, and
+``dataloader_drop_last`` forced for the length of a ``Trainer.get_train_dataloader`` call.
 """
 
 from __future__ import annotations
 
 import contextlib
+import inspect
 import time
 import warnings
 from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from functools import partial
 from typing import Any, ClassVar
 
 import torch
@@ -30,44 +47,72 @@ from accelerate.utils import send_to_device
 from torch import Tensor, nn
 from torch.utils.data import DataLoader, IterableDataset
 from transformers import Trainer
+from transformers.trainer_utils import seed_worker
 from transformers.utils import logging
 
 from hf_contrast.errors import InputError
-
-from ..hub import ModelCardCallback
-from ..losses import finite_input_checks
-from ..models.backbones import is_hub_unreachable
-from ..models.instances import as_encoder
-from ..models.modeling import ContrastiveEncoder
-from ..objectives import Objective, build_objective
-from ..progress import follow_log_level, progress_bars_disabled
-from ..views import pop_view_batch_index, views_for
-from ..views.image_cache import DecodedImageCache
-from .arguments import ContrastiveTrainingArguments
-from .checkpointing import CheckpointingMixin, first_nonfinite_tensor
-from .dataloaders import (
-    CachePlan,
-    dataloader_options,
-    drop_last,
-    plan_image_cache,
-    resolve_views_on_device,
-    serving_options,
+from hf_contrast.hub import ModelCardCallback
+from hf_contrast.losses import finite_input_checks
+from hf_contrast.models.backbones import is_hub_unreachable
+from hf_contrast.models.instances import as_encoder
+from hf_contrast.models.modeling import ContrastiveEncoder
+from hf_contrast.objectives import Objective, build_objective
+from hf_contrast.progress import follow_log_level, progress_bars_disabled
+from hf_contrast.training.arguments import ContrastiveTrainingArguments
+from hf_contrast.training.callbacks import (
+    GradientCache,
+    LeftOutRows,
+    LossTermTracker,
+    NonFiniteLossError,
+    NonFinitePolicy,
+    RunSessions,
+    ZeroObjectiveGradients,
+    add_objective_parameter_groups,
+    average_gradients,
 )
-from .doors import check_trainer_arguments, check_trainer_columns
-from .engine_checks import check_distributed_engine
-from .gradient_cache import GradientCache
-from .image_size import apply_image_size, check_image_size_fits, choose_image_size
-from .left_out_rows import LeftOutRows
-from .loss_terms import LossTermTracker, NonFiniteLossError
-from .nonfinite import NonFinitePolicy
-from .objective_parameters import ZeroObjectiveGradients, add_objective_parameter_groups, average_gradients
-from .publishing import HubPublishingMixin
-from .run_identity import run_settings
-from .run_sessions import RunSessions
-from .run_setup import check_launch, check_precision, log_run_setup
-from .setup_checks import check_datasets, check_evaluation_fits, check_image_files, check_objective_fits
+from hf_contrast.training.checkpointing import CheckpointingMixin, first_nonfinite_tensor, run_settings
+from hf_contrast.training.checks import (
+    check_datasets,
+    check_distributed_engine,
+    check_evaluation_fits,
+    check_image_files,
+    check_objective_fits,
+    check_trainer_arguments,
+    check_trainer_columns,
+)
+from hf_contrast.training.publishing import HubPublishingMixin
+from hf_contrast.training.run_setup import (
+    apply_image_size,
+    check_image_size_fits,
+    check_launch,
+    check_precision,
+    choose_image_size,
+    log_run_setup,
+)
+from hf_contrast.views import pop_view_batch_index, views_for
+from hf_contrast.views.image_cache import DecodedImageCache
 
-__all__ = ["ContrastiveTrainer", "NonFiniteLossError"]
+__all__ = [
+    "AlignUniformTrainer",
+    "CachePlan",
+    "CARETrainer",
+    "ContrastiveTrainer",
+    "dataloader_options",
+    "drop_last",
+    "LOCALTrainer",
+    "NonFiniteLossError",
+    "OCLTrainer",
+    "plan_image_cache",
+    "resolve_views_on_device",
+    "serving_options",
+    "SimCLRTrainer",
+    "SimOTrainer",
+    "SupConTrainer",
+]
+
+
+# ==================== trainer =========================================================================
+
 
 logger = logging.get_logger(__name__)
 
@@ -185,7 +230,7 @@ class ContrastiveTrainer(CheckpointingMixin, HubPublishingMixin, Trainer):
         self.evaluator = evaluator
         check_precision(self.args)  # fp16 on a CPU: said before training
         check_launch(self.args)  # `accelerate launch --num_processes 2` without --multi_gpu: one process, said
-        #: The image size this run trains at and why (:mod:`hf_contrast.training.image_size`); None for text.
+        #: The image size this run trains at and why (:mod:`hf_contrast.training.run_setup`); None for text.
         self.image_size_choice = choose_image_size(
             self.model, self.args.image_size, train_dataset, self.args.image_column
         )
@@ -201,7 +246,7 @@ class ContrastiveTrainer(CheckpointingMixin, HubPublishingMixin, Trainer):
         check_evaluation_fits(self.args, self.objective, self.eval_dataset)
         self.objective.to(self.args.device)
         self.loss_terms = LossTermTracker(defer=self.args.nonfinite_policy == "skip")
-        #: The ``nonfinite_policy`` and its state (:mod:`hf_contrast.training.nonfinite`).
+        #: The ``nonfinite_policy`` and its state (:mod:`hf_contrast.training.callbacks`).
         self.nonfinite = NonFinitePolicy(
             self.args.nonfinite_policy, self.loss_terms, watched=lambda: (self.model, self.objective)
         )
@@ -225,7 +270,7 @@ class ContrastiveTrainer(CheckpointingMixin, HubPublishingMixin, Trainer):
         self._cache_skipped_reported = False
         self._cache_plan: CachePlan | None = None
         self.add_callback(ModelCardCallback(self))  # fills model.model_card_data while training
-        #: The ``train()`` calls that made the weights (:mod:`hf_contrast.training.run_sessions`), checkpointed.
+        #: The ``train()`` calls that made the weights (:mod:`hf_contrast.training.callbacks`), checkpointed.
         self.run_sessions = RunSessions()
         self.add_callback(self.run_sessions)
 
@@ -236,12 +281,12 @@ class ContrastiveTrainer(CheckpointingMixin, HubPublishingMixin, Trainer):
 
     def check_datasets(self) -> None:
         """Fail before training, with the fix, on an empty or too small dataset or a missing column
-        (:func:`~hf_contrast.training.setup_checks.check_datasets`)."""
+        (:func:`~hf_contrast.training.checks.check_datasets`)."""
         check_datasets(self)
 
     def check_image_files(self) -> None:
         """Scan the training and evaluation sets' image files before training
-        (:func:`~hf_contrast.training.setup_checks.check_image_files`); not the training set when the decoded-image
+        (:func:`~hf_contrast.training.checks.check_image_files`); not the training set when the decoded-image
         cache holds it (its build decoded every image and named the bad ones).
 
         Raises:
@@ -356,7 +401,7 @@ class ContrastiveTrainer(CheckpointingMixin, HubPublishingMixin, Trainer):
         self, model: nn.Module, inputs: dict[str, Any], num_items_in_batch: Tensor | int | None = None
     ) -> Tensor:
         """``Trainer.training_step`` (with ``args.gradient_cache_size``: the encoder in mini-batches, see
-        :mod:`~hf_contrast.training.gradient_cache`); then average the objective's gradients over processes. Under
+        :mod:`~hf_contrast.training.callbacks`); then average the objective's gradients over processes. Under
         ``nonfinite_policy="skip"`` a non-finite loss is reported as 0 (the step itself is dropped)."""
         self.nonfinite.before_micro_batch()
         if self.args.gradient_cache_size is None:
@@ -417,7 +462,7 @@ class ContrastiveTrainer(CheckpointingMixin, HubPublishingMixin, Trainer):
 
     def create_optimizer(self, *args: Any, **kwargs: Any) -> torch.optim.Optimizer:
         """``Trainer.create_optimizer`` plus groups for the objective's trainable parameters, which it does not see
-        (:func:`~hf_contrast.training.objective_parameters.add_objective_parameter_groups`: matrices get
+        (:func:`~hf_contrast.training.callbacks.add_objective_parameter_groups`: matrices get
         ``args.weight_decay``; a user-given optimizer gets nothing, with a warning). The arguments go to
         ``Trainer.create_optimizer`` as given (``model=`` since transformers 5.x, none before)."""
         created = self.optimizer is None
@@ -474,7 +519,7 @@ class ContrastiveTrainer(CheckpointingMixin, HubPublishingMixin, Trainer):
     def _serving(self, cache: DecodedImageCache | None) -> Iterator[None]:
         """Inside the block the training loader is built over the cache's row numbers with its one-index-op
         collate (no workers: the batch is one gather, on the cache's device), or, for images that did not fit in
-        the cache, with persistent prefetching workers (:func:`~hf_contrast.training.dataloaders.serving_options`)."""
+        the cache, with persistent prefetching workers (:func:`~hf_contrast.training.trainer.serving_options`)."""
         overrides = serving_options(self.args, cache, self._cache_plan)
         if cache is None and not overrides:
             yield
@@ -571,7 +616,7 @@ class ContrastiveTrainer(CheckpointingMixin, HubPublishingMixin, Trainer):
 
     def run_settings(self) -> dict[str, dict[str, Any]]:
         """What a resume must match, saved in every checkpoint: the method and its hyperparameters, the encoder's
-        architecture, the weight-shaping training arguments (:mod:`~hf_contrast.training.run_identity`)."""
+        architecture, the weight-shaping training arguments (:mod:`~hf_contrast.training.checkpointing`)."""
         settings = run_settings(self.objective, self.accelerator.unwrap_model(self.model), self.args)
         if self.image_size_choice is not None:  # the size trained at, however it was chosen (given or not)
             settings["training"]["image_size"] = list(self.image_size_choice.size)
@@ -633,3 +678,163 @@ class ContrastiveTrainer(CheckpointingMixin, HubPublishingMixin, Trainer):
                 )
         with progress_bars_disabled(self.args.disable_tqdm):  # transformers' "Writing model shards"
             super().save_model(output_dir, _internal_call, allow_nonfinite=allow_nonfinite)
+
+
+# ==================== trainers ========================================================================
+
+
+class SimCLRTrainer(ContrastiveTrainer):
+    """SimCLR / SimCSE (InfoNCE on two random views); also ``"spectral"``, ``"vicreg"``, ``"binary_nce"``."""
+
+    default_objective: ClassVar[str] = "simclr"
+
+
+class CARETrainer(ContrastiveTrainer):
+    """CARE: InfoNCE + λ · orthogonal equivariance on chunk-shared views; ``"care_moco"`` for CARE-MoCo."""
+
+    default_objective: ClassVar[str] = "care"
+
+
+class SupConTrainer(ContrastiveTrainer):
+    """Supervised contrastive (SupCon) over labelled views."""
+
+    default_objective: ClassVar[str] = "supcon"
+
+
+class OCLTrainer(ContrastiveTrainer):
+    """OCL: SupCon with ``|cos|`` for negatives (LOCAL's orthonormal contrastive loss)."""
+
+    default_objective: ClassVar[str] = "ocl"
+
+
+class SimOTrainer(ContrastiveTrainer):
+    """SimO / AFCL on class-major batches."""
+
+    default_objective: ClassVar[str] = "simo"
+
+
+class AlignUniformTrainer(ContrastiveTrainer):
+    """Alignment + uniformity (+ SimCSE, + a task head: EquiBERT)."""
+
+    default_objective: ClassVar[str] = "align_uniform"
+
+
+class LOCALTrainer(ContrastiveTrainer):
+    """LOCAL on paired images (``objective=LOCALObjective(contrastive="supcon")`` for L-SCL)."""
+
+    default_objective: ClassVar[str] = "local"
+
+
+# ==================== dataloaders =====================================================================
+
+
+@contextlib.contextmanager
+def drop_last(args: Any) -> Iterator[None]:
+    """``args.dataloader_drop_last = True`` inside the block (an epoch's ragged last batch dropped), restored on
+    exit."""
+    previous = args.dataloader_drop_last
+    args.dataloader_drop_last = True
+    try:
+        yield
+    finally:
+        args.dataloader_drop_last = previous
+
+
+def dataloader_options(args: Any) -> dict[str, Any]:
+    """The options the Trainer gives its training ``DataLoader``, derived the way it derives them:
+    each ``DataLoader`` argument ``x`` that ``TrainingArguments`` has as ``dataloader_x``
+    (``num_workers``, ``pin_memory``, ``persistent_workers``, ``prefetch_factor``, and
+    ``multiprocessing_context`` / ``in_order`` where the installed versions have them), and
+    ``worker_init_fn`` seeding each worker with transformers' ``seed_worker``. Batching
+    (``batch_size``, ``drop_last``, samplers) is not included."""
+    accepted = inspect.signature(DataLoader).parameters
+    options = {name: getattr(args, f"dataloader_{name}") for name in accepted if hasattr(args, f"dataloader_{name}")}
+    options.pop("drop_last", None)
+    options["worker_init_fn"] = partial(seed_worker, num_workers=args.dataloader_num_workers, rank=args.process_index)
+    return options
+
+
+# ---- views on the device and the decoded-image cache ----------------------------------------------------------
+
+
+def resolve_views_on_device(args: Any, model: Any, objective: Any) -> str:
+    """Decide ``args.views_on_device`` when it is ``None`` (in place) and say how it was decided.
+
+    The default is True for image views on an accelerator (the views are a few batched ops there, against a
+    per-sample pipeline on the host that bounds the step) and False on a CPU and for views that cannot be made on
+    the device (text, LOCAL's pairs).
+
+    Returns:
+        ``"argument"`` when the user set it, else ``"default for <modality> views on <device type>"``.
+    """
+    from ..views.for_model import input_modality_of
+
+    if args.views_on_device is not None:
+        return "argument"
+    modality = input_modality_of(model)
+    paired = bool(getattr(objective, "paired_inputs", False))
+    args.views_on_device = args.device.type != "cpu" and modality == "image" and not paired
+    what = "LOCAL's paired" if paired else modality
+    return f"default for {what} views on {args.device.type}"
+
+
+@dataclass(frozen=True)
+class CachePlan:
+    """Where the decoded-image cache goes (``device``, ``pin_memory``), or why there is none (``refusal``; ``log``:
+    whether the refusal is worth a line in the log: the user asked for device views)."""
+
+    refusal: str | None = None
+    log: bool = False
+    device: Any = None
+    pin_memory: bool = False
+    too_large: bool = False
+
+
+def plan_image_cache(args: Any, collator: Any, dataset: Any, image_shape: Callable[[], Any]) -> CachePlan:
+    """Whether the training set is served from a :class:`~hf_contrast.views.image_cache.DecodedImageCache`, and
+    where it lives (``image_shape()``: ``(C, H, W)`` of the decoded images): the training device when its free
+    memory holds the cache twice over (the rest is the model's), else the host (pinned when batches go to an
+    accelerator)."""
+    import torch
+
+    from ..views.image_cache import cache_bytes, cache_refusal
+
+    refusal = cache_refusal(collator, dataset, bool(args.views_on_device))
+    if refusal is not None:
+        return CachePlan(refusal=refusal, log=bool(args.views_on_device))
+    if not args.image_cache_max_gb:
+        return CachePlan(refusal="`image_cache_max_gb=0` turns the decoded-image cache off", log=True)
+    size = cache_bytes(len(dataset), image_shape())
+    limit = args.image_cache_max_gb * 2**30
+    if size > limit:
+        return CachePlan(
+            refusal=(
+                f"the decoded training images would take {size / 2**30:.1f} GiB, above `image_cache_max_gb`="
+                f"{args.image_cache_max_gb:g}; raise it to cache them"
+            ),
+            log=True,
+            too_large=True,
+        )
+    device = args.device
+    if device.type == "cuda":
+        free, _ = torch.cuda.mem_get_info(device)
+        if 2 * size > free:
+            return CachePlan(device=torch.device("cpu"), pin_memory=bool(args.dataloader_pin_memory))
+    return CachePlan(device=device)
+
+
+def serving_options(args: Any, cache: Any, plan: CachePlan | None) -> dict[str, Any]:
+    """``args`` fields to override while the training loader is built: for a cache, no workers (a batch is one
+    gather) and pinned memory only for a host cache feeding an accelerator; for images too large for the cache,
+    with views on the device and no workers asked for, persistent workers prefetching 4 batches each."""
+    import os
+
+    if cache is not None:
+        pin = cache.device.type == "cpu" and args.device.type != "cpu" and bool(args.dataloader_pin_memory)
+        return {"dataloader_num_workers": 0, "dataloader_pin_memory": pin, "dataloader_persistent_workers": False,
+                "dataloader_prefetch_factor": None}  # fmt: skip
+    if plan is not None and plan.too_large and args.dataloader_num_workers == 0:
+        workers = min(4, os.cpu_count() or 1)
+        return {"dataloader_num_workers": workers, "dataloader_persistent_workers": True,
+                "dataloader_prefetch_factor": 4}  # fmt: skip
+    return {}

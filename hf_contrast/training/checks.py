@@ -1,0 +1,318 @@
+"""What a trainer checks before any work, each failure naming the argument and the fix: the door, the set-up checks and
+the distributed engine.
+
+Formerly also the modules ``doors``, ``setup_checks``, ``engine_checks`` of ``hf_contrast.training`` (their import
+paths still work, with a ``FutureWarning``). Their parts follow.
+
+The trainers' door: what ``ContrastiveTrainer(...)`` checks before any work (model built, objective set up).
+
+:func:`check_trainer_arguments` runs first in ``__init__``: ``model`` must be a model object (like
+``transformers.Trainer``, a trainer does not load a name), ``train_dataset`` / ``eval_dataset`` must be
+datasets (not a path, a list of strings, a dict of columns, a ``DatasetDict`` split dict or a pandas frame).
+:func:`check_trainer_columns` runs once the views exist and before the objective reads the data: the
+columns the objective needs are present, and the image / text / label columns hold the right kind of data
+(read from the dataset's ``features``, nothing decoded). Each raises an
+:class:`~hf_contrast.errors.InputTypeError` (or :class:`~hf_contrast.errors.InputError`) naming the
+argument, the value and the fix.
+
+What a trainer checks before it trains, each failure naming the argument and the fix.
+
+At ``__init__`` (:func:`check_objective_fits`, :func:`check_evaluation_fits`): the batch sizes and the
+evaluation sets fit the objective. At the start of ``train()`` (:func:`check_datasets`,
+:func:`check_image_files`): the datasets are large enough and have the columns the objective reads, and the
+image files can be read (:func:`hf_contrast.views.image_scan.scan_images`).
+
+Start-up checks of the distributed engine that Accelerate actually started against the one the launch asked for.
+
+Accelerate (1.3 to at least 1.15) shards with FSDP or DeepSpeed only on GPU-like devices. On CPU processes it
+does not say so:
+
+- with ``use_cpu=True`` (the examples' default on a machine without an accelerator) it runs DDP over gloo, and
+  every process holds the whole model, although the launch asked for FSDP or DeepSpeed;
+- with ``use_cpu=False`` on a machine without an accelerator it starts no process group at all: each launched
+  process trains alone on the whole data set and writes to the same folder.
+
+:func:`check_distributed_engine` logs the first (the run is correct, only not sharded) and refuses the second
+before any step.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import warnings
+from typing import Any
+
+from torch import nn
+from transformers.utils import logging
+
+from hf_contrast.data.checks import (
+    check_column_kinds,
+    check_columns,
+    check_dataset,
+    check_dataset_type,
+    dataset_columns,
+)
+from hf_contrast.data.columns import CANONICAL_COLUMNS
+from hf_contrast.errors import InputError, InputTypeError
+from hf_contrast.views import BadImageError, input_modality_of, scan_images
+from hf_contrast.views.image_scan import image_columns, scan_depth
+
+__all__ = [
+    "check_datasets",
+    "check_distributed_engine",
+    "check_evaluation_fits",
+    "check_image_files",
+    "check_objective_fits",
+    "check_trainer_arguments",
+    "check_trainer_columns",
+    "column_kinds",
+    "requested_engine",
+]
+
+
+# ==================== doors ===========================================================================
+
+
+_MODEL_FIX = (
+    "a trainer takes a model object, as `transformers.Trainer` does: a ContrastiveEncoder "
+    "(`ContrastiveEncoder.from_backbone(name)` for a timm name or a Hub id of a text model, "
+    "`ContrastiveEncoder.from_pretrained(path)` for a saved encoder), a sentence_transformers.SentenceTransformer, "
+    "a timm model (`timm.create_model(...)`) or a transformers PreTrainedModel with token inputs"
+)
+
+
+def check_trainer_arguments(model: Any, train_dataset: Any, eval_dataset: Any) -> None:
+    """The types of a trainer's ``model``, ``train_dataset`` and ``eval_dataset``.
+
+    Raises:
+        InputTypeError: naming the argument, its value and what to pass instead.
+    """
+    if model is None:
+        raise InputTypeError(f"`model` is None; {_MODEL_FIX}.")
+    if not isinstance(model, nn.Module):
+        if isinstance(model, (str, os.PathLike)):
+            name = os.fspath(model)
+            raise InputTypeError(
+                f"`model` is the string {name!r}; {_MODEL_FIX}. Load it first, e.g. "
+                f"`model=ContrastiveEncoder.from_backbone({name!r})` or "
+                f"`ContrastiveEncoder.from_pretrained({name!r})`."
+            )
+        kind = type(model)
+        raise InputTypeError(f"`model` is a {kind.__module__}.{kind.__qualname__}; {_MODEL_FIX}.")
+    check_dataset_type(train_dataset, name="train_dataset")
+    check_dataset_type(eval_dataset, name="eval_dataset", allow_dict=True)
+
+
+def column_kinds(args: Any, text: bool, extra_images: tuple[str, ...] = ()) -> list[tuple[str, str, str]]:
+    """``(column, kind, argument)`` for the columns the training arguments name: the image (or text and text
+    pair) column, the label column (collated whenever present) and ``extra_images`` (e.g. LOCAL's pair)."""
+    kinds: list[tuple[str, str, str]] = []
+    if text:
+        kinds.append((args.text_column, "text", "text_column"))
+        if args.text_pair_column is not None:
+            kinds.append((args.text_pair_column, "text", "text_pair_column"))
+    else:
+        kinds.append((args.image_column, "image", "image_column"))
+        kinds += [(column, "image", "objective's image pair column") for column in extra_images]
+    kinds.append((args.label_column, "label", "label_column"))
+    return kinds
+
+
+def check_trainer_columns(trainer: Any) -> None:
+    """The training set has the columns the objective needs; every dataset's named columns hold the right kind
+    of data. Called by ``ContrastiveTrainer.__init__`` before the objective's ``setup`` reads the data."""
+    args, objective, views = trainer.args, trainer.objective, trainer.views
+    text = input_modality_of(trainer.model) == "text"
+    required = objective.required_columns(views)
+    inputs = set(views.input_columns())
+    label_options = {args.label_column, "labels"}
+    extra = tuple(
+        entry for entry in required if isinstance(entry, str) and entry not in inputs and entry not in label_options
+    )
+    kinds = column_kinds(args, text, extra if not text else ())
+    if trainer.train_dataset is not None:
+        check_columns(trainer.train_dataset, required, name="train_dataset")
+        check_column_kinds(trainer.train_dataset, kinds, name="train_dataset")
+    eval_sets = trainer.eval_dataset if isinstance(trainer.eval_dataset, dict) else {"": trainer.eval_dataset}
+    for key, dataset in eval_sets.items():
+        check_column_kinds(dataset, kinds, name=f"eval_dataset[{key!r}]" if key else "eval_dataset")
+
+
+# ==================== setup checks ====================================================================
+
+
+_SCAN_DEPTHS = {"decode": "every image decoded", "header": "headers read", "size": "file sizes read"}
+
+logger = logging.get_logger(__name__)  # follows the Trainer's log level (hf_contrast.progress)
+
+
+def _eval_sets(eval_dataset: Any) -> dict[str, Any]:
+    """``{name: dataset}`` of ``eval_dataset`` (one set or a dict of sets), named as the errors name them."""
+    sets = eval_dataset if isinstance(eval_dataset, dict) else {"": eval_dataset}
+    return {f"eval_dataset[{key!r}]" if key else "eval_dataset": dataset for key, dataset in sets.items()}
+
+
+def check_objective_fits(args: Any, objective: Any) -> None:
+    """The training batch holds whole chunks of the objective, and ``load_best_model_at_end`` has a metric.
+
+    Raises:
+        InputError: naming the argument and the value to use.
+    """
+    multiple = objective.batch_multiple
+    if args.per_device_train_batch_size % multiple:
+        raise InputError(
+            f"`per_device_train_batch_size`={args.per_device_train_batch_size} must be a multiple of "
+            f"{multiple} for {type(objective).__name__} (its chunks must be whole, e.g. `n_splits`={multiple}); "
+            f"use {max(multiple, args.per_device_train_batch_size // multiple * multiple)}."
+        )
+    if (
+        args.load_best_model_at_end
+        and not objective.has_eval_loss
+        and args.metric_for_best_model in (None, "loss", "eval_loss")
+    ):
+        raise InputError(
+            f"`load_best_model_at_end=True` chooses by `eval_loss`, which {type(objective).__name__} does not "
+            "report (its batches are not evaluation batches); set `metric_for_best_model`, e.g. "
+            "'eval_knn_loo_accuracy'."
+        )
+
+
+def check_evaluation_fits(args: Any, objective: Any, eval_dataset: Any) -> None:
+    """When the run evaluates (an ``eval_dataset`` or an ``eval_strategy``): evaluation batches and sets
+    the objective can score, so ``eval_loss`` is always reported (or the error says what to set)."""
+    if eval_dataset is None and args.eval_strategy == "no":
+        return
+    objective.check_eval_batch_size(args.per_device_eval_batch_size)
+    if not objective.has_eval_loss:
+        return
+    for name, dataset in _eval_sets(eval_dataset).items():
+        if dataset is not None:
+            check_dataset(
+                dataset,
+                name=name,
+                min_rows=objective.min_eval_batch_size,
+                why=f"{type(objective).__name__}'s `eval_loss` compares the samples of an evaluation batch",
+            )
+
+
+def check_datasets(trainer: Any) -> None:
+    """Fail before training, with the fix, on an empty or too small dataset or a missing column."""
+    objective, args = trainer.objective, trainer.args
+    if trainer.train_dataset is not None:
+        full = objective.needs_full_batches
+        check_dataset(
+            trainer.train_dataset,
+            name="train_dataset",
+            min_rows=args.per_device_train_batch_size if full else 1,
+            columns=objective.required_columns(trainer.views),
+            why=f"{type(objective).__name__} trains on whole batches of {args.per_device_train_batch_size}"
+            if full
+            else None,
+        )
+        pair = CANONICAL_COLUMNS["text_pair_column"]
+        if (
+            input_modality_of(trainer.model) == "text"
+            and args.text_pair_column is None
+            and pair in (dataset_columns(trainer.train_dataset) or ())
+        ):
+            warnings.warn(
+                f"train_dataset has a {pair!r} column (what `load_text_dataset(text_pair_column=...)` names the "
+                f"paired sentences) but `text_pair_column` is None: training on {args.text_column!r} alone (SimCSE "
+                f"views). Set `text_pair_column={pair!r}` in the training arguments to train on the pairs.",
+                stacklevel=4,
+            )
+    for name, dataset in _eval_sets(trainer.eval_dataset).items():
+        if dataset is not None:
+            check_dataset(dataset, name=name, min_rows=1)
+
+
+def check_image_files(args: Any, train_dataset: Any, eval_dataset: Any) -> None:
+    """Scan the training and (when the run evaluates) evaluation sets' image files before training
+    (:func:`hf_contrast.views.image_scan.scan_images`: full decode up to 10,000 rows, headers up to 200,000, file
+    sizes above).
+
+    Raises:
+        BadImageError: with ``on_bad_image="raise"``, naming the bad files and the fix; with ``"skip"`` they
+            are logged (the collators leave them out when their batch is drawn, and count them).
+    """
+    sets = {"train_dataset": train_dataset}
+    if eval_dataset is not None and (args.eval_strategy != "no" or args.do_eval):
+        sets.update(_eval_sets(eval_dataset))
+    found = []
+    for name, dataset in sets.items():
+        if dataset is None or not image_columns(dataset):
+            continue
+        start = time.perf_counter()
+        found += [(name, bad) for bad in scan_images(dataset)]
+        logger.info(  # said: on a large folder this takes a while (about 1 ms per decoded 28-px PNG)
+            "Checked the image files of %s before training (%d rows, %s) in %.1f s.",
+            name, len(dataset), _SCAN_DEPTHS[scan_depth(len(dataset))], time.perf_counter() - start,
+        )  # fmt: skip
+    if not found:
+        return
+    listed = "\n".join(f"  {name}: {bad}" for name, bad in found[:10])
+    more = f"\n  … and {len(found) - 10} more" if len(found) > 10 else ""
+    if args.on_bad_image == "raise":
+        raise BadImageError(
+            f"{len(found)} unreadable image(s) found before training:\n{listed}{more}\nFix or remove them, or pass "
+            "`on_bad_image='skip'` (`--on_bad_image skip`) to leave them out of their batches (counted as "
+            "`train_skipped_images` / `eval_skipped_images`)."
+        )
+    logger.warning(
+        "%d unreadable image(s) found before training; on_bad_image='skip' leaves them out of their batches "
+        "(counted as `*_skipped_images`):\n%s%s", len(found), listed, more,
+    )  # fmt: skip
+
+
+# ==================== engine checks ===================================================================
+
+
+def _env_flag(name: str) -> bool:
+    return os.environ.get(name, "false").strip().lower() in ("1", "true", "yes")
+
+
+def requested_engine(args: Any) -> str | None:
+    """``"FSDP"`` / ``"DeepSpeed"`` when the launch (accelerate config, ``fsdp`` or ``deepspeed`` argument) asks for
+    one, else ``None``."""
+    if _env_flag("ACCELERATE_USE_FSDP") or getattr(args, "fsdp", None):
+        return "FSDP"
+    if _env_flag("ACCELERATE_USE_DEEPSPEED") or getattr(args, "deepspeed", None):
+        return "DeepSpeed"
+    return None
+
+
+def check_distributed_engine(args: Any, accelerator: Any, is_fsdp_enabled: bool, is_deepspeed_enabled: bool) -> None:
+    """Refuse a multi-process launch that started no process group; log a requested engine that was not started.
+
+    Args:
+        args: The ``TrainingArguments``.
+        accelerator: The Trainer's ``accelerate.Accelerator``.
+        is_fsdp_enabled: ``Trainer.is_fsdp_enabled``.
+        is_deepspeed_enabled: ``Trainer.is_deepspeed_enabled``.
+
+    Raises:
+        InputError: If the launcher started several processes (``WORLD_SIZE`` > 1) and Accelerate runs each alone.
+    """
+    launched = int(os.environ.get("WORLD_SIZE", "1") or 1)
+    if launched > 1 and accelerator.num_processes == 1:
+        raise InputError(
+            f"The launcher started {launched} processes (WORLD_SIZE={launched}) but Accelerate started no process "
+            f"group with `use_cpu={args.use_cpu}` on device {args.device}: each process would train alone on the "
+            "whole data and write to the same output_dir. On a machine without GPUs pass `use_cpu=True` "
+            "(`--use_cpu`); the processes then run DDP over gloo (Accelerate has no FSDP or DeepSpeed for CPU "
+            "processes)."
+        )
+    engine = requested_engine(args)
+    started = (engine == "FSDP" and is_fsdp_enabled) or (engine == "DeepSpeed" and is_deepspeed_enabled)
+    # said once, by the main process (every process would log the same line)
+    if engine is not None and not started and accelerator.num_processes > 1 and accelerator.is_main_process:
+        logger.warning(
+            "%s was requested, but Accelerate runs %s on %s processes: it has no %s for CPU processes, so every "
+            "process holds the whole model (DDP over gloo). The results equal the sharded run's; only the memory does "
+            "not shrink.",
+            engine,
+            accelerator.distributed_type,
+            args.device.type,
+            engine,
+        )
