@@ -227,6 +227,12 @@ def _check_schedule(args: ContrastiveTrainingArguments) -> None:
     if not isinstance(args.learning_rate, (int, float)) or not args.learning_rate >= 0:  # NaN too
         raise InputError(f"`learning_rate` (`--learning_rate`) must be a number >= 0, got {args.learning_rate!r}.")
     check_int("gradient_accumulation_steps", args.gradient_accumulation_steps, 1)
+    warmup = args.warmup_steps
+    if isinstance(warmup, bool) or not isinstance(warmup, (int, float)) or not warmup >= 0:
+        raise InputError(
+            f"`warmup_steps` (`--warmup_steps`) must be a number of steps >= 0 (or a fraction < 1 of the training), "
+            f"got {warmup!r}."
+        )
     if not isinstance(args.weight_decay, (int, float)) or not args.weight_decay >= 0:
         raise InputError(f"`weight_decay` (`--weight_decay`) must be a number >= 0, got {args.weight_decay!r}.")
     if args.max_grad_norm is not None and not args.max_grad_norm >= 0:

@@ -385,6 +385,11 @@ class NonFinitePolicy(TrainerCallback):
             if self.skipped_steps:
                 logs["skipped_steps"] = self.skipped_steps
 
+    @property
+    def skipped_this_call(self) -> int:
+        """Optimizer steps dropped since this ``train()`` call began."""
+        return self.skipped_steps - self._run_start[1]
+
     def loss_logged(self, global_step: int) -> dict[str, int]:
         """A ``loss`` is logged at ``global_step``: the next log's mean starts here. Returns what to add to that
         log (``skipped_steps`` once any step was dropped)."""
@@ -573,6 +578,7 @@ class RunSessions(TrainerCallback):
     def __init__(self) -> None:
         self.sessions: list[dict[str, float]] = []
         self._started: float | None = None
+        self._loss_sum: Tensor | None = None  # this session's summed step losses, on the device
 
     def state_dict(self) -> dict[str, Any]:
         """The sessions so far, the current one timed until now (saved with every checkpoint)."""
@@ -590,6 +596,24 @@ class RunSessions(TrainerCallback):
         self.sessions = [s for s in self.sessions if s["start_step"] < state.global_step]
         self.sessions.append({"start_step": state.global_step, "runtime_s": 0.0})
         self._started = time.monotonic()
+        self._loss_sum = None
+
+    def add_loss(self, loss: Tensor) -> None:
+        """Add a micro-batch's loss as ``training_step`` returns it (divided by the accumulation steps, 0 for a
+        step ``nonfinite_policy="skip"`` drops): kept on the device, read once at the end of a resumed run."""
+        loss = loss.detach().float()
+        self._loss_sum = loss if self._loss_sum is None else self._loss_sum + loss
+
+    def session_loss(self, kept_steps: int, accelerator: Any = None) -> float | None:
+        """This session's mean training loss over its ``kept_steps`` (averaged over the processes), from this
+        object's own sum: ``Trainer``'s ``train_loss`` of a resumed call divides by the session's steps in recent
+        transformers and by the run's in older ones (5.0), so it is not used. ``None`` before any step."""
+        if self._loss_sum is None or kept_steps <= 0:
+            return None
+        total = self._loss_sum
+        if accelerator is not None and accelerator.num_processes > 1:
+            total = accelerator.reduce(total, reduction="mean")
+        return float(total) / kept_steps
 
     def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         self._clock()
@@ -600,7 +624,12 @@ class RunSessions(TrainerCallback):
             self.sessions[-1]["runtime_s"] = time.monotonic() - self._started
 
     def whole_run(
-        self, output: TrainOutput, log_history: Sequence[Mapping[str, Any]], global_batch: int
+        self,
+        output: TrainOutput,
+        log_history: Sequence[Mapping[str, Any]],
+        global_batch: int,
+        skipped_steps: int = 0,
+        accelerator: Any = None,
     ) -> TrainOutput:
         """``train()``'s output over the whole run when it had earlier sessions (see the module), else as is.
 
@@ -608,19 +637,23 @@ class RunSessions(TrainerCallback):
             output: What ``Trainer.train`` returned for this call.
             log_history: ``trainer.state.log_history`` (it holds the earlier sessions' logged losses).
             global_batch: Samples per optimizer step over all processes.
+            skipped_steps: Steps of this session that ``nonfinite_policy="skip"`` dropped.
+            accelerator: The trainer's ``Accelerator`` (the session's loss is averaged over its processes).
         """
         if len(self.sessions) < 2 or "train_runtime" not in output.metrics:
             return output
         metrics = dict(output.metrics)
         start = int(self.sessions[-1]["start_step"])
         session_steps = output.global_step - start
+        kept = session_steps - skipped_steps
+        session_loss = self.session_loss(kept, accelerator)
         bounds = [(int(s["start_step"]), int(t["start_step"])) for s, t in zip(self.sessions, self.sessions[1:])]
-        loss, loss_steps = whole_run_loss(log_history, bounds, metrics.get("train_loss"), session_steps)
+        loss, loss_steps = whole_run_loss(log_history, bounds, session_loss, kept)
         runtime = sum(s["runtime_s"] for s in self.sessions)
         per_second = 1.0 / runtime if runtime > 0 else float("nan")
         metrics.update(
             session_train_runtime=metrics["train_runtime"],
-            session_train_loss=metrics.get("train_loss"),
+            session_train_loss=session_loss if session_loss is not None else float("nan"),
             session_train_steps=session_steps,
             train_sessions=len(self.sessions),
             train_runtime=round(runtime, 4),

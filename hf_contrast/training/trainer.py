@@ -320,7 +320,9 @@ class ContrastiveTrainer(CheckpointingMixin, HubPublishingMixin, Trainer):
             self._cache_skipped_reported = True  # left out once, when the cache was built
         output = self.nonfinite.train_output(output)  # `nonfinite_policy="skip"`: the mean over the kept steps
         global_batch = self.args.train_batch_size * self.args.gradient_accumulation_steps * self.args.world_size
-        return self.run_sessions.whole_run(output, self.state.log_history, global_batch)  # a resumed run: all of it
+        return self.run_sessions.whole_run(  # a resumed run: all of it
+            output, self.state.log_history, global_batch, self.nonfinite.skipped_this_call, self.accelerator
+        )
 
     def build_image_cache(self) -> None:
         """Decode and resize the training images once into a ``uint8`` cache (:mod:`hf_contrast.views.image_cache`)
@@ -415,7 +417,9 @@ class ContrastiveTrainer(CheckpointingMixin, HubPublishingMixin, Trainer):
             cache.backward()
         if self.accelerator.sync_gradients:
             average_gradients(self.objective_parameters())  # DDP averages the model's only
-        return self.nonfinite.after_micro_batch(loss)
+        loss = self.nonfinite.after_micro_batch(loss)
+        self.run_sessions.add_loss(loss)  # the session's loss for a resumed run's whole-run mean (no host read)
+        return loss
 
     def _start_view_batch(self, training: bool) -> None:
         """Tell the views which batch comes next (a host counter: no device sync); ``views_on_device`` draws its
