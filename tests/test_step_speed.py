@@ -357,8 +357,9 @@ def test_torch_compile_trains_every_image_objective(tmp_path: Path, images, name
     trainer.eval_dataset = images.select(range(16))
     output = trainer.train()
     assert hasattr(trainer.model_wrapped, "_orig_mod")  # the Trainer trained torch.compile's module
-    if name != "align_uniform":  # the device views' pass is compiled with the model's backend
+    if name != "align_uniform":  # the device views' pass is compiled with the model's backend, and the run says so
         assert trainer.views.device_views().views.compile == {"backend": "eager", "mode": None}
+        assert trainer.run_setup["views"].startswith("made on the device, per batch, compiled with the model's")
     assert np.isfinite(output.training_loss)
     trainer.evaluate()
     trainer.save_model()

@@ -206,6 +206,8 @@ def describe_run(trainer: Any) -> dict[str, str]:
         setup["gradient cache"] = f"the encoder runs in mini-batches of {args.gradient_cache_size} rows"
     if choice is not None:
         views = "made on the device, per batch" if args.views_on_device else "made per sample in the DataLoader"
+        if args.views_on_device and args.torch_compile:
+            views += ", compiled with the model's torch.compile settings"
         source = getattr(trainer, "views_on_device_source", "argument")
         setup["views"] = views if source == "argument" else f"{views} (`views_on_device`'s {source})"
         cache = getattr(trainer, "image_cache", None)
