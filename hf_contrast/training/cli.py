@@ -49,7 +49,7 @@ from hf_contrast.errors import InputError
 from hf_contrast.models.backbones import backbone_type_of, close_timm_names
 from hf_contrast.models.stems import SMALL_IMAGE_STEM, supports_small_image_stem
 from hf_contrast.objectives import available_objectives, get_objective
-from hf_contrast.training.checkpointing import RUN_SETTINGS_NAME
+from hf_contrast.training.checkpointing import read_run_settings
 from hf_contrast.training.run_setup import choose_image_size, cpu_threads_source, launched_by_accelerate, usable_cores
 
 __all__ = [
@@ -554,8 +554,7 @@ def notice_small_image_stem(
 def _checkpoint_method(checkpoint: str) -> str | None:
     """The method named in ``checkpoint``'s ``run_settings.json`` (``None`` when it has none or it is unreadable)."""
     try:
-        with open(os.path.join(checkpoint, RUN_SETTINGS_NAME), encoding="utf-8") as handle:
-            name = json.load(handle)["method"]["name"]
+        name = (read_run_settings(checkpoint) or {})["method"]["name"]
     except (OSError, ValueError, KeyError, TypeError):
         return None
     return name if isinstance(name, str) else None
