@@ -115,6 +115,15 @@ def test_the_start_up_line_says_epochs_when_epochs_decide(tmp_path: Path, overri
     assert training_length(ContrastiveTrainingArguments(output_dir=str(tmp_path), **overrides)) == said
 
 
+@pytest.mark.parametrize("warmup", [1.5, 2.25, -0.5])
+def test_warmup_steps_must_be_whole_steps_or_a_fraction(tmp_path: Path, warmup: float) -> None:
+    """``--warmup_steps 1.5`` trained with 1 warmup step (transformers truncates a value >= 1), silently."""
+    with pytest.raises(ValueError, match=r"`warmup_steps` \(`--warmup_steps`\) must be a number of steps >= 0"):
+        ContrastiveTrainingArguments(output_dir=str(tmp_path), warmup_steps=warmup)
+    for good in (0, 0.1, 3, 3.0):
+        assert ContrastiveTrainingArguments(output_dir=str(tmp_path), warmup_steps=good).warmup_steps == good
+
+
 def test_an_empty_output_dir_is_refused() -> None:
     """``--output_dir ""`` failed with ``FileNotFoundError: ''`` when the trainer was built."""
     with pytest.raises(ValueError, match=r"`output_dir` \(`--output_dir`\) is empty"):

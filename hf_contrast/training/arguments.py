@@ -228,7 +228,12 @@ def _check_schedule(args: ContrastiveTrainingArguments) -> None:
         raise InputError(f"`learning_rate` (`--learning_rate`) must be a number >= 0, got {args.learning_rate!r}.")
     check_int("gradient_accumulation_steps", args.gradient_accumulation_steps, 1)
     warmup = args.warmup_steps
-    if isinstance(warmup, bool) or not isinstance(warmup, (int, float)) or not warmup >= 0:
+    if (
+        isinstance(warmup, bool)
+        or not isinstance(warmup, (int, float))
+        or not warmup >= 0
+        or (warmup >= 1 and warmup != int(warmup))  # transformers would train 1.5 as 1 step, silently
+    ):
         raise InputError(
             f"`warmup_steps` (`--warmup_steps`) must be a number of steps >= 0 (or a fraction < 1 of the training), "
             f"got {warmup!r}."
