@@ -21,7 +21,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
-from trainer_utils import close_process_group, image_dataset, parameters, training_args, vit_encoder  # noqa: E402
+from trainer_utils import finish_process, image_dataset, parameters, training_args, vit_encoder  # noqa: E402
 
 from hf_contrast import distributed  # noqa: E402
 from hf_contrast.training import SimCLRTrainer  # noqa: E402
@@ -58,7 +58,7 @@ def main() -> None:
     if distributed.rank() == 0:
         losses = {h["step"]: h["loss"] for h in trainer.state.log_history if "loss" in h}
         torch.save({"parameters": parameters(trainer.model), "losses": losses}, out_dir / f"{phase}.pt")
-    close_process_group()
+    finish_process()
 
 
 if __name__ == "__main__":

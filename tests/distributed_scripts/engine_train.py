@@ -43,7 +43,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 sys.path.insert(1, str(Path(__file__).parent.parent))
 from _tiny import tiny_text_encoder, tiny_tokenizer
 from trainer_utils import (
-    close_process_group,
+    finish_process,
     fixed_equivariance_views,
     fixed_views_collator,
     image_dataset,
@@ -353,22 +353,21 @@ def resume_run(out_dir: Path, phase: str, engine: str) -> None:
         _train_steps(runs["first"], range(RESUME_AT, RESUME_AT + 1))
         torch.distributed.barrier()
         os.kill(os.getpid(), signal.SIGKILL)
-    close_process_group()
 
 
 def main() -> None:
     out_dir = Path(sys.argv[1]) / sys.argv[2]
     if sys.argv[3:4] == ["--trainer"]:
-        return trainer_run(out_dir)
-    if sys.argv[3:4] == ["--resume"]:
-        return resume_run(out_dir, sys.argv[4], sys.argv[5] if len(sys.argv) > 5 else fsdp_engines()[0])
+        trainer_run(out_dir)
+    elif sys.argv[3:4] == ["--resume"]:
+        resume_run(out_dir, sys.argv[4], sys.argv[5] if len(sys.argv) > 5 else fsdp_engines()[0])
     else:
         for engine in ("ddp", *fsdp_engines()):
             for method in sys.argv[3:] or METHODS:
                 result = run(method, out_dir, LOCAL_BATCH, LOCAL_SPLITS, engine)
                 if distributed.rank() == 0:
                     torch.save(result, out_dir / f"{engine}_{method}.pt")
-    close_process_group()
+    finish_process()
 
 
 if __name__ == "__main__":

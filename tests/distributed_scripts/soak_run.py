@@ -19,7 +19,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import psutil  # noqa: E402  (accelerate's dependency)
 import torch  # noqa: E402
 from safetensors.torch import save_file  # noqa: E402
-from trainer_utils import image_dataset, training_args, vit_encoder  # noqa: E402
+from trainer_utils import finish_process, image_dataset, training_args, vit_encoder  # noqa: E402
 from transformers import TrainerCallback  # noqa: E402
 
 from hf_contrast.training import SimCLRTrainer  # noqa: E402
@@ -76,9 +76,7 @@ def main() -> None:
     if trainer.args.should_save:
         state = {k: v.detach().contiguous() for k, v in trainer.model.state_dict().items()}
         save_file(state, os.path.join(options.output_dir, "final.safetensors"))
-    if torch.distributed.is_initialized():  # a gloo group left open can abort one rank at exit (SIGABRT)
-        torch.distributed.barrier()
-        torch.distributed.destroy_process_group()
+    finish_process()  # also when launched as one plain process: the same end, whatever the launcher
 
 
 if __name__ == "__main__":

@@ -22,7 +22,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
 from trainer_utils import (  # noqa: E402
-    close_process_group,
+    finish_process,
     fixed_equivariance_views,
     fixed_views_collator,
     image_dataset,
@@ -91,7 +91,7 @@ def main() -> None:
         if distributed.rank() == 0:
             torch.save(result, out_dir / f"{method}.pt")
     torch.save(run_learnable_loss(out_dir), out_dir / f"binary_nce_rank{distributed.rank()}.pt")
-    close_process_group()
+    finish_process()
 
 
 if __name__ == "__main__":
