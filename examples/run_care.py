@@ -58,12 +58,12 @@ from hf_contrast.training import (
     check_image_backbone,
     check_sample_caps,
     check_task_head,
-    choose_image_size,
     detect_last_checkpoint,
     evaluate_final,
     finished_run,
     notice_small_image_stem,
     parse_args_with_objective,
+    resolve_image_size,
     run_main,
     set_cpu_threads,
     setup_logging,
@@ -199,6 +199,10 @@ def main() -> None:
     except HubUnavailableError as error:
         scratch = f"\nOr drop `--pretrained` to train `{script.model}` from scratch." if script.pretrained else ""
         raise SystemExit(f"{error}{scratch}") from error
+    # The image size, decided once and stored in the encoder's data config, which the evaluators below and the
+    # trainer read (hf_contrast.training.resolve_image_size: --image_size, else the pretrained size, else the
+    # images' own; the trainer logs the choice and why).
+    resolve_image_size(encoder, training_args.image_size, train_dataset, training_args.image_column)
     notice_small_image_stem(encoder, script.small_image_stem, training_args.image_size, train_dataset)
     encode = dict(
         input_column=training_args.image_column, label_column=training_args.label_column,
@@ -208,11 +212,8 @@ def main() -> None:
         train_dataset, eval_dataset, knn_k=training_args.knn_k, knn_temperature=training_args.knn_temperature,
         seed=training_args.seed, progress=False, **encode,
     )  # fmt: skip
-    # The image size: `--image_size`, else the pretrained size, else the images' own (the trainer chooses it and
-    # logs why, hf_contrast.training.choose_image_size): the Wahba/γ_f views are built at the size it chose.
-    image_size = choose_image_size(encoder, training_args.image_size, train_dataset, warn=False)
-    equivariance = EquivarianceEvaluator.from_image_dataset(
-        eval_dataset, {**encoder.data_config, "input_size": (encoder.data_config["input_size"][0], *image_size.size)},
+    equivariance = EquivarianceEvaluator.from_image_dataset(  # the Wahba/γ_f views at the run's image size
+        eval_dataset, encoder.data_config,
         num_samples=min(script.num_probe_images, len(eval_dataset)), image_column=training_args.image_column,
         label_column=training_args.label_column, seed=training_args.seed, num_augmentations=script.num_augmentations,
         on_bad_image=training_args.on_bad_image,

@@ -12,7 +12,7 @@ import datasets
 import numpy as np
 import pytest
 import torch
-from _tiny import tiny_timm_encoder
+from _tiny import tiny_text_encoder, tiny_timm_encoder, tiny_tokenizer
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from PIL import Image
@@ -22,6 +22,7 @@ from hf_contrast.training import (
     ContrastiveTrainer,
     ContrastiveTrainingArguments,
     choose_image_size,
+    resolve_image_size,
 )
 from hf_contrast.training import cli as scripts_module
 from hf_contrast.training import run_setup as run_setup_module
@@ -322,3 +323,39 @@ def test_the_single_process_launch_signature(monkeypatch, env: dict, world_size:
     assert (why is not None) == said
     if said:
         assert "started one: it starts several only with `--multi_gpu`" in why
+
+
+def test_resolve_image_size_decides_once_stores_it_in_the_encoder_and_keeps_the_first_decision() -> None:
+    """The one decision of a run: the rule's size stored in the encoder's data config (what views, evaluators and the
+    card read); the same call again (a script before its evaluators, then the trainer) returns that decision, with
+    its reason, and warns no second time; another ``image_size`` is a new decision."""
+    encoder = tiny_timm_encoder()
+    encoder.config.backbone_pretrained = False
+    data = _images([(20, 20)] * 3)
+    first = resolve_image_size(encoder, None, data)
+    assert (first.size, first.rule) == ((20, 20), "data")
+    assert tuple(encoder.data_config["input_size"][1:]) == (20, 20)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a second decision would warn again (or find "the encoder's" size)
+        assert resolve_image_size(encoder, None, data) is first
+    encoder.set_image_size(28)  # resized by hand since: the same call describes the encoder's size, not the old one
+    resized = resolve_image_size(encoder, None, data)
+    assert (resized.size, resized.rule) == ((28, 28), "encoder")
+    again = resolve_image_size(encoder, 24, data)
+    assert (again.size, again.rule) == ((24, 24), "argument")
+    assert tuple(encoder.data_config["input_size"][1:]) == (24, 24)
+    text = tiny_text_encoder(tiny_tokenizer())
+    assert resolve_image_size(text, 24, data) is None and text.data_config is None
+
+
+def test_a_decision_made_before_the_trainer_is_the_trainers(tmp_path) -> None:
+    """The script decides the size once before its evaluators; the trainer finds the same decision: the Wahba
+    views, the encoder's data config and the run's logged choice agree (images 20 px, no ``--image_size``)."""
+    encoder = tiny_timm_encoder()
+    encoder.config.backbone_pretrained = False
+    data = _images([(20, 20)] * 8, decode=True)
+    choice = resolve_image_size(encoder, None, data)
+    args = ContrastiveTrainingArguments(output_dir=str(tmp_path), report_to="none", per_device_train_batch_size=4)
+    trainer = ContrastiveTrainer(model=encoder, args=args, objective="simclr", train_dataset=data)
+    assert trainer.image_size_choice is choice and choice.rule == "data"
+    assert tuple(trainer.views.data_config()["input_size"][1:]) == (20, 20)

@@ -7,7 +7,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-from _tiny import tiny_text_encoder, tiny_timm_encoder, tiny_tokenizer
+from _tiny import tiny_text_encoder, tiny_timm_encoder
 from torch import nn
 
 from hf_contrast.objectives import CAREObjective, LOCALObjective
@@ -46,7 +46,9 @@ def _args(**overrides: object) -> SimpleNamespace:
 
 @pytest.fixture(scope="module")
 def image_views() -> ImageViews:
-    views = views_for(tiny_timm_encoder(), _args(image_size=32))
+    encoder = tiny_timm_encoder()
+    encoder.set_image_size(32)  # what the trainer's one decision (resolve_image_size) stores in the encoder
+    views = views_for(encoder, _args())
     assert isinstance(views, ImageViews)
     return views
 
@@ -170,10 +172,12 @@ def test_local_on_a_text_encoder_fails_before_training(text_views: TextViews) ->
         text_views.paired_collator("image_pre", "image_post", train=False)
 
 
-def test_prepare_model_records_the_image_size_only_for_image_views() -> None:
+def test_image_views_read_the_size_from_the_encoder_and_never_decide_it() -> None:
+    """The views take the encoder's data config as it is: ``args.image_size`` is the trainer's to decide (once,
+    in :func:`~hf_contrast.training.resolve_image_size`), not the views' to override."""
     encoder = tiny_timm_encoder()
-    views_for(encoder, _args(image_size=40)).prepare_model()
-    assert tuple(encoder.data_config["input_size"])[1:] == (40, 40)
-    text = tiny_text_encoder(tiny_tokenizer())
-    views_for(text, _args(image_size=40), text.tokenizer).prepare_model()  # nothing to record, no error
-    assert text.data_config is None
+    encoder.set_image_size(24)
+    views = views_for(encoder, _args(image_size=40))
+    assert tuple(views.data_config()["input_size"])[1:] == (24, 24)
+    assert views.data_config() == dict(encoder.data_config)
+    assert tuple(encoder.data_config["input_size"])[1:] == (24, 24)  # building views changed nothing

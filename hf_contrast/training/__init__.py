@@ -7,9 +7,11 @@ parses a script's flags together with the chosen ``--method``'s hyperparameters;
 :func:`detect_last_checkpoint` and :func:`set_cpu_threads` are a script's other set-up steps
 (:mod:`~hf_contrast.training.cli`).
 
-The image size a run trains at follows one rule (:mod:`~hf_contrast.training.run_setup`, :func:`choose_image_size`);
-the trainer logs the defaults that shape a result once at the start of ``train()``
-(:mod:`~hf_contrast.training.run_setup`) and the model card's training section repeats them.
+The image size a run trains at follows one rule (:mod:`~hf_contrast.training.run_setup`, :func:`choose_image_size`),
+decided once per run and stored in the encoder's data config by :func:`resolve_image_size` (the trainer calls it;
+a script that builds evaluators first calls it before them); the trainer logs the defaults that shape a result once
+at the start of ``train()`` (:mod:`~hf_contrast.training.run_setup`) and the model card's training section repeats
+them.
 """
 
 from __future__ import annotations
@@ -38,7 +40,7 @@ from .cli import (
     small_image_stem_field,
     training_length,
 )
-from .run_setup import ImageSizeChoice, choose_image_size
+from .run_setup import ImageSizeChoice, choose_image_size, resolve_image_size
 from .trainer import (
     AlignUniformTrainer,
     CARETrainer,
@@ -64,6 +66,7 @@ __all__ = [
     "SupConTrainer",
     "ImageSizeChoice",
     "choose_image_size",
+    "resolve_image_size",
     "check_sample_caps",
     "check_image_backbone",
     "check_task_head",

@@ -58,6 +58,7 @@ __all__ = [
     "MAX_RESIZE_FACTOR",
     "MAX_ROWS_READ",
     "precision",
+    "resolve_image_size",
 ]
 
 
@@ -375,7 +376,13 @@ def data_image_sizes(
 
 
 def choose_image_size(
-    model: Any, image_size: int | None = None, dataset: Any = None, image_column: str = "image", *, warn: bool = True
+    model: Any,
+    image_size: int | None = None,
+    dataset: Any = None,
+    image_column: str = "image",
+    *,
+    warn: bool = True,
+    stacklevel: int = 1,
 ) -> ImageSizeChoice | None:
     """The image size to train ``model`` at, by the module's rule (``None`` for a model without a ``data_config``:
     a text encoder). Reads nothing but image headers; changes nothing (see :func:`apply_image_size`).
@@ -387,6 +394,8 @@ def choose_image_size(
         image_column: Its image column.
         warn: Warn when the images differ in size and no other rule applies, and when the views resize the
             images by more than :data:`MAX_RESIZE_FACTOR` either way.
+        stacklevel: Where the warnings point, as ``warnings.warn``'s counted from this function's caller (1: the
+            line that called it).
 
     Returns:
         An :class:`ImageSizeChoice`, or ``None``.
@@ -421,7 +430,7 @@ def choose_image_size(
         warnings.warn(
             f"Training at {_hw(size)} px, the backbone's default input size: `image_size` is not set and {found}. "
             "Pass `image_size=` (`--image_size`) to choose.",
-            stacklevel=3,
+            stacklevel=stacklevel + 1,
         )
     factor = choice.resize_factor
     if warn and factor is not None and factor > MAX_RESIZE_FACTOR:
@@ -430,7 +439,7 @@ def choose_image_size(
             f"px, views {_hw(size)} px, {choice.reason}): more than {MAX_RESIZE_FACTOR:g}x costs compute (or detail) "
             f"for nothing. Pass `image_size=` (`--image_size`) near the images' size, e.g. image_size={sizes[0][0]}, "
             "or resize the data.",
-            stacklevel=3,
+            stacklevel=stacklevel + 1,
         )
     return choice
 
@@ -440,6 +449,48 @@ def apply_image_size(model: Any, choice: ImageSizeChoice | None) -> None:
     model say) carries the training size."""
     if choice is not None and choice.rule not in ("encoder", "pretrained", "fixed", "default"):
         model.set_image_size(list(choice.size))
+
+
+def resolve_image_size(
+    model: Any,
+    image_size: int | None = None,
+    dataset: Any = None,
+    image_column: str = "image",
+    *,
+    warn: bool = True,
+    stacklevel: int = 1,
+) -> ImageSizeChoice | None:
+    """Decide the image size a run trains ``model`` at, once, and store it in the encoder's ``data_config``: the
+    one place a run's preprocessing is decided, as timm's ``resolve_data_config`` is for timm (the size by
+    :func:`choose_image_size`'s rule; ``mean``, ``std`` and ``interpolation`` are the backbone's pretrained config,
+    read when the encoder was built). The views, the evaluators, the examples and the model card then read
+    ``model.data_config``; nothing else decides or patches a size.
+
+    Called again for the same model with the same arguments (an example script decides before building its
+    evaluators, the trainer again when it is built), it returns the first decision unchanged: one decision per
+    run, its warnings said once and its reason (e.g. "the training images' own size") kept.
+
+    Args:
+        model: A timm :class:`~hf_contrast.models.ContrastiveEncoder` (``None`` is returned for a text encoder).
+        image_size: The ``image_size`` argument (``None``: not given).
+        dataset: The training data, whose images' own size is read when no other rule applies.
+        image_column: Its image column.
+        warn, stacklevel: See :func:`choose_image_size`.
+
+    Returns:
+        The :class:`ImageSizeChoice`, or ``None``.
+    """
+    key = (image_size, image_column, id(dataset))
+    earlier = getattr(model, "_image_size_resolved", None)
+    data_config = getattr(model, "data_config", None) or {}
+    current = tuple(int(v) for v in data_config.get("input_size", (0, 0, 0))[1:])
+    if earlier is not None and earlier[0] == key and earlier[1].size == current:  # not resized since
+        return earlier[1]
+    choice = choose_image_size(model, image_size, dataset, image_column, warn=warn, stacklevel=stacklevel + 1)
+    apply_image_size(model, choice)
+    if choice is not None:
+        model._image_size_resolved = (key, choice)  # on the encoder: the run's later calls read this decision
+    return choice
 
 
 def check_image_size_fits(model: Any, choice: ImageSizeChoice | None) -> None:

@@ -82,12 +82,11 @@ from hf_contrast.training.checks import (
 )
 from hf_contrast.training.publishing import HubPublishingMixin
 from hf_contrast.training.run_setup import (
-    apply_image_size,
     check_image_size_fits,
     check_launch,
     check_precision,
-    choose_image_size,
     log_run_setup,
+    resolve_image_size,
 )
 from hf_contrast.views import pop_view_batch_index, views_for
 from hf_contrast.views.image_cache import DecodedImageCache
@@ -231,15 +230,13 @@ class ContrastiveTrainer(CheckpointingMixin, HubPublishingMixin, Trainer):
         check_precision(self.args)  # fp16 on a CPU: said before training
         check_launch(self.args)  # `accelerate launch --num_processes 2` without --multi_gpu: one process, said
         #: The image size this run trains at and why (:mod:`hf_contrast.training.run_setup`); None for text.
-        self.image_size_choice = choose_image_size(
-            self.model, self.args.image_size, train_dataset, self.args.image_column
+        self.image_size_choice = resolve_image_size(  # in the encoder's data config: views, evaluators, card read it
+            self.model, self.args.image_size, train_dataset, self.args.image_column, stacklevel=2
         )
-        apply_image_size(self.model, self.image_size_choice)  # the evaluators' views and the saved model take it
         check_image_size_fits(self.model, self.image_size_choice)  # a size the network cannot take: said now
         #: How ``views_on_device`` was decided (the argument, or the default for this device and modality).
         self.views_on_device_source = resolve_views_on_device(self.args, self.model, self.objective)
         self.views = views_for(self.model, self.args, self.processing_class, epoch=lambda: self.state.epoch)
-        self.views.prepare_model()  # image views: the saved data config says `args.image_size`
         check_objective_fits(self.args, self.objective)
         check_trainer_columns(self)  # columns present and of the right kind, before the objective reads them
         self.objective.setup(self.views, train_dataset)

@@ -48,9 +48,9 @@ class ViewBuilder(ABC):
     """Views of a batch for one encoder and one set of training arguments.
 
     Args:
-        model: The ``ContrastiveEncoder``.
-        args: :class:`~hf_contrast.training.ContrastiveTrainingArguments` (columns, ``image_size``,
-            ``max_length``, ``gather_distributed``, seeds).
+        model: The ``ContrastiveEncoder`` (image views read its ``data_config``: the size was decided before).
+        args: :class:`~hf_contrast.training.ContrastiveTrainingArguments` (columns, ``max_length``,
+            ``gather_distributed``, seeds).
         processing_class: The tokenizer of a text encoder.
         epoch: A callable giving the current (fractional) epoch, for epoch-dependent objectives.
 
@@ -99,9 +99,6 @@ class ViewBuilder(ABC):
     def views_on_device(self) -> bool:
         """``args.views_on_device``: random views made per batch on its device, not per sample by the collator."""
         return bool(getattr(self.args, "views_on_device", False))
-
-    def prepare_model(self) -> None:
-        """Record in the model what these views assume of it (called once by the trainer). Default: nothing."""
 
     def start_batch(self, batch_index: int, training: bool) -> None:
         """Called by the trainer before a batch reaches the objective, with the batch's index in its stream

@@ -50,7 +50,9 @@ class ImageViews(ViewBuilder):
     _device_views: DeviceViews | None = None
 
     def data_config(self) -> dict[str, Any]:
-        """The encoder's timm data config (``input_size`` from ``args.image_size`` when set).
+        """The encoder's timm data config (``input_size``, ``mean``, ``std``, ``interpolation``): the size the run
+        trains at was decided and stored there once, before the views were built
+        (:func:`~hf_contrast.training.run_setup.resolve_image_size`); the views read it, never decide it.
 
         Raises:
             ValueError: if the model has no data config (not a timm ``ContrastiveEncoder``).
@@ -61,16 +63,7 @@ class ImageViews(ViewBuilder):
                 "The model has no `data_config` (input_size, mean, std) to build image views from; use a "
                 "ContrastiveEncoder with a timm backbone or pass `data_collator=`."
             )
-        data_config = dict(data_config)
-        if self.args.image_size is not None:
-            channels = data_config["input_size"][0]
-            data_config["input_size"] = (channels, self.args.image_size, self.args.image_size)
-        return data_config
-
-    def prepare_model(self) -> None:
-        """``model.set_image_size(args.image_size)`` when set: the saved data config says the trained size."""
-        if self.args.image_size is not None and hasattr(self.model, "set_image_size"):
-            self.model.set_image_size(self.args.image_size)
+        return dict(data_config)
 
     # ---- transforms and collators -------------------------------------------------------------------
 
