@@ -539,3 +539,34 @@ def test_the_training_room_is_eight_modules_and_the_old_paths_still_import() -> 
         from hf_contrast.training.callbacks import LossTermTracker  # the new path: no warning
 
     assert LossTermTracker is training.callbacks.LossTermTracker
+
+
+def _trainer_overrides() -> dict[str, list[str]]:
+    """``{Trainer method: [classes of ContrastiveTrainer's bases that define it]}``, ``__init__`` aside."""
+    from transformers import Trainer
+
+    from hf_contrast.training import ContrastiveTrainer
+
+    overrides: dict[str, list[str]] = {}
+    for cls in ContrastiveTrainer.__mro__:
+        if cls in (Trainer, object) or issubclass(Trainer, cls):
+            continue
+        for name, value in vars(cls).items():
+            if name != "__init__" and callable(value) and callable(getattr(Trainer, name, None)):
+                overrides.setdefault(name, []).append(cls.__name__)
+    return overrides
+
+
+def test_each_trainer_method_is_overridden_in_one_place_and_the_docs_list_them() -> None:
+    """``train``, ``save_model``, … each defined once among ContrastiveTrainer's classes (no mixin and trainer both
+    overriding one method); the private overrides are sentence-transformers' four; docs/training.md's table of
+    public overrides is exactly the list."""
+    overrides = _trainer_overrides()
+    twice = {name: where for name, where in overrides.items() if len(where) > 1}
+    assert not twice, f"overridden in several classes: {twice}"
+    private = {name for name in overrides if name.startswith("_")}
+    assert private == {"_save", "_load_from_checkpoint", "_load_best_model", "_push_from_checkpoint"}
+    table = (ROOT / "docs" / "training.md").read_text(encoding="utf-8").split("## What the trainer overrides")[1]
+    table = table.split("\n\n")[2]  # the paragraph after the section's introduction: the table
+    documented = set(re.findall(r"`(\w+)`", "\n".join(row.split("|")[1] for row in table.splitlines()[2:])))
+    assert documented == {name for name in overrides if not name.startswith("_")}

@@ -5,20 +5,22 @@ paths still work, with a ``FutureWarning``). Their parts follow.
 
 Safe checkpoints for ``transformers.Trainer`` subclasses, written by the Trainer's own checkpoint code.
 
-:class:`CheckpointingMixin` goes before ``Trainer`` in the bases (``class T(CheckpointingMixin, Trainer)``).
+:class:`SafeCheckpointing` goes before ``Trainer`` in the bases (``class T(SafeCheckpointing, Trainer)``); it
+overrides no public ``Trainer`` method: the subclass's ``save_model`` and ``train`` call it (``ContrastiveTrainer``
+does), or :class:`CheckpointingMixin` does that for any ``Trainer`` (``class T(CheckpointingMixin, Trainer)``).
 The Trainer writes each checkpoint in place, ``trainer_state.json`` last, and rotates old checkpoints
 only after it (:mod:`~hf_contrast.training.checkpointing`), so a kill at any moment leaves the
-previous complete checkpoint. The mixin adds, through public methods:
+previous complete checkpoint. It adds:
 
-- ``save_model`` (the Trainer's first call of every checkpoint save): refuses weights holding NaN/inf
-  before anything is written. For a checkpoint folder it first removes a folder of the same step left
-  by an earlier run (``trainer_state.json`` first, so a kill while it is replaced never leaves a
-  folder that mixes two runs and looks complete), and adds ``contrastive_state.pt`` (the trainer's
-  ``contrastive_state_dict()``) next to the weights.
-- ``train``: ``resume_from_checkpoint=True`` resumes from the newest *complete* checkpoint, warning
-  about each newer one it skips and why; a given incomplete folder raises, naming the file; staging
-  folders and incomplete checkpoints newer than the resume point (leftovers of a killed save) are
-  removed with a warning. With a trainer's optional ``run_settings()`` hook, each checkpoint also keeps
+- :meth:`~SafeCheckpointing.save_model_safely` (``save_model``, the Trainer's first call of every checkpoint
+  save): refuses weights holding NaN/inf before anything is written. For a checkpoint folder it first removes a
+  folder of the same step left by an earlier run (``trainer_state.json`` first, so a kill while it is replaced
+  never leaves a folder that mixes two runs and looks complete), and adds ``contrastive_state.pt`` (the
+  trainer's ``contrastive_state_dict()``) next to the weights.
+- :meth:`~SafeCheckpointing.resume_point` (``train``'s ``resume_from_checkpoint``): ``True`` resumes from the
+  newest *complete* checkpoint, warning about each newer one it skips and why; a given incomplete folder raises,
+  naming the file; staging folders and incomplete checkpoints newer than the resume point (leftovers of a killed
+  save) are removed with a warning. With a trainer's optional ``run_settings()`` hook, each checkpoint also keeps
   ``run_settings.json`` and a resume of another run (method, model, weight-shaping settings) is refused
   unless ``args.resume_with_changes`` (:mod:`~hf_contrast.training.checkpointing`).
 
@@ -86,6 +88,7 @@ __all__ = [
     "checkpoint_problem",
     "checkpoint_step",
     "CheckpointingMixin",
+    "SafeCheckpointing",
     "CONTRASTIVE_STATE_NAME",
     "first_nonfinite_tensor",
     "interrupted_save_leftovers",
@@ -153,21 +156,20 @@ def _encoder_state_dict(subfolder: Path) -> dict[str, torch.Tensor]:
     return state
 
 
-class CheckpointingMixin:
-    """Safe saving and resuming for a ``transformers.Trainer`` subclass (put it before ``Trainer``).
+class SafeCheckpointing:
+    """Safe saving and resuming for a ``transformers.Trainer`` subclass (put it before ``Trainer``), without
+    overriding a public ``Trainer`` method: the subclass's own ``save_model`` calls :meth:`save_model_safely` and
+    its ``train`` passes ``resume_from_checkpoint`` through :meth:`resume_point` (``ContrastiveTrainer`` does, so
+    each public method is overridden in one place); :class:`CheckpointingMixin` does both for any ``Trainer``.
+    The three private overrides (``_save``, ``_load_from_checkpoint``, ``_load_best_model``) are here.
 
     Optional trainer hooks: ``contrastive_state_dict() -> dict`` (saved as ``contrastive_state.pt``
     in every checkpoint when not empty, and then required to resume) and ``load_contrastive_state_dict(state)``.
-
-    Example:
-        >>> class MyTrainer(CheckpointingMixin, Trainer):  # doctest: +SKIP
-        ...     def contrastive_state_dict(self): return {"loss": self.loss.state_dict()}
-        ...     def load_contrastive_state_dict(self, state): self.loss.load_state_dict(state["loss"])
     """
 
     # ---- saving --------------------------------------------------------------------------------
 
-    def save_model(
+    def save_model_safely(
         self, output_dir: str | None = None, _internal_call: bool = False, *, allow_nonfinite: bool = False
     ) -> None:
         """``Trainer.save_model``, refusing a model with NaN/inf weights; in a checkpoint, with
@@ -332,11 +334,11 @@ class CheckpointingMixin:
                 shutil.rmtree(path, ignore_errors=True)
         self.accelerator.wait_for_everyone()
 
-    def train(self, resume_from_checkpoint: str | bool | None = None, *args: Any, **kwargs: Any) -> Any:
-        """``Trainer.train``; ``resume_from_checkpoint=True`` resumes from the newest *complete* checkpoint.
-
-        Leftovers of an interrupted save in ``output_dir`` (staging folders; incomplete checkpoints
-        newer than the resume point) are removed first, with a warning naming each and why.
+    def resume_point(self, resume_from_checkpoint: str | os.PathLike[str] | bool | None) -> str | None:
+        """The checkpoint ``train(resume_from_checkpoint=...)`` resumes from (``None``: from scratch), ready to
+        pass to ``Trainer.train``: ``True`` is the newest *complete* checkpoint. Leftovers of an interrupted save
+        in ``output_dir`` (staging folders; incomplete checkpoints newer than the resume point) are removed first,
+        with a warning naming each and why; with a ``run_settings()`` hook, a resume of another run is refused.
 
         Raises:
             ValueError: If ``resume_from_checkpoint=True`` finds no complete checkpoint in ``output_dir``,
@@ -346,7 +348,7 @@ class CheckpointingMixin:
         self._remove_interrupted_saves(resume)
         if resume is not None and hasattr(self, "run_settings"):
             self._check_resumed_run(resume)
-        return super().train(resume, *args, **kwargs)
+        return resume
 
     def _check_resumed_run(self, checkpoint: str) -> None:
         """Refuse to continue ``checkpoint`` with another method, model or weight-shaping setting
@@ -371,6 +373,29 @@ class CheckpointingMixin:
 
 
 # ==================== checkpoint validation ===========================================================
+
+
+class CheckpointingMixin(SafeCheckpointing):
+    """:class:`SafeCheckpointing` for any ``transformers.Trainer`` subclass (put it before ``Trainer``): its
+    ``save_model`` is :meth:`~SafeCheckpointing.save_model_safely` and its ``train`` resumes from
+    :meth:`~SafeCheckpointing.resume_point`.
+
+    Example:
+        >>> class MyTrainer(CheckpointingMixin, Trainer):  # doctest: +SKIP
+        ...     def contrastive_state_dict(self): return {"loss": self.loss.state_dict()}
+        ...     def load_contrastive_state_dict(self, state): self.loss.load_state_dict(state["loss"])
+    """
+
+    def save_model(
+        self, output_dir: str | None = None, _internal_call: bool = False, *, allow_nonfinite: bool = False
+    ) -> None:
+        """:meth:`~SafeCheckpointing.save_model_safely`."""
+        self.save_model_safely(output_dir, _internal_call, allow_nonfinite=allow_nonfinite)
+
+    def train(self, resume_from_checkpoint: str | bool | None = None, *args: Any, **kwargs: Any) -> Any:
+        """``Trainer.train`` from :meth:`~SafeCheckpointing.resume_point` (``True``: the newest *complete*
+        checkpoint)."""
+        return super().train(self.resume_point(resume_from_checkpoint), *args, **kwargs)
 
 
 #: The trainer's state outside the model and optimizer (objective, views), in every checkpoint.

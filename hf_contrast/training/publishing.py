@@ -9,7 +9,7 @@ Mixed into ``ContrastiveTrainer``. It keeps ``transformers.Trainer``'s flow (the
 - every upload goes through :func:`hf_contrast.hub.upload_model_folder`: a README.md on the
   Hub that a person wrote is kept unless ``push_to_hub(replace_model_card=True)`` (or
   ``trainer.replace_model_card = True`` for the checkpoint pushes);
-- what is uploaded is what ``CheckpointingMixin._save`` wrote: ``training_args.bin`` without
+- what is uploaded is what ``SafeCheckpointing._save`` wrote: ``training_args.bin`` without
   ``hub_token`` (:func:`~hf_contrast.training.checkpointing.sanitized_training_args`);
 - ``trainer_state.json`` names the best checkpoint relative to ``output_dir``
   (:func:`portable_trainer_state`): ``save_state`` writes it so, and a pushed checkpoint's copy is
@@ -32,6 +32,7 @@ from transformers.trainer_utils import HubStrategy, SaveStrategy
 from transformers.utils import PushInProgress, logging
 
 from hf_contrast.hub import HUB_SUBFOLDER, get_model_card_data, save_card_data, upload_model_folder, write_model_card
+from hf_contrast.progress import progress_bars_disabled
 
 __all__ = ["HubPublishingMixin", "portable_trainer_state"]
 
@@ -184,32 +185,36 @@ class HubPublishingMixin:
         progress. ``replace_model_card=True`` replaces a README.md on the Hub that a person wrote
         (kept by default, with a warning).
 
+        With ``args.disable_tqdm`` no progress bar (the Hub's upload bars run after ``save_model``, outside every
+        ``Trainer`` hook).
+
         Returns:
             The ``CommitInfo`` (a ``Future`` of it with ``blocking=False``); ``None`` on other processes.
         """
-        self.callback_handler.on_push_begin(self.args, self.state, self.control)
-        if replace_model_card is not None:
-            self.replace_model_card = bool(replace_model_card)
-        model_name = kwargs.pop("model_name", None)
-        token = token if token is not None else self.args.hub_token
-        if getattr(self, "hub_model_id", None) is None and self.is_world_process_zero():
-            self._create_hub_repo(token, private)
-        self._set_card_model_id()
-        self.save_model(_internal_call=True)
-        if not self.is_world_process_zero():
-            return None
-        self.create_model_card(model_name=model_name, **kwargs)
-        self._wait_for_checkpoint_pushes()
-        return upload_model_folder(
-            self.args.output_dir,
-            self.hub_model_id,
-            api=HfApi(token=token),
-            commit_message=commit_message or "End of training",
-            revision=revision if revision is not None else self.args.hub_revision,
-            replace_model_card=self.replace_model_card,
-            ignore_patterns=_NOT_PUSHED,
-            run_as_future=not blocking,
-        )
+        with progress_bars_disabled(self.args.disable_tqdm):
+            self.callback_handler.on_push_begin(self.args, self.state, self.control)
+            if replace_model_card is not None:
+                self.replace_model_card = bool(replace_model_card)
+            model_name = kwargs.pop("model_name", None)
+            token = token if token is not None else self.args.hub_token
+            if getattr(self, "hub_model_id", None) is None and self.is_world_process_zero():
+                self._create_hub_repo(token, private)
+            self._set_card_model_id()
+            self.save_model(_internal_call=True)
+            if not self.is_world_process_zero():
+                return None
+            self.create_model_card(model_name=model_name, **kwargs)
+            self._wait_for_checkpoint_pushes()
+            return upload_model_folder(
+                self.args.output_dir,
+                self.hub_model_id,
+                api=HfApi(token=token),
+                commit_message=commit_message or "End of training",
+                revision=revision if revision is not None else self.args.hub_revision,
+                replace_model_card=self.replace_model_card,
+                ignore_patterns=_NOT_PUSHED,
+                run_as_future=not blocking,
+            )
 
     # Private override (docs/training.md): the Trainer's own writes the token and overwrites a hand-written card.
     def _push_from_checkpoint(self, checkpoint_folder: str) -> None:

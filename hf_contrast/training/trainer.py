@@ -9,7 +9,7 @@ Data flow: dataset rows → the objective's collator (views) → :meth:`compute_
 the encoder's outputs into named loss terms) → ``Trainer``'s optimisation loop → evaluation
 (:meth:`prediction_step` gives ``eval_loss`` and embeddings; ``compute_metrics`` — by default
 :class:`~hf_contrast.evaluation.EmbeddingMetrics` — and an optional ``evaluator`` score them) → checkpoints
-and the Hub (:class:`~hf_contrast.training.checkpointing.CheckpointingMixin`,
+and the Hub (:class:`~hf_contrast.training.checkpointing.SafeCheckpointing`,
 :class:`~hf_contrast.training.publishing.HubPublishingMixin`).
 
 The trainer never branches on a method name: everything method-specific lives in the
@@ -70,7 +70,7 @@ from hf_contrast.training.callbacks import (
     add_objective_parameter_groups,
     average_gradients,
 )
-from hf_contrast.training.checkpointing import CheckpointingMixin, first_nonfinite_tensor, run_settings
+from hf_contrast.training.checkpointing import SafeCheckpointing, first_nonfinite_tensor, run_settings
 from hf_contrast.training.checks import (
     check_datasets,
     check_distributed_engine,
@@ -116,7 +116,7 @@ __all__ = [
 logger = logging.get_logger(__name__)
 
 
-class ContrastiveTrainer(CheckpointingMixin, HubPublishingMixin, Trainer):
+class ContrastiveTrainer(SafeCheckpointing, HubPublishingMixin, Trainer):
     """``Trainer`` for a contrastive :class:`~hf_contrast.objectives.Objective` on a ``ContrastiveEncoder``.
 
     Args:
@@ -292,9 +292,12 @@ class ContrastiveTrainer(CheckpointingMixin, HubPublishingMixin, Trainer):
         # the decoded-image cache decodes every training image once already (and names the bad ones): no second pass
         check_image_files(self.args, None if self.image_cache is not None else self.train_dataset, self.eval_dataset)
 
-    def train(self, *args: Any, **kwargs: Any) -> Any:
+    def train(self, resume_from_checkpoint: str | bool | None = None, *args: Any, **kwargs: Any) -> Any:
         """Checks and reports around ``Trainer.train``: :meth:`check_datasets`, :meth:`check_image_files`, the
-        decoded-image cache (:meth:`build_image_cache`) and the run set-up before the first step; with
+        decoded-image cache (:meth:`build_image_cache`) and the run set-up before the first step; then the
+        checkpoint to resume from (:meth:`~hf_contrast.training.checkpointing.SafeCheckpointing.resume_point`:
+        ``True`` is the newest *complete* one, leftovers of an interrupted save are removed, a resume of another
+        run is refused); with
         ``disable_tqdm=True`` no progress bar at all (the package's, transformers' "Writing model shards", the Hub's
         uploads). Rows the training collator left out in this call (``on_bad_image="skip"``; or, once, the
         unreadable images the cache left out) are reported as ``train_skipped_images`` in the returned metrics
@@ -305,8 +308,9 @@ class ContrastiveTrainer(CheckpointingMixin, HubPublishingMixin, Trainer):
         self.check_image_files()
         self.run_setup = log_run_setup(self)  # the defaults that shape the result, said once (and in the card)
         self.left_out_rows.start("train")
+        resume = self.resume_point(resume_from_checkpoint)
         with progress_bars_disabled(self.args.disable_tqdm):
-            output = super().train(*args, **kwargs)
+            output = super().train(resume, *args, **kwargs)
         skipped, dropped = self.left_out_rows.report("train", "training", self.args, self.accelerator)
         if skipped:
             output.metrics["train_skipped_images"] = skipped
@@ -351,13 +355,6 @@ class ContrastiveTrainer(CheckpointingMixin, HubPublishingMixin, Trainer):
         )
         if self.is_world_process_zero():
             logger.info(f"Training images {self.image_cache.describe()} ({time.perf_counter() - start:.1f} s).")
-
-    # The Hub's upload bars run after `save_model`, outside every Trainer hook: with `disable_tqdm` they are off.
-    def push_to_hub(self, *args: Any, **kwargs: Any) -> Any:
-        """:meth:`HubPublishingMixin.push_to_hub <hf_contrast.training.publishing.HubPublishingMixin.push_to_hub>`;
-        with ``disable_tqdm=True`` no progress bar."""
-        with progress_bars_disabled(self.args.disable_tqdm):
-            return super().push_to_hub(*args, **kwargs)
 
     # ---- loss ------------------------------------------------------------------------------------
 
@@ -613,7 +610,7 @@ class ContrastiveTrainer(CheckpointingMixin, HubPublishingMixin, Trainer):
                     output.metrics[f"{prefix}_{key}"] = value
         return output
 
-    # ---- checkpoints (written by CheckpointingMixin) -------------------------------------------------
+    # ---- checkpoints (written by SafeCheckpointing) -------------------------------------------------
 
     def run_settings(self) -> dict[str, dict[str, Any]]:
         """What a resume must match, saved in every checkpoint: the method and its hyperparameters, the encoder's
@@ -660,9 +657,10 @@ class ContrastiveTrainer(CheckpointingMixin, HubPublishingMixin, Trainer):
     def save_model(
         self, output_dir: str | None = None, _internal_call: bool = False, *, allow_nonfinite: bool = False
     ) -> None:
-        """:meth:`CheckpointingMixin.save_model <hf_contrast.training.checkpointing.CheckpointingMixin.save_model>`
-        after :meth:`check_finite` (a non-finite loss is named by its step and terms) and a check of the
-        objective's own parameters and buffers (its state is in every checkpoint).
+        """:meth:`~hf_contrast.training.checkpointing.SafeCheckpointing.save_model_safely` (NaN/inf weights refused,
+        ``contrastive_state.pt`` and ``run_settings.json`` in every checkpoint) after :meth:`check_finite` (a
+        non-finite loss is named by its step and terms) and a check of the objective's own parameters and buffers
+        (its state is in every checkpoint). With ``args.disable_tqdm`` no "Writing model shards" bar.
 
         Raises:
             NonFiniteLossError: If a loss since the last check, a weight of the model or of the objective is
@@ -678,7 +676,7 @@ class ContrastiveTrainer(CheckpointingMixin, HubPublishingMixin, Trainer):
                     "(`max_grad_norm`), or pass `allow_nonfinite=True` to write it anyway."
                 )
         with progress_bars_disabled(self.args.disable_tqdm):  # transformers' "Writing model shards"
-            super().save_model(output_dir, _internal_call, allow_nonfinite=allow_nonfinite)
+            self.save_model_safely(output_dir, _internal_call, allow_nonfinite=allow_nonfinite)
 
 
 # ==================== trainers ========================================================================
