@@ -1,10 +1,13 @@
 """Methods as registered objectives: each declares its views and turns model outputs into loss terms.
 
 ``get_objective("care")`` / ``build_objective("care", n_splits=8)`` resolve a method by name;
-:func:`available_objectives` lists them. To add a method: write one file with an :class:`Objective`
-subclass (and its :class:`ObjectiveConfig` dataclass, whose fields shared with the loss are made by
-:func:`loss_field` from the loss's ``Hyperparameters``) decorated by ``@register_objective("name")``,
-and import it below. :mod:`hf_contrast.objectives.geometry` holds the statistics objectives log next to
+:func:`available_objectives` lists them. To add a pair method (a loss on two random views of each sample):
+write one file with the loss ``nn.Module`` decorated by ``@register_pair_loss("name")`` and import it below; its
+constructor's arguments are the method's hyperparameters, flags and card entries
+(:func:`~hf_contrast.objectives.pair.register_pair_loss`). A method that needs other views, batches or state: an
+:class:`Objective` subclass (its :class:`ObjectiveConfig` fields shared with the loss made by :func:`loss_field`
+from the loss's ``Hyperparameters``) decorated by ``@register_objective("name")``, imported below.
+:mod:`hf_contrast.objectives.geometry` holds the statistics objectives log next to
 their loss terms (``negative_cos_below_zero``, ``class_mean_abs_cos``; :meth:`Objective.log_statistics`).
 """
 
@@ -26,6 +29,7 @@ from .pair import (
     SpectralObjective,
     VICRegConfig,
     VICRegObjective,
+    register_pair_loss,
 )
 from .registry import available_objectives, build_objective, get_objective, register_objective
 from .simo import SimOConfig, SimOObjective
@@ -61,4 +65,5 @@ __all__ = [
     "get_objective",
     "loss_field",
     "register_objective",
+    "register_pair_loss",
 ]

@@ -23,11 +23,15 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import re
+import typing
 from typing import Any, ClassVar
+
+from torch import nn
 
 from ..losses.hyperparameters import Hyperparameters
 
-__all__ = ["ObjectiveConfig", "loss_field"]
+__all__ = ["ObjectiveConfig", "config_for_loss", "loss_field"]
 
 _UNSET: Any = object()
 
@@ -116,3 +120,93 @@ def _derived_field(config: type, name: str, spec: _LossField) -> Any:
     help_text = spec.help if spec.help is not None else source.metadata.get("help")
     metadata = {} if help_text is None else {"help": help_text}
     return dataclasses.field(default=default, metadata=metadata)
+
+
+#: Constructor arguments a method never takes from its user: the trainer sets them (``args.gather_distributed``).
+SET_BY_THE_TRAINER = ("gather_distributed",)
+
+
+def config_for_loss(loss_class: type[nn.Module], name: str, module: str) -> type[ObjectiveConfig]:
+    """The :class:`ObjectiveConfig` of a method that trains ``loss_class``, derived from the loss (nothing
+    declared twice): its fields are the method's hyperparameters, its command-line flags (``--help`` text) and
+    its model-card entries.
+
+    - A loss with a :class:`~hf_contrast.losses.hyperparameters.Hyperparameters` dataclass
+      (``hyperparameters_class``): the hyperparameters that have ``help`` text, as :func:`loss_field` fields (the
+      loss's default, help and check); the others (``normalize``, ``tile_size``, …) keep the loss's defaults.
+    - Any other ``nn.Module``: its constructor's arguments, each with a default and a type annotation, the help
+      text from its docstring's ``Args:`` section; the values are checked by building the loss once when the
+      config is built, so the loss's own ``ValueError`` names the argument before any training.
+
+    ``gather_distributed`` is never a field: the trainer passes ``args.gather_distributed``.
+
+    Args:
+        loss_class: The loss module, called as ``loss(z1, z2)``.
+        name: The config class's name (e.g. ``"VICRegConfig"``).
+        module: The module it is defined in (its ``__module__``).
+
+    Raises:
+        TypeError: If an argument of a plain module has no default or no type annotation.
+    """
+    hyperparameters = getattr(loss_class, "hyperparameters_class", None)
+    namespace: dict[str, Any] = {"__module__": module}
+    if hyperparameters is not None:
+        hints = typing.get_type_hints(hyperparameters)
+        specs = [
+            (f.name, hints[f.name], loss_field(hyperparameters))
+            for f in dataclasses.fields(hyperparameters)
+            if f.metadata.get("help") and f.name not in SET_BY_THE_TRAINER
+        ]
+    else:
+        specs = _constructor_fields(loss_class)
+
+        def validate(self: ObjectiveConfig) -> None:  # the loss's own checks, by building it once
+            ObjectiveConfig.validate(self)
+            loss_class(**dataclasses.asdict(self))
+
+        namespace["validate"] = validate
+    config = dataclasses.make_dataclass(name, specs, bases=(ObjectiveConfig,), namespace=namespace)
+    config.__doc__ = f"The hyperparameters of :class:`{loss_class.__module__}.{loss_class.__qualname__}`."
+    return config
+
+
+def _constructor_fields(loss_class: type[nn.Module]) -> list[tuple[str, Any, Any]]:
+    """``(name, type, field)`` of each constructor argument of ``loss_class``, help from its docstring."""
+    helps = _argument_help(inspect.getdoc(loss_class) or "")
+    hints = typing.get_type_hints(loss_class.__init__)
+    specs = []
+    for parameter in inspect.signature(loss_class).parameters.values():
+        if parameter.name in SET_BY_THE_TRAINER or parameter.kind in (parameter.VAR_POSITIONAL, parameter.VAR_KEYWORD):
+            continue
+        if parameter.default is parameter.empty or parameter.name not in hints:
+            raise TypeError(
+                f"{loss_class.__name__}({parameter.name}): a method's loss takes hyperparameters with a default and a "
+                f"type annotation (`{parameter.name}: float = 0.1`): they are its command-line flags."
+            )
+        metadata = {"help": helps[parameter.name]} if parameter.name in helps else {}
+        specs.append(
+            (parameter.name, hints[parameter.name], dataclasses.field(default=parameter.default, metadata=metadata))
+        )
+    return specs
+
+
+def _argument_help(docstring: str) -> dict[str, str]:
+    """``{argument: text}`` of a Google-style ``Args:`` section (continuation lines joined)."""
+    helps: dict[str, str] = {}
+    lines = iter(docstring.split("Args:", 1)[1].splitlines() if "Args:" in docstring else [])
+    indent, current = None, None
+    for line in lines:
+        if not line.strip():
+            continue
+        depth = len(line) - len(line.lstrip())
+        if indent is None:
+            indent = depth
+        if depth < indent:  # the section ended (e.g. "Returns:")
+            break
+        entry = re.match(r"(\w+)(?:\s*\([^)]*\))?:\s*(.*)", line.strip())
+        if depth == indent and entry:
+            current = entry.group(1)
+            helps[current] = entry.group(2)
+        elif current is not None:
+            helps[current] += " " + line.strip()
+    return helps
