@@ -130,6 +130,8 @@ def test_a_loss_that_cannot_be_a_method_is_refused_naming_what_to_fix(registry) 
     for loss_class in (NoDefault, NoType):
         with pytest.raises(TypeError, match=rf"{loss_class.__name__}\(weight\): .*a default and a type annotation"):
             register_pair_loss("test_bad")(loss_class)
+    with pytest.raises(TypeError, match="takes the method's name"):
+        register_pair_loss(3)  # before any class is decorated
     with pytest.raises(TypeError, match="decorates an nn.Module class"):
         register_pair_loss("test_bad")(lambda z1, z2: z1.sum())
     register_pair_loss("test_pull_once")(_pull_loss())

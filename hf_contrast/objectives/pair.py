@@ -131,6 +131,8 @@ def register_pair_loss(name: str) -> Callable[[L], L]:
         ...     def forward(self, z1, z2): return self.weight * (1 - F.cosine_similarity(z1, z2)).mean()
     """
 
+    add_to_registry = register_objective(name)  # a name that is not a non-empty string is refused here
+
     def register(loss_class: L) -> L:
         if not (isinstance(loss_class, type) and issubclass(loss_class, nn.Module)):
             raise TypeError(f"register_pair_loss({name!r}) decorates an nn.Module class, got {loss_class!r}.")
@@ -143,7 +145,7 @@ def register_pair_loss(name: str) -> Callable[[L], L]:
                 "__doc__": f"The method {name!r}: :class:`{loss_class.__qualname__}` on two random views per sample.",
             },
         )
-        register_objective(name)(objective)
+        add_to_registry(objective)
         loss_class.objective_class = objective
         return loss_class
 

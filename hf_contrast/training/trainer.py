@@ -297,12 +297,11 @@ class ContrastiveTrainer(SafeCheckpointing, HubPublishingMixin, Trainer):
         decoded-image cache (:meth:`build_image_cache`) and the run set-up before the first step; then the
         checkpoint to resume from (:meth:`~hf_contrast.training.checkpointing.SafeCheckpointing.resume_point`:
         ``True`` is the newest *complete* one, leftovers of an interrupted save are removed, a resume of another
-        run is refused); with
-        ``disable_tqdm=True`` no progress bar at all (the package's, transformers' "Writing model shards", the Hub's
-        uploads). Rows the training collator left out in this call (``on_bad_image="skip"``; or, once, the
-        unreadable images the cache left out) are reported as ``train_skipped_images`` in the returned metrics
-        when there are any, and the readable rows left out with them to keep chunks or class groups whole
-        (:mod:`hf_contrast.views.whole_rows`) as ``train_dropped_rows``."""
+        run is refused); with ``disable_tqdm=True`` no progress bar at all (the package's, transformers' "Writing
+        model shards", the Hub's uploads). Rows the training collator left out in this call
+        (``on_bad_image="skip"``; or, once, the unreadable images the cache left out) are reported as
+        ``train_skipped_images`` in the returned metrics when there are any, and the readable rows left out with
+        them to keep chunks or class groups whole (:mod:`hf_contrast.views.whole_rows`) as ``train_dropped_rows``."""
         self.check_datasets()
         self.build_image_cache()  # before the scan: a cached training set is not decoded twice at start-up
         self.check_image_files()
