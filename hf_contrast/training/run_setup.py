@@ -475,7 +475,8 @@ def resolve_image_size(
         image_size: The ``image_size`` argument (``None``: not given).
         dataset: The training data, whose images' own size is read when no other rule applies.
         image_column: Its image column.
-        warn, stacklevel: See :func:`choose_image_size`.
+        warn: See :func:`choose_image_size`.
+        stacklevel: See :func:`choose_image_size`.
 
     Returns:
         The :class:`ImageSizeChoice`, or ``None``.
