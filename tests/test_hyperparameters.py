@@ -295,3 +295,26 @@ def test_every_loss_field_default_help_and_check_comes_from_the_loss() -> None:
                 assert f.default == source.default, (config_class.__name__, f.name)
                 assert f.metadata["help"] == source.metadata["help"], (config_class.__name__, f.name)
             assert set(f.metadata) == {"help"}  # HfArgumentParser passes the metadata on to argparse
+
+
+def test_a_method_config_declares_only_its_own_fields_after_its_losss() -> None:
+    """``class CAREConfig(loss_config(CARELoss))``: the loss's hyperparameters with help text come from the loss
+    (one base class per loss), in the loss's order, then the method's own fields; the fields, defaults and checks
+    are the ones these configs had when each was declared by hand."""
+    from hf_contrast.losses import CARELoss, SupConLoss
+    from hf_contrast.objectives import loss_config
+
+    assert loss_config(SupConLoss) is loss_config(SupConLoss)  # SupCon and OCL share one
+    expected = {
+        CAREConfig: (CARELoss, {"temperature": 0.5, "care_weight": 0.01, "n_splits": 8, "share_views": False}),
+        SupConConfig: (SupConLoss, {"temperature": 0.1, "n_views": 2}),
+    }
+    for config_class, (loss_class, defaults) in expected.items():
+        assert issubclass(config_class, loss_config(loss_class))
+        assert dataclasses.asdict(config_class()) == defaults
+        assert list(dataclasses.asdict(config_class())) == list(defaults)
+        assert "temperature" not in inspect.get_annotations(config_class)  # not declared a second time
+    with pytest.raises(ValueError, match="`care_weight` must be >= 0"):
+        CAREConfig(care_weight=-1.0)
+    with pytest.raises(ValueError, match="`share_views` must be True or False"):
+        CAREConfig(share_views=3)

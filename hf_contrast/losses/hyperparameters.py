@@ -6,8 +6,9 @@ derived from it:
 * the module's constructor (:class:`HyperparameterModule`): same arguments, same defaults, each value
   checked with the field's check from :mod:`hf_contrast.tensor_checks` and set as an attribute;
 * ``get_config_dict()`` (model cards, logs) and ``extra_repr()`` (``print(loss)``);
-* the objective configs' fields of the same names (:func:`hf_contrast.objectives.loss_field`): their default,
-  their ``--help`` text and their check, so that a bad ``temperature`` fails when the config is built,
+* the objective configs' fields of the same names (the fields with ``help`` text, by
+  :func:`hf_contrast.objectives.loss_config`, or one by one by :func:`hf_contrast.objectives.loss_field`): their
+  default, their ``--help`` text and their check, so that a bad ``temperature`` fails when the config is built,
   before training, with the loss's own message.
 
 >>> from dataclasses import dataclass

@@ -5,8 +5,9 @@
 write one file with the loss ``nn.Module`` decorated by ``@register_pair_loss("name")`` and import it below; its
 constructor's arguments are the method's hyperparameters, flags and card entries
 (:func:`~hf_contrast.objectives.pair.register_pair_loss`). A method that needs other views, batches or state: an
-:class:`Objective` subclass (its :class:`ObjectiveConfig` fields shared with the loss made by :func:`loss_field`
-from the loss's ``Hyperparameters``) decorated by ``@register_objective("name")``, imported below.
+:class:`Objective` subclass (its config subclasses :func:`loss_config` of its loss and declares only its own
+fields; :func:`loss_field` takes a field from another loss) decorated by ``@register_objective("name")``, imported
+below.
 :mod:`hf_contrast.objectives.geometry` holds the statistics objectives log next to
 their loss terms (``negative_cos_below_zero``, ``class_mean_abs_cos``; :meth:`Objective.log_statistics`).
 """
@@ -17,7 +18,7 @@ from __future__ import annotations
 from .align_uniform import AlignUniformConfig, AlignUniformObjective
 from .base import Objective
 from .care import CAREConfig, CAREMoCoConfig, CAREMoCoObjective, CAREObjective
-from .config import ObjectiveConfig, loss_field
+from .config import ObjectiveConfig, loss_config, loss_field
 from .local import LOCALConfig, LOCALObjective
 from .pair import (
     BinaryNCEConfig,
@@ -63,6 +64,7 @@ __all__ = [
     "available_objectives",
     "build_objective",
     "get_objective",
+    "loss_config",
     "loss_field",
     "register_objective",
     "register_pair_loss",

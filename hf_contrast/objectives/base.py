@@ -2,8 +2,8 @@
 
 An objective is an ``nn.Module`` that owns its hyperparameters (a dataclass, :attr:`Objective.config_class`,
 an :class:`~hf_contrast.objectives.config.ObjectiveConfig` whose fields are also command-line flags through
-``HfArgumentParser``; the fields it shares with its loss come from the loss, see :func:`.loss_field`), its
-loss modules and any trainable
+``HfArgumentParser``; the fields it shares with its loss come from the loss, see :func:`.loss_config` and
+:func:`.loss_field`), its loss modules and any trainable
 or persistent state (a learnable temperature, LOCAL's pair classifier, the MoCo key encoder and queue).
 The trainer only calls the hooks below; it never branches on a method name.
 

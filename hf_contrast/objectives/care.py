@@ -30,12 +30,11 @@ import hf_contrast.distributed as distributed
 from hf_contrast.errors import InputError
 
 from ..losses import CARELoss, CAREMoCoLoss
-from ..losses.care import CAREHyperparameters
 from ..losses.moco import CAREMoCoHyperparameters
 from ..tensor_checks import check_bool, check_int, check_unit_interval
 from ..views import ViewBuilder, WholeChunks
 from .base import Objective
-from .config import ObjectiveConfig, loss_field
+from .config import ObjectiveConfig, loss_config, loss_field
 from .moco import MoCoState, MomentumUpdateCallback
 from .registry import register_objective
 
@@ -43,10 +42,7 @@ __all__ = ["CAREConfig", "CAREObjective", "CAREMoCoConfig", "CAREMoCoObjective"]
 
 
 @dataclass
-class CAREConfig(ObjectiveConfig):
-    temperature: float = loss_field(CAREHyperparameters)
-    care_weight: float = loss_field(CAREHyperparameters)
-    n_splits: int = loss_field(CAREHyperparameters)
+class CAREConfig(loss_config(CARELoss)):  # temperature, care_weight, n_splits: declared by CARELoss
     share_views: bool = field(
         default=False,
         metadata={"help": "CARE: InfoNCE on the chunk-shared views (two forward passes fewer, weaker invariance)."},

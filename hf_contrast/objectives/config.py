@@ -22,6 +22,7 @@ hf_contrast.errors.InputError: `n_splits` must be an integer >= 1, got 0.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import inspect
 import re
 import typing
@@ -31,7 +32,7 @@ from torch import nn
 
 from ..losses.hyperparameters import Hyperparameters
 
-__all__ = ["ObjectiveConfig", "config_for_loss", "loss_field"]
+__all__ = ["ObjectiveConfig", "config_for_loss", "loss_config", "loss_field"]
 
 _UNSET: Any = object()
 
@@ -168,6 +169,20 @@ def config_for_loss(loss_class: type[nn.Module], name: str, module: str) -> type
     config = dataclasses.make_dataclass(name, specs, bases=(ObjectiveConfig,), namespace=namespace)
     config.__doc__ = f"The hyperparameters of :class:`{loss_class.__module__}.{loss_class.__qualname__}`."
     return config
+
+
+@functools.cache
+def loss_config(loss_class: type[nn.Module]) -> type[ObjectiveConfig]:
+    """The base of a method's config: ``loss_class``'s hyperparameters (:func:`config_for_loss`), named
+    ``<Loss>Config``; the method's config subclasses it and declares only its own fields, which follow the loss's::
+
+        @dataclass
+        class CAREConfig(loss_config(CARELoss)):  # temperature, care_weight, n_splits: CARE's, declared there
+            share_views: bool = field(default=False, metadata={"help": "..."})
+
+    One class per loss (SupCon and OCL share ``loss_config(SupConLoss)``).
+    """
+    return config_for_loss(loss_class, f"{loss_class.__name__}Config", loss_class.__module__)
 
 
 def _constructor_fields(loss_class: type[nn.Module]) -> list[tuple[str, Any, Any]]:

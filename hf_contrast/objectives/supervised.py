@@ -28,11 +28,10 @@ from hf_contrast.errors import InputError
 
 from ..data.checks import dataset_classes
 from ..losses import OCLoss, SupConLoss
-from ..losses.supcon import SupConHyperparameters
 from ..tensor_checks import check_choice
 from ..views import ViewBuilder
 from .base import Objective
-from .config import ObjectiveConfig, loss_field
+from .config import ObjectiveConfig, loss_config
 from .geometry import GeometryMonitor, negative_cosine_counts
 from .registry import register_objective
 
@@ -40,8 +39,7 @@ __all__ = ["SupConConfig", "SupConObjective", "OCLObjective"]
 
 
 @dataclass
-class SupConConfig(ObjectiveConfig):
-    temperature: float = loss_field(SupConHyperparameters)  # OCL shares SupCon's
+class SupConConfig(loss_config(SupConLoss)):  # temperature: declared by SupConLoss (OCL shares it)
     n_views: int = field(default=2, metadata={"help": "SupCon/OCL: augmented views per sample (1 or 2)."})
 
     def validate(self) -> None:
