@@ -142,7 +142,7 @@ def config_for_loss(loss_class: type[nn.Module], name: str, module: str) -> type
     ``gather_distributed`` is never a field: the trainer passes ``args.gather_distributed``.
 
     Args:
-        loss_class: The loss module, called as ``loss(z1, z2)``.
+        loss_class: The loss module the method trains.
         name: The config class's name (e.g. ``"VICRegConfig"``).
         module: The module it is defined in (its ``__module__``).
 
@@ -208,7 +208,7 @@ def _constructor_fields(loss_class: type[nn.Module]) -> list[tuple[str, Any, Any
 def _argument_help(docstring: str) -> dict[str, str]:
     """``{argument: text}`` of a Google-style ``Args:`` section (continuation lines joined)."""
     helps: dict[str, str] = {}
-    lines = iter(docstring.split("Args:", 1)[1].splitlines() if "Args:" in docstring else [])
+    lines = docstring.split("Args:", 1)[1].splitlines() if "Args:" in docstring else []
     indent, current = None, None
     for line in lines:
         if not line.strip():
