@@ -32,7 +32,7 @@ from torch import nn
 
 from ..losses.hyperparameters import Hyperparameters
 
-__all__ = ["ObjectiveConfig", "config_for_loss", "loss_config", "loss_field"]
+__all__ = ["ObjectiveConfig", "loss_config", "loss_field"]
 
 _UNSET: Any = object()
 
@@ -127,30 +127,36 @@ def _derived_field(config: type, name: str, spec: _LossField) -> Any:
 SET_BY_THE_TRAINER = ("gather_distributed",)
 
 
-def config_for_loss(loss_class: type[nn.Module], name: str, module: str) -> type[ObjectiveConfig]:
-    """The :class:`ObjectiveConfig` of a method that trains ``loss_class``, derived from the loss (nothing
-    declared twice): its fields are the method's hyperparameters, its command-line flags (``--help`` text) and
-    its model-card entries.
+@functools.cache
+def loss_config(loss_class: type[nn.Module]) -> type[ObjectiveConfig]:
+    """The base of a method's config, derived from the loss it trains (nothing declared twice): the method's
+    config subclasses it and declares only its own fields, which follow the loss's::
 
-    - A loss with a :class:`~hf_contrast.losses.hyperparameters.Hyperparameters` dataclass
+        @dataclass
+        class CAREConfig(loss_config(CARELoss)):  # temperature, care_weight, n_splits: CARE's, declared there
+            share_views: bool = field(default=False, metadata={"help": "..."})
+
+    Its fields are the method's hyperparameters, command-line flags (``--help`` text) and model-card entries:
+
+    - a loss with a :class:`~hf_contrast.losses.hyperparameters.Hyperparameters` dataclass
       (``hyperparameters_class``): the hyperparameters that have ``help`` text, as :func:`loss_field` fields (the
-      loss's default, help and check); the others (``normalize``, ``tile_size``, …) keep the loss's defaults.
-    - Any other ``nn.Module``: its constructor's arguments, each with a default and a type annotation, the help
+      loss's default, help and check); the others (``normalize``, ``tile_size``, …) keep the loss's defaults;
+    - any other ``nn.Module``: its constructor's arguments, each with a default and a type annotation, the help
       text from its docstring's ``Args:`` section; the values are checked by building the loss once when the
       config is built, so the loss's own ``ValueError`` names the argument before any training.
 
-    ``gather_distributed`` is never a field: the trainer passes ``args.gather_distributed``.
+    ``gather_distributed`` is never a field: the trainer passes ``args.gather_distributed``. Named
+    ``<Loss>Config``; one class per loss (SupCon and OCL share ``loss_config(SupConLoss)``; a pair method's config,
+    e.g. ``SimCLRConfig``, is a subclass without fields of its own).
 
     Args:
         loss_class: The loss module the method trains.
-        name: The config class's name (e.g. ``"VICRegConfig"``).
-        module: The module it is defined in (its ``__module__``).
 
     Raises:
         TypeError: If an argument of a plain module has no default or no type annotation.
     """
     hyperparameters = getattr(loss_class, "hyperparameters_class", None)
-    namespace: dict[str, Any] = {"__module__": module}
+    namespace: dict[str, Any] = {"__module__": loss_class.__module__}
     if hyperparameters is not None:
         hints = typing.get_type_hints(hyperparameters)
         specs = [
@@ -166,23 +172,10 @@ def config_for_loss(loss_class: type[nn.Module], name: str, module: str) -> type
             loss_class(**dataclasses.asdict(self))
 
         namespace["validate"] = validate
+    name = f"{loss_class.__name__}Config"
     config = dataclasses.make_dataclass(name, specs, bases=(ObjectiveConfig,), namespace=namespace)
     config.__doc__ = f"The hyperparameters of :class:`{loss_class.__module__}.{loss_class.__qualname__}`."
     return config
-
-
-@functools.cache
-def loss_config(loss_class: type[nn.Module]) -> type[ObjectiveConfig]:
-    """The base of a method's config: ``loss_class``'s hyperparameters (:func:`config_for_loss`), named
-    ``<Loss>Config``; the method's config subclasses it and declares only its own fields, which follow the loss's::
-
-        @dataclass
-        class CAREConfig(loss_config(CARELoss)):  # temperature, care_weight, n_splits: CARE's, declared there
-            share_views: bool = field(default=False, metadata={"help": "..."})
-
-    One class per loss (SupCon and OCL share ``loss_config(SupConLoss)``).
-    """
-    return config_for_loss(loss_class, f"{loss_class.__name__}Config", loss_class.__module__)
 
 
 def _constructor_fields(loss_class: type[nn.Module]) -> list[tuple[str, Any, Any]]:

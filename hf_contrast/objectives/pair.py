@@ -26,7 +26,7 @@ from hf_contrast.errors import InputError
 from ..losses import BinaryNCELoss, InfoNCELoss, SpectralContrastiveLoss, VICRegLoss
 from ..views import ViewBuilder
 from .base import Objective
-from .config import ObjectiveConfig, config_for_loss
+from .config import ObjectiveConfig, loss_config
 from .registry import register_objective
 
 __all__ = [
@@ -51,7 +51,7 @@ class PairObjective(Objective):
     """``loss(z1, z2)`` on the projections of two random views of each sample.
 
     A method is its loss: a subclass names :attr:`loss_class` and its config (hyperparameters, command-line flags,
-    card entries) is derived from that loss (:func:`~hf_contrast.objectives.config.config_for_loss`); or
+    card entries) is derived from that loss (a subclass of :func:`~hf_contrast.objectives.config.loss_config`); or
     :func:`register_pair_loss` registers a loss module as a method in one line. Pass ``loss=`` to use any module
     called as ``loss(z1, z2)`` (returning a scalar or a dict of terms with ``"loss"``).
     """
@@ -62,10 +62,12 @@ class PairObjective(Objective):
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
         if vars(cls).get("loss_class") is not None and "config_class" not in vars(cls):
-            name = cls.__name__.removesuffix("Objective") + "Config"
-            config = config_for_loss(cls.loss_class, name, cls.__module__)
-            if dataclasses.fields(config):  # a loss without hyperparameters (spectral): ObjectiveConfig itself
-                cls.config_class = config
+            base = loss_config(cls.loss_class)
+            if dataclasses.fields(base):  # a loss without hyperparameters (spectral): ObjectiveConfig itself
+                name = cls.__name__.removesuffix("Objective") + "Config"  # SimCLRConfig: the loss's fields only
+                cls.config_class = dataclasses.make_dataclass(
+                    name, [], bases=(base,), namespace={"__module__": cls.__module__}
+                )
 
     def __init__(self, config: ObjectiveConfig | None = None, loss: nn.Module | None = None, **hyperparameters: Any):
         super().__init__(config, **hyperparameters)
