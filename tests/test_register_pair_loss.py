@@ -127,6 +127,12 @@ def test_a_loss_that_cannot_be_a_method_is_refused_naming_what_to_fix(registry) 
         def __init__(self, weight=1.0) -> None:  # noqa: ANN001
             super().__init__()
 
+    class DictDefault(nn.Module):
+        def __init__(self, weights: dict = {"a": 1.0}) -> None:  # noqa: B006
+            super().__init__()
+
+    with pytest.raises(TypeError, match=r"DictDefault\(weights\): the default \{'a': 1.0\} is a dict.*take a list"):
+        register_pair_loss("test_bad")(DictDefault)
     for loss_class in (NoDefault, NoType):
         with pytest.raises(TypeError, match=rf"{loss_class.__name__}\(weight\): .*a default and a type annotation"):
             register_pair_loss("test_bad")(loss_class)
@@ -137,6 +143,29 @@ def test_a_loss_that_cannot_be_a_method_is_refused_naming_what_to_fix(registry) 
     register_pair_loss("test_pull_once")(_pull_loss())
     with pytest.raises(ValueError, match="already registered"):
         register_pair_loss("test_pull_once")(_pull_loss())
+
+
+def test_a_list_default_is_a_multi_value_flag_and_never_shared(registry, tmp_path) -> None:
+    from hf_contrast.training import ContrastiveTrainingArguments, parse_args_with_objective
+
+    class Weighted(nn.Module):
+        """Args:
+        weights: Per-term weights.
+        """
+
+        def __init__(self, weights: list[float] = [1.0, 2.0]) -> None:  # noqa: B006
+            super().__init__()
+            self.weights = weights
+
+        def forward(self, z1: torch.Tensor, z2: torch.Tensor) -> torch.Tensor:
+            return self.weights[0] * (z1 - z2).pow(2).mean()
+
+    register_pair_loss("test_weighted")(Weighted)
+    argv = ["--method", "test_weighted", "--weights", "3", "4", "--output_dir", str(tmp_path)]
+    _, _, config = parse_args_with_objective((_Script, ContrastiveTrainingArguments), method="simclr", args=argv)
+    assert config.weights == [3.0, 4.0]
+    first, second = build_objective("test_weighted").config, build_objective("test_weighted").config
+    assert first.weights == [1.0, 2.0] and first.weights is not second.weights
 
 
 def test_the_packages_pair_methods_are_their_losses_with_the_same_flags_as_before() -> None:

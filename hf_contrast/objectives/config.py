@@ -192,9 +192,17 @@ def _constructor_fields(loss_class: type[nn.Module]) -> list[tuple[str, Any, Any
                 f"type annotation (`{parameter.name}: float = 0.1`): they are its command-line flags."
             )
         metadata = {"help": helps[parameter.name]} if parameter.name in helps else {}
-        specs.append(
-            (parameter.name, hints[parameter.name], dataclasses.field(default=parameter.default, metadata=metadata))
-        )
+        if isinstance(parameter.default, (dict, set)):  # no command-line form (dataclasses would say default_factory)
+            raise TypeError(
+                f"{loss_class.__name__}({parameter.name}): the default {parameter.default!r} is a "
+                f"{type(parameter.default).__name__}, which cannot be a command-line flag; take a list "
+                f"(`{parameter.name}: list[float] = [1.0, 2.0]`), separate arguments, or None."
+            )
+        if isinstance(parameter.default, list):  # a fresh copy per config: `--weights 3 4` with `list[float]`
+            field = dataclasses.field(default_factory=functools.partial(list, parameter.default), metadata=metadata)
+        else:
+            field = dataclasses.field(default=parameter.default, metadata=metadata)
+        specs.append((parameter.name, hints[parameter.name], field))
     return specs
 
 

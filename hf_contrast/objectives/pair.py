@@ -121,7 +121,8 @@ def register_pair_loss(name: str) -> Callable[[L], L]:
     (``(B, D)`` each), returning a scalar or a dict of terms with the total under ``"loss"`` (each term is logged
     as ``loss_<term>``). Its constructor's arguments, each with a default and a type annotation, are the method's
     hyperparameters: ``ContrastiveTrainer(objective="name")`` or ``build_objective("name", arg=...)`` sets them,
-    the example scripts' ``--method name`` takes them as flags with the docstring's ``Args:`` text as ``--help``,
+    the example scripts' ``--method name`` takes them as flags with the docstring's ``Args:`` text as ``--help`` (a
+    ``list[float] = [...]`` default is a multi-value flag, a dict or set default is refused),
     and the model card lists them; the loss's own checks run when the method is built. A ``gather_distributed``
     argument gets ``args.gather_distributed``. The method's objective class, ``<Loss>Objective``, is the loss's
     ``objective_class``.
