@@ -302,6 +302,104 @@ def test_no_host_read_outside_logging_steps_and_one_of_ours_per_logging_step(tmp
     assert ours == expected, counter.reads[3]
 
 
+# Operations that make the host wait for the device on CUDA though no Python code reads a value, so the host-read count
+# above cannot see them: outputs whose shape depends on values (nonzero, boolean-mask indexing, masked_select, unique,
+# repeat_interleave by a tensor), values read inside an op (equal, is_nonzero, item), and a host scalar assigned by
+# index (`x[rows, cols] = value`: the value is copied to the device with a wait, in the forward and in its backward;
+# on an H200 this was the one synchronisation inside a SimCLR or CARE step). On a CPU none of them waits, so the test
+# names them rather than timing them.
+_WAIT_ON_CUDA = {
+    "aten::nonzero", "aten::masked_select", "aten::_local_scalar_dense", "aten::equal", "aten::is_nonzero",
+    "aten::_unique", "aten::_unique2", "aten::unique_dim", "aten::unique_consecutive",
+}  # fmt: skip
+
+
+def _waits_on_cuda(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
+    name = func._schema.name
+    if name in _WAIT_ON_CUDA:
+        return True
+    if name == "aten::repeat_interleave":
+        return isinstance(args[0], torch.Tensor) and kwargs.get("output_size") is None and len(args) < 3
+    if name in ("aten::index", "aten::index_put", "aten::index_put_", "aten::_index_put_impl_"):
+        indices = [i for i in args[1] if i is not None]
+        if any(i.dtype == torch.bool for i in indices):
+            return True
+        return name != "aten::index" and args[2].dim() == 0  # a scalar assigned by index
+    return False
+
+
+class _WaitsPerStep(TrainerCallback):
+    """The CUDA-waiting operations of each step's whole period (next batch, step, logging), by step number; the
+    views' random parameters and hue rounds are drawn on the host by design and left out."""
+
+    def __init__(self) -> None:
+        self.ops: dict[int, list[str]] = {}
+        self._mode: TorchDispatchMode | None = None
+
+    def _close(self) -> None:
+        if self._mode is not None:
+            self._mode.__exit__(None, None, None)
+            self._mode = None
+
+    def on_step_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        self._close()
+        found = self.ops[state.global_step + 1] = []
+
+        class Scan(TorchDispatchMode):
+            def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+                kwargs = kwargs or {}
+                if _waits_on_cuda(func, args, kwargs) and not _host_side():
+                    caller = next(f for f in reversed(traceback.extract_stack()) if "/hf_contrast/" in f.filename)
+                    found.append(f"{func._schema.name} at {Path(caller.filename).name}:{caller.lineno}")
+                return func(*args, **kwargs)
+
+        self._mode = Scan()
+        self._mode.__enter__()
+
+    def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        self._close()
+
+
+@pytest.mark.parametrize("objective", ["simclr", "care", "supcon"])
+def test_no_operation_that_waits_for_the_device_outside_logging_steps(tmp_path, images, objective) -> None:
+    make = {"simclr": lambda: "simclr", "care": lambda: CAREObjective(n_splits=2), "supcon": lambda: "supcon"}
+    trainer = _trainer(
+        tmp_path, images, make[objective](), max_steps=6, logging_steps=3, per_device_train_batch_size=4
+    )
+    scan = _WaitsPerStep()
+    trainer.add_callback(scan)
+    trainer.train()
+    for step in (2, 4, 5):
+        assert scan.ops[step] == [], f"step {step}: {scan.ops[step]}"
+
+
+@pytest.mark.parametrize(
+    ("name", "fill"),
+    [
+        ("a scalar assigned by index", lambda x, i: x.__setitem__((i, i), float("-inf"))),
+        ("a boolean mask", lambda x, i: x[x > 0]),
+        ("nonzero", lambda x, i: (x > 0).nonzero()),
+        ("repeat_interleave by a tensor", lambda x, i: x.repeat_interleave(torch.ones(len(x), dtype=torch.long), 0)),
+    ],
+)
+def test_the_scan_names_the_operations_that_wait(name, fill) -> None:
+    found = []
+
+    class Scan(TorchDispatchMode):
+        def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+            found.append(_waits_on_cuda(func, args, kwargs or {}))
+            return func(*args, **(kwargs or {}))
+
+    x, rows = torch.randn(4, 4), torch.arange(4)
+    with Scan():
+        x.diagonal().fill_(float("-inf"))  # what the losses do instead: nothing waits
+        x.repeat_interleave(torch.ones(4, dtype=torch.long), 0, output_size=4)
+    assert not any(found), name
+    with Scan():
+        fill(x, rows)
+    assert any(found), name
+
+
 # ------------------------------------------------------------------------------ the views_on_device default
 
 

@@ -167,13 +167,11 @@ def _dense_per_anchor(anchors: Tensor, candidates: Tensor, offset: int, temperat
     # Scale the (2B, D) side, not the (2B, 2N) logits.
     logits = (anchors / temperature) @ candidates.T  # (2B, 2N)
     local = torch.arange(n_local, device=logits.device)
-    rows = torch.arange(2 * n_local, device=logits.device)
-    # Column of each anchor itself and of its positive (the other view) among the candidates.
-    self_col = offset + rows
+    # Column of each anchor's positive (the other view) among the candidates; anchor a's own column is offset + a.
     positive_col = offset + torch.cat([n_local + local, local])
-    # In place on the fresh matmul output (its backward needs only the inputs): no (2B, 2N)
-    # mask and no second copy of the logits.
-    logits[rows, self_col] = float("-inf")
+    # In place on the fresh matmul output (its backward needs only the inputs): no (2B, 2N) mask, no second copy
+    # of the logits, and no scalar copied from the host (`logits[rows, cols] = value` waits for one on CUDA).
+    logits.diagonal(offset).fill_(float("-inf"))
     # cross_entropy = −s_{a,p(a)} + logsumexp_{b≠a} s_ab, max-subtracted internally.
     return F.cross_entropy(logits, positive_col, reduction="none")
 

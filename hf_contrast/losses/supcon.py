@@ -138,11 +138,9 @@ def _supervised_contrastive_loss(
                 torch.searchsorted(sorted_labels, labels, right=True) - torch.searchsorted(sorted_labels, labels) - 1
             )
         else:
-            rows = torch.arange(n_local, device=z.device)
-            self_cols = offset + rows
             same_class = labels[:, None] == candidate_labels[None, :]  # (N, N_global)
             positive_mask = same_class.clone()
-            positive_mask[rows, self_cols] = False
+            positive_mask.diagonal(offset).fill_(False)  # anchor i's own column is offset + i
             n_positives = positive_mask.sum(dim=1)
         has_positive = n_positives > 0
         n_valid = has_positive.sum()
@@ -186,7 +184,7 @@ def _supervised_contrastive_loss(
                 logits = torch.where(same_class, logits, logits.abs())
             # In place (the backward of the op producing `logits` does not need its output): self
             # is excluded from the denominator without a mask or a copy of the (N, N_global) logits.
-            logits[rows, self_cols] = float("-inf")
+            logits.diagonal(offset).fill_(float("-inf"))
             log_denominator = torch.logsumexp(logits, dim=1)  # max-subtracted
             sum_pos_logits = torch.where(positive_mask, logits, 0.0).sum(dim=1)
         # Σ_p lp_ip = Σ_p s_ip − |P(i)|·log_denominator_i: no log-prob matrix is materialised.

@@ -17,7 +17,7 @@ __all__ = [
     "finish_logsumexp",
     "fold_columns",
     "online_logsumexp_update",
-    "self_index",
+    "self_diagonal",
     "tile_ranges",
     "upper_tile_ranges",
 ]
@@ -29,13 +29,16 @@ def check_block_edge(tile_size: int) -> None:
         raise InputError(f"`tile_size` must be >= 1 for the tiled path, got {tile_size}.")
 
 
-def self_index(r0: int, r1: int, c0: int, c1: int, offset: int, device: torch.device) -> tuple[Tensor, Tensor] | None:
-    """Block-local ``(rows, cols)`` of the anchors' own columns (column ``offset + i`` for row ``i``)."""
-    lo, hi = max(r0, c0 - offset), min(r1, c1 - offset)
-    if lo >= hi:
+def self_diagonal(r0: int, r1: int, c0: int, c1: int, offset: int) -> int | None:
+    """The diagonal of block ``[r0:r1] × [c0:c1]`` (``k`` of ``block.diagonal(k)``) that holds the anchors' own
+    entries (column ``offset + i`` for row ``i``), or ``None`` when the block holds none.
+
+    Filled in place with ``block.diagonal(k).fill_(value)``: no index tensor, and no scalar copied from the host
+    (``block[rows, cols] = value`` copies the value to the device and waits for it on CUDA).
+    """
+    if max(r0, c0 - offset) >= min(r1, c1 - offset):
         return None
-    rows = torch.arange(lo - r0, hi - r0, device=device)
-    return rows, rows + (r0 + offset - c0)
+    return r0 + offset - c0
 
 
 def tile_ranges(n: int, tile: int) -> list[tuple[int, int]]:

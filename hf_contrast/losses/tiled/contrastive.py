@@ -17,7 +17,7 @@ from .blocks import (
     finish_logsumexp,
     fold_columns,
     online_logsumexp_update,
-    self_index,
+    self_diagonal,
     tile_ranges,
     upper_tile_ranges,
 )
@@ -32,7 +32,7 @@ def _contrastive_block(
     ya: Tensor | None,
     yc: Tensor | None,
     abs_negatives: bool,
-    self_idx: tuple[Tensor, Tensor] | None,
+    own: int | None,
     pos_sum: Tensor | None = None,
     want_sign: bool = False,
 ) -> tuple[Tensor, Tensor | None, Tensor | None]:
@@ -46,8 +46,8 @@ def _contrastive_block(
     same = None
     if ya is not None and yc is not None:
         same = ya[:, None] == yc[None, :]
-        if self_idx is not None:
-            same[self_idx] = False
+        if own is not None:  # the block's diagonal of the anchors' own entries (:func:`self_diagonal`)
+            same.diagonal(own).fill_(False)
         if pos_sum is not None:
             pos_sum += torch.where(same, s, 0.0).sum(dim=1)
     sign = None
@@ -55,8 +55,8 @@ def _contrastive_block(
         if want_sign:
             sign = torch.where(same, 1.0, torch.sign(s))
         s = torch.where(same, s, s.abs())
-    if self_idx is not None:
-        s[self_idx] = float("-inf")
+    if own is not None:
+        s.diagonal(own).fill_(float("-inf"))
     return s, same, sign
 
 
@@ -76,9 +76,9 @@ class _TiledRowLogSumExp(torch.autograd.Function):
                 run_sum = anchors.new_zeros(r1 - r0)
                 for c0, c1 in tile_ranges(m, tile):
                     yc = candidate_labels[c0:c1] if labelled else None
-                    self_idx = self_index(r0, r1, c0, c1, offset, device)
+                    own = self_diagonal(r0, r1, c0, c1, offset)
                     s_den, _, _ = _contrastive_block(
-                        a, candidates[c0:c1], ya, yc, abs_negatives, self_idx, pos_sum=pos_sum[r0:r1]
+                        a, candidates[c0:c1], ya, yc, abs_negatives, own, pos_sum=pos_sum[r0:r1]
                     )
                     run_max = online_logsumexp_update(run_max, run_sum, s_den)
                 lse[r0:r1] = finish_logsumexp(run_max, run_sum)
@@ -111,7 +111,7 @@ class _TiledRowLogSumExp(torch.autograd.Function):
                         ya,
                         yc,
                         ctx.abs_negatives,
-                        self_index(r0, r1, c0, c1, ctx.offset, device),
+                        self_diagonal(r0, r1, c0, c1, ctx.offset),
                         want_sign=True,
                     )
                     # d lse_i / d s'_ij = softmax_ij (0 on the anchor itself), in place.
@@ -181,21 +181,18 @@ def _symmetric_block(
     """
     s = xr @ xc.T
     same = sign = pos = None
-    diag = None
-    if diagonal:
-        diag = torch.arange(s.shape[0], device=s.device)
     if yr is not None and yc is not None:
         same = yr[:, None] == yc[None, :]
-        if diag is not None:
-            same[diag, diag] = False
+        if diagonal:
+            same.diagonal().fill_(False)
         if not want_sign:
             pos = torch.where(same, s, 0.0)
         if abs_negatives:
             if want_sign:
                 sign = torch.where(same, 1.0, torch.sign(s))
             s = torch.where(same, s, s.abs())
-    if diag is not None:
-        s[diag, diag] = float("-inf")
+    if diagonal:  # in place on the block's diagonal: no index tensor, no scalar copied from the host
+        s.diagonal().fill_(float("-inf"))
     return s, same, sign, pos
 
 

@@ -14,7 +14,7 @@ from .blocks import (
     finish_logsumexp,
     fold_columns,
     online_logsumexp_update,
-    self_index,
+    self_diagonal,
     tile_ranges,
     upper_tile_ranges,
 )
@@ -24,12 +24,12 @@ __all__ = ["tiled_uniformity_logsumexp", "tiled_symmetric_uniformity_logsumexp"]
 
 
 def _uniformity_block(
-    a: Tensor, c: Tensor, sq_a: Tensor, sq_c: Tensor, t: float, self_idx: tuple[Tensor, Tensor] | None
+    a: Tensor, c: Tensor, sq_a: Tensor, sq_c: Tensor, t: float, own: int | None
 ) -> tuple[Tensor, Tensor]:
     raw = torch.addmm(sq_a[:, None] + sq_c[None, :], a, c.T, alpha=-2.0)  # squared distances
     logits = raw.clamp_min(0.0) * -t
-    if self_idx is not None:
-        logits[self_idx] = float("-inf")
+    if own is not None:  # the block's diagonal of the anchors' own entries (:func:`self_diagonal`)
+        logits.diagonal(own).fill_(float("-inf"))
     return raw, logits
 
 
@@ -45,7 +45,7 @@ class _TiledUniformity(torch.autograd.Function):
                 run_sum = a.new_zeros(r1 - r0)
                 for c0, c1 in tile_ranges(m, tile):
                     _, logits = _uniformity_block(
-                        a[r0:r1], c[c0:c1], sq_a[r0:r1], sq_c[c0:c1], t, self_index(r0, r1, c0, c1, offset, device)
+                        a[r0:r1], c[c0:c1], sq_a[r0:r1], sq_c[c0:c1], t, self_diagonal(r0, r1, c0, c1, offset)
                     )
                     run_max = online_logsumexp_update(run_max, run_sum, logits)
                 lse[r0:r1] = finish_logsumexp(run_max, run_sum)
@@ -63,7 +63,7 @@ class _TiledUniformity(torch.autograd.Function):
             grad_sq_a, grad_sq_c = torch.zeros_like(sq_a), torch.zeros_like(sq_c)
             for r0, r1 in tile_ranges(n, ctx.tile):
                 for c0, c1 in tile_ranges(m, ctx.tile):
-                    own = self_index(r0, r1, c0, c1, ctx.offset, device)
+                    own = self_diagonal(r0, r1, c0, c1, ctx.offset)
                     raw, logits = _uniformity_block(a[r0:r1], c[c0:c1], sq_a[r0:r1], sq_c[c0:c1], ctx.t, own)
                     # d lse_i / d raw_ij = softmax_ij · (−t) where the clamp passes (raw >= 0).
                     g = logits.sub_(lse[r0:r1, None]).exp_().mul_(grad_lse[r0:r1, None] * -ctx.t)
@@ -109,7 +109,7 @@ class _TiledSymmetricUniformity(torch.autograd.Function):
             for r0, r1, c0, c1 in upper_tile_ranges(n, tile):
                 diagonal = r0 == c0
                 _, logits = _uniformity_block(
-                    a[r0:r1], a[c0:c1], sq[r0:r1], sq[c0:c1], t, self_index(r0, r1, c0, c1, 0, a.device)
+                    a[r0:r1], a[c0:c1], sq[r0:r1], sq[c0:c1], t, self_diagonal(r0, r1, c0, c1, 0)
                 )
                 if not diagonal:  # the block's columns are rows c0:c1 of the (symmetric) matrix
                     run_max[c0:c1] = fold_columns(run_max[c0:c1], run_sum[c0:c1], logits)
@@ -128,7 +128,7 @@ class _TiledSymmetricUniformity(torch.autograd.Function):
             for r0, r1, c0, c1 in upper_tile_ranges(n, ctx.tile):
                 diagonal = r0 == c0
                 raw, logits = _uniformity_block(
-                    a[r0:r1], a[c0:c1], sq[r0:r1], sq[c0:c1], ctx.t, self_index(r0, r1, c0, c1, 0, a.device)
+                    a[r0:r1], a[c0:c1], sq[r0:r1], sq[c0:c1], ctx.t, self_diagonal(r0, r1, c0, c1, 0)
                 )
                 # d/d raw of the row terms and, off the diagonal, of the column terms (rows c0:c1
                 # see the same distances transposed), times −t where the clamp passes.
