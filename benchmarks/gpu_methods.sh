@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One GPU call after benchmarks/gpu_step_speed.sh (same wheels in .whl/, same 32-px folder): (1) no synchronising
-# operation inside a training step (torch.cuda.set_sync_debug_mode("warn") during each step of run_care, SimCLR
-# and CARE), (2) every image method's step at the papers' settings (B = 256, small-image stem, bf16; the step time
+# operation inside a training step (torch.cuda.set_sync_debug_mode("warn") over the training of run_care, SimCLR
+# and CARE, each one named by its frames), (2) every image method's step at the papers' settings (B = 256, small-image stem, bf16; the step time
 # a plan of 100-epoch runs is sized from), (3) torch.compile on the ImageNet stem.
 # A smoke run on a CPU: BATCH=16 STEPS=8 PER_CLASS=20 PRECISION= SITE=none bash benchmarks/gpu_methods.sh
 set -uo pipefail
@@ -51,6 +51,8 @@ python3 - "$RESULTS" <<'PY'
 import json, sys
 for line in open(sys.argv[1]):
     r = json.loads(line)
-    print(f"{r['period_ms']:7.1f} ms/step {r['images_per_s']:8.0f} img/s syncs={r.get('syncs_in_steps', '-')} "
-          f"{' '.join(a for a in r['command'].split() if not a.startswith('/tmp'))[:150]} {r.get('sync_examples', '')}")
+    print(f"{r['period_ms']:7.1f} ms/step {r['images_per_s']:8.0f} img/s syncs in steps={r.get('syncs_inside_steps', '-')} "
+          f"{' '.join(a for a in r['command'].split() if not a.startswith('/tmp'))[:150]}")
+    for stack in r.get("sync_stacks", []):
+        print("      ", stack)
 PY
