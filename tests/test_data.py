@@ -123,7 +123,7 @@ def test_check_dataset_empty_small_columns_and_streaming() -> None:
         check_dataset(data, min_rows=8, why="one CARE batch")
     with pytest.raises(ValueError, match=r"`eval_dataset` has no column 'text' \(its columns: \['image', 'label'\]\)"):
         check_dataset(data, name="eval_dataset", columns=["text"])
-    with pytest.raises(ValueError, match="no column one of 'img', 'pixel_values'"):
+    with pytest.raises(ValueError, match="has no column of 'img', 'pixel_values'"):
         check_dataset(data, columns=[("img", "pixel_values")])
     with pytest.raises(ValueError, match="`train_dataset` is None"):
         check_dataset(None)

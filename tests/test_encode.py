@@ -307,3 +307,17 @@ def test_image_encode_checks_arrays_and_paths_at_the_door(tmp_path) -> None:
     (tmp_path / "not_an_image.png").write_text("text")
     with pytest.raises(InputError, match=r"`inputs`: .*not_an_image.png"):
         encoder.encode([str(tmp_path / "not_an_image.png")])
+
+
+@pytest.mark.parametrize(("pooling", "warned"), [("cls", True), ("mean", False), ("median", False), (None, False)])
+def test_an_override_of_the_sentence_transformers_pooling_is_warned_only_when_it_is_one(caplog, pooling, warned):
+    """``--pooling median`` printed "`pooling='median'` overrides the sentence-transformers model …" in front of the
+    error that refuses 'median': the warning is for a pooling that will be used."""
+    from hf_contrast.models.st_layout import SentenceTransformerLayout, layout_options
+
+    layout = SentenceTransformerLayout(transformer_path="", pooling="mean", normalize=True, max_seq_length=128)
+    given = {} if pooling is None else {"pooling": pooling}
+    with caplog.at_level("WARNING", logger="hf_contrast.models.st_layout"):
+        options = layout_options(layout, given, "a-model")
+    assert ("overrides the sentence-transformers model" in caplog.text) is warned
+    assert options["pooling"] == (pooling or "mean") and options["normalize_embeddings"] is True

@@ -20,11 +20,12 @@ def test_max_steps_zero_is_refused(tmp_path: Path) -> None:
     assert ContrastiveTrainingArguments(output_dir=str(tmp_path)).max_steps == -1  # epochs
 
 
-@settings(max_examples=25, deadline=None)
-@given(name=st.sampled_from(["save_steps", "eval_steps"]), value=st.integers(-5, 0))
+@settings(max_examples=30, deadline=None)
+@given(name=st.sampled_from(["save_steps", "eval_steps", "logging_steps"]), value=st.integers(-5, 0))
 def test_nonpositive_interval_with_the_steps_strategy_is_refused(tmp_path_factory, name: str, value: int) -> None:
+    """``logging_steps=-1`` was accepted and logged only at the last step."""
     out = str(tmp_path_factory.mktemp("out"))
-    strategy = {"save_steps": "save_strategy", "eval_steps": "eval_strategy"}[name]
+    strategy = name.replace("steps", "strategy")
     with pytest.raises(ValueError, match=rf"`{name}` \(`--{name}`\) is {value} with the 'steps' strategy"):
         ContrastiveTrainingArguments(output_dir=out, **{strategy: "steps", name: value})
     ContrastiveTrainingArguments(output_dir=out, **{strategy: "no", name: value})  # not used: accepted
@@ -73,11 +74,15 @@ def test_values_that_failed_after_training_began_are_refused_up_front(tmp_path_f
     ("flags", "said"),
     [
         (["--warmup_steps", "-1"], r"`warmup_steps` \(`--warmup_steps`\) must be a number of steps >= 0"),
-        (["--logging_steps", "0"], "requires non-zero --logging_steps"),
+        (
+            ["--load_best_model_at_end", "--eval_strategy", "steps", "--save_strategy", "epoch"],
+            "--load_best_model_at_end requires the save and eval strategy to match",
+        ),
     ],
 )
 def test_transformers_own_argument_errors_end_the_script_without_a_traceback(tmp_path: Path, flags, said) -> None:
-    """transformers' ``TrainingArguments`` refuses ``--logging_steps 0`` with a plain ``ValueError`` (and
+    """transformers' ``TrainingArguments`` refuses ``--load_best_model_at_end`` with an evaluation strategy
+    that is not the save strategy with a plain ``ValueError`` (and
     ``--warmup_steps -1``, with another message in each version: checked by us first): the scripts' parser makes it
     an input error (the script ends with ``<script>: error: <message>``, no traceback)."""
     import dataclasses
@@ -139,3 +144,18 @@ def test_a_tracker_that_is_not_installed_is_refused(tmp_path: Path, monkeypatch)
         ContrastiveTrainingArguments(output_dir=str(tmp_path), report_to=["tensorboard", "wandb"])
     assert ContrastiveTrainingArguments(output_dir=str(tmp_path), report_to="tensorboard").report_to == ["tensorboard"]
     assert ContrastiveTrainingArguments(output_dir=str(tmp_path), report_to="none").report_to == []
+
+
+@settings(max_examples=20, deadline=None)
+@given(
+    name=st.sampled_from(["gather_distributed", "resume_with_changes"]),
+    value=st.sampled_from(["no", "yes", "", 0, 1, None, 1.0]) | st.text(max_size=3),
+)
+def test_a_switch_that_is_not_a_bool_is_refused(tmp_path_factory, name: str, value) -> None:
+    """``gather_distributed="no"`` (a non-empty string, so true) was accepted and gathered; a switch takes True or
+    False only (the scripts' `--gather_distributed no` parses to False before it gets here)."""
+    out = str(tmp_path_factory.mktemp("out"))
+    with pytest.raises(ValueError, match=rf"`{name}` must be True or False"):
+        ContrastiveTrainingArguments(output_dir=out, **{name: value})
+    for good in (True, False):
+        assert getattr(ContrastiveTrainingArguments(output_dir=out, **{name: good}), name) is good

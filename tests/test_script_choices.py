@@ -46,6 +46,27 @@ def test_a_bad_choice_in_a_flag_or_a_config_file_stops_before_training(tmp_path:
     )
 
 
+@pytest.mark.parametrize(
+    ("content", "said"),
+    [
+        ('{"max_steps": 1, "n_split": 4}', "unknown key(s) ['n_split']. A config file's keys are the flags' names"),
+        ('{"max_steps": 1,}', "is not valid JSON: "),
+        ("[1, 2]", "holds a list; it must hold one object of flags"),
+        (None, "does not exist"),
+    ],
+)
+def test_a_config_file_that_cannot_be_read_is_said_naming_the_file(tmp_path: Path, capsys, content, said) -> None:
+    """An unknown key said "Some keys are not used by the HfArgumentParser: [...]" without the file; a file that is
+    not JSON, or not an object, ended in a traceback."""
+    config = tmp_path / "config.json"
+    if content is not None:
+        config.write_text(content)
+    with pytest.raises((SystemExit, InputError)) as raised:
+        _parse([str(config)])
+    message = capsys.readouterr().err + (str(raised.value) if isinstance(raised.value, InputError) else "")
+    assert str(config) in message and said in message, message
+
+
 @pytest.mark.parametrize("value", ["pca", "tsne"])
 def test_a_good_choice_passes_both_ways(tmp_path: Path, value: str) -> None:
     assert _parse(["--output_dir", str(tmp_path), "--projection_plot", value]).projection_plot == value
@@ -62,6 +83,21 @@ def test_sample_caps_are_checked_naming_the_flag(value) -> None:
             check_sample_caps(script)
     check_sample_caps(SimpleNamespace(max_train_samples=None, max_eval_samples=7))
     check_sample_caps(SimpleNamespace())  # a script without the flags
+
+
+@given(
+    name=st.sampled_from(["num_probe_images", "max_plot_samples"]),
+    value=st.integers(-10, 1) | st.booleans() | st.floats(allow_nan=True) | st.none(),
+)
+def test_the_evaluation_counts_are_checked_naming_the_flag(name: str, value) -> None:
+    """``--num_probe_images -5`` said "`num_samples` must be an integer in [2, 32] … the dataset size" and
+    ``--max_plot_samples 0`` "`n` must be …", after training: refused before any data is read, naming the flag."""
+    least = 2 if name == "num_probe_images" else 1
+    if value is None or (type(value) is int and value >= least):
+        check_sample_caps(SimpleNamespace(**{name: value}))  # None: a script where it is not used
+        return
+    with pytest.raises(ValueError, match=rf"`--{name}` must be a number of test \w+ >= {least}"):
+        check_sample_caps(SimpleNamespace(**{name: value}))
 
 
 def test_run_main_ends_an_input_error_with_its_message_and_keeps_other_tracebacks(monkeypatch) -> None:

@@ -72,9 +72,9 @@ def check_columns(dataset: Any, columns: Sequence[str | Sequence[str]], *, name:
     for entry in columns:
         options = (entry,) if isinstance(entry, str) else tuple(entry)
         if not any(option in known for option in options):
-            wanted = repr(options[0]) if len(options) == 1 else "one of " + ", ".join(map(repr, options))
+            wanted = f"column {options[0]!r}" if len(options) == 1 else "column of " + ", ".join(map(repr, options))
             raise InputError(
-                f"`{name}` has no column {wanted} (its columns: {known}); rename the column "
+                f"`{name}` has no {wanted} (its columns: {known}); rename the column "
                 "(`dataset.rename_column(old, new)`) or set the matching column argument (e.g. "
                 "`image_column`, `text_column`, `label_column`)."
             )

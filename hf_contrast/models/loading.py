@@ -108,9 +108,7 @@ def check_source(path: str | os.PathLike[str]) -> None:
     if os.path.isdir(text):
         return
     if os.path.isfile(text):
-        raise MissingPathError(
-            f"`{_ARGUMENT}`={text!r} is a file, not a folder; pass the folder that holds the save ({_FIX_SAVE})."
-        )
+        raise MissingPathError(f"`{_ARGUMENT}`={text!r} is a file, not a folder: {_FIX_SAVE}.")
     if not is_hub_repo_id(text) or os.path.isabs(text) or text.startswith((".", "~")):
         raise MissingPathError(
             f"`{_ARGUMENT}`={text!r} is not a folder (no such directory; the working directory is "

@@ -20,6 +20,8 @@ from typing import Any
 
 from hf_contrast.errors import InputError
 
+from .configuration import POOLINGS
+
 __all__ = [
     "SentenceTransformerLayout",
     "read_st_layout",
@@ -180,6 +182,8 @@ def layout_options(layout: SentenceTransformerLayout, config_kwargs: dict[str, A
         ("normalize_embeddings", layout.normalize),
         ("max_seq_length", layout.max_seq_length),
     ):
+        if key == "pooling" and key in options and options[key] not in POOLINGS:
+            continue  # refused by ContrastiveEncoderConfig, naming it; no "overrides" warning in front of that error
         if key in options and options[key] != value:
             logger.warning(
                 "`%s=%r` overrides the sentence-transformers model `%s`, which uses %r: the embeddings will differ "

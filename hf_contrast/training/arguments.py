@@ -164,6 +164,8 @@ class ContrastiveTrainingArguments(TrainingArguments):
         check_int("image_size", self.image_size, 1, allow_none=True)
         if self.views_on_device is not None:
             check_bool("views_on_device", self.views_on_device)
+        for name in ("gather_distributed", "resume_with_changes"):  # "no" is a true string: it would gather
+            check_bool(name, getattr(self, name))
         if (
             isinstance(self.image_cache_max_gb, bool)
             or not isinstance(self.image_cache_max_gb, (int, float))
@@ -211,7 +213,8 @@ def _check_schedule(args: ContrastiveTrainingArguments) -> None:
     (``max_steps=-5`` trained for the epochs; a negative weight decay or gradient norm ran as given or unclipped),
     a negative learning rate, ``gradient_accumulation_steps=0`` or a seed
     outside numpy's range failed once training began, ``save_steps=0`` /
-    ``eval_steps=0`` with the ``"steps"`` strategy saved or evaluated at no step; an ``output_dir`` that is a file
+    ``eval_steps=0`` with the ``"steps"`` strategy saved or evaluated at no step (``logging_steps=-1`` logged only at
+    the last step); an ``output_dir`` that is a file
     failed at the first save with ``FileExistsError``. Said before any work, naming the argument."""
     if args.max_steps == 0 or args.max_steps < -1:
         why = "no training step would be run (transformers runs one anyway)" if args.max_steps == 0 else "no count"
@@ -256,13 +259,18 @@ def _check_schedule(args: ContrastiveTrainingArguments) -> None:
         raise InputError(
             f"`seed` (`--seed`) must be an integer in [0, 2**32 - 1] (what numpy and torch accept), got {args.seed!r}."
         )
-    for name, strategy in (("save_steps", args.save_strategy), ("eval_steps", args.eval_strategy)):
+    done = {"save_steps": "saved", "eval_steps": "evaluated", "logging_steps": "logged at regular steps"}
+    for name, strategy in (
+        ("save_steps", args.save_strategy),
+        ("eval_steps", args.eval_strategy),
+        ("logging_steps", args.logging_strategy),
+    ):
         value = getattr(args, name)
         if str(getattr(strategy, "value", strategy)) == "steps" and value is not None and value <= 0:
             raise InputError(
-                f"`{name}` (`--{name}`) is {value} with the 'steps' strategy: nothing would be "
-                f"{'saved' if name == 'save_steps' else 'evaluated'}. Give a number of steps >= 1 (or a fraction of "
-                f"the training in (0, 1)), or set `{name.replace('steps', 'strategy')}` to 'no' or 'epoch'."
+                f"`{name}` (`--{name}`) is {value} with the 'steps' strategy: nothing would be {done[name]}. Give "
+                f"a number of steps >= 1 (or a fraction of the training in (0, 1)), or set "
+                f"`{name.replace('steps', 'strategy')}` to 'no' or 'epoch'."
             )
     if isinstance(args.output_dir, str) and not args.output_dir.strip():
         raise InputError(

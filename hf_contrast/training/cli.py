@@ -115,8 +115,7 @@ def parse_args_with_objective(
     argv = list(sys.argv[1:] if args is None else args)
     given: dict[str, Any] | None = None
     if _is_config_file(argv):
-        with open(argv[0], encoding="utf-8") as handle:
-            given = json.load(handle)
+        given = _read_config_file(argv[0])
         method = given.get("method", method)
     else:
         first = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
@@ -133,6 +132,13 @@ def parse_args_with_objective(
         chosen["method"] = method
     parser.set_defaults(**chosen)
     if given is not None:
+        unknown = sorted(set(given) - known)
+        if unknown:  # HfArgumentParser: "Some keys are not used by the HfArgumentParser", without the file
+            fields = sorted(f.name for f in dataclasses.fields(config_class))
+            parser.error(
+                f"{argv[0]}: unknown key(s) {unknown}. A config file's keys are the flags' names without `--` (e.g. "
+                f'"max_steps"; `--help` lists them); the hyperparameters of --method {method} are {fields}.'
+            )
         _check_config_types(given, (*dataclass_types, config_class), parser, source=argv[0])
         with _argument_errors():
             parsed = parser.parse_dict({**chosen, **given})
@@ -230,6 +236,29 @@ def _check_choices(parsed: Sequence[Any], parser: argparse.ArgumentParser, sourc
                 )
 
 
+def _read_config_file(path: str) -> dict[str, Any]:
+    """The flags of a ``.json`` config file, as an object of ``{"flag_name": value}``.
+
+    Raises:
+        InputError: naming the file, when it is missing, not JSON, or not one object.
+    """
+    try:
+        with open(path, encoding="utf-8") as handle:
+            given = json.load(handle)
+    except FileNotFoundError:
+        raise InputError(
+            f"the config file {path!r} does not exist (the working directory is {os.getcwd()!r})."
+        ) from None
+    except json.JSONDecodeError as error:
+        raise InputError(f"the config file {path!r} is not valid JSON: {error}.") from None
+    if not isinstance(given, dict):
+        raise InputError(
+            f"the config file {path!r} holds a {type(given).__name__}; it must hold one object of flags, e.g. "
+            '{"max_steps": 100, "learning_rate": 0.002}.'
+        )
+    return given
+
+
 def _is_config_file(argv: Sequence[str]) -> bool:
     return len(argv) == 1 and argv[0].endswith(".json")
 
@@ -247,8 +276,7 @@ def given_arguments(args: Sequence[str] | None = None) -> set[str]:
     """
     argv = list(sys.argv[1:] if args is None else args)
     if _is_config_file(argv):
-        with open(argv[0], encoding="utf-8") as handle:
-            return set(json.load(handle))
+        return set(_read_config_file(argv[0]))
     return {arg[2:].split("=", 1)[0] for arg in argv if arg.startswith("--")}
 
 
@@ -368,16 +396,26 @@ def run_main(main: Any) -> None:
         sys.exit(f"{os.path.basename(sys.argv[0])}: error: {error}")
 
 
+# A script's counts of rows: (the least it takes, what it counts). Caps above the data are the data's size.
+_SCRIPT_COUNTS = {
+    "max_train_samples": (1, "a number of rows >= 1 (or left out: every row)"),
+    "max_eval_samples": (1, "a number of rows >= 1 (or left out: every row)"),
+    "num_probe_images": (2, "a number of test images >= 2 (the Wahba error fits one rotation to several)"),
+    "max_plot_samples": (1, "a number of test embeddings >= 1"),
+}
+
+
 def check_sample_caps(script: Any) -> None:
-    """``--max_train_samples`` / ``--max_eval_samples`` (where a script has them): a number of rows >= 1, or unset.
+    """A script's counts of rows (where it has them): ``--max_train_samples`` / ``--max_eval_samples`` (>= 1, or
+    unset), ``--num_probe_images`` (>= 2) and ``--max_plot_samples`` (>= 1).
 
     Raises:
         InputError: naming the flag, before any data is read.
     """
-    for name in ("max_train_samples", "max_eval_samples"):
+    for name, (least, what) in _SCRIPT_COUNTS.items():
         value = getattr(script, name, None)
-        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
-            raise InputError(f"`--{name}` must be a number of rows >= 1 (or left out: every row), got {value!r}.")
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < least):
+            raise InputError(f"`--{name}` must be {what}, got {value!r}.")
 
 
 def check_image_backbone(model: str) -> None:
