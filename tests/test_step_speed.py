@@ -318,8 +318,8 @@ def _waits_on_cuda(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> 
     name = func._schema.name
     if name in _WAIT_ON_CUDA:
         return True
-    if name == "aten::repeat_interleave":
-        return isinstance(args[0], torch.Tensor) and kwargs.get("output_size") is None and len(args) < 3
+    if name == "aten::repeat_interleave":  # by a tensor of counts: the output's length is read from the device
+        return func._overloadname == "Tensor" and kwargs.get("output_size") is None
     if name in ("aten::index", "aten::index_put", "aten::index_put_", "aten::_index_put_impl_"):
         indices = [i for i in args[1] if i is not None]
         if any(i.dtype == torch.bool for i in indices):
@@ -349,7 +349,8 @@ class _WaitsPerStep(TrainerCallback):
             def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
                 kwargs = kwargs or {}
                 if _waits_on_cuda(func, args, kwargs) and not _host_side():
-                    caller = next(f for f in reversed(traceback.extract_stack()) if "/hf_contrast/" in f.filename)
+                    stack = traceback.extract_stack()
+                    caller = next((f for f in reversed(stack) if "/hf_contrast/" in f.filename), stack[-2])
                     found.append(f"{func._schema.name} at {Path(caller.filename).name}:{caller.lineno}")
                 return func(*args, **kwargs)
 
