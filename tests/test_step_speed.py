@@ -261,11 +261,13 @@ def _counting_reads() -> Iterator[list[str]]:
             setattr(torch.Tensor, name, method)
 
 
-class _ReadsPerStep(TrainerCallback):
-    """The host reads of each step's whole period (next batch, step, logging), keyed by the step's number."""
+class _PerStep(TrainerCallback):
+    """What ``scan`` (a context manager yielding a list) records over each step's whole period (next batch, step,
+    logging), keyed by the step's number."""
 
-    def __init__(self) -> None:
-        self.reads: dict[int, list[str]] = {}
+    def __init__(self, scan: Callable[[], contextlib.AbstractContextManager[list[str]]]) -> None:
+        self.scan = scan
+        self.found: dict[int, list[str]] = {}
         self._stack: contextlib.ExitStack | None = None
 
     def _close(self) -> None:
@@ -276,7 +278,7 @@ class _ReadsPerStep(TrainerCallback):
     def on_step_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         self._close()
         self._stack = contextlib.ExitStack()
-        self.reads[state.global_step + 1] = self._stack.enter_context(_counting_reads())
+        self.found[state.global_step + 1] = self._stack.enter_context(self.scan())
 
     def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         self._close()
@@ -289,17 +291,17 @@ def test_no_host_read_outside_logging_steps_and_one_of_ours_per_logging_step(tmp
     trainer = _trainer(
         tmp_path, images, make[objective](), max_steps=6, logging_steps=3, per_device_train_batch_size=4
     )
-    counter = _ReadsPerStep()
+    counter = _PerStep(_counting_reads)
     trainer.add_callback(counter)
     trainer.train()
     # step 1 is the first (the loader starts, the optimizer is built); steps 3 and 6 log
     for step in (2, 4, 5):
-        assert counter.reads[step] == [], f"step {step}: {counter.reads[step]}"
+        assert counter.found[step] == [], f"step {step}: {counter.found[step]}"
     # transformers' own reads of its loss and gradient norm (trainer.py) aside: the loss terms and the non-finite
     # flags in one transfer; SupCon's geometry statistics (negative_cos_below_zero) in a second
-    ours = [r.split(":")[0] for r in counter.reads[3] if not r.split(" at ")[1].startswith("trainer.py")]
+    ours = [r.split(":")[0] for r in counter.found[3] if not r.split(" at ")[1].startswith("trainer.py")]
     expected = ["tolist at callbacks.py"] + (["tolist at geometry.py"] if objective == "supcon" else [])
-    assert ours == expected, counter.reads[3]
+    assert ours == expected, counter.found[3]
 
 
 # Operations that make the host wait for the device on CUDA though no Python code reads a value, so the host-read count
@@ -328,37 +330,23 @@ def _waits_on_cuda(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> 
     return False
 
 
-class _WaitsPerStep(TrainerCallback):
-    """The CUDA-waiting operations of each step's whole period (next batch, step, logging), by step number; the
-    views' random parameters and hue rounds are drawn on the host by design and left out."""
+@contextlib.contextmanager
+def _counting_waits() -> Iterator[list[str]]:
+    """The CUDA-waiting operations run inside the block, each named with the frame that issued it; the views' random
+    parameters and hue rounds are drawn on the host by design and left out."""
+    found: list[str] = []
 
-    def __init__(self) -> None:
-        self.ops: dict[int, list[str]] = {}
-        self._mode: TorchDispatchMode | None = None
+    class Scan(TorchDispatchMode):
+        def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+            kwargs = kwargs or {}
+            if _waits_on_cuda(func, args, kwargs) and not _host_side():
+                stack = traceback.extract_stack()
+                caller = next((f for f in reversed(stack) if "/hf_contrast/" in f.filename), stack[-2])
+                found.append(f"{func._schema.name} at {Path(caller.filename).name}:{caller.lineno}")
+            return func(*args, **kwargs)
 
-    def _close(self) -> None:
-        if self._mode is not None:
-            self._mode.__exit__(None, None, None)
-            self._mode = None
-
-    def on_step_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        self._close()
-        found = self.ops[state.global_step + 1] = []
-
-        class Scan(TorchDispatchMode):
-            def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
-                kwargs = kwargs or {}
-                if _waits_on_cuda(func, args, kwargs) and not _host_side():
-                    stack = traceback.extract_stack()
-                    caller = next((f for f in reversed(stack) if "/hf_contrast/" in f.filename), stack[-2])
-                    found.append(f"{func._schema.name} at {Path(caller.filename).name}:{caller.lineno}")
-                return func(*args, **kwargs)
-
-        self._mode = Scan()
-        self._mode.__enter__()
-
-    def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        self._close()
+    with Scan():
+        yield found
 
 
 @pytest.mark.parametrize("objective", ["simclr", "care", "supcon"])
@@ -367,11 +355,11 @@ def test_no_operation_that_waits_for_the_device_outside_logging_steps(tmp_path, 
     trainer = _trainer(
         tmp_path, images, make[objective](), max_steps=6, logging_steps=3, per_device_train_batch_size=4
     )
-    scan = _WaitsPerStep()
+    scan = _PerStep(_counting_waits)
     trainer.add_callback(scan)
     trainer.train()
     for step in (2, 4, 5):
-        assert scan.ops[step] == [], f"step {step}: {scan.ops[step]}"
+        assert scan.found[step] == [], f"step {step}: {scan.found[step]}"
 
 
 @pytest.mark.parametrize(
@@ -384,21 +372,14 @@ def test_no_operation_that_waits_for_the_device_outside_logging_steps(tmp_path, 
     ],
 )
 def test_the_scan_names_the_operations_that_wait(name, fill) -> None:
-    found = []
-
-    class Scan(TorchDispatchMode):
-        def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
-            found.append(_waits_on_cuda(func, args, kwargs or {}))
-            return func(*args, **(kwargs or {}))
-
     x, rows = torch.randn(4, 4), torch.arange(4)
-    with Scan():
+    with _counting_waits() as found:
         x.diagonal().fill_(float("-inf"))  # what the losses do instead: nothing waits
         x.repeat_interleave(torch.ones(4, dtype=torch.long), 0, output_size=4)
-    assert not any(found), name
-    with Scan():
+    assert found == [], name
+    with _counting_waits() as found:
         fill(x, rows)
-    assert any(found), name
+    assert found, name
 
 
 # ------------------------------------------------------------------------------ the views_on_device default
