@@ -7,6 +7,8 @@ Not a test, not part of CI. Two modes::
         examples/run_care.py --method simclr --dataset FOLDER --per_device_train_batch_size 512 --bf16 ...
     # the floor: a plain loop on pre-made views with the same encoder, batch, precision and optimizer
     python benchmarks/bench_example_throughput.py plain --json plain.json --batch_size 512 --bf16 [--small_image_stem]
+    # the device views alone: one batch's two views, launched op by op and replayed from a CUDA graph
+    python benchmarks/bench_example_throughput.py views --json views.json --batch_size 512
 
 ``example`` runs the script in this process (``runpy``) after wrapping ``ContrastiveTrainer.__init__`` so that
 every trainer it builds gets :class:`StepClock`; it reports the time per step over the steps after ``--warmup``
@@ -19,13 +21,21 @@ here), ``backward``, the optimizer the Trainer builds (``Trainer.get_optimizer_c
 when asked. On CUDA both modes synchronise once at each end of the timed window and nowhere else (the host runs
 ahead of the device as in a real run); ``--sync_each_step`` synchronises after every step instead and reports the
 median step (one step's own time, host and device not overlapping).
+
+Where the time goes: every example run reports ``host_phases_ms``, the median host time of each part of a step
+between public callback events (forward and backward, the optimizer, the scheduler and ``zero_grad``, the logging
+and the next batch); ``--trace FILE`` (example, plain) appends a ``torch.profiler`` summary of steps
+``warmup + 10`` to ``warmup + 15`` (the device's kernels and their time per step, the top operations);
+``--profile FILE`` (example) writes the run's Python functions by cumulative time (``cProfile``).
 """
 
 from __future__ import annotations
 
 import argparse
 import collections
+import cProfile
 import json
+import pstats
 import runpy
 import statistics
 import sys
@@ -56,8 +66,12 @@ class StepClock(TrainerCallback):
     in, whether inside the step (forward, backward, optimizer) or between steps (the next batch, the logging), and
     the Python frames that issued it (:attr:`syncs`)."""
 
-    def __init__(self, warmup: int, sync_each_step: bool = False, sync_debug: bool = False) -> None:
+    def __init__(
+        self, warmup: int, sync_each_step: bool = False, sync_debug: bool = False, trace: str | None = None
+    ) -> None:
         self.warmup = warmup
+        self.trace = StepTrace(trace, warmup) if trace else None
+        self.phases: list[dict[str, float]] = []
         self.sync_each_step = sync_each_step
         self.sync_debug = sync_debug and torch.cuda.is_available()
         self.begins: list[float] = []
@@ -95,9 +109,35 @@ class StepClock(TrainerCallback):
             self._synchronize()
             self.window = [time.perf_counter()]
         self.begins.append(time.perf_counter())
+        self.phases.append({"begin": self.begins[-1]})
+        if self.trace is not None:
+            self.trace.at_step(state.global_step, "example")
         self._where = f"in step {state.global_step + 1}"
 
+    def on_pre_optimizer_step(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        self.phases[-1]["pre_optimizer"] = time.perf_counter()
+
+    def on_optimizer_step(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        self.phases[-1]["optimizer"] = time.perf_counter()
+
+    def phase_medians(self) -> dict[str, float]:
+        """Median host milliseconds of each part of a step (host clock, no synchronisation: where the host spends
+        its time when it, not the device, bounds the step): the step's beginning to the callbacks' pre-optimizer
+        event (forward, backward, gradient clipping), to the optimizer event (the optimizer step and the
+        pre-optimizer callbacks), to the step's end (scheduler, ``zero_grad``), to the next step (logging, the next
+        batch)."""
+        marks = ("begin", "pre_optimizer", "optimizer", "end")
+        rows = [p for p in self.phases[self.warmup : -1] if all(m in p for m in marks)]
+        nexts = [p["begin"] for p in self.phases[self.warmup + 1 :]]
+        parts: dict[str, list[float]] = collections.defaultdict(list)
+        for p, following in zip(rows, nexts):
+            for a, b in zip(marks, marks[1:]):
+                parts[f"{a}->{b}"].append(p[b] - p[a])
+            parts["end->next step"].append(following - p["end"])
+        return {name: round(1e3 * statistics.median(values), 2) for name, values in parts.items()}
+
     def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        self.phases[-1]["end"] = time.perf_counter()
         logs = args.logging_steps and state.global_step % int(args.logging_steps) == 0
         self._where = f"after step {state.global_step}" + (" (a logging step)" if logs else "")
         if self.sync_each_step:
@@ -121,12 +161,51 @@ class StepClock(TrainerCallback):
         return (self.window[1] - self.window[0]) / self.timed_steps
 
 
+class StepTrace:
+    """``torch.profiler`` over steps ``warmup + 10`` to ``warmup + 15``: the device's kernel time per step against the
+    step's period says whether the device or the host bounds the step, and the tables say on what (appended to
+    ``path``)."""
+
+    STEPS = 5
+
+    def __init__(self, path: str, warmup: int) -> None:
+        self.path, self.start = path, warmup + 10
+        activities = [torch.profiler.ProfilerActivity.CPU]
+        if torch.cuda.is_available():
+            activities.append(torch.profiler.ProfilerActivity.CUDA)
+        self.profiler = torch.profiler.profile(activities=activities)
+
+    def at_step(self, step: int, title: str) -> None:
+        """Call at the beginning of every step (``step`` counted from 0)."""
+        if step == self.start:
+            self.profiler.start()
+        elif step == self.start + self.STEPS:
+            self.profiler.stop()
+            self.write(title)
+
+    def write(self, title: str) -> None:
+        events = self.profiler.key_averages()
+        device = torch.cuda.is_available()
+        kernels = [e for e in self.profiler.events() if str(getattr(e, "device_type", "")).endswith("CUDA")]
+        busy = sum(e.device_time_total for e in kernels) / 1e3 / self.STEPS  # microseconds -> ms
+        with open(self.path, "a") as f:
+            f.write(f"== {title}: {self.STEPS} steps; device kernels {len(kernels) / self.STEPS:.0f} per step, "
+                    f"busy {busy:.2f} ms per step\n")  # fmt: skip
+            for key in (["self_device_time_total"] if device else []) + ["self_cpu_time_total", "cpu_time_total"]:
+                f.write(events.table(sort_by=key, row_limit=22, max_name_column_width=60) + "\n")
+
+
 def time_example(
-    script: list[str], warmup: int, sync_each_step: bool = False, sync_debug: bool = False
+    script: list[str],
+    warmup: int,
+    sync_each_step: bool = False,
+    sync_debug: bool = False,
+    profile: str | None = None,
+    trace: str | None = None,
 ) -> dict[str, Any]:
     from hf_contrast.training import ContrastiveTrainer
 
-    clock = StepClock(warmup, sync_each_step, sync_debug)
+    clock = StepClock(warmup, sync_each_step, sync_debug, trace)
     init = ContrastiveTrainer.__init__
 
     def timed_init(self: ContrastiveTrainer, *args: Any, **kwargs: Any) -> None:
@@ -135,17 +214,32 @@ def time_example(
 
     ContrastiveTrainer.__init__ = timed_init  # type: ignore[method-assign]
     sys.argv = list(script)
+    profiler = cProfile.Profile() if profile else None
     start = time.perf_counter()
     try:
+        if profiler is not None:
+            profiler.enable()
         runpy.run_path(script[0], run_name="__main__")
     finally:
+        if profiler is not None:
+            profiler.disable()
         ContrastiveTrainer.__init__ = init  # type: ignore[method-assign]
+    if profiler is not None and profile:  # where the host's time goes: the run's functions by cumulative time
+        with open(profile, "w") as f:
+            pstats.Stats(profiler, stream=f).sort_stats("cumulative").print_stats(
+                r"training_step|compute_loss|"
+                r"_run_epoch|backward|forward|many|_apply|_pass|_draw|packed_on|__call__|step|clip|zero_grad|"
+                r"on_|train\(|log\(|get_batch|__next__|_gradients|record|wrapper",
+                80,
+            )
+            pstats.Stats(profiler, stream=f).sort_stats("tottime").print_stats(40)  # and by their own time
     batch = int(script[script.index("--per_device_train_batch_size") + 1])
     period = clock.period()
     result = {"command": " ".join(script), "steps": len(clock.begins), "sync_each_step": sync_each_step,
               "period_ms": 1e3 * period, "images_per_s": batch / period,
               "wall_s": time.perf_counter() - start}  # fmt: skip
     gaps = [(b - a, step) for step, (a, b) in enumerate(zip(clock.begins, clock.begins[1:]), 1) if step > warmup]
+    result["host_phases_ms"] = clock.phase_medians()
     if gaps:  # where the time goes: the median step and the slowest ones (logging steps, epoch starts), host clock
         result["median_step_ms"] = 1e3 * statistics.median(g for g, _ in gaps)
         result["slowest_steps_ms"] = {str(step): round(1e3 * g, 1) for g, step in sorted(gaps, reverse=True)[:8]}
@@ -188,7 +282,10 @@ def time_plain(flags: argparse.Namespace) -> dict[str, Any]:
     views = torch.randn(2 * flags.batch_size, 3, size, size, device=device)
     stamps = []
     sync = device.type == "cuda"
+    trace = StepTrace(flags.trace, flags.warmup) if flags.trace else None
     for step in range(flags.steps):
+        if trace is not None:
+            trace.at_step(step, f"plain loop, small_image_stem={flags.small_image_stem}")
         if step == flags.warmup and sync:
             torch.cuda.synchronize(device)
         stamps.append(time.perf_counter())
@@ -213,9 +310,38 @@ def time_plain(flags: argparse.Namespace) -> dict[str, Any]:
             "images_per_s": flags.batch_size / period}  # fmt: skip
 
 
+def time_views(flags: argparse.Namespace) -> dict[str, Any]:
+    """One batch's two device views (``BatchedSimCLRViews.many``), launched op by op and replayed from a CUDA
+    graph: the host's time to issue a call (no synchronisation) and the period over ``--steps`` calls (one
+    synchronisation at each end)."""
+    from hf_contrast.views import BatchedSimCLRViews
+
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    images = torch.randint(0, 256, (flags.batch_size, 3, flags.image_size, flags.image_size), dtype=torch.uint8,
+                           device=device)  # fmt: skip
+    result: dict[str, Any] = {"batch_size": flags.batch_size, "image_size": flags.image_size}
+    for graphs in (False, True):
+        views = BatchedSimCLRViews(flags.image_size, (0.5,) * 3, (0.25,) * 3, seed=0, cuda_graphs=graphs)
+        host = []
+        for step in range(flags.steps):
+            if step == flags.warmup:
+                if device.type == "cuda":
+                    torch.cuda.synchronize(device)
+                start = time.perf_counter()
+            begin = time.perf_counter()
+            views.many(images, views.generator(step), [None, None])
+            host.append(time.perf_counter() - begin)
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        name = "graph" if graphs else "eager"
+        result[f"{name}_period_ms"] = 1e3 * (time.perf_counter() - start) / (flags.steps - flags.warmup)
+        result[f"{name}_host_ms"] = 1e3 * statistics.median(host[flags.warmup :])
+    return result
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("mode", choices=("example", "plain"))
+    parser.add_argument("mode", choices=("example", "plain", "views"))
     parser.add_argument("--json", help="append the result (one JSON object per line) to this file")
     parser.add_argument("--warmup", type=int, default=10, help="untimed steps at the start")
     parser.add_argument("--model", default="resnet18")
@@ -235,13 +361,17 @@ def main() -> None:
         action="store_true",
         help="example, CUDA: record every synchronising operation of the training (where and which frames)",
     )
+    parser.add_argument("--trace", help="example, plain: append a torch.profiler summary of 5 steps to this file")
+    parser.add_argument("--profile", help="example: write the run's functions by cumulative time (cProfile) here")
     argv = sys.argv[1:]
     script = argv[argv.index("--") + 1 :] if "--" in argv else []
     flags = parser.parse_args(argv[: argv.index("--")] if "--" in argv else argv)
     if flags.mode == "example" and not script:
         parser.error("example mode needs the script and its flags after `--`")
     if flags.mode == "example":
-        result = time_example(script, flags.warmup, flags.sync_each_step, flags.sync_debug)
+        result = time_example(script, flags.warmup, flags.sync_each_step, flags.sync_debug, flags.profile, flags.trace)
+    elif flags.mode == "views":
+        result = time_views(flags)
     else:
         result = time_plain(flags)
     result = {"mode": flags.mode, "device": torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu",

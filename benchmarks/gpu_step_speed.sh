@@ -7,7 +7,7 @@
 # wheels in .whl/ (the GPU machines have no `datasets` and no network; a wheel carries the model-card templates):
 #   pip wheel --no-deps -w .whl .
 #   pip download --no-deps --only-binary=:all: --python-version 3.12 --platform manylinux2014_x86_64 -d .whl \
-#       datasets==5.2.0 dill==0.4.1 multiprocess==0.70.19
+#       datasets==5.2.0 dill==0.4.1 multiprocess==0.70.19 pytest pluggy iniconfig hypothesis sortedcontainers
 # Writes to $OUT (default /tmp/gpu_step_speed): results.jsonl (one line per run), log.txt, the model card of one run.
 # Runs in order of importance and skips what would not end within BUDGET seconds (default 480).
 # A smoke run on a CPU: BATCH=16 STEPS=12 PER_CLASS=20 PRECISION= SITE=none bash benchmarks/gpu_step_speed.sh
@@ -57,34 +57,47 @@ plain() {  # plain-loop flags
     echo "== plain $* (at ${SECONDS}s)"
     timeout 90 $BENCH plain --json "$RESULTS" --batch_size "$BATCH" $PRECISION --steps 60 "$@" || echo "plain $* failed"
 }
-# 1. every synchronising operation of a run, with the frames that issued it
-run sync_simclr 90 --sync_debug -- examples/run_care.py --method simclr --small_image_stem false --max_steps 30
-# 2. the floor and the example; the throughput over steps 10..STEPS (no synchronisation in between)
+# 0. the CUDA-graph tests (pytest and hypothesis travel as wheels too), the device views alone
+if [ "$SITE" != none ]; then
+    python3 -m pytest -q -p no:cacheprovider tests/test_cuda_graphs.py 2>&1 | tail -15
+fi
+timeout 60 $BENCH views --json "$RESULTS" --batch_size "$BATCH" --steps 60 || echo "views failed"
+# 1. the floor and the example, ImageNet stem (the view pass replayed from a CUDA graph); the throughput over steps
+#    10..STEPS (no synchronisation in between)
 plain
 run simclr_imagenet_stem 100 -- examples/run_care.py --method simclr --small_image_stem false --max_steps "$STEPS"
-# 3. the model and the view pass compiled
-run simclr_imagenet_stem_compile 160 -- examples/run_care.py --method simclr --small_image_stem false --torch_compile \
-    --max_steps "$STEPS"
-# 4. the papers' stem, CARE
+# 2. the model and the view pass compiled (whole batches only: an epoch's shorter last batch would recompile)
+run simclr_imagenet_stem_compile 170 -- examples/run_care.py --method simclr --small_image_stem false --torch_compile \
+    --dataloader_drop_last --max_steps "$STEPS"
+# 3. the papers' stem, CARE
 plain --small_image_stem
 run simclr_small_stem 100 -- examples/run_care.py --method simclr --small_image_stem --max_steps "$STEPS"
 cp /tmp/runs/simclr_small_stem/README.md "$OUT/card_simclr_small_stem.md" 2>/dev/null
 run care_small_stem 100 -- examples/run_care.py --method care --small_image_stem --max_steps "$STEPS"
-run sync_care 90 --sync_debug -- examples/run_care.py --method care --small_image_stem --max_steps 30
-# 5. the earlier method (a synchronisation after every step)
-plain --sync_each_step
-run simclr_imagenet_stem_each_step 100 --sync_each_step -- examples/run_care.py --method simclr \
-    --small_image_stem false --max_steps "$STEPS"
+# 4. where the time goes: the device's kernel time per step (torch.profiler over 5 steps), the host's functions
+#    (cProfile), every synchronising operation with the frames that issued it
+plain --trace "$OUT/trace.txt"
+run trace_simclr 100 --trace "$OUT/trace.txt" -- examples/run_care.py --method simclr --small_image_stem false \
+    --max_steps 40
+run profile_simclr 100 --profile "$OUT/profile_simclr.txt" -- examples/run_care.py --method simclr \
+    --small_image_stem false --max_steps 60
+run sync_simclr 90 --sync_debug -- examples/run_care.py --method simclr --small_image_stem false --max_steps 30
 python3 - "$RESULTS" <<'EOF'
 import json, sys
 for line in open(sys.argv[1]):
     r = json.loads(line)
+    if r["mode"] == "views":
+        print(f"views alone (B = {r['batch_size']}, two views): eager {r['eager_period_ms']:.2f} ms/call "
+              f"(host {r['eager_host_ms']:.2f} ms), CUDA graph {r['graph_period_ms']:.2f} ms/call "
+              f"(host {r['graph_host_ms']:.2f} ms)")
+        continue
     what = r.get("command", f"plain loop, small_image_stem={r.get('small_image_stem')}")
     what = " ".join(a for a in what.split() if not a.startswith("/tmp"))
     each = " (sync each step)" if r.get("sync_each_step") else ""
     print(f"{r['images_per_s']:10.0f} img/s {r['period_ms']:7.1f} ms/step{each} {what[:150]}")
     if "slowest_steps_ms" in r:
         print(f"       median step {r['median_step_ms']:.1f} ms; slowest (step: ms) {r['slowest_steps_ms']}")
+        print(f"       host phases (median ms): {r.get('host_phases_ms')}")
     for stack in r.get("sync_stacks", []):
         print("      ", stack)
 EOF

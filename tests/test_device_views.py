@@ -320,6 +320,25 @@ def test_compiled_views_equal_the_eager_views(backend, channels):
     assert "compile={'backend'" in repr(compiled)
 
 
+@pytest.mark.parametrize("channels", [3, 1])
+def test_the_pass_a_cuda_graph_replays_makes_the_eager_views(channels):
+    """On CUDA the views of small images are replayed from a CUDA graph of ``_pass`` with every parameter unpacked
+    on the device and the hue rotation computed for every row (no host-side grouping, whose sizes change per
+    batch). That pass, run here without a graph, makes the eager views: per-sample, chunk-shared, several in one
+    call (``repeats``). The graph itself is tested on a GPU (tests/test_cuda_graphs.py)."""
+    mean, std = MEAN[:channels], STD[:channels]
+    views = BatchedSimCLRViews(16, mean, std, seed=0, blur_p=0.5, solarize_p=0.5)
+    x = _uint8_images(b=12)[:, :channels]
+    for chunks in ([None], [None, None], [4, 4, None, None]):
+        g = views.generator(len(chunks))
+        params = ViewParams.cat([views._draw(x, g, chunk) for chunk in chunks])
+        repeats = len(chunks)
+        want = views.apply(x, params, repeats=repeats)
+        rows = x.repeat(repeats, 1, 1, 1)
+        got = views._pass(rows, ViewParams.unpack(params.packed_on("cpu")), None, *views._normalisation(x.device))
+        torch.testing.assert_close(got, want, atol=1e-6, rtol=0)
+
+
 def test_views_are_normalised_float32_of_the_right_shape(uint8_batch):
     views = BatchedSimCLRViews((12, 10), MEAN, STD, seed=0)
     x = uint8_batch[:4]
@@ -351,6 +370,9 @@ def test_params_round_trip_through_one_packed_copy():
     params = views.sample(50, (20, 20), torch.Generator().manual_seed(0))
     moved = params.to("cpu")
     assert isinstance(moved, ViewParams) and len(moved) == 50
+    packed = params.packed_on("cpu")
+    assert packed.shape == (50, 16) and packed.dtype == torch.float32
+    assert all(torch.equal(getattr(ViewParams.unpack(packed), f), getattr(moved, f)) for f in vars(moved))
     assert torch.equal(moved.boxes, params.boxes.float()) and torch.equal(moved.jitter_order, params.jitter_order)
     for name in ("flip", "grayscale", "solarize"):
         assert torch.equal(getattr(moved, name), getattr(params, name))

@@ -210,20 +210,27 @@ class ViewParams:
         return replace(self, **{f.name: getattr(self, f.name).index_select(0, index) for f in fields(self)})
 
     def to(self, device: torch.device | str) -> ViewParams:
-        """The parameters on ``device`` (floats as float32) in ONE host-to-device copy.
+        """The parameters on ``device`` (floats as float32) in ONE host-to-device copy:
+        ``ViewParams.unpack(params.packed_on(device))``."""
+        return ViewParams.unpack(self.packed_on(device))
 
-        All fields are packed into one ``(B, 15)`` float32 tensor (integers and booleans are exact
-        in float32), pinned when the target is CUDA and copied with ``non_blocking=True``, so the
-        copy does not wait for the kernels already queued.
-        """
+    def packed_on(self, device: torch.device | str) -> Tensor:
+        """All fields packed into one ``(B, 16)`` float32 tensor (integers and booleans are exact in float32)
+        and sent to ``device`` in one copy: pinned when the target is CUDA and copied with ``non_blocking=True``,
+        so the copy does not wait for the kernels already queued. :meth:`unpack` is the inverse."""
         device = torch.device(device)
         parts = [getattr(self, f.name).reshape(len(self), -1).to(torch.float32) for f in fields(self)]
         packed = torch.cat(parts, dim=1)
         if device.type == "cuda":
             packed = packed.pin_memory()
-        packed = packed.to(device, non_blocking=True)
+        return packed.to(device, non_blocking=True)
+
+    @classmethod
+    def unpack(cls, packed: Tensor) -> ViewParams:
+        """The parameters from :meth:`packed_on`'s ``(B, 16)`` float32 tensor, on its device (a few device
+        operations with no host read: they can be captured in a CUDA graph)."""
         boxes, flip, factors, order, gray, sigma, sol = packed.split([4, 1, 4, 4, 1, 1, 1], dim=1)
-        return ViewParams(
+        return cls(
             boxes=boxes,
             flip=flip.squeeze(1) > 0.5,
             jitter_factors=factors,
