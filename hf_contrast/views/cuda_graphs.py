@@ -76,9 +76,11 @@ class CUDAGraphs:
         Returns:
             ``fn(*inputs)``, a tensor the caller owns.
         """
+        if torch.cuda.is_current_stream_capturing():  # inside someone else's capture: part of their graph
+            return fn(*inputs)
         captured = self._captured.get(key)
         if captured is None:
-            if self._failed or len(self._captured) >= self.max_graphs or torch.cuda.is_current_stream_capturing():
+            if self._failed or len(self._captured) >= self.max_graphs:
                 return fn(*inputs)
             captured = self._capture(key, fn, inputs)
             if captured is None:
