@@ -1,7 +1,7 @@
 """CUDA graphs of the device views (hf_contrast.views.cuda_graphs): the same values as eager, captured once per shape.
 
-These need a GPU (skipped on CI's CPUs; benchmarks/gpu_step_speed.sh runs them on one). The pass a graph replays is
-compared with the eager views on the CPU in tests/test_device_views.py.
+All but the calls that must run eagerly need a GPU (skipped on CI's CPUs; benchmarks/gpu_step_speed.sh runs them on
+one). The pass a graph replays is compared with the eager views on the CPU in tests/test_device_views.py.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import torch
 from hf_contrast.views.batched_simclr import BatchedSimCLRViews
 from hf_contrast.views.cuda_graphs import CUDAGraphs
 
-pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a GPU")
+needs_gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a GPU")
 
 MEAN, STD = (0.5, 0.4, 0.3), (0.25, 0.2, 0.3)
 
@@ -24,6 +24,7 @@ def _images(batch: int, size: int = 32, seed: int = 0) -> torch.Tensor:
     return torch.randint(0, 256, (batch, 3, size, size), dtype=torch.uint8, generator=g).cuda()
 
 
+@needs_gpu
 def test_graphed_views_equal_the_eager_views_on_the_gpu(caplog):
     """Per-sample, chunk-shared and several views in one call, two batch sizes, under a bf16 autocast: the views
     replayed from graphs equal the views launched op by op (``cuda_graphs=False``); one graph per shape."""
@@ -46,6 +47,7 @@ def test_graphed_views_equal_the_eager_views_on_the_gpu(caplog):
     assert "cuda_graphs=False" in repr(eager) and "cuda_graphs" not in repr(graphed)
 
 
+@needs_gpu
 def test_a_returned_view_survives_the_next_replay():
     views = BatchedSimCLRViews(16, MEAN, STD, seed=0)
     x = _images(8)
@@ -55,6 +57,7 @@ def test_a_returned_view_survives_the_next_replay():
     assert torch.equal(first, kept)
 
 
+@needs_gpu
 def test_large_views_and_extra_shapes_run_eagerly():
     views = BatchedSimCLRViews(512, MEAN, STD, seed=0)  # 64 rows of 512 px: 192 MiB of float32, over the bound
     views(_images(64, size=512), views.generator(0))
@@ -67,6 +70,7 @@ def test_large_views_and_extra_shapes_run_eagerly():
     assert len(graphs) == 1
 
 
+@needs_gpu
 def test_a_pass_that_cannot_be_captured_runs_eagerly_with_one_warning(caplog):
     graphs = CUDAGraphs("test")
     x = torch.arange(6.0, device="cuda")
@@ -80,3 +84,21 @@ def test_a_pass_that_cannot_be_captured_runs_eagerly_with_one_warning(caplog):
     assert len(graphs) == 0
     assert sum("could not be captured" in r.getMessage() for r in caplog.records) == 1
     assert torch.equal(x * 2, torch.arange(0.0, 12.0, 2.0, device="cuda"))  # the device still works
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=needs_gpu)])
+def test_calls_a_replay_would_get_wrong_run_eagerly(device):
+    """An input that requires grad keeps its autograd graph (a replay records none), and a call under
+    ``torch.inference_mode`` makes no graph whose buffers a later call outside it could not fill: both run ``fn``
+    eagerly, capture nothing, and a later ordinary call on the GPU is captured and replayed as usual."""
+    graphs = CUDAGraphs("test")
+    x = torch.arange(4.0, device=device, requires_grad=True)
+    out = graphs("a", lambda t: t * 2, x)
+    out.sum().backward()
+    assert torch.equal(x.grad, torch.full_like(x, 2.0))
+    with torch.inference_mode():
+        assert torch.equal(graphs("a", lambda t: t * 2, x.detach()), x.detach() * 2)
+    assert len(graphs) == 0
+    if device == "cuda":
+        assert torch.equal(graphs("a", lambda t: t * 3, x.detach()), x.detach() * 3)
+        assert len(graphs) == 1

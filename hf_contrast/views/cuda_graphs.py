@@ -44,9 +44,10 @@ class CUDAGraphs:
     Each replay copies ``inputs`` into the graph's buffers, replays, and returns a copy of the output (a later
     replay overwrites the buffer; the copy is the caller's to keep). The graphs share one memory pool, reserved for
     them: the largest peak memory of one call, not the sum (safe because each replay's output is copied out before
-    any other graph replays, on the same stream). At most ``max_graphs`` keys are captured; other keys, and every
-    call if a capture fails (the failure is logged once as a warning), run ``fn`` eagerly: the same values either
-    way.
+    any other graph replays, on the same stream). At most ``max_graphs`` keys are captured; other keys, every call
+    if a capture fails (the failure is logged once as a warning), calls under ``torch.inference_mode``, with an
+    input that requires grad (a replay records no autograd graph) or inside another CUDA-graph capture run ``fn``
+    eagerly: the same values either way.
 
     Args:
         what: Named in the log lines.
@@ -76,6 +77,8 @@ class CUDAGraphs:
         Returns:
             ``fn(*inputs)``, a tensor the caller owns.
         """
+        if torch.is_inference_mode_enabled() or any(value.requires_grad for value in inputs):
+            return fn(*inputs)  # a replay records no autograd graph, and its buffers are not inference tensors
         if torch.cuda.is_current_stream_capturing():  # inside someone else's capture: part of their graph
             return fn(*inputs)
         captured = self._captured.get(key)
