@@ -1,6 +1,6 @@
 """Images/s of an example script against a plain PyTorch loop on the same model (issue 28, on one GPU).
 
-Not a test, not part of CI. Two modes::
+Not a test, not part of CI. Three modes::
 
     # the public example, unchanged, with a public TrainerCallback that stamps every step's beginning
     python benchmarks/bench_example_throughput.py example --json run.json -- \\
@@ -122,10 +122,10 @@ class StepClock(TrainerCallback):
 
     def phase_medians(self) -> dict[str, float]:
         """Median host milliseconds of each part of a step (host clock, no synchronisation: where the host spends
-        its time when it, not the device, bounds the step): the step's beginning to the callbacks' pre-optimizer
-        event (forward, backward, gradient clipping), to the optimizer event (the optimizer step and the
-        pre-optimizer callbacks), to the step's end (scheduler, ``zero_grad``), to the next step (logging, the next
-        batch)."""
+        its time when it, not the device, bounds the step): the step's beginning to this clock's pre-optimizer event
+        (views, forward, backward, gradient clipping, and the other callbacks' pre-optimizer work: this clock is
+        added last), to the optimizer event (the optimizer step), to the step's end (scheduler, ``zero_grad``), to
+        the next step (logging, the next batch)."""
         marks = ("begin", "pre_optimizer", "optimizer", "end")
         rows = [p for p in self.phases[self.warmup : -1] if all(m in p for m in marks)]
         nexts = [p["begin"] for p in self.phases[self.warmup + 1 :]]
