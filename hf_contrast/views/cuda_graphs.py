@@ -88,10 +88,11 @@ class CUDAGraphs:
             captured = self._capture(key, fn, inputs)
             if captured is None:
                 return fn(*inputs)
-        for buffer, value in zip(captured.inputs, inputs):
-            buffer.copy_(value, non_blocking=True)
-        captured.graph.replay()
-        return captured.output.clone()
+        with torch.cuda.device(inputs[0].device):  # the graph's device's current stream, whichever device is current
+            for buffer, value in zip(captured.inputs, inputs):
+                buffer.copy_(value, non_blocking=True)
+            captured.graph.replay()
+            return captured.output.clone()
 
     def _capture(self, key: Hashable, fn: Callable[..., Tensor], inputs: tuple[Tensor, ...]) -> _Captured | None:
         device = inputs[0].device
