@@ -375,7 +375,7 @@ def main() -> None:
     else:
         result = time_plain(flags)
     result = {"mode": flags.mode, "device": torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu",
-              **result}  # fmt: skip
+              **result, **({"traced": True} if flags.trace else {})}  # fmt: skip
     print(json.dumps(result))
     if flags.json:
         with open(flags.json, "a") as f:

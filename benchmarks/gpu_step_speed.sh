@@ -1,14 +1,17 @@
 #!/usr/bin/env bash
-# Issue 28 on one GPU, in one call: examples/run_care.py against a plain PyTorch loop on the same ResNet-18, B = 512,
-# bf16, 32-px images, both stems (benchmarks/bench_example_throughput.py), torch.compile, and every synchronising
-# operation of a run named by the frames that issued it.
+# Issue 28 on one GPU, in one call: the CUDA-graph tests, the device views alone, examples/run_care.py against a plain
+# PyTorch loop on the same ResNet-18, B = 512, bf16, 32-px images, both stems (benchmarks/bench_example_throughput.py),
+# torch.compile, then where the time goes (torch.profiler, cProfile) and every synchronising operation of a run named
+# by the frames that issued it.
 #
 # Needs: torch, transformers, timm, accelerate on the machine; this package and `datasets` (+ dill, multiprocess) as
 # wheels in .whl/ (the GPU machines have no `datasets` and no network; a wheel carries the model-card templates):
 #   pip wheel --no-deps -w .whl .
 #   pip download --no-deps --only-binary=:all: --python-version 3.12 --platform manylinux2014_x86_64 -d .whl \
-#       datasets==5.2.0 dill==0.4.1 multiprocess==0.70.19 pytest pluggy iniconfig hypothesis sortedcontainers
-# Writes to $OUT (default /tmp/gpu_step_speed): results.jsonl (one line per run), log.txt, the model card of one run.
+#       datasets==5.2.0 dill==0.4.1 multiprocess==0.70.19 pytest pluggy iniconfig pygments packaging \
+#       hypothesis sortedcontainers
+# Writes to $OUT (default /tmp/gpu_step_speed): results.jsonl (one line per run), log.txt, the model card of one run,
+# trace.txt and profile_simclr.txt.
 # Runs in order of importance and skips what would not end within BUDGET seconds (default 480).
 # A smoke run on a CPU: BATCH=16 STEPS=12 PER_CLASS=20 PRECISION= SITE=none bash benchmarks/gpu_step_speed.sh
 set -uo pipefail
@@ -94,6 +97,7 @@ for line in open(sys.argv[1]):
     what = r.get("command", f"plain loop, small_image_stem={r.get('small_image_stem')}")
     what = " ".join(a for a in what.split() if not a.startswith("/tmp"))
     each = " (sync each step)" if r.get("sync_each_step") else ""
+    each += " (5 steps profiled: not a throughput)" if r.get("traced") else ""
     print(f"{r['images_per_s']:10.0f} img/s {r['period_ms']:7.1f} ms/step{each} {what[:150]}")
     if "slowest_steps_ms" in r:
         print(f"       median step {r['median_step_ms']:.1f} ms; slowest (step: ms) {r['slowest_steps_ms']}")
