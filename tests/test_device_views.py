@@ -322,7 +322,7 @@ def test_compiled_views_equal_the_eager_views(backend, channels):
 
 @pytest.mark.parametrize("channels", [3, 1])
 def test_the_pass_a_cuda_graph_replays_makes_the_eager_views(channels):
-    """On CUDA the views of small images are replayed from a CUDA graph of ``_pass`` with every parameter unpacked
+    """On CUDA the views of small images are replayed from a CUDA graph of ``_static_pass``: every parameter unpacked
     on the device and the hue rotation computed for every row (no host-side grouping, whose sizes change per
     batch). That pass, run here without a graph, makes the eager views: per-sample, chunk-shared, several in one
     call (``repeats``). The graph itself is tested on a GPU (tests/test_cuda_graphs.py)."""
@@ -334,8 +334,7 @@ def test_the_pass_a_cuda_graph_replays_makes_the_eager_views(channels):
         params = ViewParams.cat([views._draw(x, g, chunk) for chunk in chunks])
         repeats = len(chunks)
         want = views.apply(x, params, repeats=repeats)
-        rows = x.repeat(repeats, 1, 1, 1)
-        got = views._pass(rows, ViewParams.unpack(params.packed_on("cpu")), None, *views._normalisation(x.device))
+        got = views._static_pass(x, params.packed_on("cpu"), repeats, *views._normalisation(x.device))
         torch.testing.assert_close(got, want, atol=1e-6, rtol=0)
 
 

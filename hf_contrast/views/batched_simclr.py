@@ -21,6 +21,7 @@ always bilinear (antialiased by default, as there).
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -128,7 +129,7 @@ class BatchedSimCLRViews:
         self.cuda_graphs = bool(cuda_graphs)
         self._graphs = CUDAGraphs("Device views") if self.cuda_graphs else None
         self.compile = None if compile is None else dict(compile)
-        self._compiled = None if compile is None else torch.compile(self._pass, **self.compile)
+        self._compiled = None if compile is None else torch.compile(self._static_pass, **self.compile)
 
     @classmethod
     def from_data_config(cls, data_config: Mapping[str, Any], **kwargs: Any) -> BatchedSimCLRViews:
@@ -222,19 +223,12 @@ class BatchedSimCLRViews:
     def _apply(self, images: Tensor, params: ViewParams, repeats: int = 1) -> Tensor:
         device = images.device
         if self._compiled is not None:
-            if repeats > 1:
-                images = images.repeat(repeats, 1, 1, 1)
-            return self._compiled(images, params.to(device), None, *self._normalisation(device))
+            return self._compiled(images, params.packed_on(device), repeats, *self._normalisation(device))
         if self._graphs is not None and device.type == "cuda" and self._graph_fits(images, len(params)):
             mean, std = self._normalisation(device)
-
-            def graphed_pass(images: Tensor, packed: Tensor) -> Tensor:
-                rows = images.repeat(repeats, 1, 1, 1) if repeats > 1 else images
-                return self._pass(rows, ViewParams.unpack(packed), None, mean, std)
-
-            packed = params.packed_on(device)
+            graphed = functools.partial(self._static_pass, repeats=repeats, mean=mean, std=std)
             key = (tuple(images.shape), images.dtype, device, repeats)
-            return self._graphs(key, graphed_pass, images, packed)
+            return self._graphs(key, graphed, images, params.packed_on(device))
         jitter = self.jitter_p > 0 and images.shape[1] == 3
         perm = hue_counts = None
         if jitter:
@@ -257,6 +251,14 @@ class BatchedSimCLRViews:
         :data:`_CUDA_GRAPH_MAX_BYTES`."""
         pixels = max(math.prod(images.shape[-2:]), math.prod(self.image_size))
         return 4 * rows * images.shape[1] * pixels <= _CUDA_GRAPH_MAX_BYTES
+
+    def _static_pass(self, images: Tensor, packed: Tensor, repeats: int, mean: Tensor, std: Tensor) -> Tensor:
+        """The pass whose shapes follow from its inputs' alone, what ``torch.compile`` compiles and a CUDA graph
+        replays: ``repeats`` views of every image of ``images`` (``(B, C, H, W)``) with the parameter sets ``packed``
+        (:meth:`ViewParams.packed_on <hf_contrast.views.ViewParams.packed_on>`, ``(repeats × B, 16)``, set
+        ``r * B + i`` for image ``i``), unpacked on the device, the hue rotation computed for every row."""
+        rows = images.repeat(repeats, 1, 1, 1) if repeats > 1 else images
+        return self._pass(rows, ViewParams.unpack(packed), None, mean, std)
 
     def _pass(self, images: Tensor, p: ViewParams, hue_counts: list[int] | None, mean: Tensor, std: Tensor) -> Tensor:
         """The views of ``images`` (``(N, C, H, W)``, one row per parameter set of ``p``, on one device).
