@@ -127,13 +127,13 @@ class StepClock(TrainerCallback):
         added last), to the optimizer event (the optimizer step), to the step's end (scheduler, ``zero_grad``), to
         the next step (logging, the next batch)."""
         marks = ("begin", "pre_optimizer", "optimizer", "end")
-        rows = [p for p in self.phases[self.warmup : -1] if all(m in p for m in marks)]
-        nexts = [p["begin"] for p in self.phases[self.warmup + 1 :]]
         parts: dict[str, list[float]] = collections.defaultdict(list)
-        for p, following in zip(rows, nexts):
+        for p, following in zip(self.phases[self.warmup : -1], self.phases[self.warmup + 1 :]):
+            if not all(m in p for m in marks):  # e.g. a step whose optimizer step did not run: no phases
+                continue
             for a, b in zip(marks, marks[1:]):
                 parts[f"{a}->{b}"].append(p[b] - p[a])
-            parts["end->next step"].append(following - p["end"])
+            parts["end->next step"].append(following["begin"] - p["end"])
         return {name: round(1e3 * statistics.median(values), 2) for name, values in parts.items()}
 
     def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
