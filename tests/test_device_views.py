@@ -399,6 +399,8 @@ def test_bad_inputs_raise_clear_errors(views):
         BatchedSimCLRViews(16, MEAN, STD[:2])
     with pytest.raises(ValueError, match="hue"):
         jitter_ranges(0.4, 0.4, 0.4, 0.6)
+    with pytest.raises(ValueError, match="`cuda_graphs` must be True or False, got 'no'"):
+        BatchedSimCLRViews(16, MEAN, STD, cuda_graphs="no")
 
 
 def test_views_inside_a_bf16_autocast_are_computed_in_float32(views, uint8_batch):

@@ -32,7 +32,7 @@ from torch import Tensor
 
 import hf_contrast.views.batched_ops as ops
 from hf_contrast.errors import InputError
-from hf_contrast.tensor_checks import check_int, check_size
+from hf_contrast.tensor_checks import check_bool, check_int, check_size
 from hf_contrast.views.batched_params import (
     ViewParams,
     jitter_ranges,
@@ -126,7 +126,7 @@ class BatchedSimCLRViews:
         self.antialias = bool(antialias)
         self.seed = seed
         self._norm: dict[torch.device, tuple[Tensor, Tensor]] = {}
-        self.cuda_graphs = bool(cuda_graphs)
+        self.cuda_graphs = check_bool("cuda_graphs", cuda_graphs)  # "no" is a true string
         self._graphs = CUDAGraphs("Device views") if self.cuda_graphs else None
         self.compile = None if compile is None else dict(compile)
         self._compiled = None if compile is None else torch.compile(self._static_pass, **self.compile)
