@@ -476,8 +476,18 @@ def test_trainer_push_with_checkpoints_and_the_best_model_leaks_no_local_path(tm
         train_dataset=image_dataset(16, 32),
         eval_dataset=image_dataset(16, 32, seed=1),
     )
+    # an earlier run's state in output_dir, as Trainer.save_state writes it (absolute paths)
+    stale = {"best_model_checkpoint": str(output_dir / "checkpoint-9"), "global_step": 9}
+    output_dir.mkdir(exist_ok=True)
+    (output_dir / "trainer_state.json").write_text(json.dumps(stale))
     trainer.train()
-    trainer.save_state()
+    if trainer.push_in_progress is not None:
+        trainer.push_in_progress.wait_until_done()
+    assert "last-checkpoint/trainer_state.json" in HfApi().list_repo_files("user/best")
+    assert "trainer_state.json" not in HfApi().list_repo_files("user/best")  # left to the final push
+    trainer.save_state()  # the Trainer's own file: the path it resumes from
+    local = json.loads((output_dir / "trainer_state.json").read_text())["best_model_checkpoint"]
+    assert Path(local).is_absolute() and Path(local).parent == output_dir
     trainer.push_to_hub()
 
     pushed = _pushed_files("user/best")
@@ -486,6 +496,7 @@ def test_trainer_push_with_checkpoints_and_the_best_model_leaks_no_local_path(tm
     best = json.loads(pushed["trainer_state.json"])["best_model_checkpoint"]
     assert best in {"checkpoint-2", "checkpoint-4"}  # named relative to output_dir
     assert json.loads(pushed["last-checkpoint/trainer_state.json"])["best_model_checkpoint"] == best
+    assert json.loads((output_dir / "trainer_state.json").read_text())["best_model_checkpoint"] == best
     # The checkpoint on disk keeps the path the Trainer reads back when resuming.
     on_disk = json.loads((output_dir / "checkpoint-4" / "trainer_state.json").read_text())
     assert on_disk["best_model_checkpoint"] == str(output_dir / best)

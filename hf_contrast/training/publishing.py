@@ -11,11 +11,13 @@ Mixed into ``ContrastiveTrainer``. It keeps ``transformers.Trainer``'s flow (the
   ``trainer.replace_model_card = True`` for the checkpoint pushes);
 - what is uploaded is what ``SafeCheckpointing._save`` wrote: ``training_args.bin`` without
   ``hub_token`` (:func:`~hf_contrast.training.checkpointing.sanitized_training_args`);
-- ``trainer_state.json`` names the best checkpoint relative to ``output_dir``
-  (:func:`portable_trainer_state`): ``save_state`` writes it so, and a pushed checkpoint's copy is
-  rewritten so in the upload (the local checkpoint keeps the path the Trainer reads when resuming).
+- an uploaded ``trainer_state.json`` names the best checkpoint relative to ``output_dir``
+  (:func:`portable_trainer_state`): ``push_to_hub`` rewrites the one ``save_state`` wrote in ``output_dir``
+  so before uploading it (the background checkpoint pushes leave it to the final push, so that one read
+  while ``save_state`` writes it is never published), and a pushed checkpoint's copy is rewritten so in
+  the upload (the local checkpoint keeps the path the Trainer reads when resuming).
 
-``push_to_hub``, ``create_model_card`` and ``save_state`` are public ``Trainer`` methods; ``_push_from_checkpoint``
+``push_to_hub`` and ``create_model_card`` are public ``Trainer`` methods; ``_push_from_checkpoint``
 is a private override, explained with the others in docs/training.md ("What the trainer overrides, and why").
 """
 
@@ -153,19 +155,19 @@ class HubPublishingMixin:
             logger.info("Waiting for the checkpoint pushes in progress to finish.")
             pushes.wait_until_done()
 
-    def save_state(self) -> None:
-        """``Trainer.save_state``: ``output_dir/trainer_state.json`` (main process), the best checkpoint
-        named relative to ``output_dir`` (:func:`portable_trainer_state`), so that pushing ``output_dir``
-        publishes no local path."""
-        super().save_state()
-        if not self.is_world_process_zero():
-            return
+    def _portable_output_state(self) -> None:
+        """Before ``output_dir`` is uploaded: its ``trainer_state.json`` (written by ``save_state``), if there is
+        one, names the best checkpoint relative to ``output_dir`` (:func:`portable_trainer_state`), so that no
+        local path is published. Main process only; the checkpoints keep the path the Trainer resumes from."""
         path = Path(self.args.output_dir) / _TRAINER_STATE_NAME
+        if not path.is_file():
+            return
         state = json.loads(path.read_text(encoding="utf-8"))
-        path.write_text(
-            json.dumps(portable_trainer_state(state, self.args.output_dir), indent=2, sort_keys=True) + "\n",
-            encoding="utf-8",
-        )
+        portable = portable_trainer_state(state, self.args.output_dir)
+        if portable != state:  # written beside it, then swapped in: an interrupted rewrite leaves the file whole
+            staged = path.with_name(f".{_TRAINER_STATE_NAME}.tmp")
+            staged.write_text(json.dumps(portable, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+            os.replace(staged, path)
 
     def push_to_hub(
         self,
@@ -205,6 +207,7 @@ class HubPublishingMixin:
                 return None
             self.create_model_card(model_name=model_name, **kwargs)
             self._wait_for_checkpoint_pushes()
+            self._portable_output_state()
             return upload_model_folder(
                 self.args.output_dir,
                 self.hub_model_id,
@@ -244,7 +247,8 @@ class HubPublishingMixin:
         jobs = [
             upload_model_folder(
                 output_dir, self.hub_model_id, api=api, commit_message=commit_message, revision=self.args.hub_revision,
-                replace_model_card=self.replace_model_card, ignore_patterns=_NOT_PUSHED, run_as_future=True,
+                replace_model_card=self.replace_model_card, ignore_patterns=[*_NOT_PUSHED, _TRAINER_STATE_NAME],
+                run_as_future=True,
             )
         ]  # fmt: skip
         if self.args.hub_strategy in (HubStrategy.CHECKPOINT, HubStrategy.ALL_CHECKPOINTS):
