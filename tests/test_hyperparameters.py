@@ -66,7 +66,7 @@ DOMAIN_CHECKS = {
     ("training/cli.py", "_check_no_shared_fields"): "a method's fields against the script's dataclasses",
     ("training/arguments.py", "_check_trackers_installed"): "`report_to` trackers against the installed integrations",
     ("training/checkpointing.py", "_check_resumed_run"): "a checkpoint's run settings against the resuming trainer's",
-    ("models/instances.py", "_check_timm_embedding"): "a timm model's pooled output, by a dry forward pass",
+    ("models/adapters/timm.py", "_check_timm_embedding"): "a timm model's pooled output, by a dry forward pass",
     (
         "training/arguments.py",
         "_check_bf16_device",

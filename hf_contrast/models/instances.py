@@ -1,9 +1,13 @@
-"""Backbone *instances*: a ``SentenceTransformer``, a timm model or a transformers model, wrapped as an encoder.
+"""Backbone *instances*: a model object the user already has, wrapped as an encoder by its backbone family.
 
 ``ContrastiveEncoder.from_backbone(model)`` and the trainers' ``model=`` take a model object the user
 already has, as well as a name. The object becomes the encoder's backbone as it is: its weights are
 shared, not copied (training the encoder trains it), so the encoder's ``embeddings`` equal what the
-object gave before:
+object gave before. Which family takes the object, and how, is the family's adapter's
+(``claims_instance``, ``encoder_from_instance`` in :mod:`hf_contrast.models.adapters`); this module holds what
+every family shares: an encoder, name-only options and the keys ``from_backbone`` sets are refused, so is a
+model on the meta device or spread over devices or dtypes, and the encoder is placed on the backbone's
+device, dtype and mode. The built-in families take:
 
 - ``SentenceTransformer`` (``Transformer -> Pooling [-> Normalize]``): its transformer and tokenizer,
   its Pooling mode, its ``Normalize`` and ``max_seq_length``, so ``encoder.encode`` equals
@@ -13,7 +17,8 @@ object gave before:
   preprocessing (``data_config``);
 - a transformers ``PreTrainedModel`` with token inputs (BERT, RoBERTa, a ``...ForSequenceClassification``,
   whose base model is taken): mean pooling unless ``pooling=`` says otherwise; the tokenizer is the
-  ``tokenizer=`` argument or the one saved under the model's ``name_or_path``.
+  ``tokenizer=`` argument or the one saved under the model's ``name_or_path``;
+- a model of a registered family whose adapter claims it (docs/encoders.md, "Adding a backbone family").
 """
 
 from __future__ import annotations
@@ -26,15 +31,8 @@ from torch import nn
 from transformers import PreTrainedModel
 
 from hf_contrast.errors import InputError, InputTypeError
-from hf_contrast.models.backbones import build_timm_backbone, built_input_size
+from hf_contrast.models.adapters.registry import adapter_for_instance
 from hf_contrast.models.configuration import ContrastiveEncoderConfig
-from hf_contrast.models.st_layout import (
-    SentenceTransformerLayout,
-    apply_max_seq_length,
-    layout_options,
-    pooling_from_config,
-)
-from hf_contrast.models.stems import apply_small_image_stem, has_small_image_stem
 
 __all__ = ["ACCEPTED_BACKBONES", "as_encoder", "encoder_from_instance", "is_backbone_instance"]
 
@@ -43,27 +41,9 @@ logger = logging.getLogger(__name__)
 #: What ``from_backbone`` and the trainers' ``model=`` accept, for the error messages.
 ACCEPTED_BACKBONES = (
     "a timm name, Hub id or local path (str), a sentence_transformers.SentenceTransformer, a timm model "
-    "(timm.create_model(...)), or a transformers PreTrainedModel with token inputs (AutoModel.from_pretrained(...))"
+    "(timm.create_model(...)), a transformers PreTrainedModel with token inputs (AutoModel.from_pretrained(...)), "
+    "or a model of a registered backbone family"
 )
-
-
-def _is_sentence_transformer(obj: Any) -> bool:
-    try:
-        from sentence_transformers import SentenceTransformer
-    except ImportError:
-        return False
-    return isinstance(obj, SentenceTransformer)
-
-
-def _is_timm_model(obj: Any) -> bool:
-    """timm models are plain ``nn.Module``s with timm's model interface (``pretrained_cfg``, ``forward_head``)."""
-    return (
-        isinstance(obj, nn.Module)
-        and not isinstance(obj, PreTrainedModel)
-        and isinstance(getattr(obj, "pretrained_cfg", None), dict)
-        and callable(getattr(obj, "forward_head", None))
-        and callable(getattr(obj, "reset_classifier", None))
-    )
 
 
 def _is_encoder(obj: Any) -> bool:
@@ -73,154 +53,7 @@ def _is_encoder(obj: Any) -> bool:
 
 def is_backbone_instance(obj: Any) -> bool:
     """Whether ``obj`` is a model object :func:`encoder_from_instance` wraps (not a ``ContrastiveEncoder``)."""
-    if _is_encoder(obj):
-        return False
-    return _is_sentence_transformer(obj) or _is_timm_model(obj) or isinstance(obj, PreTrainedModel)
-
-
-def _pool_type(model: nn.Module) -> str | None:
-    """The global pooling of a timm model (``"avg"``, ``"max"``, ``"token"``...), where it says it."""
-    pool = getattr(model, "global_pool", None)
-    pool = getattr(pool, "pool_type", pool)
-    return pool if isinstance(pool, str) else None
-
-
-def _shapes(model: nn.Module, skip: set[int] = frozenset()) -> dict[str, tuple[int, ...]]:
-    """``{name: shape}`` of the persistent tensors of ``model`` (its state dict), leaving out those in ``skip``
-    (ids)."""
-    by_name = dict(model.named_parameters(remove_duplicate=False))
-    by_name.update(model.named_buffers(remove_duplicate=False))
-    return {
-        name: tuple(t.shape)
-        for name, t in model.state_dict(keep_vars=True).items()
-        if id(by_name.get(name, t)) not in skip
-    }
-
-
-def _timm_parts(model: nn.Module) -> dict[str, Any]:
-    """The config fields of a timm instance; its classifier is removed (in place) once it is accepted."""
-    pretrained_cfg = model.pretrained_cfg
-    architecture = pretrained_cfg.get("architecture")
-    if not architecture:
-        raise InputError(
-            f"The timm model ({type(model).__name__}) has no `pretrained_cfg['architecture']`, so it could not be "
-            "rebuilt when the encoder is loaded: create it with `timm.create_model(name)`, or pass the name to "
-            "`from_backbone`."
-        )
-    kwargs: dict[str, Any] = {}
-    built = built_input_size(model)
-    if built is not None and built[0] != 3:
-        kwargs["in_chans"] = int(built[0])
-    if built is not None and hasattr(getattr(model, "patch_embed", None), "img_size"):
-        kwargs["img_size"] = [int(built[1]), int(built[2])]
-    pool = _pool_type(model)
-    if pool:  # the pooling it was built with ('max', 'avgmax', 'token'...) when it is not the architecture's default
-        with torch.device("meta"):
-            try:
-                default_pool = _pool_type(build_timm_backbone(architecture, kwargs))
-            except ValueError:
-                default_pool = pool
-        if default_pool is not None and pool != default_pool:
-            kwargs["global_pool"] = pool
-    small_stem = has_small_image_stem(model)  # e.g. a model loaded by the route the model card shows
-    with torch.device("meta"):
-        try:
-            fresh = build_timm_backbone(architecture, kwargs)
-            if small_stem:
-                apply_small_image_stem(fresh, architecture)
-        except ValueError:
-            fresh = None
-    classifier = model.get_classifier() if getattr(model, "num_classes", 0) else None
-    head = (
-        {id(t) for t in classifier.parameters()} | {id(t) for t in classifier.buffers()}
-        if isinstance(classifier, nn.Module)
-        else set()
-    )
-    shapes = _shapes(model, skip=head)  # without the classifier, which is removed only once the model is accepted
-    fresh_shapes = _shapes(fresh) if fresh is not None else None
-    if shapes != fresh_shapes:
-        raise InputError(
-            f"The timm model `{architecture}` was built with arguments the encoder cannot read back from the instance "
-            f"(its tensors differ from `timm.create_model({architecture!r}, num_classes=0, **{kwargs})`), so a saved "
-            f"encoder could not be loaded: pass the name instead, `ContrastiveEncoder.from_backbone({architecture!r}, "
-            "backbone_kwargs={...})` with the arguments you created it with."
-        )
-    if getattr(model, "num_classes", 0):
-        model.reset_classifier(0)
-    tag = pretrained_cfg.get("tag")
-    return {
-        **({"small_image_stem": True} if small_stem else {}),
-        "backbone": f"{architecture}.{tag}" if tag else architecture,
-        "backbone_type": "timm",
-        "backbone_architecture": architecture,
-        "backbone_kwargs": kwargs,
-        "backbone_pretrained": bool(
-            pretrained_cfg.get("hf_hub_id") or pretrained_cfg.get("url") or pretrained_cfg.get("file")
-        ),
-    }
-
-
-def _sentence_transformer_parts(model: Any) -> tuple[PreTrainedModel, Any, dict[str, Any]]:
-    """``(transformer, tokenizer, options)`` of a ``SentenceTransformer`` (Transformer -> Pooling [-> Normalize])."""
-    modules = list(model)
-    kinds = [type(m).__name__ for m in modules]
-    if not modules:
-        raise InputError(
-            "`backbone` is a SentenceTransformer with no modules: there is no transformer to train. Load a model "
-            "(`SentenceTransformer('sentence-transformers/all-MiniLM-L6-v2')`) or pass its name to `from_backbone`."
-        )
-    if kinds[:2] != ["Transformer", "Pooling"] or any(kind != "Normalize" for kind in kinds[2:]):
-        raise InputError(
-            f"The SentenceTransformer has the modules {kinds}; ContrastiveEncoder reproduces Transformer -> Pooling "
-            "[-> Normalize] only. Pass its transformer alone (`model[0].auto_model`) to train without the other "
-            "modules."
-        )
-    transformer = modules[0].auto_model
-    name = (
-        getattr(model.model_card_data, "base_model", None)
-        or transformer.config.name_or_path
-        or transformer.config.model_type
-    )
-    layout = SentenceTransformerLayout(
-        transformer_path="",
-        pooling=pooling_from_config(modules[1].get_config_dict(), name),
-        normalize=len(modules) > 2,
-        max_seq_length=int(model.max_seq_length) if model.max_seq_length else None,
-    )
-    return transformer, modules[0].tokenizer, {"backbone": name, "layout": layout}
-
-
-def _text_model(model: PreTrainedModel) -> PreTrainedModel:
-    """The base model of a transformers model with token inputs (``BertForX`` -> its ``BertModel``)."""
-    base = model.base_model
-    if getattr(base, "main_input_name", "input_ids") != "input_ids" or not hasattr(base.config, "hidden_size"):
-        raise InputError(
-            f"`backbone` is a transformers {type(model).__name__}, which does not take token ids (`main_input_name` "
-            f"is {base.main_input_name!r}): ContrastiveEncoder wraps transformers *text* encoders. For images, pass a "
-            "timm model or name (e.g. 'resnet18', 'hf-hub:timm/...')."
-        )
-    return base
-
-
-def _tokenizer_of(model: PreTrainedModel) -> Any:
-    """The tokenizer saved under the model's ``name_or_path`` (``None``, with a warning, if there is none)."""
-    from transformers import AutoTokenizer
-
-    source = model.config.name_or_path
-    if source:
-        try:
-            return AutoTokenizer.from_pretrained(source)
-        except (OSError, ValueError) as error:
-            reason = f"{type(error).__name__}: {error}"
-    else:
-        reason = "the model has no `name_or_path`"
-    logger.warning(
-        "No tokenizer for the %s backbone (%s): pass `tokenizer=` to `from_backbone`, or set `encoder.tokenizer` "
-        "before encoding, training or saving.",
-        type(model).__name__,
-        reason,
-    )
-    return None
+    return not _is_encoder(obj) and adapter_for_instance(obj) is not None
 
 
 def encoder_from_instance(
@@ -232,11 +65,13 @@ def encoder_from_instance(
     hub_kwargs: dict[str, Any] | None = None,
     **config_kwargs: Any,
 ) -> Any:
-    """Wrap a model instance as an encoder, keeping its weights (see the module docstring for each kind).
+    """Wrap a model instance as an encoder, keeping its weights, by the family that claims it (see the module
+    docstring for each kind).
 
     Args:
         encoder_class: ``ContrastiveEncoder`` (or a subclass).
-        backbone: A ``SentenceTransformer``, a timm model or a transformers ``PreTrainedModel``.
+        backbone: A ``SentenceTransformer``, a timm model, a transformers ``PreTrainedModel``, or a model a
+            registered family claims.
         tokenizer: text only: the tokenizer (default: the model's own).
         backbone_kwargs, hub_kwargs: Name-only options of ``from_backbone``; refused here.
         **config_kwargs: ``ContrastiveEncoderConfig`` options (``projection_dim``, ``pooling``...).
@@ -259,7 +94,8 @@ def encoder_from_instance(
             "`backbone` is already a ContrastiveEncoder: use it as it is (a trainer's `model=` takes it), or "
             "`ContrastiveEncoder.from_pretrained(folder)` to load a saved one."
         )
-    if not is_backbone_instance(backbone):
+    family = adapter_for_instance(backbone)
+    if family is None:
         raise InputError(
             f"`backbone` is a {type(backbone).__module__}.{type(backbone).__qualname__}; expected "
             f"{ACCEPTED_BACKBONES}."
@@ -278,32 +114,10 @@ def encoder_from_instance(
             f"`tokenizer` is a {type(tokenizer).__name__}; pass a tokenizer object "
             f"(`AutoTokenizer.from_pretrained(name)`), not its name."
         )
-    if _is_timm_model(backbone):
-        if tokenizer is not None:
-            raise InputError(
-                f"`tokenizer` was given but the {type(backbone).__name__} is a timm vision model; drop it."
-            )
-        _check_timm_embedding(backbone, device, dtype)
-        config = ContrastiveEncoderConfig(**{**_timm_parts(backbone), **config_kwargs})
-        return _placed(encoder_class(config, backbone=backbone), backbone, device, dtype)
-    if _is_sentence_transformer(backbone):
-        module, own_tokenizer, parts = _sentence_transformer_parts(backbone)
-        config_kwargs = layout_options(parts["layout"], config_kwargs, parts["backbone"])
-        name = parts["backbone"]
-    else:
-        module = _text_model(backbone)
-        own_tokenizer = None if tokenizer is not None else _tokenizer_of(module)
-        name = module.config.name_or_path or module.config.model_type
-    tokenizer = tokenizer if tokenizer is not None else own_tokenizer
-    apply_max_seq_length(tokenizer, config_kwargs.get("max_seq_length"))
-    config = ContrastiveEncoderConfig(
-        backbone=name,
-        backbone_type="text",
-        text_config=module.config,
-        backbone_pretrained=bool(module.config.name_or_path),
-        **config_kwargs,
+    encoder = family.encoder_from_instance(
+        encoder_class, backbone, tokenizer=tokenizer, device=device, dtype=dtype, config_kwargs=config_kwargs
     )
-    return _placed(encoder_class(config, backbone=module, tokenizer=tokenizer), module, device, dtype)
+    return _placed(encoder, encoder.backbone, device, dtype)
 
 
 def _placement(model: nn.Module) -> tuple[torch.device, torch.dtype | None]:
@@ -354,51 +168,6 @@ def _placed(encoder: nn.Module, backbone: nn.Module, device: torch.device, dtype
             dtype,
         )
     return encoder.train(backbone.training)
-
-
-def _check_timm_embedding(model: nn.Module, device: torch.device, dtype: torch.dtype | None) -> None:
-    """Check with a dry forward pass of one small image (eval mode, no gradient, the model unchanged) that
-    ``forward_head(forward_features(x), pre_logits=True)`` is one vector per image, ``(1, F)``.
-
-    A timm model built with ``global_pool=''`` (or ``reset_classifier(0, '')``) gives feature maps
-    ``(B, C, H, W)`` or tokens ``(B, N, C)``: the projection head cannot take them.
-
-    Raises:
-        InputError: naming the shape, the pooling and the fix; also if the dry forward itself fails.
-    """
-    built = built_input_size(model) or tuple(model.pretrained_cfg.get("input_size") or (3, 224, 224))
-    channels, height, width = (int(v) for v in built)
-    if not model.pretrained_cfg.get("fixed_input_size", False):  # the smallest input the model reduces to 1x1
-        info = getattr(model, "feature_info", None) or []
-        try:
-            stride = int(info[-1]["reduction"])
-        except (IndexError, KeyError, TypeError):
-            stride = 0
-        if stride:
-            height = width = min(height, max(stride, 8))
-    x = torch.zeros(1, channels, height, width, device=device, dtype=dtype or torch.float32)
-    mode = model.training
-    try:
-        model.eval()
-        with torch.no_grad():
-            features = model.forward_head(model.forward_features(x), pre_logits=True)
-    except Exception as error:  # any failure of the user's model at the door, named
-        raise InputError(
-            f"`backbone` ({type(model).__name__}) failed a dry forward pass of a {tuple(x.shape)} {x.dtype} image on "
-            f"{device} ({type(error).__name__}: {error}); the encoder would fail the same way. Check the model runs: "
-            "`model(torch.zeros(1, 3, 224, 224))`."
-        ) from error
-    finally:
-        model.train(mode)
-    if features.ndim != 2:
-        pool = _pool_type(model)
-        name = model.pretrained_cfg.get("architecture") or type(model).__name__
-        raise InputError(
-            f"`backbone` ({name}) gives features of shape {tuple(features.shape)} for one image, not one vector (1, "
-            f"F): its global pooling is off (`global_pool={pool!r}`). Build it with pooling, e.g. "
-            f"`timm.create_model({name!r}, num_classes=0)` (or `global_pool='avg'`), or call "
-            f"`model.reset_classifier(0, global_pool='avg')` first."
-        )
 
 
 def as_encoder(model: Any, encoder_class: type) -> Any:

@@ -14,8 +14,7 @@ from transformers.utils import ModelOutput
 
 from hf_contrast.errors import InputError
 from hf_contrast.hub import ContrastiveModelCardData, EncoderCardFacts, get_model_card_data, save_and_push
-from hf_contrast.models.adapters.registry import adapter_class, adapter_for
-from hf_contrast.models.backbones import backbone_type_of
+from hf_contrast.models.adapters.registry import adapter_for, adapter_for_name
 from hf_contrast.models.configuration import ContrastiveEncoderConfig
 from hf_contrast.models.encode import encode as encode_inputs
 from hf_contrast.models.export import HUB_SUBFOLDER
@@ -190,7 +189,7 @@ class ContrastiveEncoder(PreTrainedModel):
                 hub_kwargs=hub_kwargs,
                 **config_kwargs,
             )
-        family = adapter_class(backbone_type_of(backbone))
+        family = adapter_for_name(backbone)  # a registered family that claims the name, else timm or text
         provenance = backbone_provenance(backbone, base_model=base_model, license=license)  # no local path is saved
         for reserved in ("backbone", "backbone_type", "text_config", "backbone_architecture", "backbone_pretrained"):
             if reserved in config_kwargs:

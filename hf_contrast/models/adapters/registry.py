@@ -1,4 +1,5 @@
-"""The backbone families: ``config.backbone_type`` → :class:`BackboneAdapter` class.
+"""The backbone families: ``config.backbone_type`` → :class:`BackboneAdapter` class, and which family a name or a
+model object given to ``from_backbone`` belongs to.
 
 This is the one place a ``backbone_type`` string is mapped to behaviour. A new family is one adapter
 module plus one line in :data:`_ADAPTERS` (or :func:`register_adapter` from outside the package).
@@ -12,10 +13,11 @@ from hf_contrast.errors import InputError
 from hf_contrast.models.adapters.base import BackboneAdapter
 from hf_contrast.models.adapters.text import TransformersTextAdapter
 from hf_contrast.models.adapters.timm import TimmAdapter
+from hf_contrast.models.backbones import backbone_type_of
 from hf_contrast.models.configuration import register_backbone_type
 from hf_contrast.tensor_checks import check_name
 
-__all__ = ["adapter_class", "adapter_for", "register_adapter"]
+__all__ = ["adapter_class", "adapter_for", "adapter_for_instance", "adapter_for_name", "register_adapter"]
 
 _ADAPTERS: dict[str, type[BackboneAdapter]] = {
     "timm": TimmAdapter,
@@ -52,3 +54,22 @@ def adapter_class(backbone_type: str) -> type[BackboneAdapter]:
 def adapter_for(config: Any) -> BackboneAdapter:
     """A fresh adapter for the encoder config ``config`` (read: ``config.backbone_type``)."""
     return adapter_class(config.backbone_type)()
+
+
+def adapter_for_name(name: str) -> type[BackboneAdapter]:
+    """The family ``from_backbone(name)`` builds: the newest registered family whose
+    :meth:`~BackboneAdapter.claims_name` accepts ``name``, else timm's or the text family, as
+    :func:`~hf_contrast.models.backbones.backbone_type_of` decides (it names close timm names for a typo)."""
+    for adapter in reversed(_ADAPTERS.values()):
+        if adapter.claims_name(name):
+            return adapter
+    return _ADAPTERS[backbone_type_of(name)]
+
+
+def adapter_for_instance(backbone: Any) -> type[BackboneAdapter] | None:
+    """The family that wraps the model object ``backbone`` (the newest registered one whose
+    :meth:`~BackboneAdapter.claims_instance` accepts it), or ``None``."""
+    for adapter in reversed(_ADAPTERS.values()):
+        if adapter.claims_instance(backbone):
+            return adapter
+    return None

@@ -1,4 +1,5 @@
-"""``TransformersTextAdapter``: transformers text encoders (``config.backbone_type == "text"``, ``input_ids``)."""
+"""``TransformersTextAdapter``: transformers text encoders (``config.backbone_type == "text"``, ``input_ids``),
+built from a name, a config, a ``SentenceTransformer`` or a transformers model object."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from typing import Any, ClassVar
 
 import torch.nn.functional as F
 from torch import Tensor, nn
-from transformers import AutoTokenizer, PretrainedConfig
+from transformers import AutoTokenizer, PretrainedConfig, PreTrainedModel
 from transformers.utils import cached_file
 
 from hf_contrast.errors import InputError
@@ -21,7 +22,13 @@ from hf_contrast.models.encode import text_batch
 from hf_contrast.models.export import export_sentence_transformers, text_max_seq_length
 from hf_contrast.models.inputs import check_token_inputs, check_training_batch
 from hf_contrast.models.pooling import pool_tokens
-from hf_contrast.models.st_layout import apply_max_seq_length, layout_options, read_st_layout
+from hf_contrast.models.st_layout import (
+    SentenceTransformerLayout,
+    apply_max_seq_length,
+    layout_options,
+    pooling_from_config,
+    read_st_layout,
+)
 
 __all__ = ["TransformersTextAdapter"]
 
@@ -69,6 +76,49 @@ class TransformersTextAdapter(BackboneAdapter):
             backbone_type="text",
             text_config=module.config,
             backbone_pretrained=pretrained,
+            **config_kwargs,
+        )
+        return encoder_class(config, backbone=module, tokenizer=tokenizer)
+
+    @classmethod
+    def claims_instance(cls, backbone: Any) -> bool:
+        return _is_sentence_transformer(backbone) or isinstance(backbone, PreTrainedModel)
+
+    @classmethod
+    def encoder_from_instance(
+        cls,
+        encoder_class: type,
+        backbone: Any,
+        *,
+        tokenizer: Any,
+        device: Any,
+        dtype: Any,
+        config_kwargs: dict[str, Any],
+    ) -> Any:
+        """A ``SentenceTransformer`` (``Transformer -> Pooling [-> Normalize]``) keeps its transformer and tokenizer,
+        its Pooling mode, its ``Normalize`` and ``max_seq_length`` (so ``encoder.encode`` equals ``model.encode``);
+        a transformers model with token inputs gives its base model, mean pooling unless ``pooling=`` says
+        otherwise, and ``tokenizer`` or the one saved under its ``name_or_path``.
+
+        Raises:
+            InputError: for a ``SentenceTransformer`` with no modules or modules other than Transformer, Pooling,
+                Normalize, or a transformers model without token inputs.
+        """
+        if _is_sentence_transformer(backbone):
+            module, own_tokenizer, parts = _sentence_transformer_parts(backbone)
+            config_kwargs = layout_options(parts["layout"], config_kwargs, parts["backbone"])
+            name = parts["backbone"]
+        else:
+            module = _text_model(backbone)
+            own_tokenizer = None if tokenizer is not None else _tokenizer_of(module)
+            name = module.config.name_or_path or module.config.model_type
+        tokenizer = tokenizer if tokenizer is not None else own_tokenizer
+        apply_max_seq_length(tokenizer, config_kwargs.get("max_seq_length"))
+        config = ContrastiveEncoderConfig(
+            backbone=name,
+            backbone_type="text",
+            text_config=module.config,
+            backbone_pretrained=bool(module.config.name_or_path),
             **config_kwargs,
         )
         return encoder_class(config, backbone=module, tokenizer=tokenizer)
@@ -227,3 +277,75 @@ def _load_tokenizer(
     except (OSError, ValueError) as error:
         logger.warning("The tokenizer saved with the encoder at %s could not be loaded: %s", path, error)
         return None
+
+
+# ---- sentence-transformers and transformers model objects (from_backbone(model), a trainer's model=) -----
+
+
+def _is_sentence_transformer(obj: Any) -> bool:
+    try:
+        from sentence_transformers import SentenceTransformer
+    except ImportError:
+        return False
+    return isinstance(obj, SentenceTransformer)
+
+
+def _sentence_transformer_parts(model: Any) -> tuple[PreTrainedModel, Any, dict[str, Any]]:
+    """``(transformer, tokenizer, options)`` of a ``SentenceTransformer`` (Transformer -> Pooling [-> Normalize])."""
+    modules = list(model)
+    kinds = [type(m).__name__ for m in modules]
+    if not modules:
+        raise InputError(
+            "`backbone` is a SentenceTransformer with no modules: there is no transformer to train. Load a model "
+            "(`SentenceTransformer('sentence-transformers/all-MiniLM-L6-v2')`) or pass its name to `from_backbone`."
+        )
+    if kinds[:2] != ["Transformer", "Pooling"] or any(kind != "Normalize" for kind in kinds[2:]):
+        raise InputError(
+            f"The SentenceTransformer has the modules {kinds}; ContrastiveEncoder reproduces Transformer -> Pooling "
+            "[-> Normalize] only. Pass its transformer alone (`model[0].auto_model`) to train without the other "
+            "modules."
+        )
+    transformer = modules[0].auto_model
+    name = (
+        getattr(model.model_card_data, "base_model", None)
+        or transformer.config.name_or_path
+        or transformer.config.model_type
+    )
+    layout = SentenceTransformerLayout(
+        transformer_path="",
+        pooling=pooling_from_config(modules[1].get_config_dict(), name),
+        normalize=len(modules) > 2,
+        max_seq_length=int(model.max_seq_length) if model.max_seq_length else None,
+    )
+    return transformer, modules[0].tokenizer, {"backbone": name, "layout": layout}
+
+
+def _text_model(model: PreTrainedModel) -> PreTrainedModel:
+    """The base model of a transformers model with token inputs (``BertForX`` -> its ``BertModel``)."""
+    base = model.base_model
+    if getattr(base, "main_input_name", "input_ids") != "input_ids" or not hasattr(base.config, "hidden_size"):
+        raise InputError(
+            f"`backbone` is a transformers {type(model).__name__}, which does not take token ids (`main_input_name` "
+            f"is {base.main_input_name!r}): ContrastiveEncoder wraps transformers *text* encoders. For images, pass a "
+            "timm model or name (e.g. 'resnet18', 'hf-hub:timm/...')."
+        )
+    return base
+
+
+def _tokenizer_of(model: PreTrainedModel) -> Any:
+    """The tokenizer saved under the model's ``name_or_path`` (``None``, with a warning, if there is none)."""
+    source = model.config.name_or_path
+    if source:
+        try:
+            return AutoTokenizer.from_pretrained(source)
+        except (OSError, ValueError) as error:
+            reason = f"{type(error).__name__}: {error}"
+    else:
+        reason = "the model has no `name_or_path`"
+    logger.warning(
+        "No tokenizer for the %s backbone (%s): pass `tokenizer=` to `from_backbone`, or set `encoder.tokenizer` "
+        "before encoding, training or saving.",
+        type(model).__name__,
+        reason,
+    )
+    return None

@@ -1,4 +1,5 @@
-"""``TimmAdapter``: timm vision backbones (``config.backbone_type == "timm"``, images as ``pixel_values``)."""
+"""``TimmAdapter``: timm vision backbones (``config.backbone_type == "timm"``, images as ``pixel_values``), built
+from a name, a config or a timm model object."""
 
 from __future__ import annotations
 
@@ -8,13 +9,16 @@ from collections.abc import Mapping
 from typing import Any, ClassVar
 
 import timm
+import torch
 from torch import Tensor, nn
+from transformers import PreTrainedModel
 
 from hf_contrast.errors import InputError
 from hf_contrast.hub import EncoderCardFacts, get_model_card_data
 from hf_contrast.models.adapters.base import BackboneAdapter
 from hf_contrast.models.backbones import (
     build_timm_backbone,
+    built_input_size,
     create_timm_backbone,
     restore_non_persistent_buffers,
     timm_data_config,
@@ -76,6 +80,38 @@ class TimmAdapter(BackboneAdapter):
             **config_kwargs,
         )
         return encoder_class(config, backbone=module)
+
+    @classmethod
+    def claims_instance(cls, backbone: Any) -> bool:
+        return _is_timm_model(backbone)
+
+    @classmethod
+    def encoder_from_instance(
+        cls,
+        encoder_class: type,
+        backbone: Any,
+        *,
+        tokenizer: Any,
+        device: Any,
+        dtype: Any,
+        config_kwargs: dict[str, Any],
+    ) -> Any:
+        """The timm model without its classifier (removed in place, ``reset_classifier(0)``, once it is accepted):
+        the backbone outputs the pooled features (``forward_head(..., pre_logits=True)``); its ``pretrained_cfg``
+        gives the preprocessing (``data_config``) and the name it is rebuilt from when loaded.
+
+        Raises:
+            InputError: for a ``tokenizer``, a model that cannot be rebuilt by name, or whose output is not one
+                vector per image (``global_pool=''``), found by a dry forward pass of one small image before the
+                model is changed.
+        """
+        if tokenizer is not None:
+            raise InputError(
+                f"`tokenizer` was given but the {type(backbone).__name__} is a timm vision model; drop it."
+            )
+        _check_timm_embedding(backbone, device, dtype)
+        config = ContrastiveEncoderConfig(**{**_timm_parts(backbone), **config_kwargs})
+        return encoder_class(config, backbone=backbone)
 
     def build(self, config: Any, backbone: nn.Module | None) -> tuple[nn.Module, int]:
         architecture = config.backbone_architecture or config.backbone
@@ -153,38 +189,21 @@ class TimmAdapter(BackboneAdapter):
     ) -> Any:
         return export_timm(encoder, save_dir, state_dict)
 
-    def data_config(self, config: Any) -> dict[str, Any] | None:
-        if config.data_config is None:
-            return None
-        return {key: tuple(value) if isinstance(value, list) else value for key, value in config.data_config.items()}
-
     def set_image_size(self, encoder: Any, image_size: Any) -> None:
-        size = (
-            [image_size, image_size]
-            if isinstance(image_size, int) and not isinstance(image_size, bool)
-            else image_size
-        )
-        if (
-            not isinstance(size, (list, tuple))
-            or len(size) != 2
-            or not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in size)
-        ):
-            raise InputError(
-                f"`image_size` must be a positive int or (height, width) of positive ints, got {image_size!r}."
-            )
-        config = encoder.config
-        current = encoder.data_config or {}
-        channels, *current_hw = current.get("input_size", (3, 0, 0))
-        fixed = bool(getattr(encoder.backbone, "pretrained_cfg", {}).get("fixed_input_size", False))
-        if fixed:
-            current_hw = timm_data_config(encoder.backbone)["input_size"][1:]
-        if fixed and list(current_hw) != list(size):
-            raise InputError(
-                f"`image_size`={image_size!r} does not fit `{config.backbone}`, whose input size is fixed at "
-                f"{tuple(current_hw)}: build the encoder with `backbone_kwargs={{'img_size': {size[0]}}}` (or resize "
-                f"the images to {tuple(current_hw)})."
-            )
-        config.data_config = {**(config.data_config or {}), "input_size": [int(channels), int(size[0]), int(size[1])]}
+        """As every image family (:meth:`BackboneAdapter.set_image_size`); refused, the config unchanged, for a
+        backbone whose input size is fixed (a ViT built for one size) at another size."""
+        previous = encoder.config.data_config
+        super().set_image_size(encoder, image_size)  # a new dict: `previous` is left as it was
+        if bool(getattr(encoder.backbone, "pretrained_cfg", {}).get("fixed_input_size", False)):
+            size = list(encoder.config.data_config["input_size"][1:])
+            fixed = list(timm_data_config(encoder.backbone)["input_size"][1:])
+            if fixed != size:
+                encoder.config.data_config = previous
+                raise InputError(
+                    f"`image_size`={image_size!r} does not fit `{encoder.config.backbone}`, whose input size is fixed "
+                    f"at {tuple(fixed)}: build the encoder with `backbone_kwargs={{'img_size': {size[0]}}}` (or "
+                    f"resize the images to {tuple(fixed)})."
+                )
 
     def set_gradient_checkpointing(self, encoder: Any, enable: bool) -> bool:
         encoder.backbone.set_grad_checkpointing(enable)
@@ -288,3 +307,144 @@ def _timm_license(config: Any, base_model: str | None) -> str | None:
         return getattr(timm.models.get_pretrained_cfg(name), "license", None) or None
     except Exception:
         return None
+
+
+# ---- timm model objects (from_backbone(model), a trainer's model=) ------------------------------------
+
+
+def _is_timm_model(obj: Any) -> bool:
+    """timm models are plain ``nn.Module``s with timm's model interface (``pretrained_cfg``, ``forward_head``)."""
+    return (
+        isinstance(obj, nn.Module)
+        and not isinstance(obj, PreTrainedModel)
+        and isinstance(getattr(obj, "pretrained_cfg", None), dict)
+        and callable(getattr(obj, "forward_head", None))
+        and callable(getattr(obj, "reset_classifier", None))
+    )
+
+
+def _pool_type(model: nn.Module) -> str | None:
+    """The global pooling of a timm model (``"avg"``, ``"max"``, ``"token"``...), where it says it."""
+    pool = getattr(model, "global_pool", None)
+    pool = getattr(pool, "pool_type", pool)
+    return pool if isinstance(pool, str) else None
+
+
+def _shapes(model: nn.Module, skip: set[int] = frozenset()) -> dict[str, tuple[int, ...]]:
+    """``{name: shape}`` of the persistent tensors of ``model`` (its state dict), leaving out those in ``skip``
+    (ids)."""
+    by_name = dict(model.named_parameters(remove_duplicate=False))
+    by_name.update(model.named_buffers(remove_duplicate=False))
+    return {
+        name: tuple(t.shape)
+        for name, t in model.state_dict(keep_vars=True).items()
+        if id(by_name.get(name, t)) not in skip
+    }
+
+
+def _timm_parts(model: nn.Module) -> dict[str, Any]:
+    """The config fields of a timm instance; its classifier is removed (in place) once it is accepted."""
+    pretrained_cfg = model.pretrained_cfg
+    architecture = pretrained_cfg.get("architecture")
+    if not architecture:
+        raise InputError(
+            f"The timm model ({type(model).__name__}) has no `pretrained_cfg['architecture']`, so it could not be "
+            "rebuilt when the encoder is loaded: create it with `timm.create_model(name)`, or pass the name to "
+            "`from_backbone`."
+        )
+    kwargs: dict[str, Any] = {}
+    built = built_input_size(model)
+    if built is not None and built[0] != 3:
+        kwargs["in_chans"] = int(built[0])
+    if built is not None and hasattr(getattr(model, "patch_embed", None), "img_size"):
+        kwargs["img_size"] = [int(built[1]), int(built[2])]
+    pool = _pool_type(model)
+    if pool:  # the pooling it was built with ('max', 'avgmax', 'token'...) when it is not the architecture's default
+        with torch.device("meta"):
+            try:
+                default_pool = _pool_type(build_timm_backbone(architecture, kwargs))
+            except ValueError:
+                default_pool = pool
+        if default_pool is not None and pool != default_pool:
+            kwargs["global_pool"] = pool
+    small_stem = has_small_image_stem(model)  # e.g. a model loaded by the route the model card shows
+    with torch.device("meta"):
+        try:
+            fresh = build_timm_backbone(architecture, kwargs)
+            if small_stem:
+                apply_small_image_stem(fresh, architecture)
+        except ValueError:
+            fresh = None
+    classifier = model.get_classifier() if getattr(model, "num_classes", 0) else None
+    head = (
+        {id(t) for t in classifier.parameters()} | {id(t) for t in classifier.buffers()}
+        if isinstance(classifier, nn.Module)
+        else set()
+    )
+    shapes = _shapes(model, skip=head)  # without the classifier, which is removed only once the model is accepted
+    fresh_shapes = _shapes(fresh) if fresh is not None else None
+    if shapes != fresh_shapes:
+        raise InputError(
+            f"The timm model `{architecture}` was built with arguments the encoder cannot read back from the instance "
+            f"(its tensors differ from `timm.create_model({architecture!r}, num_classes=0, **{kwargs})`), so a saved "
+            f"encoder could not be loaded: pass the name instead, `ContrastiveEncoder.from_backbone({architecture!r}, "
+            "backbone_kwargs={...})` with the arguments you created it with."
+        )
+    if getattr(model, "num_classes", 0):
+        model.reset_classifier(0)
+    tag = pretrained_cfg.get("tag")
+    return {
+        **({"small_image_stem": True} if small_stem else {}),
+        "backbone": f"{architecture}.{tag}" if tag else architecture,
+        "backbone_type": "timm",
+        "backbone_architecture": architecture,
+        "backbone_kwargs": kwargs,
+        "backbone_pretrained": bool(
+            pretrained_cfg.get("hf_hub_id") or pretrained_cfg.get("url") or pretrained_cfg.get("file")
+        ),
+    }
+
+
+def _check_timm_embedding(model: nn.Module, device: torch.device, dtype: torch.dtype | None) -> None:
+    """Check with a dry forward pass of one small image (eval mode, no gradient, the model unchanged) that
+    ``forward_head(forward_features(x), pre_logits=True)`` is one vector per image, ``(1, F)``.
+
+    A timm model built with ``global_pool=''`` (or ``reset_classifier(0, '')``) gives feature maps
+    ``(B, C, H, W)`` or tokens ``(B, N, C)``: the projection head cannot take them.
+
+    Raises:
+        InputError: naming the shape, the pooling and the fix; also if the dry forward itself fails.
+    """
+    built = built_input_size(model) or tuple(model.pretrained_cfg.get("input_size") or (3, 224, 224))
+    channels, height, width = (int(v) for v in built)
+    if not model.pretrained_cfg.get("fixed_input_size", False):  # the smallest input the model reduces to 1x1
+        info = getattr(model, "feature_info", None) or []
+        try:
+            stride = int(info[-1]["reduction"])
+        except (IndexError, KeyError, TypeError):
+            stride = 0
+        if stride:
+            height = width = min(height, max(stride, 8))
+    x = torch.zeros(1, channels, height, width, device=device, dtype=dtype or torch.float32)
+    mode = model.training
+    try:
+        model.eval()
+        with torch.no_grad():
+            features = model.forward_head(model.forward_features(x), pre_logits=True)
+    except Exception as error:  # any failure of the user's model at the door, named
+        raise InputError(
+            f"`backbone` ({type(model).__name__}) failed a dry forward pass of a {tuple(x.shape)} {x.dtype} image on "
+            f"{device} ({type(error).__name__}: {error}); the encoder would fail the same way. Check the model runs: "
+            "`model(torch.zeros(1, 3, 224, 224))`."
+        ) from error
+    finally:
+        model.train(mode)
+    if features.ndim != 2:
+        pool = _pool_type(model)
+        name = model.pretrained_cfg.get("architecture") or type(model).__name__
+        raise InputError(
+            f"`backbone` ({name}) gives features of shape {tuple(features.shape)} for one image, not one vector (1, "
+            f"F): its global pooling is off (`global_pool={pool!r}`). Build it with pooling, e.g. "
+            f"`timm.create_model({name!r}, num_classes=0)` (or `global_pool='avg'`), or call "
+            f"`model.reset_classifier(0, global_pool='avg')` first."
+        )
