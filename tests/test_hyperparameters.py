@@ -185,6 +185,21 @@ def test_every_declared_hyperparameter_is_checked_at_construction(name: str) -> 
             cls(**(REQUIRED.get(name, {}) | {f.name: bad}))
 
 
+def test_a_hyperparameter_two_losses_take_is_declared_once() -> None:
+    """CARE-MoCo's ``care_weight`` and ``n_splits`` are CARE's: one default, one check, one help text."""
+    care = {f.name: f for f in dataclasses.fields(losses.CARELoss.hyperparameters_class)}
+    moco = {f.name: f for f in dataclasses.fields(losses.CAREMoCoLoss.hyperparameters_class)}
+    for name in ("care_weight", "n_splits"):
+        assert (moco[name].default, moco[name].metadata) == (care[name].default, care[name].metadata)
+    with pytest.raises(ValueError) as from_care:
+        losses.CARELoss(care_weight=-1.0)
+    with pytest.raises(ValueError) as from_moco:
+        losses.CAREMoCoLoss(care_weight=-1.0)
+    assert str(from_moco.value) == str(from_care.value)
+    source = (Path(losses.__file__).parent / "moco.py").read_text(encoding="utf-8")
+    assert "care_weight: float = hyperparameter(" not in source
+
+
 def test_positional_arguments_follow_the_declaration_order() -> None:
     assert losses.CARELoss(0.3, 0.1, 2).get_config_dict()["n_splits"] == 2
     assert losses.VICRegLoss(1.0, 2.0, 3.0).covariance_weight == 3.0

@@ -32,7 +32,7 @@ from typing import Any, ClassVar
 
 from torch import nn
 
-__all__ = ["hyperparameter", "Hyperparameters", "HyperparameterModule"]
+__all__ = ["hyperparameter", "same_hyperparameter", "Hyperparameters", "HyperparameterModule"]
 
 Check = Callable[[str, Any], Any]
 
@@ -42,6 +42,13 @@ def hyperparameter(default: Any, check: Check, help: str | None = None) -> Any:
     :mod:`hf_contrast.tensor_checks`' checks, raising ``ValueError`` naming the argument) and ``help``, the
     one-line description an objective config that takes this hyperparameter shows as its ``--flag`` help."""
     return dataclasses.field(default=default, metadata={"check": check, "help": help})
+
+
+def same_hyperparameter(hyperparameters: type[Hyperparameters], name: str) -> Any:
+    """The field ``name`` of another loss's ``hyperparameters`` (its default, check and help), for a loss that takes
+    the same hyperparameter: it stays declared once (CARE-MoCo's ``care_weight`` is CARE's)."""
+    declared = {f.name: f for f in dataclasses.fields(hyperparameters)}[name]
+    return dataclasses.field(default=declared.default, metadata=declared.metadata)
 
 
 @dataclasses.dataclass

@@ -13,7 +13,6 @@ The key encoder and the queue themselves are training state: :class:`hf_contrast
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import partial
 
 import torch
 import torch.nn.functional as F
@@ -24,14 +23,12 @@ from hf_contrast.errors import InputError
 from ..tensor_checks import (
     check_embeddings,
     check_finite_weighted,
-    check_int,
-    check_non_negative,
     check_temperature,
     float32_math,
     l2_normalize,
 )
-from .care import CARELoss, _care_equivariance_loss
-from .hyperparameters import HyperparameterModule, Hyperparameters, hyperparameter
+from .care import CAREHyperparameters, CARELoss, _care_equivariance_loss
+from .hyperparameters import HyperparameterModule, Hyperparameters, hyperparameter, same_hyperparameter
 
 __all__ = ["moco_info_nce_loss", "CAREMoCoLoss"]
 
@@ -89,8 +86,8 @@ class CAREMoCoHyperparameters(Hyperparameters):
     """:class:`CAREMoCoLoss`'s hyperparameters, declared once (see :mod:`.hyperparameters`)."""
 
     temperature: float = hyperparameter(0.2, check_temperature, help="CARE-MoCo: temperature of the queue InfoNCE.")
-    care_weight: float = hyperparameter(0.01, check_non_negative)
-    n_splits: int = hyperparameter(8, partial(check_int, minimum=1))
+    care_weight: float = same_hyperparameter(CAREHyperparameters, "care_weight")
+    n_splits: int = same_hyperparameter(CAREHyperparameters, "n_splits")
 
 
 class CAREMoCoLoss(HyperparameterModule):
