@@ -187,6 +187,13 @@ def test_simo_batch_size_mismatch_names_both_sides_and_the_fix(model, tmp_path) 
         )  # fmt: skip
 
 
+def test_a_compute_loss_func_is_refused_not_ignored(model, images, args) -> None:
+    """The objective computes the loss: a `compute_loss_func` would be silently unused (and would stop the Trainer
+    dividing the loss by the accumulation steps)."""
+    with pytest.raises(InputError, match=r"`compute_loss_func` is not used by a ContrastiveTrainer.*objective="):
+        SimCLRTrainer(model=model, args=args, train_dataset=images, compute_loss_func=lambda *a, **k: 0.0)
+
+
 def test_good_inputs_still_pass(model, images, tmp_path) -> None:
     rows = [{"image": np.zeros((16, 16, 3), dtype=np.uint8), "label": i % 2} for i in range(8)]
     ContrastiveTrainer(model=model, args=training_args(tmp_path), train_dataset=rows, objective="simclr")

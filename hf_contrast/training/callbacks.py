@@ -22,9 +22,10 @@ The trainer records every step's named terms (tensors, kept on the device); the 
 ``nonfinite_policy``: what a training step with a NaN/inf loss or gradient does to the run.
 
 :class:`NonFinitePolicy` owns the policy's state (steps skipped, where this ``train()`` call and the last
-logged loss began, the snapshot of running statistics taken before an optimizer step) and is consulted by
-the trainer at four points: each micro-batch (:meth:`~NonFinitePolicy.before_micro_batch`,
-:meth:`~NonFinitePolicy.after_micro_batch`), each optimizer step (its callback hooks), each log
+logged loss began, the snapshot of running statistics taken before an optimizer step) and is consulted at
+four points: each micro-batch's loss (:meth:`~NonFinitePolicy.micro_batch_loss`, from ``compute_loss``), each
+optimizer step (its callback hooks: the snapshot at ``on_step_begin``, the verdict at ``on_pre_optimizer_step``),
+each log
 (:meth:`~NonFinitePolicy.check`, :meth:`~NonFinitePolicy.kept_step_means`,
 :meth:`~NonFinitePolicy.loss_logged`) and the end of ``train()`` (:meth:`~NonFinitePolicy.train_output`).
 
@@ -48,8 +49,8 @@ The objective's own trainable parameters (a learnable temperature, LOCAL's class
 
 They live in ``trainer.objective``, not in the model, so the Trainer neither puts them in its optimizer nor
 averages their gradients (DDP averages the model's): :func:`add_objective_parameter_groups` adds them (after
-making them identical on every process), :func:`average_gradients` averages their gradients over the
-processes before each optimizer step and :class:`ZeroObjectiveGradients` zeroes them after it.
+making them identical on every process), and the callback :class:`ObjectiveGradients` averages their gradients
+over the processes before each optimizer step (:func:`average_gradients`) and zeroes them after it.
 
 ``RunSessions``: a run trained in several ``train()`` calls (resumed after a stop, or continued to a larger
 ``max_steps``) reports its results over the whole run, not over the last call.
@@ -79,12 +80,14 @@ encoder only ever holds the activations of ``mini_batch_size`` rows:
 
 1. every encoder call of the objective's forward (:meth:`GradientCache.encode`) runs the encoder in
    mini-batches **without a graph** and returns the outputs as leaf tensors that require gradients;
-2. the objective's loss is computed and back-propagated on the whole batch: the leaves receive
-   ``∂loss/∂outputs`` (and objective-owned parameters their gradients);
-3. :meth:`GradientCache.backward` re-runs each mini-batch **with a graph**, under the RNG state it had in
+2. the objective's loss is computed on the whole batch and the Trainer back-propagates it as any loss: the
+   leaves receive ``∂loss/∂outputs`` (and objective-owned parameters their gradients);
+3. as soon as every leaf has its gradient, inside that same backward (:meth:`GradientCache.attach`: a
+   multi-gradient hook on the leaves, as sentence-transformers' cached losses hook their loss),
+   :meth:`GradientCache.backward` re-runs each mini-batch **with a graph**, under the RNG state it had in
    step 1 (so dropout — SimCSE's views — and any randomness inside the encoder are the same), and
    back-propagates ``Σ outputs · cached gradient``, which gives each parameter exactly the full-batch
-   gradient.
+   gradient (a gradient scaler's factor included: it is in the cached gradients).
 
 Exactness: equal to the direct step (to float rounding) for encoders without batch statistics
 (LayerNorm, GroupNorm, BERT). With BatchNorm the normalisation statistics are per mini-batch, as with
@@ -123,8 +126,8 @@ __all__ = [
     "NonFiniteLossError",
     "NonFinitePolicy",
     "RunSessions",
+    "ObjectiveGradients",
     "whole_run_loss",
-    "ZeroObjectiveGradients",
 ]
 
 
@@ -341,22 +344,24 @@ class NonFinitePolicy(TrainerCallback):
         else:  # "raise": remember, on the device, the first step whose gradients were not finite
             self.loss_terms.record_gradients(self._gradients_finite(args.device), step=state.global_step + 1)
 
+    def on_step_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        # before an optimizer step's first micro-batch: under "skip", snapshot what its forward passes change
+        if self.policy == "skip" and self._state_before_step is None:
+            self._state_before_step = self._statistics_snapshot()  # restored if this optimizer step is dropped
+
     def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         self._state_before_step = None  # the next optimizer step takes its own snapshot
 
     # ---- consulted by the trainer ------------------------------------------------------------------
 
-    def before_micro_batch(self) -> None:
-        """Under ``"skip"``, snapshot the running statistics at an optimizer step's first micro-batch."""
-        if self.policy == "skip" and self._state_before_step is None:
-            self._state_before_step = self._statistics_snapshot()  # restored if this optimizer step is dropped
-
-    def after_micro_batch(self, loss: Tensor) -> Tensor:
-        """The micro-batch loss the Trainer sums for its logs: under ``"skip"`` held until the step's verdict
-        and reported as 0 when not finite (the step itself is dropped)."""
+    def micro_batch_loss(self, loss: Tensor, accumulation_steps: int) -> Tensor:
+        """The loss ``compute_loss`` returns for a training micro-batch. Under ``"skip"`` its value as the Trainer
+        sums it for its logs (divided by ``accumulation_steps``) is held until the step's verdict, and a loss that
+        is not finite is returned as 0 (the step itself is dropped: its gradients never reach the optimizer), so
+        the Trainer's sum stays finite; under ``"raise"`` it is returned as it is."""
         if self.policy != "skip":
             return loss
-        self.loss_terms.add_step_loss(loss)  # counted in the logged losses only if the step is kept
+        self.loss_terms.add_step_loss(loss.detach() / accumulation_steps)  # in the logged losses only if kept
         return torch.where(torch.isfinite(loss), loss, torch.zeros_like(loss))
 
     def check(self, global_step: int) -> None:
@@ -507,15 +512,19 @@ class LeftOutRows:
 # ==================== objective parameters ============================================================
 
 
-class ZeroObjectiveGradients(TrainerCallback):
-    """Zero the objective's gradients before training and after every optimizer step (``Trainer`` zeroes the
-    model's only)."""
+class ObjectiveGradients(TrainerCallback):
+    """The gradients of the objective's own trainable parameters, which ``Trainer`` neither averages (DDP averages
+    the model's) nor zeroes: averaged over the processes before every optimizer step (before the callbacks added
+    after this one, such as :class:`NonFinitePolicy`, read them), zeroed before training and after every step."""
 
     def __init__(self, objective: nn.Module) -> None:
         self.objective = objective
 
     def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         self.objective.zero_grad(set_to_none=True)
+
+    def on_pre_optimizer_step(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        average_gradients([p for p in self.objective.parameters() if p.requires_grad])
 
     def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         self.objective.zero_grad(set_to_none=True)
@@ -599,8 +608,8 @@ class RunSessions(TrainerCallback):
         self._loss_sum = None
 
     def add_loss(self, loss: Tensor) -> None:
-        """Add a micro-batch's loss as ``training_step`` returns it (divided by the accumulation steps, 0 for a
-        step ``nonfinite_policy="skip"`` drops): kept on the device, read once at the end of a resumed run."""
+        """Add a micro-batch's loss as the Trainer sums it (divided by the accumulation steps, 0 for a step
+        ``nonfinite_policy="skip"`` drops): kept on the device, read once at the end of a resumed run."""
         loss = loss.detach().float()
         self._loss_sum = loss if self._loss_sum is None else self._loss_sum + loss
 
@@ -740,6 +749,10 @@ def _leaf(value: Tensor) -> Tensor:
     return value.detach().requires_grad_(value.is_floating_point())
 
 
+def _record_leaves(record: _Record) -> list[Tensor]:
+    return [leaf for value in record.outputs.values() for leaf in (value if isinstance(value, tuple) else (value,))]
+
+
 @dataclass
 class _Record:
     model: nn.Module
@@ -803,8 +816,24 @@ class GradientCache:
         self.records.append(_Record(model, chunks, dict(forward_kwargs), rng, outputs, bounds))
         return outputs
 
-    def backward(self) -> None:
-        """Re-run every recorded mini-batch with a graph and back-propagate the cached output gradients.
+    def attach(self) -> None:
+        """Run :meth:`backward` inside the backward of the loss made from this step's outputs, as soon as every
+        output has its gradient (``torch.autograd.graph.register_multi_grad_hook``): whoever back-propagates the
+        loss — the Trainer's ``accelerator.backward``, with its gradient scaler — also back-propagates the
+        encoder. An output the loss does not use is left out."""
+        leaves = [leaf for record in self.records for leaf in _record_leaves(record) if leaf.requires_grad]
+        if not leaves:
+            return
+
+        def replay(grads: Sequence[Tensor | None]) -> None:
+            with torch.enable_grad():  # a backward runs its hooks without a graph
+                self.backward({id(leaf): grad for leaf, grad in zip(leaves, grads) if grad is not None})
+
+        torch.autograd.graph.register_multi_grad_hook(leaves, replay, mode="all")
+
+    def backward(self, grads: Mapping[int, Tensor] | None = None) -> None:
+        """Re-run every recorded mini-batch with a graph and back-propagate the cached output gradients
+        (``grads``: by ``id`` of the output leaf; default each leaf's ``.grad``).
 
         Under DDP the gradient all-reduce runs once, with the last mini-batch.
         """
@@ -819,8 +848,9 @@ class GradientCache:
                 for key, leaf in record.outputs.items():
                     pairs = zip(out[key], leaf) if isinstance(leaf, tuple) else [(out[key], leaf)]
                     for value, cached in pairs:
-                        if cached.grad is not None:
-                            term = (value * cached.grad[a:b].to(value.dtype)).sum()
+                        grad = cached.grad if grads is None else grads.get(id(cached))
+                        if grad is not None:
+                            term = (value * grad[a:b].to(value.dtype)).sum()
                             surrogate = term if surrogate is None else surrogate + term
                 if surrogate is not None:
                     surrogate.backward()

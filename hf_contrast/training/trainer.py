@@ -65,10 +65,9 @@ from hf_contrast.training.callbacks import (
     LossTermTracker,
     NonFiniteLossError,
     NonFinitePolicy,
+    ObjectiveGradients,
     RunSessions,
-    ZeroObjectiveGradients,
     add_objective_parameter_groups,
-    average_gradients,
 )
 from hf_contrast.training.checkpointing import SafeCheckpointing, first_nonfinite_tensor, run_settings
 from hf_contrast.training.checks import (
@@ -151,6 +150,9 @@ class ContrastiveTrainer(SafeCheckpointing, HubPublishingMixin, Trainer):
 
     #: The method a named trainer trains (``None``: ``objective`` is required).
     default_objective: ClassVar[str | None] = None
+    #: Every objective's loss is a mean over its batch: the Trainer divides it by the accumulation steps
+    #: (transformers >= 5.x reads this; older releases decide the same from ``model_accepts_loss_kwargs``).
+    loss_is_scaled_for_ga: ClassVar[bool] = False
 
     def __init__(
         self,
@@ -181,6 +183,12 @@ class ContrastiveTrainer(SafeCheckpointing, HubPublishingMixin, Trainer):
                 "ContrastiveTrainingArguments default); to drop columns, call `dataset.select_columns([...])` with "
                 "those the objective reads (its `required_columns`: the image or text column, and the label column "
                 "for supervised methods)."
+            )
+        if kwargs.get("compute_loss_func") is not None:
+            raise InputError(
+                "`compute_loss_func` is not used by a ContrastiveTrainer: the objective computes the loss from the "
+                "views. Drop it, and pass `objective=` a method name or an Objective (a new pair method is one "
+                "`@register_pair_loss` module, docs/training.md)."
             )
         check_trainer_arguments(model, train_dataset, eval_dataset)  # types, before any work
         objective = objective if objective is not None else self.default_objective
@@ -247,7 +255,7 @@ class ContrastiveTrainer(SafeCheckpointing, HubPublishingMixin, Trainer):
         self.nonfinite = NonFinitePolicy(
             self.args.nonfinite_policy, self.loss_terms, watched=lambda: (self.model, self.objective)
         )
-        self.add_callback(ZeroObjectiveGradients(self.objective))
+        self.add_callback(ObjectiveGradients(self.objective))  # averaged before the non-finite check reads them
         self.add_callback(self.nonfinite)
         for callback in self.objective.callbacks():
             self.add_callback(callback)
@@ -367,7 +375,11 @@ class ContrastiveTrainer(SafeCheckpointing, HubPublishingMixin, Trainer):
         """The objective's total loss; its named terms are recorded for logging (``loss_<term>``).
 
         ``num_items_in_batch`` is ignored: every objective is a mean over its batch, and the Trainer divides
-        it by the number of accumulation steps.
+        it by the number of accumulation steps. In training, with ``args.gradient_cache_size`` the encoder runs
+        in mini-batches whose backward the Trainer's backward of this loss runs
+        (:class:`~hf_contrast.training.callbacks.GradientCache`); under ``nonfinite_policy="skip"`` a non-finite
+        loss is returned as 0 (the step itself is dropped,
+        :meth:`~hf_contrast.training.callbacks.NonFinitePolicy.micro_batch_loss`).
 
         Raises:
             ValueError: if the objective returns no ``"loss"`` entry.
@@ -377,42 +389,32 @@ class ContrastiveTrainer(SafeCheckpointing, HubPublishingMixin, Trainer):
         if view_index is not None and model.training:  # the collator may already be batches ahead
             self._next_view_index = view_index + 1  # a tensor: read at checkpoints only (no host sync)
         self._start_view_batch(training=model.training)
-        with finite_input_checks(not model.training):  # a non-finite training loss is `nonfinite_policy`'s business
-            terms = dict(self.objective(model, inputs, self.views))
+        cache = None
+        if model.training and self.args.gradient_cache_size is not None:  # the encoder in mini-batches (GradCache)
+            cache = self.views.gradient_cache = GradientCache(self.args.gradient_cache_size)
+        try:
+            with finite_input_checks(not model.training):  # a non-finite training loss is `nonfinite_policy`'s
+                terms = dict(self.objective(model, inputs, self.views))
+        finally:
+            self.views.gradient_cache = None
         if "loss" not in terms:
             raise InputError(
                 f"{type(self.objective).__name__} must return its total under 'loss', got {sorted(terms)}."
             )
         skipped = terms.pop("skipped", None)
+        loss = terms["loss"]
         if model.training:
             if skipped is not None:
                 self.loss_terms.skipped_batches += 1
             else:
                 self.loss_terms.record(terms, step=self.state.global_step + 1)
-        loss = terms["loss"]
+            if cache is not None:
+                cache.attach()  # the encoder's mini-batches back-propagate inside the Trainer's backward of `loss`
+            # the Trainer divides the loss by it (set by its training loop; 1 for a call outside it)
+            accumulation = getattr(self, "current_gradient_accumulation_steps", 1)
+            loss = self.nonfinite.micro_batch_loss(loss, accumulation)
+            self.run_sessions.add_loss(loss.detach() / accumulation)  # the whole-run mean of a resumed run
         return (loss, terms) if return_outputs else loss
-
-    def training_step(
-        self, model: nn.Module, inputs: dict[str, Any], num_items_in_batch: Tensor | int | None = None
-    ) -> Tensor:
-        """``Trainer.training_step`` (with ``args.gradient_cache_size``: the encoder in mini-batches, see
-        :mod:`~hf_contrast.training.callbacks`); then average the objective's gradients over processes. Under
-        ``nonfinite_policy="skip"`` a non-finite loss is reported as 0 (the step itself is dropped)."""
-        self.nonfinite.before_micro_batch()
-        if self.args.gradient_cache_size is None:
-            loss = super().training_step(model, inputs, num_items_in_batch)
-        else:  # the objective sees the whole batch; the encoder runs in mini-batches (GradCache)
-            cache = self.views.gradient_cache = GradientCache(self.args.gradient_cache_size)
-            try:
-                loss = super().training_step(model, inputs, num_items_in_batch)
-            finally:
-                self.views.gradient_cache = None
-            cache.backward()
-        if self.accelerator.sync_gradients:
-            average_gradients(self.objective_parameters())  # DDP averages the model's only
-        loss = self.nonfinite.after_micro_batch(loss)
-        self.run_sessions.add_loss(loss)  # the session's loss for a resumed run's whole-run mean (no host read)
-        return loss
 
     def _start_view_batch(self, training: bool) -> None:
         """Tell the views which batch comes next (a host counter: no device sync); ``views_on_device`` draws its
