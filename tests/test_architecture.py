@@ -541,6 +541,16 @@ def test_the_training_room_is_eight_modules_and_the_old_paths_still_import() -> 
     assert LossTermTracker is training.callbacks.LossTermTracker
 
 
+def test_a_renamed_callback_still_imports_with_a_warning() -> None:
+    import hf_contrast.training.callbacks as callbacks
+
+    with pytest.warns(FutureWarning, match="`ZeroObjectiveGradients` is now `ObjectiveGradients`"):
+        from hf_contrast.training.callbacks import ZeroObjectiveGradients
+    assert ZeroObjectiveGradients is callbacks.ObjectiveGradients
+    with pytest.raises(AttributeError, match="no attribute 'Nothing'"):
+        callbacks.Nothing  # noqa: B018
+
+
 def _trainer_overrides() -> dict[str, list[str]]:
     """``{Trainer method: [classes of ContrastiveTrainer's bases that define it]}``, ``__init__`` aside."""
     from transformers import Trainer

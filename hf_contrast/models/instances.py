@@ -7,18 +7,10 @@ object gave before. Which family takes the object, and how, is the family's adap
 (``claims_instance``, ``encoder_from_instance`` in :mod:`hf_contrast.models.adapters`); this module holds what
 every family shares: an encoder, name-only options and the keys ``from_backbone`` sets are refused, so is a
 model on the meta device or spread over devices or dtypes, and the encoder is placed on the backbone's
-device, dtype and mode. The built-in families take:
-
-- ``SentenceTransformer`` (``Transformer -> Pooling [-> Normalize]``): its transformer and tokenizer,
-  its Pooling mode, its ``Normalize`` and ``max_seq_length``, so ``encoder.encode`` equals
-  ``model.encode``;
-- a timm model: its classifier is removed in place (``reset_classifier(0)``), so the backbone outputs
-  the pooled features (``forward_head(..., pre_logits=True)``); its ``pretrained_cfg`` gives the
-  preprocessing (``data_config``);
-- a transformers ``PreTrainedModel`` with token inputs (BERT, RoBERTa, a ``...ForSequenceClassification``,
-  whose base model is taken): mean pooling unless ``pooling=`` says otherwise; the tokenizer is the
-  ``tokenizer=`` argument or the one saved under the model's ``name_or_path``;
-- a model of a registered family whose adapter claims it (docs/encoders.md, "Adding a backbone family").
+device, dtype and mode. The built-in families take a ``SentenceTransformer`` or a transformers model with token
+inputs (:class:`~hf_contrast.models.adapters.TransformersTextAdapter`) and a timm model
+(:class:`~hf_contrast.models.adapters.TimmAdapter`); a registered family, what its adapter claims
+(docs/encoders.md, "Adding a backbone family").
 """
 
 from __future__ import annotations
@@ -65,8 +57,7 @@ def encoder_from_instance(
     hub_kwargs: dict[str, Any] | None = None,
     **config_kwargs: Any,
 ) -> Any:
-    """Wrap a model instance as an encoder, keeping its weights, by the family that claims it (see the module
-    docstring for each kind).
+    """Wrap a model instance as an encoder, keeping its weights, by the family that claims it.
 
     Args:
         encoder_class: ``ContrastiveEncoder`` (or a subclass).
@@ -83,10 +74,7 @@ def encoder_from_instance(
     Raises:
         InputError: (a ``ValueError``) for any other object (naming its type and what is accepted),
             name-only options, a model with tensors on the meta device, spread over several devices or
-            dtypes, a ``SentenceTransformer`` with no modules or modules other than Transformer,
-            Pooling, Normalize, a transformers model without token inputs, a timm model that cannot be
-            rebuilt by name, or whose output is not one vector per image (``global_pool=''``), found
-            by a dry forward pass of one small image before the model is changed.
+            dtypes, and what the family refuses (its ``encoder_from_instance``).
         InputTypeError: if ``tokenizer`` is not a tokenizer object (a name, say).
     """
     if _is_encoder(backbone):

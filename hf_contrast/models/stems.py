@@ -36,10 +36,8 @@ SMALL_IMAGE_STEM = "small-image stem (3x3 stride-1 conv, no max-pool)"
 
 
 def _is_timm_resnet(model: Any) -> bool:
-    try:
-        from timm.models.resnet import ResNet
-    except ImportError:  # pragma: no cover - timm always has it
-        return False
+    from timm.models.resnet import ResNet
+
     return isinstance(model, ResNet)
 
 

@@ -361,7 +361,8 @@ class NonFinitePolicy(TrainerCallback):
         the Trainer's sum stays finite; under ``"raise"`` it is returned as it is."""
         if self.policy != "skip":
             return loss
-        self.loss_terms.add_step_loss(loss.detach() / accumulation_steps)  # in the logged losses only if kept
+        summed = loss.detach() if accumulation_steps == 1 else loss.detach() / accumulation_steps  # as the Trainer's
+        self.loss_terms.add_step_loss(summed)  # in the logged losses only if the step is kept
         return torch.where(torch.isfinite(loss), loss, torch.zeros_like(loss))
 
     def check(self, global_step: int) -> None:
@@ -855,3 +856,16 @@ class GradientCache:
                 if surrogate is not None:
                     surrogate.backward()
         self.records.clear()
+
+
+def __getattr__(name: str) -> Any:
+    """``ZeroObjectiveGradients``, the former name of :class:`ObjectiveGradients` (with a ``FutureWarning``)."""
+    if name == "ZeroObjectiveGradients":
+        warnings.warn(
+            "`ZeroObjectiveGradients` is now `ObjectiveGradients` (it also averages the objective's gradients over "
+            "the processes before each optimizer step); the old name will be removed.",
+            FutureWarning,
+            stacklevel=2,
+        )
+        return ObjectiveGradients
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

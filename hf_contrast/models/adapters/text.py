@@ -70,15 +70,7 @@ class TransformersTextAdapter(BackboneAdapter):
         module, loaded_tokenizer = load_text_backbone(name, pretrained, **hub_kwargs)
         module.config.name_or_path = provenance_name  # saved inside `text_config`: never the local folder's path
         tokenizer = tokenizer if tokenizer is not None else loaded_tokenizer
-        apply_max_seq_length(tokenizer, config_kwargs.get("max_seq_length"))
-        config = ContrastiveEncoderConfig(
-            backbone=provenance_name,
-            backbone_type="text",
-            text_config=module.config,
-            backbone_pretrained=pretrained,
-            **config_kwargs,
-        )
-        return encoder_class(config, backbone=module, tokenizer=tokenizer)
+        return _text_encoder(encoder_class, module, tokenizer, provenance_name, pretrained, config_kwargs)
 
     @classmethod
     def claims_instance(cls, backbone: Any) -> bool:
@@ -113,15 +105,8 @@ class TransformersTextAdapter(BackboneAdapter):
             own_tokenizer = None if tokenizer is not None else _tokenizer_of(module)
             name = module.config.name_or_path or module.config.model_type
         tokenizer = tokenizer if tokenizer is not None else own_tokenizer
-        apply_max_seq_length(tokenizer, config_kwargs.get("max_seq_length"))
-        config = ContrastiveEncoderConfig(
-            backbone=name,
-            backbone_type="text",
-            text_config=module.config,
-            backbone_pretrained=bool(module.config.name_or_path),
-            **config_kwargs,
-        )
-        return encoder_class(config, backbone=module, tokenizer=tokenizer)
+        pretrained = bool(module.config.name_or_path)
+        return _text_encoder(encoder_class, module, tokenizer, name, pretrained, config_kwargs)
 
     def build(self, config: Any, backbone: nn.Module | None) -> tuple[nn.Module, int]:
         if backbone is None:
@@ -277,6 +262,18 @@ def _load_tokenizer(
     except (OSError, ValueError) as error:
         logger.warning("The tokenizer saved with the encoder at %s could not be loaded: %s", path, error)
         return None
+
+
+def _text_encoder(
+    encoder_class: type, module: Any, tokenizer: Any, name: str, pretrained: bool, config_kwargs: dict[str, Any]
+) -> Any:
+    """The encoder on the text backbone ``module`` (its config saved as ``text_config``, ``name`` as the backbone),
+    ``tokenizer`` cut to ``max_seq_length`` when one is given."""
+    apply_max_seq_length(tokenizer, config_kwargs.get("max_seq_length"))
+    config = ContrastiveEncoderConfig(
+        backbone=name, backbone_type="text", text_config=module.config, backbone_pretrained=pretrained, **config_kwargs
+    )
+    return encoder_class(config, backbone=module, tokenizer=tokenizer)
 
 
 # ---- sentence-transformers and transformers model objects (from_backbone(model), a trainer's model=) -----

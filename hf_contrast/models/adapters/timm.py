@@ -24,7 +24,6 @@ from hf_contrast.models.backbones import (
     timm_data_config,
 )
 from hf_contrast.models.configuration import ContrastiveEncoderConfig
-from hf_contrast.models.encode import image_batch
 from hf_contrast.models.export import export_timm
 from hf_contrast.models.inputs import check_pixel_values, check_training_batch
 from hf_contrast.models.statistics import backbone_gmacs
@@ -158,7 +157,7 @@ class TimmAdapter(BackboneAdapter):
         pixel_values = check_pixel_values(
             pixel_values,
             channels=int((encoder.data_config or {}).get("input_size", (pixel_values.shape[1],))[0]),
-            min_size=self._total_stride(encoder.backbone),
+            min_size=_total_stride(encoder.backbone, default=1),
             dtype=encoder.dtype,
             training=encoder.training,
             backbone=backbone_name,
@@ -174,15 +173,6 @@ class TimmAdapter(BackboneAdapter):
             )
         final, intermediates = backbone.forward_intermediates(pixel_values, indices=encoder.config.feature_stages)
         return backbone.forward_head(final, pre_logits=True), tuple(intermediates)
-
-    @staticmethod
-    def _total_stride(backbone: nn.Module) -> int:
-        """The timm backbone's total stride (its last stage's ``reduction``; 1 when timm does not say)."""
-        info = getattr(backbone, "feature_info", None) or []
-        try:
-            return int(info[-1]["reduction"])
-        except (IndexError, KeyError, TypeError):
-            return 1
 
     def export_native(
         self, encoder: Any, save_dir: str | os.PathLike[str], state_dict: Mapping[str, Tensor] | None
@@ -216,9 +206,6 @@ class TimmAdapter(BackboneAdapter):
         restore_non_persistent_buffers(
             encoder.backbone, config.backbone_architecture or config.backbone, config.backbone_kwargs
         )
-
-    def encode_inputs(self, encoder: Any, inputs: Any) -> tuple[list[Any], bool]:
-        return image_batch(inputs, channels=len((encoder.data_config or {}).get("mean") or (3,)))
 
     def describe(self, encoder: Any) -> tuple[str, str]:
         config = encoder.config
@@ -310,6 +297,15 @@ def _timm_license(config: Any, base_model: str | None) -> str | None:
 
 
 # ---- timm model objects (from_backbone(model), a trainer's model=) ------------------------------------
+
+
+def _total_stride(backbone: nn.Module, default: int) -> int:
+    """The timm backbone's total stride (its last stage's ``reduction``); ``default`` when timm does not say."""
+    info = getattr(backbone, "feature_info", None) or []
+    try:
+        return int(info[-1]["reduction"])
+    except (IndexError, KeyError, TypeError):
+        return default
 
 
 def _is_timm_model(obj: Any) -> bool:
@@ -418,11 +414,7 @@ def _check_timm_embedding(model: nn.Module, device: torch.device, dtype: torch.d
     built = built_input_size(model) or tuple(model.pretrained_cfg.get("input_size") or (3, 224, 224))
     channels, height, width = (int(v) for v in built)
     if not model.pretrained_cfg.get("fixed_input_size", False):  # the smallest input the model reduces to 1x1
-        info = getattr(model, "feature_info", None) or []
-        try:
-            stride = int(info[-1]["reduction"])
-        except (IndexError, KeyError, TypeError):
-            stride = 0
+        stride = _total_stride(model, default=0)
         if stride:
             height = width = min(height, max(stride, 8))
     x = torch.zeros(1, channels, height, width, device=device, dtype=dtype or torch.float32)
