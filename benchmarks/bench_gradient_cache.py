@@ -25,6 +25,7 @@ import sys
 import time
 from typing import Any
 
+import numpy as np
 import torch
 from transformers import BertConfig
 
@@ -125,7 +126,7 @@ def run_case(name: str, batch_size: int, cache: int | None, repeats: int, device
     else:
         care = name.endswith("care")
         objective = CAREObjective(n_splits=max(1, batch_size // 64)) if care else "simclr"
-        data = [{"image": None}] * 8  # not read: the step gets a fixed batch
+        data = [{"image": np.zeros((32, 32, 3), dtype=np.uint8)}] * 8  # not read: the step gets a fixed batch
         trainer = ContrastiveTrainer(model=image_model(), args=args, train_dataset=data, objective=objective)
         batch = image_batch(batch_size, device, care)
     return step(trainer, batch, repeats, device)
