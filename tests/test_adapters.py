@@ -160,6 +160,7 @@ def test_a_family_arrives_by_name_and_by_object_trains_saves_loads_and_gets_a_ca
     card = (tmp_path / "run" / "README.md").read_text(encoding="utf-8")
     assert "`tinyconv:given` backbone in its own family's format" in card
     assert "ContrastiveEncoder.from_pretrained(" in card and "(image)" in card
+    assert "**Image size:** 16 x 16 (3 channels)" in card and "**Normalisation:** mean (0.5, 0.5, 0.5)" in card
 
     loaded = ContrastiveEncoder.from_pretrained(tmp_path / "run").eval()
     trained = trainer.model.eval()

@@ -208,7 +208,8 @@ class BackboneAdapter(ABC):
     def card_facts(self, encoder: Any) -> EncoderCardFacts:
         """What the model card says about this family (library, tags, detail rows, usage snippets, base model):
         ``ContrastiveEncoder.card_facts()``, read by the card renderer. By default what the modality says: an
-        image or text feature extractor loaded with hf_contrast (the card's usage), no detail rows.
+        image or text feature extractor loaded with hf_contrast (the card's usage), with the image size and
+        normalisation of its ``data_config`` when it has one.
 
         Args:
             encoder: The encoder (duck-typed: ``config``, ``data_config``, ``model_card_data`` with the sizes
@@ -216,12 +217,20 @@ class BackboneAdapter(ABC):
         """
         image = self.modality == "image"
         task = "image-feature-extraction" if image else "feature-extraction"
+        data_config = getattr(encoder, "data_config", None) or {}
+        rows: list[tuple[str, str]] = []
+        if data_config.get("input_size"):
+            channels, height, width = data_config["input_size"]
+            rows.append(("Image size", f"{height} x {width} ({channels} channels)"))
+        if data_config.get("mean") and data_config.get("std"):
+            mean, std = (tuple(round(v, 4) for v in data_config[key]) for key in ("mean", "std"))
+            rows.append(("Normalisation", f"mean {mean}, std {std}"))
         return EncoderCardFacts(
             model_type=f"hf_contrast ContrastiveEncoder ({self.modality})",
             input_noun="image" if image else "text",
             inputs_noun="images" if image else "texts",
             backbone_library=type(encoder.backbone).__module__.split(".")[0],
-            detail_rows=(),
+            detail_rows=tuple(rows),
             embeddings_normalized=bool(getattr(encoder.config, "normalize_embeddings", False)),
             usage_template="usage_hf_contrast.md",
             library_name="hf_contrast",
