@@ -64,6 +64,13 @@ def portable_trainer_state(state: dict[str, Any], output_dir: str | os.PathLike[
     return clean
 
 
+def _portable_state_text(path: Path, output_dir: str | os.PathLike[str]) -> str:
+    """The ``trainer_state.json`` at ``path`` as :func:`portable_trainer_state` makes it, formatted as the Trainer
+    writes the file (``TrainerState.save_to_json``: two-space indent, sorted keys, a final newline)."""
+    state = portable_trainer_state(json.loads(path.read_text(encoding="utf-8")), output_dir)
+    return json.dumps(state, indent=2, sort_keys=True) + "\n"
+
+
 class HubPublishingMixin:
     """``push_to_hub``, ``create_model_card`` and checkpoint pushes of the contrastive trainers."""
 
@@ -162,11 +169,11 @@ class HubPublishingMixin:
         path = Path(self.args.output_dir) / _TRAINER_STATE_NAME
         if not path.is_file():
             return
-        state = json.loads(path.read_text(encoding="utf-8"))
-        portable = portable_trainer_state(state, self.args.output_dir)
-        if portable != state:  # written beside it, then swapped in: an interrupted rewrite leaves the file whole
+        portable = _portable_state_text(path, self.args.output_dir)
+        if portable != path.read_text(encoding="utf-8"):
+            # written beside it, then swapped in: an interrupted rewrite leaves the file whole
             staged = path.with_name(f".{_TRAINER_STATE_NAME}.tmp")
-            staged.write_text(json.dumps(portable, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+            staged.write_text(portable, encoding="utf-8")
             os.replace(staged, path)
 
     def push_to_hub(
@@ -278,7 +285,6 @@ class HubPublishingMixin:
             target = f"{path_in_repo}/{path.relative_to(folder).as_posix()}"
             content: str | bytes = str(path)
             if path.relative_to(folder).as_posix() == _TRAINER_STATE_NAME:
-                state = portable_trainer_state(json.loads(path.read_text(encoding="utf-8")), self.args.output_dir)
-                content = (json.dumps(state, indent=2, sort_keys=True) + "\n").encode("utf-8")
+                content = _portable_state_text(path, self.args.output_dir).encode("utf-8")
             operations.append(CommitOperationAdd(path_in_repo=target, path_or_fileobj=content))
         return operations
