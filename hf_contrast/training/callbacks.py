@@ -127,6 +127,7 @@ __all__ = [
     "NonFinitePolicy",
     "RunSessions",
     "ObjectiveGradients",
+    "summed_loss",
     "whole_run_loss",
 ]
 
@@ -312,6 +313,12 @@ class LossTermTracker:
 # ==================== nonfinite =======================================================================
 
 
+def summed_loss(loss: Tensor, accumulation_steps: int) -> Tensor:
+    """A micro-batch's loss as the Trainer sums it for its logs: detached, divided by the accumulation steps (no
+    division, so no kernel, for one)."""
+    return loss.detach() if accumulation_steps == 1 else loss.detach() / accumulation_steps
+
+
 class NonFinitePolicy(TrainerCallback):
     """The ``nonfinite_policy`` of one trainer (a callback: add it with ``trainer.add_callback``).
 
@@ -361,8 +368,7 @@ class NonFinitePolicy(TrainerCallback):
         the Trainer's sum stays finite; under ``"raise"`` it is returned as it is."""
         if self.policy != "skip":
             return loss
-        summed = loss.detach() if accumulation_steps == 1 else loss.detach() / accumulation_steps  # as the Trainer's
-        self.loss_terms.add_step_loss(summed)  # in the logged losses only if the step is kept
+        self.loss_terms.add_step_loss(summed_loss(loss, accumulation_steps))  # logged only if the step is kept
         return torch.where(torch.isfinite(loss), loss, torch.zeros_like(loss))
 
     def check(self, global_step: int) -> None:

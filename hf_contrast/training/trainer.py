@@ -68,6 +68,7 @@ from hf_contrast.training.callbacks import (
     ObjectiveGradients,
     RunSessions,
     add_objective_parameter_groups,
+    summed_loss,
 )
 from hf_contrast.training.checkpointing import SafeCheckpointing, first_nonfinite_tensor, run_settings
 from hf_contrast.training.checks import (
@@ -413,8 +414,7 @@ class ContrastiveTrainer(SafeCheckpointing, HubPublishingMixin, Trainer):
             # the Trainer divides the loss by it (set by its training loop; 1 for a call outside it)
             accumulation = getattr(self, "current_gradient_accumulation_steps", 1)
             loss = self.nonfinite.micro_batch_loss(loss, accumulation)
-            summed = loss.detach() if accumulation == 1 else loss.detach() / accumulation  # as the Trainer sums it
-            self.run_sessions.add_loss(summed)  # the whole-run mean of a resumed run
+            self.run_sessions.add_loss(summed_loss(loss, accumulation))  # the whole-run mean of a resumed run
         return (loss, terms) if return_outputs else loss
 
     def _start_view_batch(self, training: bool) -> None:
