@@ -93,20 +93,22 @@ class _ConvAdapter(BackboneAdapter):
         Path(save_dir).mkdir(parents=True, exist_ok=True)
 
 
-@pytest.fixture
-def conv_family(monkeypatch: pytest.MonkeyPatch) -> str:
+def _registered(monkeypatch: pytest.MonkeyPatch, name: str, adapter: type[BackboneAdapter]) -> str:
+    """``register_adapter(name, adapter)`` for one test: the registry and the config's family names are restored."""
     monkeypatch.setattr(registry, "_ADAPTERS", dict(registry._ADAPTERS))
     monkeypatch.setattr(configuration, "BACKBONE_TYPES", configuration.BACKBONE_TYPES)
-    register_adapter("tinyconv", _ConvAdapter)
-    return "tinyconv"
+    register_adapter(name, adapter)
+    return name
+
+
+@pytest.fixture
+def conv_family(monkeypatch: pytest.MonkeyPatch) -> str:
+    return _registered(monkeypatch, "tinyconv", _ConvAdapter)
 
 
 @pytest.fixture
 def flat_family(monkeypatch: pytest.MonkeyPatch) -> str:
-    monkeypatch.setattr(registry, "_ADAPTERS", dict(registry._ADAPTERS))
-    monkeypatch.setattr(configuration, "BACKBONE_TYPES", configuration.BACKBONE_TYPES)
-    register_adapter("flat", _FlatAdapter)
-    return "flat"
+    return _registered(monkeypatch, "flat", _FlatAdapter)
 
 
 def test_a_third_family_is_one_registration(flat_family: str, tmp_path: Path) -> None:
