@@ -26,7 +26,12 @@ Where the time goes: every example run reports ``host_phases_ms``, the median ho
 between public callback events (forward and backward, the optimizer, the scheduler and ``zero_grad``, the logging
 and the next batch); ``--trace FILE`` (example, plain) appends a ``torch.profiler`` summary of steps
 ``warmup + 10`` to ``warmup + 15`` (the device's kernels and their time per step, the top operations);
-``--profile FILE`` (example) writes the run's Python functions by cumulative time (``cProfile``).
+``--profile FILE`` (example) writes the run's Python functions by cumulative time (``cProfile``);
+``--host_breakdown`` (example) reports ``host_breakdown_ms``, the median host milliseconds per step inside the step's
+main functions (views and their parameter draws, encoder, loss, backward, clipping, the non-finite check, the
+callbacks, the next batch; wrapped on their classes for the run, no synchronisation), which the plain loop reports
+for its own five parts. ``views`` mode also times one batch's parameter draws (at torch's thread count and at one
+thread) and gradient norms of order 2 and ∞ over the model's parameters (host time to issue them).
 """
 
 from __future__ import annotations
@@ -34,6 +39,7 @@ from __future__ import annotations
 import argparse
 import collections
 import cProfile
+import functools
 import json
 import pstats
 import runpy
@@ -80,6 +86,7 @@ class StepClock(TrainerCallback):
         self.syncs: list[dict[str, Any]] = []
         self._where = "before the first step"
         self._caught: Any = None
+        self.timers: HostTimers | None = None  # --host_breakdown
 
     def _synchronize(self) -> None:
         if torch.cuda.is_available():
@@ -110,6 +117,8 @@ class StepClock(TrainerCallback):
             self.window = [time.perf_counter()]
         self.begins.append(time.perf_counter())
         self.phases.append({"begin": self.begins[-1]})
+        if self.timers is not None:
+            self.timers.next_step()
         if self.trace is not None:
             self.trace.at_step(state.global_step, "example")
         self._where = f"in step {state.global_step + 1}"
@@ -195,6 +204,78 @@ class StepTrace:
                 f.write(events.table(sort_by=key, row_limit=22, max_name_column_width=60) + "\n")
 
 
+class HostTimers:
+    """``--host_breakdown``: the host's milliseconds per step in named functions (inclusive; nested ones overlap),
+    no synchronisation. Each is wrapped on its class for the run (this benchmark's process only) and its time added
+    to the step it ran in; :meth:`medians` gives the median over the timed steps."""
+
+    def __init__(self) -> None:
+        self.steps: list[dict[str, float]] = []
+        self.current: dict[str, float] = collections.defaultdict(float)
+        self._saved: list[tuple[Any, str, Any]] = []
+
+    def wrap(self, owner: Any, attribute: str, name: str) -> None:
+        original = owner.__dict__[attribute]
+        current = self
+
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            start = time.perf_counter()
+            try:
+                return original(*args, **kwargs)
+            finally:
+                current.current[name] += time.perf_counter() - start
+
+        self._saved.append((owner, attribute, original))
+        setattr(owner, attribute, timed)
+
+    def next_step(self) -> None:
+        self.steps.append(dict(self.current))
+        self.current = collections.defaultdict(float)
+
+    def restore(self) -> None:
+        for owner, attribute, original in reversed(self._saved):
+            setattr(owner, attribute, original)
+        self._saved.clear()
+
+    def medians(self, warmup: int) -> dict[str, float]:
+        steps = self.steps[warmup + 1 :]
+        names = sorted({name for step in steps for name in step})
+        return {name: round(1e3 * statistics.median(step.get(name, 0.0) for step in steps), 3) for name in names}
+
+
+def example_timers() -> HostTimers:
+    """The functions of a training step whose host time ``--host_breakdown`` reports for an example run."""
+    import accelerate
+    from transformers.trainer_callback import CallbackHandler
+
+    from hf_contrast.losses.info_nce import InfoNCELoss
+    from hf_contrast.models import ContrastiveEncoder
+    from hf_contrast.training import ContrastiveTrainer
+    from hf_contrast.training.callbacks import LossTermTracker, NonFinitePolicy
+    from hf_contrast.views import BatchedSimCLRViews
+    from hf_contrast.views.cuda_graphs import CUDAGraphs
+
+    timers = HostTimers()
+    for owner, attribute, name in (
+        (transformers.Trainer, "get_batch_samples", "next batch"),
+        (transformers.Trainer, "training_step", "training_step"),
+        (ContrastiveTrainer, "compute_loss", "compute_loss"),
+        (BatchedSimCLRViews, "many", "views"),
+        (BatchedSimCLRViews, "sample", "views: parameters drawn"),
+        (CUDAGraphs, "__call__", "views: graph replay"),
+        (ContrastiveEncoder, "forward", "encoder forward"),
+        (InfoNCELoss, "forward", "loss forward"),
+        (LossTermTracker, "record", "loss terms recorded"),
+        (accelerate.Accelerator, "backward", "backward"),
+        (accelerate.Accelerator, "clip_grad_norm_", "gradient clipping"),
+        (NonFinitePolicy, "on_pre_optimizer_step", "non-finite check"),
+        (CallbackHandler, "call_event", "callback events"),
+        (torch.nn.Module, "zero_grad", "zero_grad"),
+    ):
+        timers.wrap(owner, attribute, name)
+    return timers
+
+
 def time_example(
     script: list[str],
     warmup: int,
@@ -202,10 +283,12 @@ def time_example(
     sync_debug: bool = False,
     profile: str | None = None,
     trace: str | None = None,
+    host_breakdown: bool = False,
 ) -> dict[str, Any]:
     from hf_contrast.training import ContrastiveTrainer
 
     clock = StepClock(warmup, sync_each_step, sync_debug, trace)
+    timers = clock.timers = example_timers() if host_breakdown else None
     init = ContrastiveTrainer.__init__
 
     def timed_init(self: ContrastiveTrainer, *args: Any, **kwargs: Any) -> None:
@@ -224,6 +307,8 @@ def time_example(
         if profiler is not None:
             profiler.disable()
         ContrastiveTrainer.__init__ = init  # type: ignore[method-assign]
+        if timers is not None:
+            timers.restore()
     if profiler is not None and profile:  # where the host's time goes: the run's functions by cumulative time
         with open(profile, "w") as f:
             pstats.Stats(profiler, stream=f).sort_stats("cumulative").print_stats(
@@ -240,6 +325,8 @@ def time_example(
               "wall_s": time.perf_counter() - start}  # fmt: skip
     gaps = [(b - a, step) for step, (a, b) in enumerate(zip(clock.begins, clock.begins[1:]), 1) if step > warmup]
     result["host_phases_ms"] = clock.phase_medians()
+    if timers is not None:
+        result["host_breakdown_ms"] = timers.medians(warmup)
     if gaps:  # where the time goes: the median step and the slowest ones (logging steps, epoch starts), host clock
         result["median_step_ms"] = 1e3 * statistics.median(g for g, _ in gaps)
         result["slowest_steps_ms"] = {str(step): round(1e3 * g, 1) for g, step in sorted(gaps, reverse=True)[:8]}
@@ -281,6 +368,7 @@ def time_plain(flags: argparse.Namespace) -> dict[str, Any]:
     size = flags.image_size
     views = torch.randn(2 * flags.batch_size, 3, size, size, device=device)
     stamps = []
+    parts: list[dict[str, float]] = []
     sync = device.type == "cuda"
     trace = StepTrace(flags.trace, flags.warmup) if flags.trace else None
     for step in range(flags.steps):
@@ -291,10 +379,18 @@ def time_plain(flags: argparse.Namespace) -> dict[str, Any]:
         stamps.append(time.perf_counter())
         with torch.autocast(device.type, dtype=torch.bfloat16, enabled=flags.bf16):
             z = model(pixel_values=views)["projections"]
+        marks = [time.perf_counter()]
         loss = nt_xent(*z.split(flags.batch_size))
+        marks.append(time.perf_counter())
         loss.backward()
+        marks.append(time.perf_counter())
         optimizer.step()
+        marks.append(time.perf_counter())
         optimizer.zero_grad()
+        marks.append(time.perf_counter())
+        parts.append({name: b - a for name, a, b in zip(
+            ("encoder forward", "loss forward", "backward", "optimizer step", "zero_grad"), [stamps[-1], *marks], marks
+        )})  # fmt: skip
         if sync and flags.sync_each_step:
             torch.cuda.synchronize(device)
     if sync:
@@ -305,9 +401,10 @@ def time_plain(flags: argparse.Namespace) -> dict[str, Any]:
         period = statistics.median(b - a for a, b in zip(stamps, stamps[1:]))
     else:
         period = (end - stamps[flags.warmup]) / (flags.steps - flags.warmup)
+    breakdown = {name: round(1e3 * statistics.median(p[name] for p in parts[flags.warmup :]), 3) for name in parts[0]}
     return {"model": flags.model, "small_image_stem": flags.small_image_stem, "batch_size": flags.batch_size,
             "bf16": flags.bf16, "sync_each_step": flags.sync_each_step, "period_ms": 1e3 * period,
-            "images_per_s": flags.batch_size / period}  # fmt: skip
+            "images_per_s": flags.batch_size / period, "host_breakdown_ms": breakdown}  # fmt: skip
 
 
 def time_views(flags: argparse.Namespace) -> dict[str, Any]:
@@ -336,7 +433,33 @@ def time_views(flags: argparse.Namespace) -> dict[str, Any]:
         name = "graph" if graphs else "eager"
         result[f"{name}_period_ms"] = 1e3 * (time.perf_counter() - start) / (flags.steps - flags.warmup)
         result[f"{name}_host_ms"] = 1e3 * statistics.median(host[flags.warmup :])
+    # the host's side of a step's smaller parts: one batch's two parameter draws (CPU tensors, at torch's thread
+    # count and at one thread), and a norm over the gradients of the model the example trains (each kernel's launch)
+    threads = torch.get_num_threads()
+    for count in sorted({threads, 1}):
+        torch.set_num_threads(count)
+        result[f"parameters_drawn_ms_{count}_threads"] = host_ms(
+            lambda: [views.sample(flags.batch_size, (flags.image_size,) * 2, views.generator(0)) for _ in range(2)]
+        )
+    torch.set_num_threads(threads)
+    from hf_contrast.models import ContrastiveEncoder
+
+    model = ContrastiveEncoder.from_backbone(flags.model, pretrained=False, projection_dim=128).to(device)
+    grads = [torch.ones_like(p) for p in model.parameters()]
+    for order in (2.0, float("inf")):
+        norm = functools.partial(torch.nn.utils.get_total_norm, grads, order, foreach=True)
+        result[f"gradient_norm_{order}_ms"] = host_ms(norm)
     return result
+
+
+def host_ms(fn: Any, calls: int = 50) -> float:
+    """Median host milliseconds of ``fn()`` (no synchronisation: the time to issue it)."""
+    times = []
+    for _ in range(calls):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return round(1e3 * statistics.median(times[5:]), 3)
 
 
 def main() -> None:
@@ -363,13 +486,22 @@ def main() -> None:
     )
     parser.add_argument("--trace", help="example, plain: append a torch.profiler summary of 5 steps to this file")
     parser.add_argument("--profile", help="example: write the run's functions by cumulative time (cProfile) here")
+    parser.add_argument(
+        "--host_breakdown",
+        action="store_true",
+        help="example: the median host milliseconds per step in the step's main functions (the plain loop always "
+        "reports its five parts)",
+    )
     argv = sys.argv[1:]
     script = argv[argv.index("--") + 1 :] if "--" in argv else []
     flags = parser.parse_args(argv[: argv.index("--")] if "--" in argv else argv)
     if flags.mode == "example" and not script:
         parser.error("example mode needs the script and its flags after `--`")
     if flags.mode == "example":
-        result = time_example(script, flags.warmup, flags.sync_each_step, flags.sync_debug, flags.profile, flags.trace)
+        result = time_example(
+            script, flags.warmup, flags.sync_each_step, flags.sync_debug, flags.profile, flags.trace,
+            flags.host_breakdown,
+        )  # fmt: skip
     elif flags.mode == "views":
         result = time_views(flags)
     else:

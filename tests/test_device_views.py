@@ -508,3 +508,20 @@ def test_recipe_errors_name_the_field():
             SimCLRRecipe.of(**bad)
         with pytest.raises(ValueError, match=match):
             BatchedSimCLRViews(16, MEAN, STD, **bad)
+
+
+def test_a_batch_generators_parameters_are_fixed_values():
+    """The parameters drawn from a seed are part of every run's result (and of an exact resume): a change to how
+    they are computed must leave them equal. Values drawn by the sampler as first released."""
+    views = BatchedSimCLRViews(32, (0.5,) * 3, (0.25,) * 3, seed=0)
+    p = views.sample(3, (32, 32), views.generator(5))
+    assert p.boxes.tolist() == [[19.0, 9.0, 13.0, 17.0], [13.0, 7.0, 13.0, 12.0], [1.0, 8.0, 19.0, 17.0]]
+    assert p.flip.tolist() == [True, False, False] and p.grayscale.tolist() == p.solarize.tolist() == [False] * 3
+    assert p.jitter_order.tolist() == [[1, 0, 3, 2], [1, 2, 0, 3], [2, 0, 3, 1]]
+    assert p.jitter_factors.tolist() == [
+        [1.0, 1.0, 1.0, 0.0],
+        [0.7730208633100024, 1.319103028130733, 1.1680558291901892, -0.09230444238849543],
+        [1.0, 1.0, 1.0, 0.0],
+    ]
+    assert p.blur_sigma.tolist() == [0.0, 1.8957092014639023, 0.2649698326738706]
+    assert p.blur_sigma.dtype == p.boxes.dtype == p.jitter_factors.dtype == torch.float64

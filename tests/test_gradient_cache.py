@@ -127,3 +127,54 @@ def test_batchnorm_running_statistics_move_once_per_mini_batch(tmp_path) -> None
     for name, value in expected.state_dict().items():
         if "running" in name or "num_batches_tracked" in name:
             torch.testing.assert_close(got[name], value, msg=name)
+
+
+needs_gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="autograd's device thread needs a GPU")
+
+
+def _dropout_text_encoder(tokenizer, dropout: float) -> torch.nn.Module:
+    torch.manual_seed(0)
+    model = tiny_text_encoder(tokenizer, projection_norm=None)
+    for module in model.modules():
+        if isinstance(module, torch.nn.Dropout):
+            module.p = dropout
+    return model
+
+
+@needs_gpu
+def test_cached_step_on_a_gpu_equals_the_direct_step(tmp_path) -> None:
+    """On a GPU the backward, and so the replay hook, runs in autograd's device thread, not the caller's: the
+    replay must still draw the step's CUDA dropout masks. With one mini-batch (the rows of the direct pass) the
+    cached step equals the direct one."""
+    tokenizer = tiny_tokenizer(tmp_path / "tok")
+    data = datasets.Dataset.from_dict({"text": SENTENCES})
+    grads = {}
+    for cache in (None, 16):
+        args = training_args(tmp_path, gradient_cache_size=cache, use_cpu=False)
+        trainer = ContrastiveTrainer(
+            model=_dropout_text_encoder(tokenizer, 0.3), args=args, train_dataset=data, objective="simclr"
+        )
+        batch = {k: v.cuda() for k, v in trainer.data_collator([{"text": s} for s in SENTENCES]).items()}
+        torch.manual_seed(123)
+        grads[cache] = _gradients(trainer, batch)
+    _assert_same(grads[None], grads[16])
+
+
+@needs_gpu
+def test_cached_step_on_a_gpu_replays_under_the_steps_autocast(tmp_path) -> None:
+    """A bf16 run on a GPU: the replayed passes (in autograd's device thread) run under the same bf16 autocast
+    as the step's passes without a graph."""
+    passes: list[tuple[bool, bool, torch.dtype]] = []  # (with a graph, autocast on, its dtype) of each pass
+
+    def record_pass(*_: object) -> None:
+        passes.append((torch.is_grad_enabled(), torch.is_autocast_enabled("cuda"), torch.get_autocast_dtype("cuda")))
+
+    model = _dropout_text_encoder(tiny_tokenizer(tmp_path / "tok"), 0.1)
+    model.backbone.register_forward_hook(record_pass)
+    args = training_args(tmp_path, gradient_cache_size=4, use_cpu=False, bf16=True, max_steps=1)
+    ContrastiveTrainer(
+        model=model, args=args, train_dataset=datasets.Dataset.from_dict({"text": SENTENCES}), objective="simclr"
+    ).train()
+    first = {state[1:] for state in passes if not state[0]}
+    replayed = {state[1:] for state in passes if state[0]}
+    assert first == replayed == {(True, torch.bfloat16)}, passes

@@ -27,7 +27,7 @@ from transformers import TrainerCallback
 
 from hf_contrast.objectives import CAREObjective, LOCALObjective, SimCLRObjective, get_objective
 from hf_contrast.training import ContrastiveTrainer
-from hf_contrast.training.callbacks import NonFinitePolicy
+from hf_contrast.training.callbacks import LossTermTracker, NonFinitePolicy
 from hf_contrast.training.run_setup import describe_run
 from hf_contrast.training.trainer import plan_image_cache, resolve_views_on_device, serving_options
 from hf_contrast.views import BatchedSimCLRViews, DeviceViews
@@ -218,6 +218,32 @@ def test_the_gradient_check_is_one_reduction_whatever_the_number_of_tensors(bad:
         finite = policy._gradients_finite(torch.device("cpu"))
     assert bool(finite) == (bad is None)
     assert ops.count <= 10  # the old check: 2-3 kernels per tensor (> 160)
+
+
+def test_the_gradient_check_lists_the_parameters_once_per_run_and_again_for_a_new_module() -> None:
+    """The modules are walked once per ``train()`` call (host time on every step otherwise), and again when the
+    Trainer hands over another model (wrapped, replaced): a NaN in the new model's gradients is still seen."""
+    models = [torch.nn.Linear(3, 3), torch.nn.Sequential(torch.nn.Linear(3, 3), torch.nn.Linear(3, 2))]
+    current, objective = [models[0]], torch.nn.Module()
+    policy = NonFinitePolicy("raise", LossTermTracker(), watched=lambda: (current[0], objective))
+    walks = []
+    for model in models:
+        for p in model.parameters():
+            p.grad = torch.zeros_like(p)
+        model.parameters = lambda recurse=True, model=model: walks.append(model) or nn_parameters(model, recurse)
+    assert bool(policy._gradients_finite(torch.device("cpu"))) and bool(policy._gradients_finite(torch.device("cpu")))
+    assert walks == [models[0]]  # listed once
+    current[0] = models[1]
+    models[1][1].bias.grad[0] = float("nan")
+    assert not bool(policy._gradients_finite(torch.device("cpu")))
+    assert walks == [models[0], models[1]]
+    policy.on_train_begin(None, type("State", (), {"global_step": 0})(), None)  # a new run lists them again
+    policy._gradients_finite(torch.device("cpu"))
+    assert walks == [models[0], models[1], models[1]]
+
+
+def nn_parameters(module: torch.nn.Module, recurse: bool = True):
+    return torch.nn.Module.parameters(module, recurse)
 
 
 # ------------------------------------------------------------------------------ host reads

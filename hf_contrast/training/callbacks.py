@@ -338,11 +338,13 @@ class NonFinitePolicy(TrainerCallback):
         self._log_start = (0, 0)  # (global step, skipped steps) at the last logged loss
         self._run_start = (0, 0)  # (global step, skipped steps) when this `train()` call began
         self._state_before_step: list[tuple[Tensor, Tensor]] | None = None
+        self._parameters: tuple[tuple[int, ...], list[nn.Parameter]] | None = None  # (module ids, their parameters)
 
     # ---- the Trainer's events --------------------------------------------------------------------
 
     def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         self._log_start = self._run_start = (state.global_step, self.skipped_steps)
+        self._parameters = None  # listed again at this run's first check (the modules may have changed)
         self.loss_terms.start_run()
 
     def on_pre_optimizer_step(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
@@ -421,13 +423,23 @@ class NonFinitePolicy(TrainerCallback):
         """Whether every gradient of the watched modules is finite: a device bool (no host sync), from ONE
         reduction over all of them (the largest absolute gradient, which is NaN or inf exactly when one is;
         ``torch.nn.utils.get_total_norm``'s fused per-device kernels) rather than a few kernels per tensor."""
-        grads = [p.grad for module in self.watched() for p in module.parameters() if p.grad is not None]
+        grads = [p.grad for p in self._watched_parameters() if p.grad is not None]
         if not grads:
             return torch.tensor(True, device=device)
         total_norm = getattr(torch.nn.utils, "get_total_norm", None)  # torch >= 2.6
         if total_norm is None:  # pragma: no cover - older torch: the largest |gradient| of each tensor
             return torch.isfinite(torch.stack([torch.linalg.vector_norm(g, float("inf")) for g in grads]).amax())
         return torch.isfinite(total_norm(grads, norm_type=float("inf"), foreach=True))
+
+    def _watched_parameters(self) -> list[nn.Parameter]:
+        """The watched modules' parameters, listed once per ``train()`` call and again if the Trainer replaces a
+        module (walking every module at every step is host time a GPU step waits for). Parameters are fixed by
+        then: the optimizer was built with them."""
+        modules = self.watched()
+        key = tuple(id(module) for module in modules)
+        if self._parameters is None or self._parameters[0] != key:
+            self._parameters = (key, [p for module in modules for p in module.parameters()])
+        return self._parameters[1]
 
     def _statistics_snapshot(self) -> list[tuple[Tensor, Tensor]]:
         """Copies of what a forward pass changes outside the optimizer: the model's buffers (BatchNorm running

@@ -17,6 +17,7 @@ two-sample KS and binomial tests in ``tests/test_device_views.py``), not its ran
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, fields, replace
@@ -108,10 +109,10 @@ def sample_resized_crop(
         fb_w, fb_h = int(round(height * max(ratio))), height
     else:
         fb_w, fb_h = width, height
-    w = torch.where(found, w, torch.full_like(w, fb_w))
-    h = torch.where(found, h, torch.full_like(h, fb_h))
-    top = torch.where(found, torch.floor(corner[:, 0] * (height - h + 1)), torch.full_like(h, (height - fb_h) // 2))
-    left = torch.where(found, torch.floor(corner[:, 1] * (width - w + 1)), torch.full_like(w, (width - fb_w) // 2))
+    w = torch.where(found, w, float(fb_w))
+    h = torch.where(found, h, float(fb_h))
+    top = torch.where(found, torch.floor(corner[:, 0] * (height - h + 1)), float((height - fb_h) // 2))
+    left = torch.where(found, torch.floor(corner[:, 1] * (width - w + 1)), float((width - fb_w) // 2))
     return torch.stack((top, left, h, w), dim=1)
 
 
@@ -160,11 +161,18 @@ def sample_color_jitter(
     applied = sample_bernoulli(n, p, generator)
     order = torch.rand(n, 4, generator=generator).argsort(dim=1)
     uniform = torch.rand(n, 4, generator=generator, dtype=torch.float64)
+    identity, lows, spans = _jitter_bounds(tuple(tuple(r) if r is not None else None for r in ranges))
+    return torch.where(applied.unsqueeze(1), lows + spans * uniform, identity), order
+
+
+@functools.lru_cache(maxsize=16)
+def _jitter_bounds(ranges: tuple[tuple[float, float] | None, ...]) -> tuple[Tensor, Tensor, Tensor]:
+    """The identity factors, the ranges' lows and their spans (high - low) as ``(4,)`` float64 tensors, made once
+    per ``ranges`` (drawing a batch's parameters is host work on every step; the tensors are only read)."""
     identity = torch.tensor(IDENTITY_JITTER, dtype=torch.float64)
     lows = torch.tensor([r[0] if r is not None else i for r, i in zip(ranges, IDENTITY_JITTER)], dtype=torch.float64)
     highs = torch.tensor([r[1] if r is not None else i for r, i in zip(ranges, IDENTITY_JITTER)], dtype=torch.float64)
-    factors = lows + (highs - lows) * uniform
-    return torch.where(applied.unsqueeze(1), factors, identity), order
+    return identity, lows, highs - lows
 
 
 @dataclass(frozen=True)

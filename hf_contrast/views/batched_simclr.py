@@ -189,7 +189,7 @@ class BatchedSimCLRViews:
             jitter_factors=factors,
             jitter_order=order,
             grayscale=gray,
-            blur_sigma=torch.where(blur, sigma, torch.zeros_like(sigma)),
+            blur_sigma=torch.where(blur, sigma, 0.0),
             solarize=solar,
         )
 
