@@ -35,7 +35,7 @@ Also counted, on one non-logging step of each run (after the timing, untimed):
   period (the next batch, forward, backward, optimizer step), not counting views of memory (``is_view``
   operations, ``detach``) nor the random parameters drawn on the host (``hf_contrast.views.batched_params``,
   the hue grouping), which run on the CPU wherever the model runs, nor a non-fused optimizer's step counters
-  (CPU tensors unless ``capturable``);
+  (CPU tensors unless ``capturable``), with the views in one pass and the non-finite check fused, as on a GPU;
 * host reads of tensors (``item``, ``tolist``, ``__bool__``, ``__float__``, ``__int__``, ``numpy``, ``cpu``) by
   the step, outside the same host-side parameter code: on a GPU each is a synchronisation that stalls the host.
 """
@@ -65,6 +65,7 @@ from PIL import Image
 from torch.utils._python_dispatch import TorchDispatchMode
 from transformers import PrinterCallback, TrainerCallback
 
+import hf_contrast.training.callbacks as callbacks
 import hf_contrast.views.batched_simclr as batched_simclr
 from hf_contrast.models import ContrastiveEncoder
 from hf_contrast.objectives import CAREObjective, SimCLRObjective
@@ -331,11 +332,17 @@ def main() -> None:
     one_pass = getattr(batched_simclr, "_CPU_ONE_PASS_BYTES", None)
     if one_pass is not None:
         batched_simclr._CPU_ONE_PASS_BYTES = float("inf")
+    # and the gradients' non-finite check as a GPU runs it (one fused reduction; a CPU checks each tensor: faster)
+    fused_check = getattr(callbacks, "_FUSED_CHECK_ON_CPU", None)
+    if fused_check is not None:
+        callbacks._FUSED_CHECK_ON_CPU = True
     for name in names:
         stamps = runs[name](True)
         counts[name] = {"ops": stamps.ops, "host_reads": len(stamps.reads or []), "reads": stamps.reads or []}
     if one_pass is not None:
         batched_simclr._CPU_ONE_PASS_BYTES = one_pass
+    if fused_check is not None:
+        callbacks._FUSED_CHECK_ON_CPU = fused_check
     results = {
         "device": str(device),
         "torch_threads": torch.get_num_threads(),

@@ -21,13 +21,15 @@ import numpy as np
 import pytest
 import torch
 from distributed_scripts.trainer_utils import image_dataset, training_args, vit_encoder
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from PIL import Image
 from torch.utils._python_dispatch import TorchDispatchMode
 from transformers import TrainerCallback
 
 from hf_contrast.objectives import CAREObjective, LOCALObjective, SimCLRObjective, get_objective
 from hf_contrast.training import ContrastiveTrainer
-from hf_contrast.training.callbacks import LossTermTracker, NonFinitePolicy
+from hf_contrast.training.callbacks import LossTermTracker, NonFinitePolicy, all_finite
 from hf_contrast.training.run_setup import describe_run
 from hf_contrast.training.trainer import plan_image_cache, resolve_views_on_device, serving_options
 from hf_contrast.views import BatchedSimCLRViews, DeviceViews
@@ -213,11 +215,49 @@ def test_the_gradient_check_is_one_reduction_whatever_the_number_of_tensors(bad:
         p.grad = torch.randn_like(p)
     if bad is not None:
         next(iter(model[17].parameters())).grad[1, 2] = bad
-    policy = NonFinitePolicy("raise", loss_terms=None, watched=lambda: (model, torch.nn.Module()))
+    grads = [p.grad for p in model.parameters()]
     with _Ops() as ops:
-        finite = policy._gradients_finite(torch.device("cpu"))
+        finite = all_finite(grads, torch.device("cpu"), fused=True)  # the accelerators' path
     assert bool(finite) == (bad is None)
     assert ops.count <= 10  # the old check: 2-3 kernels per tensor (> 160)
+    policy = NonFinitePolicy("raise", loss_terms=None, watched=lambda: (model, torch.nn.Module()))
+    assert bool(policy._gradients_finite(torch.device("cpu"))) == (bad is None)  # the CPU's path
+
+
+def test_a_zero_size_parameter_does_not_stop_the_gradient_check() -> None:
+    """A module with a zero-size parameter (its gradient has no element): the order-inf norm has no identity and
+    raised at the first step under the default ``nonfinite_policy``; the check now skips it, on both paths."""
+    module = torch.nn.Module()
+    module.w, module.empty = torch.nn.Parameter(torch.ones(3)), torch.nn.Parameter(torch.empty(0))
+    module.w.grad, module.empty.grad = torch.ones(3), torch.empty(0)
+    policy = NonFinitePolicy("raise", loss_terms=None, watched=lambda: (module, torch.nn.Module()))
+    assert bool(policy._gradients_finite(torch.device("cpu")))
+    assert bool(all_finite([module.w.grad, module.empty.grad], torch.device("cpu"), fused=True))
+    module.w.grad[1] = float("nan")
+    assert not bool(policy._gradients_finite(torch.device("cpu")))
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    shapes=st.lists(st.lists(st.integers(0, 4), min_size=0, max_size=3), min_size=1, max_size=6),
+    bad=st.sampled_from([None, float("nan"), float("inf"), -float("inf")]),
+    where=st.integers(0, 10**6),
+    complex_tensor=st.booleans(),
+    magnitude=st.sampled_from([1.0, 1e30, 3e38]),  # finite values whose squares overflow: still finite
+)
+def test_both_gradient_checks_say_finite_exactly_when_every_element_is(shapes, bad, where, complex_tensor, magnitude):
+    g = torch.Generator().manual_seed(where)
+    tensors = [magnitude * (2 * torch.rand(shape, generator=g) - 1) for shape in shapes]
+    if complex_tensor:
+        tensors.append(torch.complex(torch.rand(3, generator=g), torch.rand(3, generator=g)))
+    sizes = [t.numel() for t in tensors]
+    if bad is not None and sum(sizes):
+        k = where % sum(sizes)
+        index = next(i for i, _ in enumerate(sizes) if sum(sizes[: i + 1]) > k)
+        tensors[index].view(-1)[k - sum(sizes[:index])] = bad
+    expected = all(bool(torch.isfinite(t).all()) for t in tensors)
+    assert bool(all_finite(tensors, torch.device("cpu"), fused=False)) == expected
+    assert bool(all_finite(tensors, torch.device("cpu"), fused=True)) == expected
 
 
 def test_the_gradient_check_lists_the_parameters_once_per_run_and_again_for_a_new_module() -> None:
