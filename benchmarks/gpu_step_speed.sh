@@ -13,12 +13,12 @@
 # Writes to $OUT (default /tmp/gpu_step_speed): results.jsonl (one line per run), log.txt, the model card of one run,
 # trace.txt and profile_simclr.txt.
 # Runs in order of importance and skips what would not end within BUDGET seconds (default 480); RUNS picks groups
-# (default all: "tests imagenet small compile diagnostics").
+# (default all: "tests imagenet small compile compile_graphs diagnostics").
 # A smoke run on a CPU: BATCH=16 STEPS=12 PER_CLASS=20 PRECISION= SITE=none bash benchmarks/gpu_step_speed.sh
 set -uo pipefail
 OUT=${OUT:-/tmp/gpu_step_speed}
 BATCH=${BATCH:-512} STEPS=${STEPS:-100} PER_CLASS=${PER_CLASS:-1000} PRECISION=${PRECISION---bf16}
-SITE=${SITE:-/tmp/site} BUDGET=${BUDGET:-480} RUNS=${RUNS:-tests imagenet small compile diagnostics}
+SITE=${SITE:-/tmp/site} BUDGET=${BUDGET:-480} RUNS=${RUNS:-tests imagenet small compile compile_graphs diagnostics}
 want() { [[ " $RUNS " == *" $1 "* ]]; }
 mkdir -p "$OUT"
 exec > >(tee -a "$OUT/log.txt") 2>&1
@@ -94,6 +94,8 @@ fi
 if want compile; then
     run simclr_imagenet_stem_compile 170 -- examples/run_care.py --method simclr --small_image_stem false \
         --torch_compile --dataloader_drop_last --max_steps "$STEPS"
+fi
+if want compile_graphs; then
     run simclr_imagenet_stem_compile_graphs 170 -- examples/run_care.py --method simclr --small_image_stem false \
         --torch_compile --torch_compile_mode reduce-overhead --dataloader_drop_last --max_steps "$STEPS"
 fi

@@ -525,3 +525,19 @@ def test_a_batch_generators_parameters_are_fixed_values():
     ]
     assert p.blur_sigma.tolist() == [0.0, 1.8957092014639023, 0.2649698326738706]
     assert p.blur_sigma.dtype == p.boxes.dtype == p.jitter_factors.dtype == torch.float64
+
+
+@pytest.mark.parametrize(
+    ("mode", "expected"),
+    [(None, None), ("default", "default"), ("reduce-overhead", None),
+     ("max-autotune", "max-autotune-no-cudagraphs"), ("max-autotune-no-cudagraphs", "max-autotune-no-cudagraphs")],
+)  # fmt: skip
+def test_the_compiled_view_pass_leaves_out_torch_compiles_cuda_graphs(monkeypatch, mode, expected):
+    """With ``--torch_compile_mode reduce-overhead`` the view pass's output, owned by torch.compile's CUDA graphs,
+    was overwritten while the compiled model still read it (a crash at the second step on a GPU): the pass compiles
+    with the same mode less its CUDA graphs; the views keep the requested settings in their repr."""
+    seen = {}
+    monkeypatch.setattr(torch, "compile", lambda fn, **kwargs: seen.update(kwargs) or fn)
+    views = BatchedSimCLRViews(8, MEAN, STD, seed=0, compile={"backend": "inductor", "mode": mode})
+    assert seen == {"backend": "inductor", "mode": expected}
+    assert views.compile == {"backend": "inductor", "mode": mode}

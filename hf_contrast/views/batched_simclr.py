@@ -60,6 +60,13 @@ _CPU_ONE_PASS_BYTES = 2 * 2**20
 _CUDA_GRAPH_MAX_BYTES = 64 * 2**20
 
 
+def views_compile_mode(mode: str | None) -> str | None:
+    """The ``torch.compile`` mode of the view pass for a requested ``mode``: the same, without CUDA graphs (their
+    outputs are overwritten by the next replay, while a batch's views are still read by the model, itself compiled:
+    "accessing tensor output of CUDAGraphs that has been overwritten by a subsequent run")."""
+    return {"reduce-overhead": None, "max-autotune": "max-autotune-no-cudagraphs"}.get(mode, mode)
+
+
 class BatchedSimCLRViews:
     """Random SimCLR/BYOL views of a ``uint8`` (or ``[0, 1]`` float) batch, made on its device.
 
@@ -89,7 +96,10 @@ class BatchedSimCLRViews:
             instead of about 370 launches (what ``ContrastiveTrainingArguments(torch_compile=True)`` asks for
             with device views). The same views up to float rounding (the colour jitter's hue rotation is
             computed for every row in every round and kept where it applies, instead of grouping the rows on
-            the host, which would give the compiler a new shape per batch).
+            the host, which would give the compiler a new shape per batch). The views outlive the pass's next
+            call and feed another compiled module, so ``torch.compile``'s CUDA graphs (which reuse their outputs'
+            memory at the next replay) are left out of it: ``mode="reduce-overhead"`` compiles the pass with the
+            default mode and ``"max-autotune"`` as ``"max-autotune-no-cudagraphs"`` (:func:`views_compile_mode`).
         **recipe: Fields of :class:`~hf_contrast.views.SimCLRRecipe` to change (``scale``, ``ratio``,
             ``hflip_p``, ``jitter_strength``, ``jitter_p``, ``grayscale_p``, ``blur_p``,
             ``blur_kernel``, ``blur_sigma``, ``solarize_p``, ``solarize_threshold``): the defaults
@@ -129,7 +139,10 @@ class BatchedSimCLRViews:
         self.cuda_graphs = check_bool("cuda_graphs", cuda_graphs)  # "no" is a true string
         self._graphs = CUDAGraphs("Device views") if self.cuda_graphs else None
         self.compile = None if compile is None else dict(compile)
-        self._compiled = None if compile is None else torch.compile(self._static_pass, **self.compile)
+        self._compiled = None
+        if compile is not None:
+            options = {**self.compile, "mode": views_compile_mode(self.compile.get("mode"))}
+            self._compiled = torch.compile(self._static_pass, **options)
 
     @classmethod
     def from_data_config(cls, data_config: Mapping[str, Any], **kwargs: Any) -> BatchedSimCLRViews:
