@@ -159,3 +159,34 @@ def test_a_switch_that_is_not_a_bool_is_refused(tmp_path_factory, name: str, val
         ContrastiveTrainingArguments(output_dir=out, **{name: value})
     for good in (True, False):
         assert getattr(ContrastiveTrainingArguments(output_dir=out, **{name: good}), name) is good
+
+
+@settings(max_examples=25, deadline=None)
+@given(mode=st.sampled_from(["fastest", "Default", "reduce_overhead", "max-autotune ", ""]) | st.text(max_size=12))
+def test_a_compile_mode_the_inductor_does_not_know_is_refused_before_training(tmp_path_factory, mode: str) -> None:
+    """``--torch_compile_mode fastest`` trained until the model was compiled and stopped there with torch's own
+    RuntimeError traceback; now the arguments refuse what ``torch.compile`` would refuse, and only that."""
+    import torch
+
+    out = str(tmp_path_factory.mktemp("out"))
+    try:  # the reference: torch.compile's own decision, made when the wrapper is built (nothing is compiled yet)
+        torch.compile(torch.nn.Identity(), backend="inductor", mode=mode)
+        accepted = True
+    except RuntimeError as error:
+        assert "Unrecognized mode" in str(error)
+        accepted = False
+    if accepted:
+        args = ContrastiveTrainingArguments(output_dir=out, torch_compile_mode=mode)
+        assert args.torch_compile and args.torch_compile_mode == mode
+        return
+    refused = r"`torch_compile_mode` \(`--torch_compile_mode`\) must be one of .*'default'"
+    with pytest.raises(ValueError, match=refused):
+        ContrastiveTrainingArguments(output_dir=out, torch_compile_mode=mode)
+
+
+def test_every_inductor_mode_is_accepted_and_another_backend_keeps_its_own(tmp_path: Path) -> None:
+    out = str(tmp_path)
+    for mode in ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"):
+        assert ContrastiveTrainingArguments(output_dir=out, torch_compile_mode=mode).torch_compile_mode == mode
+    args = ContrastiveTrainingArguments(output_dir=out, torch_compile_backend="eager", torch_compile_mode="x")
+    assert args.torch_compile_mode == "x"  # not inductor's: torch passes it to that backend

@@ -482,9 +482,8 @@ class NonFinitePolicy(TrainerCallback):
         if bool(finite):  # the one host sync per step of the "skip" policy
             self.loss_terms.commit()
             return
-        for module in self.watched():
-            for p in module.parameters():
-                p.grad = None
+        for p in self._watched_parameters():
+            p.grad = None
         with torch.no_grad():
             for tensor, saved in self._state_before_step or []:
                 tensor.copy_(saved)
