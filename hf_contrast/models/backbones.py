@@ -12,7 +12,7 @@ from typing import Any
 import timm
 import torch
 from torch import nn
-from transformers import AutoConfig, AutoModel, AutoTokenizer, PretrainedConfig, PreTrainedModel
+from transformers import AutoConfig, AutoModel, AutoTokenizer, PreTrainedModel
 
 from hf_contrast.errors import InputError, MissingPathError
 from hf_contrast.hub_ids import is_hub_repo_id
@@ -28,7 +28,6 @@ __all__ = [
     "timm_data_config",
     "built_input_size",
     "load_text_backbone",
-    "build_text_backbone",
     "restore_non_persistent_buffers",
 ]
 
@@ -378,18 +377,6 @@ def load_text_backbone(name: str, pretrained: bool = True, **hub_kwargs: Any) ->
         )
         tokenizer = None
     return model, tokenizer
-
-
-def build_text_backbone(text_config: PretrainedConfig) -> PreTrainedModel:
-    """Build a transformers text encoder with random weights from its config (``AutoModel.from_config``).
-
-    Args:
-        text_config: The backbone's config (e.g. a ``BertConfig``).
-
-    Returns:
-        The model.
-    """
-    return AutoModel.from_config(text_config)
 
 
 def restore_non_persistent_buffers(backbone: nn.Module, architecture: str, backbone_kwargs: dict[str, Any]) -> None:

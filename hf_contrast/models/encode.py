@@ -87,15 +87,13 @@ def image_batch(inputs: Any, channels: int) -> tuple[list[Any], bool]:
     """
     if _is_single_image(inputs):
         return [_checked_image("inputs", inputs, channels)], True
-    if isinstance(inputs, (Tensor, np.ndarray)):
-        if inputs.ndim != 4:
-            raise InputError(
-                f"`inputs` is an array of shape {tuple(inputs.shape)}; an image encoder takes one image "
-                f"(not rank {inputs.ndim}), a (C, H, W) / (H, W) tensor or an (H, W, C) / (H, W) NumPy array, or a "
-                "batch: an (N, C, H, W) tensor, an (N, H, W, C) NumPy array, or a list of images."
-            )
-        return [_checked_image(f"inputs[{i}]", image, channels) for i, image in enumerate(inputs)], False
-    if isinstance(inputs, Sequence) and not isinstance(inputs, (str, bytes)):
+    if isinstance(inputs, (Tensor, np.ndarray)) and inputs.ndim != 4:
+        raise InputError(
+            f"`inputs` is an array of shape {tuple(inputs.shape)}; an image encoder takes one image "
+            f"(not rank {inputs.ndim}), a (C, H, W) / (H, W) tensor or an (H, W, C) / (H, W) NumPy array, or a "
+            "batch: an (N, C, H, W) tensor, an (N, H, W, C) NumPy array, or a list of images."
+        )
+    if isinstance(inputs, (Tensor, np.ndarray, Sequence)) and not isinstance(inputs, (str, bytes)):
         return [_checked_image(f"inputs[{i}]", image, channels) for i, image in enumerate(inputs)], False
     raise InputTypeError(
         f"`inputs` is a {type(inputs).__name__}; an image encoder takes an image ({_IMAGE_KINDS}) or a list of them, "

@@ -26,7 +26,7 @@ from hf_contrast.errors import InputError, InputTypeError
 from hf_contrast.models.adapters.registry import adapter_for_instance
 from hf_contrast.models.configuration import ContrastiveEncoderConfig
 
-__all__ = ["ACCEPTED_BACKBONES", "as_encoder", "encoder_from_instance", "is_backbone_instance"]
+__all__ = ["ACCEPTED_BACKBONES", "as_encoder", "encoder_from_instance"]
 
 logger = logging.getLogger(__name__)
 
@@ -41,11 +41,6 @@ ACCEPTED_BACKBONES = (
 def _is_encoder(obj: Any) -> bool:
     """Whether ``obj`` is a ``ContrastiveEncoder`` (told by its config: this module does not import the model)."""
     return isinstance(obj, PreTrainedModel) and isinstance(getattr(obj, "config", None), ContrastiveEncoderConfig)
-
-
-def is_backbone_instance(obj: Any) -> bool:
-    """Whether ``obj`` is a model object :func:`encoder_from_instance` wraps (not a ``ContrastiveEncoder``)."""
-    return not _is_encoder(obj) and adapter_for_instance(obj) is not None
 
 
 def encoder_from_instance(
@@ -171,7 +166,7 @@ def as_encoder(model: Any, encoder_class: type) -> Any:
     """
     if model is None or _is_encoder(model):
         return model
-    if is_backbone_instance(model):
+    if adapter_for_instance(model) is not None:  # a model object a registered family wraps
         return encoder_from_instance(encoder_class, model)
     if not isinstance(model, nn.Module):
         hint = " Build the encoder first: `ContrastiveEncoder.from_backbone(name)`." if isinstance(model, str) else ""

@@ -19,10 +19,10 @@ from typing import Any
 import torch
 from safetensors import SafetensorError
 from torch import nn
-from transformers.utils import cached_file
 
-from hf_contrast.errors import InputError, MissingPathError
+from hf_contrast.errors import InputError, InputTypeError, MissingPathError
 from hf_contrast.hub import CARD_DATA_FILE, CARD_DATA_VERSION, load_card_data
+from hf_contrast.hub.layout import find_saved_file
 from hf_contrast.hub_ids import is_hub_repo_id
 from hf_contrast.models.configuration import ContrastiveEncoderConfig
 from hf_contrast.models.export import HUB_SUBFOLDER
@@ -40,22 +40,12 @@ __all__ = [
 _FIX_SAVE = "pass the folder that `save_pretrained` / `trainer.save_model` wrote (or a checkpoint-* folder)"
 
 
-def _lookup(path: str | os.PathLike[str], filename: str, subfolder: str, hub_kwargs: Mapping[str, Any]) -> str | None:
-    options = dict(
-        hub_kwargs, _raise_exceptions_for_missing_entries=False, _raise_exceptions_for_connection_errors=False
-    )
-    try:
-        return cached_file(path, filename, subfolder=subfolder, **options)
-    except Exception:  # an unreachable Hub: from_pretrained reports it with its own error
-        return None
-
-
 def read_saved_json(
     path: str | os.PathLike[str], filename: str, subfolder: str, hub_kwargs: Mapping[str, Any]
 ) -> tuple[Any, str]:
     """``(content, location)`` of a JSON file of a save (``content`` is ``None`` if it is absent or unreadable:
     ``from_pretrained`` reports an unreadable config with its own error)."""
-    found = _lookup(path, filename, subfolder, hub_kwargs)
+    found = find_saved_file(path, filename, subfolder, hub_kwargs)
     location = os.path.join(os.fspath(path), subfolder, filename)
     if found is None:
         return None, location
@@ -97,8 +87,6 @@ def check_source(path: str | os.PathLike[str]) -> None:
         InputTypeError: if ``path`` is not a string or ``os.PathLike``.
         MissingPathError: if ``path`` is a file, or not a folder and cannot be a Hub repository id.
     """
-    from hf_contrast.errors import InputTypeError
-
     if not isinstance(path, (str, os.PathLike)) or not isinstance(os.fspath(path), str):
         raise InputTypeError(
             f"`{_ARGUMENT}` must be a folder path or a Hub repository id (a str or pathlib.Path), got "
@@ -168,7 +156,7 @@ def encoder_subfolder(path: str | os.PathLike[str], hub_kwargs: Mapping[str, Any
         MissingPathError: (an ``OSError``) if the root ``config.json`` belongs to another model (timm's or a text
             backbone's export) and ``hf_contrast/config.json`` is missing: the save is incomplete.
     """
-    root = _lookup(path, "config.json", "", hub_kwargs)
+    root = find_saved_file(path, "config.json", "", hub_kwargs)
     model_type = None
     if root is not None:
         try:
@@ -178,7 +166,7 @@ def encoder_subfolder(path: str | os.PathLike[str], hub_kwargs: Mapping[str, Any
             return ""  # let from_pretrained report the unreadable config
         if model_type == ContrastiveEncoderConfig.model_type:
             return ""
-    if _lookup(path, "config.json", HUB_SUBFOLDER, hub_kwargs) is not None:
+    if find_saved_file(path, "config.json", HUB_SUBFOLDER, hub_kwargs) is not None:
         return HUB_SUBFOLDER
     if root is not None:
         location = os.path.join(os.fspath(path), HUB_SUBFOLDER, "config.json")
@@ -196,7 +184,7 @@ def encoder_subfolder(path: str | os.PathLike[str], hub_kwargs: Mapping[str, Any
 
 def weights_location(path: str | os.PathLike[str], subfolder: str, hub_kwargs: Mapping[str, Any]) -> str:
     """The weights file that ``from_pretrained`` reads (its cached copy for a Hub id), or the folder if sharded."""
-    found = _lookup(path, "model.safetensors", subfolder, hub_kwargs)
+    found = find_saved_file(path, "model.safetensors", subfolder, hub_kwargs)
     return found if found is not None else os.path.join(os.fspath(path), subfolder)
 
 
@@ -294,20 +282,8 @@ def load_encoder(
     check_loaded_weights(
         model, loading_info, weights_location(pretrained_model_name_or_path, kwargs["subfolder"], hub_kwargs)
     )
-    card_data = _load_card_data(pretrained_model_name_or_path, kwargs["subfolder"], hub_kwargs)
-    if card_data is not None:
-        model.model_card_data = card_data
+    card_file = find_saved_file(pretrained_model_name_or_path, CARD_DATA_FILE, kwargs["subfolder"], hub_kwargs)
+    if card_file is not None:  # an older save has none
+        model.model_card_data = load_card_data(card_file)
     model.adapter.after_load(model, pretrained_model_name_or_path, kwargs["subfolder"], hub_kwargs)
     return (model, loading_info) if output_loading_info else model
-
-
-def _load_card_data(path: str | os.PathLike[str], subfolder: str, hub_kwargs: dict[str, Any]) -> Any:
-    """The card data saved beside the encoder (``model_card.json``), or ``None`` (an older save has none)."""
-    options = dict(
-        hub_kwargs, _raise_exceptions_for_missing_entries=False, _raise_exceptions_for_connection_errors=False
-    )
-    try:
-        found = cached_file(path, CARD_DATA_FILE, subfolder=subfolder, **options)
-    except (OSError, ValueError):
-        return None
-    return load_card_data(found) if found is not None else None

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from hf_contrast.errors import InputError
+from hf_contrast.hub.layout import find_saved_file
 
 from .configuration import POOLINGS
 
@@ -65,16 +66,8 @@ def _module_kind(entry: dict[str, Any]) -> str:
 
 
 def _read_json(name: str, filename: str, hub_kwargs: dict[str, Any]) -> Any:
-    from transformers.utils import cached_file
-
-    options = dict(
-        hub_kwargs, _raise_exceptions_for_missing_entries=False, _raise_exceptions_for_connection_errors=False
-    )
     folder, _, base = filename.rpartition("/")
-    try:
-        path = cached_file(name, base, subfolder=folder, **options)
-    except (OSError, ValueError):
-        return None
+    path = find_saved_file(name, base, folder, hub_kwargs)
     if path is None:
         return None
     with open(path, encoding="utf-8") as handle:

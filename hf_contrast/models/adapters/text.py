@@ -10,13 +10,13 @@ from typing import Any, ClassVar
 
 import torch.nn.functional as F
 from torch import Tensor, nn
-from transformers import AutoTokenizer, PretrainedConfig, PreTrainedModel
-from transformers.utils import cached_file
+from transformers import AutoModel, AutoTokenizer, PretrainedConfig, PreTrainedModel
 
 from hf_contrast.errors import InputError
 from hf_contrast.hub import EncoderCardFacts, get_model_card_data
+from hf_contrast.hub.layout import find_saved_file
 from hf_contrast.models.adapters.base import BackboneAdapter
-from hf_contrast.models.backbones import build_text_backbone, load_text_backbone
+from hf_contrast.models.backbones import load_text_backbone
 from hf_contrast.models.configuration import ContrastiveEncoderConfig
 from hf_contrast.models.encode import text_batch
 from hf_contrast.models.export import export_sentence_transformers, text_max_seq_length
@@ -115,7 +115,7 @@ class TransformersTextAdapter(BackboneAdapter):
                     "A text encoder needs `backbone` (a Hub id or local path, see `from_backbone`) or "
                     "`text_config` in its config to build the backbone."
                 )
-            backbone = build_text_backbone(config.text_config)
+            backbone = AutoModel.from_config(config.text_config)
         return backbone, int(backbone.config.hidden_size)
 
     def features(
@@ -251,13 +251,10 @@ def _load_tokenizer(
     ``BertConfig``) lets ``AutoTokenizer`` match the saved tokenizer class to its model type; from the
     encoder's own config transformers 5.0 falls back to a generic ``TokenizersBackend`` without the
     backbone's ``model_input_names`` (no ``token_type_ids`` for BERT)."""
-    options = dict(
-        hub_kwargs, _raise_exceptions_for_missing_entries=False, _raise_exceptions_for_connection_errors=False
-    )
+    if find_saved_file(path, "tokenizer_config.json", subfolder, hub_kwargs) is None:
+        return None
+    config = {"config": text_config} if text_config is not None else {}
     try:
-        if cached_file(path, "tokenizer_config.json", subfolder=subfolder, **options) is None:
-            return None
-        config = {"config": text_config} if text_config is not None else {}
         return AutoTokenizer.from_pretrained(path, subfolder=subfolder, **hub_kwargs, **config)
     except (OSError, ValueError) as error:
         logger.warning("The tokenizer saved with the encoder at %s could not be loaded: %s", path, error)
