@@ -186,7 +186,12 @@ class ContrastiveTrainingArguments(TrainingArguments):
             self.accelerator_config = {"non_blocking": True}
         super().__post_init__()
         _check_trackers_installed(self.report_to)
-        _check_compile_mode(self.torch_compile_mode, self.torch_compile_backend)
+        if self.torch_compile_mode and self.torch_compile_backend == "inductor":  # "" is torch's default too
+            # an unknown mode stopped training at the first compile with torch's traceback; the modes are those
+            # torch.compile's docstring lists (another backend takes its own)
+            from torch._inductor import list_mode_options
+
+            check_choice("torch_compile_mode", self.torch_compile_mode, tuple(list_mode_options()))
 
 
 #: Trackers whose availability ``transformers.integrations.get_available_reporting_integrations`` reports.
@@ -206,21 +211,6 @@ def _check_trackers_installed(report_to: Any) -> None:
         raise InputError(
             f"`report_to` (`--report_to`) names {missing}, not installed here: `pip install {' '.join(missing)}`, or "
             "pass `--report_to none` (or another tracker that is installed)."
-        )
-
-
-def _check_compile_mode(mode: str | None, backend: str | None) -> None:
-    """``--torch_compile_mode fastest`` failed at the first step with torch's own traceback; the inductor backend's
-    modes are the ones ``torch.compile``'s docstring lists through ``torch._inductor.list_mode_options``."""
-    if not mode or backend != "inductor":  # "" is the default to torch; another backend takes its own modes
-        return
-    from torch._inductor import list_mode_options
-
-    modes = tuple(list_mode_options())
-    if mode not in modes:
-        raise InputError(
-            f"`torch_compile_mode` (`--torch_compile_mode`) must be one of {modes} for the inductor backend, got "
-            f"{mode!r}; or leave it unset for the default."
         )
 
 
