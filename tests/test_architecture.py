@@ -218,6 +218,7 @@ def test_lazy_loaders_only_where_import_time_needs_them() -> None:
 # the two equal.
 LAYERS = (
     "errors",
+    "moved_modules",
     "tensor_checks",
     "seeding",
     "distributed",
@@ -229,10 +230,11 @@ LAYERS = (
     "hub",
     "metrics",
     "views",
-    "evaluation",
+    "encoding",
     "models",
     "objectives",
     "training",
+    "evaluation",
     "plots",
 )
 # Top-level modules that belong to another entry's layer (none today: the model card lives in hub/).
@@ -539,6 +541,42 @@ def test_the_training_room_is_eight_modules_and_the_old_paths_still_import() -> 
         from hf_contrast.training.callbacks import LossTermTracker  # the new path: no warning
 
     assert LossTermTracker is training.callbacks.LossTermTracker
+
+
+def test_the_evaluation_helpers_below_the_models_import_from_their_old_paths_with_a_warning() -> None:
+    """Issue 30: ``encode_dataset`` (with what it reads of a model) sits below the models, ``EmbeddingMetrics`` and
+    its warnings in ``metrics`` (below the objectives that choose it), so that ``evaluation`` is above ``training``;
+    the old module paths give the very same objects, with a FutureWarning naming the new module, and the package
+    path (``from hf_contrast.evaluation import EmbeddingMetrics``) without one."""
+    import importlib
+    import warnings
+
+    import hf_contrast.encoding.encode
+    import hf_contrast.encoding.model_access
+    import hf_contrast.metrics.collapse
+    import hf_contrast.metrics.embedding_metrics
+    import hf_contrast.metrics.failures
+
+    moved = {
+        "encode": ("encode_dataset", hf_contrast.encoding.encode, True),
+        "model_access": ("eval_mode", hf_contrast.encoding.model_access, False),
+        "embedding_metrics": ("EmbeddingMetrics", hf_contrast.metrics.embedding_metrics, True),
+        "collapse": ("RepresentationCollapseWarning", hf_contrast.metrics.collapse, True),
+        "failures": ("metrics_or_nan", hf_contrast.metrics.failures, False),
+    }
+    for old, (name, new, exported) in moved.items():
+        module = importlib.import_module(f"hf_contrast.evaluation.{old}")
+        said = rf"^hf_contrast\.evaluation\.{old} is now part of {re.escape(new.__name__)}: import `{name}` from there"
+        said += r" \(or from hf_contrast\.evaluation\)\.$" if exported else r"\.$"
+        with pytest.warns(FutureWarning, match=said):
+            value = getattr(module, name)
+        assert value is getattr(new, name)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        from hf_contrast.evaluation import EmbeddingMetrics, encode_dataset
+
+    assert EmbeddingMetrics is hf_contrast.metrics.embedding_metrics.EmbeddingMetrics
+    assert encode_dataset is hf_contrast.encoding.encode.encode_dataset
 
 
 def test_a_renamed_callback_still_imports_with_a_warning() -> None:

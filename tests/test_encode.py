@@ -23,7 +23,7 @@ from distributed_scripts.trainer_utils import training_args
 from PIL import Image
 from transformers import BertForSequenceClassification, BertModel
 
-from hf_contrast.evaluation.encode import encode_texts
+from hf_contrast.encoding import encode_texts
 from hf_contrast.models import ContrastiveEncoder
 from hf_contrast.training import SimCLRTrainer
 

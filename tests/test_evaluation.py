@@ -137,7 +137,7 @@ def test_embedding_metrics_collapse_warning_fires_only_on_collapse(caplog: pytes
     g = torch.Generator().manual_seed(0)
     collapsed = torch.ones(64, 8) + 0.01 * torch.randn(64, 8, generator=g)
     metrics = EmbeddingMetrics(progress=False)
-    with caplog.at_level(logging.WARNING, logger="hf_contrast.evaluation.collapse"):
+    with caplog.at_level(logging.WARNING, logger="hf_contrast.metrics.collapse"):
         with pytest.warns(
             RepresentationCollapseWarning,
             match=r"mean pairwise cosine .* > 0\.95.*learning rate.*temperature.*BatchNorm",

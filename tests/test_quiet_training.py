@@ -66,6 +66,6 @@ def test_the_package_loggers_follow_the_trainers_log_level(tmp_path) -> None:
         SupConTrainer(
             model=vit_encoder(), args=training_args(tmp_path, log_level="info"), train_dataset=image_dataset()
         )
-        assert logging.getLogger("hf_contrast.evaluation.embedding_metrics").isEnabledFor(logging.INFO)
+        assert logging.getLogger("hf_contrast.metrics.embedding_metrics").isEnabledFor(logging.INFO)
     finally:
         package.setLevel(previous)

@@ -10,20 +10,28 @@
   :class:`EquivarianceEvaluator`, :class:`SequentialEvaluator`, base :class:`Evaluator`. A metric that
   cannot be computed is reported as NaN with an :class:`EvaluationFailedWarning` (once per cause): it
   never ends a training run.
-- :func:`encode_dataset` — embed a dataset with a model; :func:`balanced_subset` /
-  :func:`balanced_split` — seeded class-balanced rows (defined in :mod:`hf_contrast.data.sampling`).
+- :func:`encode_dataset` — embed a dataset with a model (defined in :mod:`hf_contrast.encoding`, below the models,
+  which ``ContrastiveEncoder.encode`` uses); :func:`balanced_subset` / :func:`balanced_split` — seeded
+  class-balanced rows (defined in :mod:`hf_contrast.data.sampling`).
+
+``EmbeddingMetrics`` and the two warnings are defined in :mod:`hf_contrast.metrics` (the trainer's default
+``compute_metrics``: below the objectives that choose it); this package is above the training layer, where the data
+ends up. Their old modules (``hf_contrast.evaluation.encode``, ``.model_access``, ``.embedding_metrics``,
+``.collapse``, ``.failures``) still import, with a ``FutureWarning`` naming the new place.
 """
 
 from __future__ import annotations
 
 from ..data.sampling import balanced_split, balanced_subset
-from .collapse import RepresentationCollapseWarning, collapse_message
+from ..encoding import encode, encode_dataset, model_access
+from ..metrics import collapse, embedding_metrics, failures
+from ..metrics.collapse import RepresentationCollapseWarning, collapse_message
+from ..metrics.embedding_metrics import EmbeddingMetrics
+from ..metrics.failures import EvaluationFailedWarning
+from ..moved_modules import register_moved_modules
 from .embedding_evaluator import EmbeddingEvaluator
-from .embedding_metrics import EmbeddingMetrics
-from .encode import encode_dataset
 from .equivariance import EquivarianceEvaluator
 from .evaluator import Evaluator, SequentialEvaluator
-from .failures import EvaluationFailedWarning
 from .probe_evaluator import ProbeEvaluator
 from .sts import STSEvaluator
 
@@ -42,3 +50,15 @@ __all__ = [
     "EvaluationFailedWarning",
     "collapse_message",
 ]
+
+
+# ---- modules that moved below the models and the objectives: their old paths import, with a FutureWarning ----
+
+_MOVED_MODULES = {
+    "encode": encode,
+    "model_access": model_access,
+    "embedding_metrics": embedding_metrics,
+    "collapse": collapse,
+    "failures": failures,
+}
+register_moved_modules(__name__, _MOVED_MODULES, also=__name__)

@@ -9,8 +9,8 @@ from torch import Tensor, nn
 
 from hf_contrast.errors import InputError
 
-from .embedding_metrics import EmbeddingMetrics
-from .encode import encode_dataset
+from ..encoding import encode_dataset
+from ..metrics.embedding_metrics import EmbeddingMetrics
 from .evaluator import Evaluator
 
 __all__ = ["EmbeddingEvaluator"]

@@ -13,11 +13,11 @@ from torch import Tensor, nn
 from hf_contrast.errors import InputError
 
 from ..data.sampling import sample_rows
+from ..encoding.model_access import model_device, model_output, to_device
 from ..metrics import relative_rotational_equivariance, wahba_error
 from ..seeding import seeded_cpu_rng
 from ..tensor_checks import check_choice, check_int
 from .evaluator import Evaluator
-from .model_access import model_device, model_output, to_device
 
 __all__ = ["EquivarianceEvaluator"]
 

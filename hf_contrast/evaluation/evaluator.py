@@ -14,8 +14,8 @@ from torch import nn
 
 from hf_contrast.errors import InputError, InputTypeError
 
-from .failures import metrics_or_nan
-from .model_access import eval_mode
+from ..encoding.model_access import eval_mode
+from ..metrics.failures import metrics_or_nan
 
 __all__ = ["Evaluator", "SequentialEvaluator"]
 

@@ -10,6 +10,7 @@ from torch import Tensor, nn
 
 from hf_contrast.errors import InputError
 
+from ..encoding import encode_dataset
 from ..metrics.probes import (
     PROBE_METRICS,
     UnseenClassWarning,
@@ -18,7 +19,6 @@ from ..metrics.probes import (
     unseen_message,
 )
 from ..tensor_checks import check_choice, check_int, check_positive
-from .encode import encode_dataset
 from .evaluator import Evaluator
 
 __all__ = ["ProbeEvaluator"]

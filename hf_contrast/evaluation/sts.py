@@ -18,8 +18,8 @@ from torch import nn
 
 from hf_contrast.errors import InputError, InputTypeError
 
+from ..encoding import encode_texts
 from ..tensor_checks import check_int, check_name
-from .encode import encode_texts
 from .evaluator import Evaluator
 
 __all__ = ["STSEvaluator"]

@@ -1,6 +1,6 @@
 """``ContrastiveEncoder.encode``: sentences or images in, embeddings out, as ``SentenceTransformer.encode``.
 
-The batching and the forward pass are :func:`hf_contrast.evaluation.encode_dataset`'s (eval mode, no
+The batching and the forward pass are :func:`hf_contrast.encoding.encode_dataset`'s (eval mode, no
 gradient, the model's own preprocessing); this module only decides what the user's inputs are (one
 input or a batch), and shapes the result the way sentence-transformers does.
 
@@ -160,7 +160,7 @@ def encode(
             are invalid.
     """
     from hf_contrast.data.decode import BadImageError
-    from hf_contrast.evaluation.encode import encode_dataset
+    from hf_contrast.encoding import encode_dataset
 
     if output not in _OUTPUTS:
         raise InputError(f"`output` must be one of {_OUTPUTS}, got {output!r}.")

@@ -30,7 +30,7 @@ from torch import Tensor, nn
 
 from hf_contrast.errors import InputError
 
-from ..evaluation import EmbeddingMetrics
+from ..metrics.embedding_metrics import EmbeddingMetrics
 from .config import ObjectiveConfig
 
 if TYPE_CHECKING:

@@ -16,10 +16,7 @@ them.
 
 from __future__ import annotations
 
-import sys
-import types
-import warnings
-
+from ..moved_modules import register_moved_modules
 from . import callbacks, checkpointing, checks, cli, run_setup, trainer
 from .arguments import NONFINITE_POLICIES, ContrastiveTrainingArguments
 from .callbacks import NonFiniteLossError
@@ -107,29 +104,4 @@ _MOVED_MODULES = {
 }
 
 
-class _MovedModule(types.ModuleType):
-    """``hf_contrast.training.<old>``: every attribute read (``from … import name``) or write is the new module's,
-    with a ``FutureWarning`` naming where it is now."""
-
-    def __init__(self, old: str, new: types.ModuleType) -> None:
-        super().__init__(f"{__name__}.{old}", new.__doc__)
-        object.__setattr__(self, "_new", new)
-
-    def __getattr__(self, name: str) -> object:
-        new = object.__getattribute__(self, "_new")
-        if name.startswith("__"):  # the import system's own lookups (`__path__`, `__spec__`): no warning
-            return getattr(new, name)
-        warnings.warn(
-            f"{self.__name__} is now part of {new.__name__}: import `{name}` from there (or from {__name__}).",
-            FutureWarning,
-            stacklevel=2,
-        )
-        return getattr(new, name)
-
-    def __setattr__(self, name: str, value: object) -> None:
-        setattr(object.__getattribute__(self, "_new"), name, value)
-
-
-for _old, _new in _MOVED_MODULES.items():
-    sys.modules[f"{__name__}.{_old}"] = _MovedModule(_old, _new)
-del _old, _new
+register_moved_modules(__name__, _MOVED_MODULES, also=__name__)

@@ -17,7 +17,7 @@ from ..progress import progress_enabled
 from ..tensor_checks import check_choice, check_int
 from .model_access import eval_mode, model_device, model_output, to_device, unwrap_model
 
-__all__ = ["encode_dataset"]
+__all__ = ["encode_dataset", "encode_texts"]
 
 _NO_VALUE = object()
 

@@ -20,20 +20,13 @@ from transformers.utils import logging
 from hf_contrast.errors import InputError
 
 from ..data.sampling import balanced_split, sample_rows
-from ..metrics import (
-    alignment,
-    class_orthogonality,
-    effective_rank,
-    knn_accuracy,
-    linear_probe_accuracy,
-    mean_cosine,
-    uniformity,
-)
-from ..metrics.inputs import as_embeddings, as_labels, as_pair
 from ..progress import progress_enabled
 from ..tensor_checks import check_int, check_temperature
 from .collapse import warn_if_collapsed
 from .failures import metrics_or_nan
+from .geometry import alignment, class_orthogonality, effective_rank, mean_cosine, uniformity
+from .inputs import as_embeddings, as_labels, as_pair
+from .probes import knn_accuracy, linear_probe_accuracy
 
 __all__ = ["EmbeddingMetrics"]
 
