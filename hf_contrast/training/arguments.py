@@ -186,9 +186,10 @@ class ContrastiveTrainingArguments(TrainingArguments):
             self.accelerator_config = {"non_blocking": True}
         super().__post_init__()
         _check_trackers_installed(self.report_to)
-        if self.torch_compile_mode and self.torch_compile_backend == "inductor":  # "" is torch's default too
+        if self.torch_compile_mode is not None and self.torch_compile_backend == "inductor":
             # an unknown mode stopped training at the first compile with torch's traceback; the modes are those
-            # torch.compile's docstring lists (another backend takes its own)
+            # torch.compile's docstring lists (another backend takes its own); "" too is refused (torch 2.6 refuses
+            # it, later releases read it as the default)
             from torch._inductor import list_mode_options
 
             check_choice("torch_compile_mode", self.torch_compile_mode, tuple(list_mode_options()))
