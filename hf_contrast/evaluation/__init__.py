@@ -23,8 +23,12 @@ ends up. Their old modules (``hf_contrast.evaluation.encode``, ``.model_access``
 from __future__ import annotations
 
 from ..data.sampling import balanced_split, balanced_subset
-from ..encoding import encode, encode_dataset, model_access
-from ..metrics import collapse, embedding_metrics, failures
+from ..encoding import encode as _encode
+from ..encoding import encode_dataset
+from ..encoding import model_access as _model_access
+from ..metrics import collapse as _collapse
+from ..metrics import embedding_metrics as _embedding_metrics
+from ..metrics import failures as _failures
 from ..metrics.collapse import RepresentationCollapseWarning, collapse_message
 from ..metrics.embedding_metrics import EmbeddingMetrics
 from ..metrics.failures import EvaluationFailedWarning
@@ -55,10 +59,11 @@ __all__ = [
 # ---- modules that moved below the models and the objectives: their old paths import, with a FutureWarning ----
 
 _MOVED_MODULES = {
-    "encode": encode,
-    "model_access": model_access,
-    "embedding_metrics": embedding_metrics,
-    "collapse": collapse,
-    "failures": failures,
+    "encode": _encode,
+    "model_access": _model_access,
+    "embedding_metrics": _embedding_metrics,
+    "collapse": _collapse,
+    "failures": _failures,
 }
 register_moved_modules(__name__, _MOVED_MODULES, also=__name__)
+del _encode, _model_access, _embedding_metrics, _collapse, _failures  # the old names are the warning proxies
