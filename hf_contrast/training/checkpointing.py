@@ -81,7 +81,7 @@ from transformers.utils import logging
 
 from hf_contrast.errors import InputError
 from hf_contrast.models.export import HUB_SUBFOLDER
-from hf_contrast.training.callbacks import NonFiniteLossError
+from hf_contrast.training.callbacks import NonFiniteLossError, all_finite
 
 __all__ = [
     "changed_settings",
@@ -130,17 +130,15 @@ def sanitized_training_args(args: Any) -> Any:
 def first_nonfinite_tensor(module: nn.Module) -> str | None:
     """The name of the first parameter or floating buffer of ``module`` holding NaN/inf, else ``None``.
 
-    One host sync for the whole module when everything is finite.
+    One check for the whole module (:func:`~hf_contrast.training.callbacks.all_finite`) and one host sync when
+    everything is finite; the tensors are searched one by one only when something is not.
     """
     tensors = [(name, t) for name, t in module.named_parameters()]
     tensors += [(name, t) for name, t in module.named_buffers() if t.is_floating_point()]
-    tensors = [(name, t) for name, t in tensors if t.numel() and t.device.type != "meta"]
-    if not tensors:
+    tensors = [(name, t.detach()) for name, t in tensors if t.numel() and t.device.type != "meta"]
+    if not tensors or bool(all_finite([t for _, t in tensors], tensors[0][1].device)):
         return None
-    flags = torch.stack([torch.isfinite(t.detach()).all().to(tensors[0][1].device) for _, t in tensors])
-    if bool(flags.all()):
-        return None
-    return tensors[int((~flags).nonzero()[0])][0]
+    return next(name for name, t in tensors if not bool(torch.isfinite(t).all()))
 
 
 def _encoder_state_dict(subfolder: Path) -> dict[str, torch.Tensor]:
