@@ -70,7 +70,7 @@ plain() {  # plain-loop flags
 #    imported is the installed wheel, with its model-card templates): the CUDA graphs, the gradient cache's replay in
 #    autograd's device thread; the device views alone
 if want tests && [ "$SITE" != none ]; then
-    (cd tests && python3 -m pytest -q -p no:cacheprovider test_cuda_graphs.py test_gradient_cache.py 2>&1 | tail -15)
+    (cd tests && python3 -m pytest -q -p no:cacheprovider views/test_cuda_graphs.py training/test_gradient_cache.py 2>&1 | tail -15)
 fi
 want tests && { timeout 60 $BENCH views --json "$RESULTS" --batch_size "$BATCH" --steps 60 || echo "views failed"; }
 # 1. the floor and the example, ImageNet stem (the view pass replayed from a CUDA graph); the throughput over steps

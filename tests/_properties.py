@@ -1,4 +1,4 @@
-"""Shared pieces of the property-based suite (``tests/test_properties_*.py``): the one assertion and the strategies.
+"""Shared pieces of the property-based suite (``tests/**/test_properties_*.py``): the one assertion and the strategies.
 
 The property every public entry point must have: for any input, the call either returns a valid
 result (the caller's ``check`` says what valid is: shape, finite values, a range) or raises one of

@@ -1,9 +1,9 @@
 """Test-suite set-up: nothing may reach the Hugging Face Hub (it is unreachable on CI), and the hypothesis profiles.
 
-The property-based tests (``tests/test_properties_*.py``, and every other ``@given``) run under the
+The property-based tests (``tests/**/test_properties_*.py``, and every other ``@given``) run under the
 hypothesis profile named by ``HYPOTHESIS_PROFILE``: ``ci`` by default (few examples, derandomized so a
 run is reproducible, no example database written), ``dev`` for a long local search
-(``HYPOTHESIS_PROFILE=dev pytest tests/test_properties_losses.py``; docs/development.md).
+(``HYPOTHESIS_PROFILE=dev pytest tests/losses/test_properties_losses.py``; docs/development.md).
 """
 
 from __future__ import annotations

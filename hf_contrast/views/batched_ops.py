@@ -3,7 +3,7 @@
 Each op takes a float batch ``(B, C, H, W)`` with values in ``[0, 1]`` (``C`` = 1 or 3) on any device
 and per-sample parameter tensors of length ``B`` on the same device, and equals the matching
 ``torchvision.transforms.v2.functional`` op applied to each sample on its own (float inputs; the
-tolerances are in ``tests/test_device_views.py``):
+tolerances are in ``tests/views/test_device_views.py``):
 
 =====================================  =========================================================
 this module                            torchvision.transforms.v2.functional, per sample

@@ -3,7 +3,7 @@
 Every sampler draws a fixed number of values from an explicit CPU ``torch.Generator`` whatever the
 outcome, so the parameters depend only on the generator's seed and the batch size (resume stays
 exact). The draws reproduce the *distributions* of ``torchvision.transforms.v2`` (tested with
-two-sample KS and binomial tests in ``tests/test_device_views.py``), not its random stream:
+two-sample KS and binomial tests in ``tests/views/test_device_views.py``), not its random stream:
 
 * :func:`sample_resized_crop` -- ``v2.RandomResizedCrop.make_params``: up to 10 tries of an area
   fraction ``U(scale)`` and a log-uniform aspect ratio, ``w = round(sqrt(A r))``, ``h =

@@ -15,7 +15,7 @@ grayscale → Gaussian blur → solarisation → normalisation; the parameters a
 
 Differences from the per-sample ``uint8`` pipeline: colour maths run in float32 without rounding
 to ``uint8`` after each step (torchvision rounds after each op on ``uint8`` images: the views differ
-by about 1.3/255 on average and 6/255 at most, ``tests/test_device_views.py``), and resampling is
+by about 1.3/255 on average and 6/255 at most, ``tests/views/test_device_views.py``), and resampling is
 always bilinear (antialiased by default, as there).
 """
 

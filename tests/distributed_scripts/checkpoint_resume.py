@@ -1,6 +1,6 @@
 """2 processes: a run killed while rank 0 writes a checkpoint resumes exactly, from the newest complete one.
 
-Launched by ``tests/test_resume_distributed.py`` as::
+Launched by ``tests/distributed/test_resume_distributed.py`` as::
 
     accelerate launch --multi_gpu --num_processes 2 checkpoint_resume.py OUT_DIR PHASE
 

@@ -1,7 +1,8 @@
 """SimCLR, CARE, SupCon (image) and SimCSE (text) with ``gather_distributed=True``, under DDP and FSDP in the same
 processes, and SimCLR through ``Trainer.train`` under the engine a launcher configured.
 
-Launched by ``tests/test_fsdp_distributed.py`` and ``tests/test_launch_configs_distributed.py`` as::
+Launched by ``tests/distributed/test_fsdp_distributed.py`` and
+``tests/distributed/test_launch_configs_distributed.py`` as::
 
     torchrun --nproc_per_node 2 engine_train.py OUT_DIR TAG [METHOD ...]
     accelerate launch --config_file examples/accelerate_configs/<config>.yaml engine_train.py OUT_DIR TAG --trainer

@@ -1,9 +1,9 @@
 """One leg of the soak test: SimCLR on tiny data, a checkpoint every ``--save_steps``, resumed from the newest
 complete checkpoint when one exists (``train(resume_from_checkpoint=True)``, the public route).
 
-Launched by ``tests/test_soak.py`` as a plain process (or by ``torchrun`` with 2 processes) that the test kills
-with SIGKILL at random moments. Prints ``RSS <step> <bytes>`` after every checkpoint so the test can follow the
-resident memory, and writes ``final.safetensors`` (the encoder's parameters) when training ends.
+Launched by ``tests/distributed/test_soak.py`` as a plain process (or by ``torchrun`` with 2 processes) that the
+test kills with SIGKILL at random moments. Prints ``RSS <step> <bytes>`` after every checkpoint so the test can
+follow the resident memory, and writes ``final.safetensors`` (the encoder's parameters) when training ends.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Rank script for ``tests/test_tiled.py``: tiled losses with ``gather_distributed=True``.
+"""Rank script for ``tests/losses/test_tiled.py``: tiled losses with ``gather_distributed=True``.
 
 Launch (2 CPU processes, gloo):
     python -m torch.distributed.run --nproc_per_node 2 --master_port PORT tiled_losses.py OUT_DIR TILE

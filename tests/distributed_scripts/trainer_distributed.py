@@ -1,6 +1,6 @@
 """CARETrainer / OCLTrainer with ``gather_distributed=True``: 2 processes vs one on the global batch.
 
-Launched by ``tests/test_trainer_distributed.py`` as::
+Launched by ``tests/distributed/test_trainer_distributed.py`` as::
 
     accelerate launch --multi_gpu --num_processes 2 trainer_distributed.py OUT_DIR
 

@@ -14,7 +14,7 @@ from hf_contrast.losses.local import LOCALLoss, inverse_frequency_weights, pair_
 from hf_contrast.objectives import LOCALObjective
 from hf_contrast.training import LOCALTrainer
 
-sys.path.insert(0, str(Path(__file__).parent))
+sys.path.insert(0, str(Path(__file__).parents[1]))
 from _tiny import tiny_text_encoder, tiny_timm_encoder  # noqa: E402
 
 

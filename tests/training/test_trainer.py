@@ -84,7 +84,7 @@ def test_arguments_reject_bad_values_naming_the_field(tmp_path, field: str, valu
 
 
 def test_method_hyperparameters_are_not_training_arguments(tmp_path) -> None:
-    """They moved to the objectives' configs (see tests/test_objectives.py)."""
+    """They moved to the objectives' configs (see tests/objectives/test_objectives.py)."""
     with pytest.raises(TypeError, match="care_weight"):
         ContrastiveTrainingArguments(output_dir=str(tmp_path), care_weight=0.1)
 

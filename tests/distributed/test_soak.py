@@ -2,7 +2,7 @@
 with ``resume_from_checkpoint=True`` after each kill; the final weights must equal an uninterrupted run's, no
 leftover of an interrupted save may remain, and the resident memory must stay flat.
 
-Run with ``pytest -m slow tests/test_soak.py -s`` (it prints the kill moments and the memory growth).
+Run with ``pytest -m slow tests/distributed/test_soak.py -s`` (it prints the kill moments and the memory growth).
 """
 
 from __future__ import annotations
@@ -18,14 +18,14 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-SCRIPT = Path(__file__).parent / "distributed_scripts" / "soak_run.py"
+SCRIPT = Path(__file__).parents[1] / "distributed_scripts" / "soak_run.py"
 MAX_STEPS, SAVE_STEPS = 2000, 50
 
 pytestmark = pytest.mark.slow
 
 
 def _env() -> dict[str, str]:
-    root = str(Path(__file__).resolve().parents[1])
+    root = str(Path(__file__).resolve().parents[2])
     return {
         **os.environ,
         "PYTHONPATH": os.pathsep.join([root, os.environ.get("PYTHONPATH", "")]),

@@ -18,7 +18,7 @@ from hf_contrast.models import ContrastiveEncoder, ContrastiveEncoderConfig, con
 from hf_contrast.models.adapters import BackboneAdapter, TimmAdapter, TransformersTextAdapter, registry
 from hf_contrast.models.adapters.registry import adapter_class, register_adapter
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 class _FlatAdapter(BackboneAdapter):

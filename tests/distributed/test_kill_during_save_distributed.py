@@ -20,14 +20,14 @@ import torch
 from _launch import free_port, trainer_resumes_across_processes_on_cpu
 from safetensors.torch import load_file
 
-SCRIPT = Path(__file__).parent / "distributed_scripts" / "soak_run.py"
+SCRIPT = Path(__file__).parents[1] / "distributed_scripts" / "soak_run.py"
 MAX_STEPS, SAVE_STEPS = 40, 10
 
 pytestmark = pytest.mark.distributed
 
 
 def _launch(output_dir: Path, log, *extra: str) -> subprocess.Popen:
-    root = str(Path(__file__).resolve().parents[1])
+    root = str(Path(__file__).resolve().parents[2])
     command = [
         sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2",
         "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no",

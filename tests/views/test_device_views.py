@@ -325,7 +325,7 @@ def test_the_pass_a_cuda_graph_replays_makes_the_eager_views(channels):
     """On CUDA the views of small images are replayed from a CUDA graph of ``_static_pass``: every parameter unpacked
     on the device and the hue rotation computed for every row (no host-side grouping, whose sizes change per
     batch). That pass, run here without a graph, makes the eager views: per-sample, chunk-shared, several in one
-    call (``repeats``). The graph itself is tested on a GPU (tests/test_cuda_graphs.py)."""
+    call (``repeats``). The graph itself is tested on a GPU (tests/views/test_cuda_graphs.py)."""
     mean, std = MEAN[:channels], STD[:channels]
     views = BatchedSimCLRViews(16, mean, std, seed=0, blur_p=0.5, solarize_p=0.5)
     x = _uint8_images(b=12)[:, :channels]

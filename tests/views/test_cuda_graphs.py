@@ -1,7 +1,7 @@
 """CUDA graphs of the device views (hf_contrast.views.cuda_graphs): the same values as eager, captured once per shape.
 
 All but the calls that must run eagerly need a GPU (skipped on CI's CPUs; benchmarks/gpu_step_speed.sh runs them on
-one). The pass a graph replays is compared with the eager views on the CPU in tests/test_device_views.py.
+one). The pass a graph replays is compared with the eager views on the CPU in tests/views/test_device_views.py.
 """
 
 from __future__ import annotations

@@ -18,7 +18,7 @@ from hf_contrast.losses import CARELoss, InfoNCELoss
 from hf_contrast.objectives import CAREObjective, CustomPairObjective, available_objectives, build_objective
 from hf_contrast.training import CARETrainer, ContrastiveTrainer, ContrastiveTrainingArguments
 
-sys.path.insert(0, str(Path(__file__).parent))
+sys.path.insert(0, str(Path(__file__).parents[1]))
 from _tiny import tiny_timm_encoder  # noqa: E402
 
 #: The Trainer's default evaluation batch size, read from the arguments class (8 in transformers).

@@ -35,7 +35,7 @@ from hf_contrast.training.trainer import plan_image_cache, resolve_views_on_devi
 from hf_contrast.views import BatchedSimCLRViews, DeviceViews
 from hf_contrast.views.image_views import ImageViews
 
-sys.path.insert(0, str(Path(__file__).parent))
+sys.path.insert(0, str(Path(__file__).parents[1]))
 from _tiny import tiny_text_encoder  # noqa: E402
 
 

@@ -25,9 +25,9 @@ import pytest
 import torch
 from _launch import free_port, load_script
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 CONFIGS = ROOT / "examples" / "accelerate_configs"
-SCRIPT = Path(__file__).parent / "distributed_scripts" / "engine_train.py"
+SCRIPT = Path(__file__).parents[1] / "distributed_scripts" / "engine_train.py"
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
 
 pytestmark = pytest.mark.distributed

@@ -37,7 +37,7 @@ def test_matches_reference_loop(temperature: float, normalize: bool) -> None:
     assert got.item() == pytest.approx(reference_info_nce(z1, z2, temperature, normalize), rel=1e-10)
 
 
-@pytest.mark.parametrize("batch", [2, 5, 16])  # B = 1 has no negative: an error (tests/test_bad_inputs.py)
+@pytest.mark.parametrize("batch", [2, 5, 16])  # B = 1 has no negative: an error (tests/training/test_bad_inputs.py)
 def test_all_equal_similarities_give_log_2b_minus_1(batch: int) -> None:
     z = torch.randn(1, 7).expand(batch, 7)
     assert info_nce_loss(z, z, temperature=0.3).item() == pytest.approx(math.log(2 * batch - 1), rel=1e-6)

@@ -12,7 +12,7 @@ import pytest
 import torch
 from _launch import free_port, trainer_resumes_across_processes_on_cpu
 
-SCRIPT = Path(__file__).parent / "distributed_scripts" / "checkpoint_resume.py"
+SCRIPT = Path(__file__).parents[1] / "distributed_scripts" / "checkpoint_resume.py"
 
 pytestmark = [pytest.mark.distributed, pytest.mark.slow]  # three 2-process launches: about 100 s on 2 CPU cores
 

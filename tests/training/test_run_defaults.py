@@ -291,7 +291,7 @@ def test_a_launch_asked_for_two_processes_that_starts_one_is_said(tmp_path) -> N
     command = [
         sys.executable, "-m", "accelerate.commands.launch", "--cpu", "--num_processes", "2", "--num_machines", "1",
         "--mixed_precision", "no", "--dynamo_backend", "no", "--main_process_port", str(free_port()), str(script),
-        str(Path(__file__).parent), str(tmp_path / "run"),
+        str(Path(__file__).parents[1]), str(tmp_path / "run"),
     ]  # fmt: skip
     done = subprocess.run(
         command, capture_output=True, text=True, timeout=240, env={**os.environ, "OMP_NUM_THREADS": "1"}

@@ -35,7 +35,7 @@ import pytest
 import torch
 from _launch import free_port, load_script
 
-SCRIPT = Path(__file__).parent / "distributed_scripts" / "engine_train.py"
+SCRIPT = Path(__file__).parents[1] / "distributed_scripts" / "engine_train.py"
 WORLD_SIZE = 2
 FSDP_ENGINES = ("fsdp2", "fsdp1")  # torch's fully_shard; FullyShardedDataParallel, the fallback at torch 2.6
 

@@ -20,7 +20,7 @@ from hf_contrast.training import CARETrainer, ContrastiveTrainingArguments, LOCA
 from hf_contrast.training.checkpointing import CONTRASTIVE_STATE_NAME
 from hf_contrast.views import BatchedSimCLRViews, ChunkSharedDeviceViews, DeviceViews, ImageViewCollator
 
-sys.path.insert(0, str(Path(__file__).parent))
+sys.path.insert(0, str(Path(__file__).parents[1]))
 from _tiny import tiny_text_encoder  # noqa: E402
 
 

@@ -28,7 +28,7 @@ from hf_contrast.models import ContrastiveEncoder, ContrastiveEncoderConfig
 from hf_contrast.models.stems import SMALL_IMAGE_STEM, has_small_image_stem
 from hf_contrast.training import notice_small_image_stem
 
-EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 
 def _small(backbone: str = TIMM_TEST_BACKBONE, **options: Any) -> ContrastiveEncoder:

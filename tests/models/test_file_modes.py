@@ -12,7 +12,7 @@ import pytest
 
 from hf_contrast.hub.staging import staged_directory
 
-sys.path.insert(0, str(Path(__file__).parent))
+sys.path.insert(0, str(Path(__file__).parents[1]))
 from _tiny import tiny_timm_encoder  # noqa: E402
 
 

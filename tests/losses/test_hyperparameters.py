@@ -39,7 +39,7 @@ from hf_contrast.tensor_checks import (
     check_unit_interval,
 )
 
-PACKAGE = Path(__file__).resolve().parents[1] / "hf_contrast"
+PACKAGE = Path(__file__).resolve().parents[2] / "hf_contrast"
 VOCABULARY = PACKAGE / "tensor_checks.py"
 
 # Names of the vocabulary: defined in tensor_checks.py and nowhere else.

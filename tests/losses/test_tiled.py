@@ -245,7 +245,7 @@ def test_modules_pass_tile_size() -> None:
 # --------------------------------------------------------------------------------------------
 # 2 real processes (gloo): tiled + gather_distributed equals dense, and one process on the batch
 # --------------------------------------------------------------------------------------------
-SCRIPT = Path(__file__).parent / "distributed_scripts" / "tiled_losses.py"
+SCRIPT = Path(__file__).parents[1] / "distributed_scripts" / "tiled_losses.py"
 
 
 @pytest.mark.distributed

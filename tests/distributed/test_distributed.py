@@ -17,7 +17,7 @@ import pytest
 import torch
 from _launch import free_port, load_script
 
-SCRIPT = Path(__file__).parent / "distributed_scripts" / "gather_losses.py"
+SCRIPT = Path(__file__).parents[1] / "distributed_scripts" / "gather_losses.py"
 WORLD_SIZE = 2
 
 pytestmark = pytest.mark.distributed
