@@ -147,7 +147,7 @@ def inverse_frequency_weights(class_counts: Sequence[int] | Tensor) -> Tensor:
         Weights. Shape: ``(K,)``, float32, mean 1.
 
     Raises:
-        ValueError: if there are fewer than 2 classes or a count is not positive.
+        ValueError: if there are fewer than 2 classes or a count is not positive and finite.
 
     >>> inverse_frequency_weights([3, 1])
     tensor([0.5000, 1.5000])
@@ -166,7 +166,14 @@ def inverse_frequency_weights(class_counts: Sequence[int] | Tensor) -> Tensor:
             f"`class_counts` must be positive for every class (1/frequency weights); classes {empty} have no samples."
         )
     weights = 1.0 / counts
-    return (weights / weights.mean()).float()
+    weights = weights / weights.mean()
+    # an infinite count (its weight would be 0), or one so small that 1/count overflows
+    if not bool(torch.isfinite(torch.cat([counts, weights])).all()):
+        raise InputError(
+            f"`class_counts` must be finite numbers of samples with finite 1/frequency weights, got "
+            f"{counts.tolist()}. Pass the number of training samples of each class."
+        )
+    return weights.float()
 
 
 def local_alpha(epoch: float, schedule: str = "inverse_epoch", alpha: float = 1.0) -> float:

@@ -70,6 +70,19 @@ def test_inverse_frequency_weights() -> None:
         inverse_frequency_weights([3, 0])
     with pytest.raises(ValueError, match=">= 2 classes"):
         inverse_frequency_weights([3])
+    # proportions give the same weights as counts
+    torch.testing.assert_close(inverse_frequency_weights([0.5, 0.25, 0.05]), w)
+
+
+@pytest.mark.parametrize(
+    "counts",
+    [[1.0, math.inf], [math.inf] * 3, torch.full((3,), math.inf, dtype=torch.float16), [1e-320, 1.0]],
+    ids=["one-infinite", "all-infinite", "float16-infinite", "subnormal"],
+)
+def test_inverse_frequency_weights_refuse_counts_without_finite_weights(counts: list[float]) -> None:
+    # an infinite count gave its class a weight of 0 (all infinite: NaN weights); a subnormal one an infinite weight
+    with pytest.raises(ValueError, match="`class_counts` must be finite numbers of samples"):
+        inverse_frequency_weights(counts)
 
 
 def test_local_alpha_schedules() -> None:
