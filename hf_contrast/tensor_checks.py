@@ -22,7 +22,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from hf_contrast.errors import InputError
+from hf_contrast.errors import InputError, InputTypeError
 
 __all__ = [
     "check_embeddings",
@@ -39,6 +39,7 @@ __all__ = [
     "check_name",
     "check_range",
     "check_size",
+    "check_device",
     "check_finite_values",
     "check_index_range",
     "check_finite_result",
@@ -315,6 +316,34 @@ def check_range(name: str, value: object, low: float, high: float) -> tuple[floa
         shown = tuple(value) if isinstance(value, Sequence) and not isinstance(value, str) else value
         raise InputError(f"`{name}` must be a pair (lo, hi) with {low} < lo <= hi <= {high}, got {shown!r}.")
     return float(value[0]), float(value[1])  # type: ignore[index]
+
+
+def check_device(name: str, value: object) -> torch.device:
+    """Check that ``value`` names a device this machine has (``"cpu"``, ``"cuda"``, ``"cuda:1"``, a
+    ``torch.device`` or an index) and return it as a ``torch.device``: an accelerator that is absent, or an index
+    past the last one, is named here rather than by the first copy to it."""
+    try:
+        device = torch.device(value)  # type: ignore[arg-type]
+    except (TypeError, RuntimeError, ValueError) as error:
+        raise InputTypeError(
+            f"`{name}`={value!r} is not a device ({error}); pass e.g. 'cpu', 'cuda', 'cuda:1' or a torch.device."
+        ) from None
+    if device.type in ("cpu", "meta"):
+        return device
+    backend = getattr(torch, device.type, None)
+    is_available = getattr(backend, "is_available", None)
+    if callable(is_available) and not is_available():
+        raise InputError(
+            f"`{name}`={value!r}: this machine has no {device.type} device (torch.{device.type}.is_available() is "
+            "False); pass 'cpu', or run where the device is."
+        )
+    device_count = getattr(backend, "device_count", None)
+    if device.index is not None and callable(device_count) and device.index >= device_count():
+        raise InputError(
+            f"`{name}`={value!r}: this machine has {device_count()} {device.type} device(s), indices 0 to "
+            f"{device_count() - 1}; pass one of them."
+        )
+    return device
 
 
 def check_size(name: str, size: object) -> tuple[int, int]:

@@ -97,7 +97,8 @@ def test_one_sentence_encodes_to_one_vector(text_encoder: ContrastiveEncoder) ->
 @FEW
 @given(inputs=IMAGE_INPUTS)
 def test_image_encode(image_encoder: ContrastiveEncoder, inputs: Any) -> None:
-    n = len(inputs) if isinstance(inputs, (list, torch.Tensor)) and getattr(inputs, "ndim", 4) == 4 else 1
+    # a list or a (N, C, H, W) batch gives N rows; one image given alone ((C, H, W) or (H, W)) one vector
+    n = len(inputs) if isinstance(inputs, list) or getattr(inputs, "ndim", None) == 4 else None
     assert_package_error_or_result(
         lambda: image_encoder.encode(inputs, show_progress_bar=False),
         ("inputs", "images", "pixel_values"),

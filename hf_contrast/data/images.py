@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from hf_contrast.errors import InputError
+from hf_contrast.tensor_checks import check_name
 
 from .columns import rename_to_canonical
 from .folder_layout import IMAGE_SUFFIXES, SPLIT_FOLDERS, image_files_by_split
@@ -142,6 +143,7 @@ def load_image_dataset(
             missing or not an image column (the error lists the columns).
         ConnectionError: if a Hub id cannot be reached (the message suggests a local folder).
     """
+    check_name("split", split, what="split name (e.g. 'train'), or None for every split", allow_none=True)
     loaded, is_local = read_image_source("path_or_id", path_or_id, label_column is not None, load_kwargs)
     source = os.fspath(path_or_id)
     name_dataset(loaded, source, dataset_name)

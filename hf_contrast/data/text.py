@@ -242,6 +242,7 @@ def _load_text(
 ) -> Any:
     import datasets
 
+    check_name("split", split, what="split name (e.g. 'train'), or None for every split", allow_none=True)
     what = "text file (CSV, TSV, JSON, JSONL, parquet, txt)"
     is_local, where = resolve_source(argument, path_or_id, what)
     source = os.fspath(path_or_id)
@@ -314,6 +315,7 @@ def load_sts_pairs(
         ("score_column", score_column),
     ):
         check_name(name, value)
+    check_name("split", split, what="split name (e.g. 'train'): the pairs are one split")
     columns = [sentence1_column, sentence2_column, score_column]
     if len(set(columns)) != 3:
         raise InputError(f"The sentence and score columns must be three different columns, got {columns}.")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 import warnings
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -14,10 +15,10 @@ from tqdm.auto import tqdm
 from hf_contrast.errors import InputError
 
 from ..progress import progress_enabled
-from ..tensor_checks import check_choice, check_int
+from ..tensor_checks import check_choice, check_device, check_int, check_name
 from .model_access import eval_mode, model_device, model_output, to_device, unwrap_model
 
-__all__ = ["encode_dataset", "encode_texts"]
+__all__ = ["encode_dataset", "encode_texts", "check_encode_options"]
 
 _NO_VALUE = object()
 
@@ -106,6 +107,52 @@ def _stack(transform: Callable[[Any], Tensor]) -> Callable[[list[Any]], dict[str
     return collate
 
 
+def check_encode_options(
+    *,
+    collate_fn: Callable[[list[Any]], Mapping[str, Any]] | None = None,
+    transform: Callable[[Any], Tensor] | None = None,
+    input_column: str | None = None,
+    label_column: str | None = "label",
+    batch_size: int = 64,
+    output: str = "embeddings",
+    max_length: int | None = None,
+    on_bad_image: str = "raise",
+    **others: Any,
+) -> dict[str, Any]:
+    """Check :func:`encode_dataset`'s options (``others``, e.g. ``progress``, pass through unchecked) and return
+    them as its keyword arguments. An evaluator calls it when it is built, so that a bad option is said before
+    training rather than at the first evaluation.
+
+    Raises:
+        ValueError: naming the option, e.g. both ``collate_fn`` and ``transform``, a ``batch_size`` below 1, an
+            ``output`` or a column that is not a name.
+    """
+    if collate_fn is not None and transform is not None:
+        raise InputError(
+            "Pass either `collate_fn` (rows -> model inputs) or `transform` (one image -> tensor), not both."
+        )
+    for name, function in (("collate_fn", collate_fn), ("transform", transform)):
+        if function is not None and not callable(function):
+            raise InputError(f"`{name}` must be callable or None, got {type(function).__name__}.")
+    check_name("input_column", input_column, allow_none=True)
+    check_name("label_column", label_column, allow_none=True)
+    check_int("batch_size", batch_size, 1, sys.maxsize)  # a DataLoader takes no larger batch
+    check_name("output", output, what="model output name ('embeddings' or 'projections')")
+    check_int("max_length", max_length, 1, allow_none=True)
+    check_choice("on_bad_image", on_bad_image, ("raise", "skip"))
+    return {
+        "collate_fn": collate_fn,
+        "transform": transform,
+        "input_column": input_column,
+        "label_column": label_column,
+        "batch_size": batch_size,
+        "output": output,
+        "max_length": max_length,
+        "on_bad_image": on_bad_image,
+        **others,
+    }
+
+
 def encode_dataset(
     model: nn.Module,
     dataset: Any,
@@ -164,12 +211,16 @@ def encode_dataset(
         ValueError: on an empty dataset, both ``collate_fn`` and ``transform``, inputs the model
             cannot take, labels on some rows only, or a missing ``output``.
     """
-    if collate_fn is not None and transform is not None:
-        raise InputError(
-            "Pass either `collate_fn` (rows -> model inputs) or `transform` (one image -> tensor), not both."
-        )
-    check_int("batch_size", batch_size, 1)
-    check_choice("on_bad_image", on_bad_image, ("raise", "skip"))
+    check_encode_options(
+        collate_fn=collate_fn,
+        transform=transform,
+        input_column=input_column,
+        label_column=label_column,
+        batch_size=batch_size,
+        output=output,
+        max_length=max_length,
+        on_bad_image=on_bad_image,
+    )
     if transform is not None:
         make_inputs, column = _stack(transform), input_column or "image"
     elif collate_fn is None:
@@ -179,7 +230,7 @@ def encode_dataset(
     is_images = transform is not None or (
         collate_fn is None and getattr(unwrap_model(model), "tokenizer", None) is None
     )
-    target = torch.device(device) if device is not None else model_device(model)
+    target = check_device("device", device) if device is not None else model_device(model)
     loader = DataLoader(dataset, batch_size=batch_size, collate_fn=list, shuffle=False)
     try:
         total = len(loader)

@@ -9,7 +9,7 @@ from torch import Tensor, nn
 
 from hf_contrast.errors import InputError
 
-from ..encoding import encode_dataset
+from ..encoding import check_encode_options, encode_dataset
 from ..metrics.embedding_metrics import EmbeddingMetrics
 from .evaluator import Evaluator
 
@@ -68,16 +68,16 @@ class EmbeddingEvaluator(Evaluator):
             raise InputError(f"`metrics` must be an EmbeddingMetrics instance, got {type(metrics).__name__}.")
         self.dataset = dataset
         self.metrics = metrics if metrics is not None else EmbeddingMetrics(progress=progress)
-        self.encode_kwargs: dict[str, Any] = {
-            "collate_fn": collate_fn,
-            "transform": transform,
-            "input_column": input_column,
-            "label_column": label_column,
-            "batch_size": batch_size,
-            "output": output,
-            "max_length": max_length,
-            "progress": progress,
-        }
+        self.encode_kwargs: dict[str, Any] = check_encode_options(
+            collate_fn=collate_fn,
+            transform=transform,
+            input_column=input_column,
+            label_column=label_column,
+            batch_size=batch_size,
+            output=output,
+            max_length=max_length,
+            progress=progress,
+        )
 
     def compute(self, model: nn.Module) -> dict[str, float]:
         embeddings, labels = encode_dataset(model, self.dataset, **self.encode_kwargs)

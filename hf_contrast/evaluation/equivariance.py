@@ -16,7 +16,7 @@ from ..data.sampling import sample_rows
 from ..encoding.model_access import model_device, model_output, to_device
 from ..metrics import relative_rotational_equivariance, wahba_error
 from ..seeding import seeded_cpu_rng
-from ..tensor_checks import check_choice, check_int
+from ..tensor_checks import check_bool, check_choice, check_int, check_name
 from .evaluator import Evaluator
 
 __all__ = ["EquivarianceEvaluator"]
@@ -112,6 +112,7 @@ class EquivarianceEvaluator(Evaluator):
             raise InputError(f"`batch` needs at least 2 samples for the pairwise metrics, got {self.n}.")
         if not callable(augment):
             raise InputError(f"`augment` must be callable (x -> augmented x), got {type(augment).__name__}.")
+        check_name("augment_key", augment_key, what="key of `batch` (the input to augment)", allow_none=True)
         if augment_key is not None and augment_key not in self.batch:
             raise InputError(
                 f"`augment_key` {augment_key!r} is not a key of `batch` ({sorted(self.batch)}); "
@@ -119,7 +120,9 @@ class EquivarianceEvaluator(Evaluator):
             )
         check_int("num_augmentations", num_augmentations, 1)
         self.augment, self.augment_key, self.num_augmentations = augment, augment_key, num_augmentations
-        self.output, self.normalize, self.seed = output, normalize, seed
+        self.output = check_name("output", output, what="model output name (e.g. 'projections')")
+        self.normalize = check_bool("normalize", normalize)
+        self.seed = check_int("seed", seed, 0)
         self.history: list[dict[str, float]] = []
         self._calls = 0
         #: The dataset the batch was drawn from (set by :meth:`from_image_dataset`); model cards name it.

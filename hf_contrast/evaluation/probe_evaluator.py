@@ -10,7 +10,7 @@ from torch import Tensor, nn
 
 from hf_contrast.errors import InputError
 
-from ..encoding import encode_dataset
+from ..encoding import check_encode_options, encode_dataset
 from ..metrics.probes import (
     PROBE_METRICS,
     UnseenClassWarning,
@@ -18,7 +18,7 @@ from ..metrics.probes import (
     unseen_classes,
     unseen_message,
 )
-from ..tensor_checks import check_choice, check_int, check_positive
+from ..tensor_checks import check_int, check_positive
 from .evaluator import Evaluator
 
 __all__ = ["ProbeEvaluator"]
@@ -172,18 +172,17 @@ class ProbeEvaluator(Evaluator):
             "standardize": bool(standardize),
             "seed": check_int("seed", seed, 0),
         }
-        check_choice("on_bad_image", on_bad_image, ("raise", "skip"))
-        self.encode_kwargs: dict[str, Any] = {
-            "collate_fn": collate_fn,
-            "transform": transform,
-            "input_column": input_column,
-            "label_column": label_column,
-            "batch_size": batch_size,
-            "output": output,
-            "max_length": max_length,
-            "progress": progress,
-            "on_bad_image": on_bad_image,
-        }
+        self.encode_kwargs: dict[str, Any] = check_encode_options(
+            collate_fn=collate_fn,
+            transform=transform,
+            input_column=input_column,
+            label_column=label_column,
+            batch_size=batch_size,
+            output=output,
+            max_length=max_length,
+            progress=progress,
+            on_bad_image=on_bad_image,
+        )
         fit_y, score_y = _labels(fit_dataset, label_column), _labels(score_dataset, label_column)
         if fit_y is not None:  # before any encoding: a one-class fit split, unseen score classes
             names = _class_names(score_dataset, label_column) or _class_names(fit_dataset, label_column)

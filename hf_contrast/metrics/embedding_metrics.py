@@ -21,7 +21,7 @@ from hf_contrast.errors import InputError
 
 from ..data.sampling import balanced_split, sample_rows
 from ..progress import progress_enabled
-from ..tensor_checks import check_int, check_temperature
+from ..tensor_checks import check_bool, check_int, check_temperature
 from .collapse import warn_if_collapsed
 from .failures import metrics_or_nan
 from .geometry import alignment, class_orthogonality, effective_rank, mean_cosine, uniformity
@@ -119,14 +119,14 @@ class EmbeddingMetrics:
     ) -> None:
         self.knn_k = check_int("knn_k", knn_k, 1)
         self.knn_temperature = check_temperature("knn_temperature", knn_temperature)
-        self.probe = bool(probe)
+        self.probe = check_bool("probe", probe)
         if not isinstance(probe_test_fraction, (int, float)) or not 0 < probe_test_fraction < 1:
             raise InputError(f"`probe_test_fraction` must be a number in (0, 1), got {probe_test_fraction!r}.")
         self.probe_test_fraction = float(probe_test_fraction)
         self.max_samples = None if max_samples is None else check_int("max_samples", max_samples, 2)
         self.seed = check_int("seed", seed, 0)
-        self.warn_collapse = bool(warn_collapse)
-        self.progress = bool(progress)
+        self.warn_collapse = check_bool("warn_collapse", warn_collapse)
+        self.progress = check_bool("progress", progress)
 
     def __repr__(self) -> str:
         return (

@@ -123,8 +123,8 @@ def backbone_type_of(name: str) -> str:
     """Whether ``name`` is a timm backbone (``"timm"``) or a transformers text encoder (``"text"``).
 
     timm: a timm registry name (optionally with a pretrained tag), an ``hf-hub:``/``local-dir:`` source,
-    or a local directory holding a timm ``config.json`` (with ``architecture``). Text: any other existing
-    directory, or a Hub id (resolved when it is loaded).
+    or a local directory holding a timm ``config.json`` (with ``architecture``). Text: a local directory holding a
+    transformers ``config.json`` (with ``model_type``), or a Hub id (resolved when it is loaded).
 
     Args:
         name: A timm name, a Hub id or a local path.
@@ -134,23 +134,42 @@ def backbone_type_of(name: str) -> str:
 
     Raises:
         InputError: If ``name`` is empty, or neither a timm name, an existing folder nor a valid Hub id
-            (with close timm names).
-        MissingPathError: If ``name`` looks like a local path (``./x``, ``/x``, ``a/b/c``) that does not exist.
+            (with close timm names), or a folder whose ``config.json`` is unreadable or neither timm's nor
+            transformers'.
+        MissingPathError: If ``name`` looks like a local path (``./x``, ``/x``, ``a/b/c``) that does not exist, or is
+            a folder without a ``config.json``.
     """
     if not isinstance(name, str) or not name:
         raise InputError(f"`backbone` must be a non-empty string (a timm name, Hub id or local path), got {name!r}.")
     if name.startswith(TIMM_SOURCES) or timm.is_model(name):
         return "timm"
-    path = Path(name).expanduser()
+    path = Path(os.path.expanduser(name))  # '~user' of an unknown user stays as given (Path.expanduser raises)
     if path.is_dir():
         config_file = path / "config.json"
-        if config_file.is_file():
-            try:
-                config = json.loads(config_file.read_text(encoding="utf-8"))
-            except (OSError, ValueError):
-                config = {}
-            if "architecture" in config and "model_type" not in config:
-                return "timm"
+        if not config_file.is_file():
+            held = sorted(p.name for p in path.iterdir())
+            shown = ", ".join(held[:8]) + (f", … ({len(held)} in all)" if len(held) > 8 else "") if held else "nothing"
+            where = "" if str(path) == name else f" ({str(path)!r})"
+            raise MissingPathError(
+                f"`backbone`={name!r} is a folder{where} without a config.json, so not a saved model (it holds "
+                f"{shown}). Pass a folder saved with `save_pretrained` (transformers, sentence-transformers, or "
+                "`timm` with its config.json), a timm name or a Hub id."
+            )
+        try:
+            config = json.loads(config_file.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as error:
+            raise InputError(
+                f"`backbone`={name!r}: its config.json cannot be read ({type(error).__name__}: {error}); pass a "
+                "folder saved with `save_pretrained`, a timm name or a Hub id."
+            ) from None
+        if isinstance(config, dict) and "architecture" in config and "model_type" not in config:
+            return "timm"
+        if not isinstance(config, dict) or "model_type" not in config:
+            raise InputError(
+                f"`backbone`={name!r}: its config.json is neither a timm config (with `architecture`) nor a "
+                "transformers one (with `model_type`); pass a folder saved with `save_pretrained`, a timm name or a "
+                "Hub id."
+            )
         return "text"
     if _looks_like_path(name):
         raise MissingPathError(

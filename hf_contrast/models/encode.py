@@ -34,6 +34,7 @@ from torch import Tensor, nn
 
 from hf_contrast.errors import InputError, InputTypeError, MissingPathError
 from hf_contrast.models.inputs import check_image_array
+from hf_contrast.tensor_checks import check_device
 
 __all__ = ["encode", "image_batch", "text_batch"]
 
@@ -168,13 +169,7 @@ def encode(
     if not batch:
         raise InputError("`inputs` is empty: there is nothing to encode.")
     if device is not None:
-        try:
-            device = torch.device(device)
-        except (TypeError, RuntimeError, ValueError) as error:
-            raise InputTypeError(
-                f"`device`={device!r} is not a device ({error}); pass e.g. 'cpu', 'cuda', 'cuda:1' or a torch.device."
-            ) from None
-        encoder.to(device)
+        encoder.to(check_device("device", device))
     progress = _default_progress_bar() if show_progress_bar is None else bool(show_progress_bar)
     try:
         vectors, _ = encode_dataset(

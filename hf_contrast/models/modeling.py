@@ -189,6 +189,8 @@ class ContrastiveEncoder(PreTrainedModel):
                 hub_kwargs=hub_kwargs,
                 **config_kwargs,
             )
+        if backbone.startswith("~"):  # a folder under a home directory: transformers and timm do not expand '~'
+            backbone = os.path.expanduser(backbone)
         family = adapter_for_name(backbone)  # a registered family that claims the name, else timm or text
         provenance = backbone_provenance(backbone, base_model=base_model, license=license)  # no local path is saved
         for reserved in ("backbone", "backbone_type", "text_config", "backbone_architecture", "backbone_pretrained"):

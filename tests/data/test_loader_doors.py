@@ -221,6 +221,27 @@ def test_text_missing_file_and_folder(tmp_path, monkeypatch):
     assert os.getcwd() == str(tmp_path)
 
 
+@pytest.mark.parametrize(
+    ("loader", "split"),
+    [(loader, split) for loader in ("sts", "text", "image") for split in (["train"], "", 0)] + [("sts", None)],
+)
+def test_a_split_that_is_no_name_is_refused_naming_split(tmp_path, loader, split):
+    # a list split raised TypeError (unhashable) from the split lookup; None for STS pairs (the dataset loaders'
+    # "every split") read the DatasetDict of splits as the pairs and said "holds 1 scored pair(s)"
+    pairs = tmp_path / "pairs.tsv"
+    pairs.write_text("sentence1\tsentence2\tscore\na cat\ta dog\t1.0\na man\ta woman\t2.5\n")
+    folder = tmp_path / "images" / "cat"
+    folder.mkdir(parents=True)
+    Image.new("RGB", (4, 4)).save(folder / "0.png")
+    call = {
+        "sts": lambda: load_sts_pairs(pairs, split=split, cache_dir=str(tmp_path / "cache")),
+        "text": lambda: load_text_dataset(pairs, split=split, text_column="sentence1", cache_dir=str(tmp_path / "c")),
+        "image": lambda: load_image_dataset(tmp_path / "images", split=split),
+    }[loader]
+    with pytest.raises(InputError, match=r"`split` must be a non-empty split name"):
+        call()
+
+
 def test_make_long_tailed_guards():
     import datasets
 

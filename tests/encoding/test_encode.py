@@ -321,3 +321,20 @@ def test_an_override_of_the_sentence_transformers_pooling_is_warned_only_when_it
         options = layout_options(layout, given, "a-model")
     assert ("overrides the sentence-transformers model" in caplog.text) is warned
     assert options["pooling"] == (pooling or "mean") and options["normalize_embeddings"] is True
+
+
+@pytest.mark.parametrize("device", ["bogus", 1.5, "cuda", "cuda:99", 0])
+def test_encode_names_a_device_this_machine_lacks(device) -> None:
+    # an absent accelerator or index raised torch's RuntimeError ("Found no NVIDIA driver") from the copy
+    from hf_contrast.encoding import encode_dataset
+    from hf_contrast.errors import InputError
+
+    if device in ("cuda", 0) and torch.cuda.is_available():
+        pytest.skip("this machine has a CUDA device")
+    encoder = tiny_timm_encoder()
+    images = torch.rand(2, 3, 32, 32)
+    with pytest.raises(InputError, match=r"`device`="):
+        encoder.encode(images, device=device, show_progress_bar=False)
+    with pytest.raises(InputError, match=r"`device`="):
+        encode_dataset(encoder, [{"image": Image.new("RGB", (32, 32))}], device=device)
+    assert next(encoder.parameters()).device.type == "cpu"  # nothing was moved

@@ -13,7 +13,7 @@ from torch import nn
 from transformers import EvalPrediction
 
 from hf_contrast.data.sampling import sample_rows
-from hf_contrast.errors import InputTypeError
+from hf_contrast.errors import InputError, InputTypeError
 from hf_contrast.evaluation import (
     EmbeddingEvaluator,
     EmbeddingMetrics,
@@ -162,6 +162,10 @@ def test_embedding_metrics_bad_input_and_small_sets() -> None:
         EmbeddingMetrics(progress=False)((z, y[:4]))
     with pytest.raises(ValueError, match="`knn_k` must be an integer >= 1"):
         EmbeddingMetrics(knn_k=0)
+    for flag in ("probe", "warn_collapse", "progress"):  # bool(tensor) raised RuntimeError; bool("no") was True
+        for value in (torch.tensor([1.0, 0.0]), "no", 1):
+            with pytest.raises(InputError, match=f"`{flag}` must be True or False"):
+                EmbeddingMetrics(**{flag: value})
     with pytest.warns(UserWarning, match="knn_k=20 exceeds the 8 other rows; using k=8"):
         out = EmbeddingMetrics(progress=False)((z, y))
     assert out["knn_loo_accuracy"] == pytest.approx(knn_accuracy(z, y, k=8))
@@ -328,6 +332,30 @@ def test_probe_evaluator_equals_scikit_learn_on_the_encoded_splits() -> None:
     assert named.primary_metric == "topics_knn_accuracy" and evaluator.primary_metric == "knn_accuracy"
 
 
+@pytest.mark.parametrize(
+    ("option", "value", "message"),
+    [
+        ("batch_size", 0, "`batch_size` must be an integer in \\[1, "),
+        ("batch_size", 10**30, "`batch_size` must be an integer in \\[1, "),  # was the DataLoader's ValueError
+        ("output", 3, "`output` must be a non-empty model output name"),
+        ("max_length", 0, "`max_length` must be an integer >= 1"),
+        ("collate_fn", "rows", "`collate_fn` must be callable"),
+        ("input_column", ["text"], "`input_column` must be a non-empty column name"),
+        ("on_bad_image", "ignore", "`on_bad_image` must be one of"),
+    ],
+)
+def test_evaluators_check_the_encoding_options_when_built(option, value, message) -> None:
+    # they were checked by encode_dataset at the first evaluation, after the first stretch of training
+    rows = _sentence_rows(range(15))
+    with pytest.raises(InputError, match=message):
+        ProbeEvaluator(rows, rows, progress=False, **{option: value})
+    if option != "on_bad_image":  # EmbeddingEvaluator takes no on_bad_image
+        with pytest.raises(InputError, match=message):
+            EmbeddingEvaluator(rows, progress=False, **{option: value})
+    with pytest.raises(InputError, match=message):
+        encode_dataset(nn.Linear(2, 2), rows, **{option: value})
+
+
 def test_probe_evaluator_bad_arguments_and_unlabelled_rows() -> None:
     rows = _sentence_rows(range(15))
     with pytest.raises(ValueError, match="`primary` must be one of"):
@@ -409,6 +437,21 @@ def test_equivariance_evaluator_exact_rotation_determinism_and_mode() -> None:
     with pytest.raises(ValueError, match="augment` must keep the batch size"):
         EquivarianceEvaluator(batch, lambda x: x[:4])(model, on_error="raise")
     assert model.training  # restored after an error too
+
+
+@pytest.mark.parametrize(
+    ("argument", "value", "message"),
+    [
+        ("augment_key", [], "`augment_key` must be a non-empty key of `batch`"),  # was TypeError: unhashable list
+        ("output", 3, "`output` must be a non-empty model output name"),  # was accepted, failed at the first call
+        ("normalize", "no", "`normalize` must be True or False"),
+        ("seed", -1, "`seed` must be an integer >= 0"),
+    ],
+)
+def test_equivariance_evaluator_checks_its_arguments_when_built(argument, value, message) -> None:
+    batch = {"pixel_values": torch.randn(4, 1, 2, 3)}
+    with pytest.raises(InputError, match=message):
+        EquivarianceEvaluator(batch, _jitter, **{argument: value})
 
 
 def test_equivariance_evaluator_from_a_class_sorted_image_dataset() -> None:

@@ -10,6 +10,7 @@ import torch
 from _tiny import TIMM_TEST_BACKBONE, tiny_bert_config, tiny_text_encoder, tiny_timm_encoder, tiny_tokenizer
 from transformers import AutoConfig, AutoModel
 
+from hf_contrast.errors import InputError, MissingPathError
 from hf_contrast.models import (
     HUB_SUBFOLDER,
     ContrastiveEncoder,
@@ -383,6 +384,40 @@ def test_unknown_backbone_suggests_close_timm_names() -> None:
 def test_missing_local_path_is_reported() -> None:
     with pytest.raises(ValueError, match="no such directory"):
         ContrastiveEncoder.from_backbone("./no/such/model")
+
+
+def test_a_folder_under_home_loads_as_the_folder(tmp_path, monkeypatch, text: ContrastiveEncoder) -> None:
+    # '~/x' was detected as a folder but handed to transformers unexpanded, which read it as a Hub id
+    monkeypatch.setenv("HOME", str(tmp_path))
+    export_transformers(text, tmp_path / "bert")
+    enc = ContrastiveEncoder.from_backbone("~/bert", projection_dim=8, pooling="mean").eval()
+    torch.testing.assert_close(enc(**batch(enc)).embeddings, text(**batch(text)).embeddings)
+
+
+@pytest.mark.parametrize(
+    ("make", "error", "message"),
+    [
+        (lambda root: "~no_such_user_0/model", MissingPathError, "looks like a local path but no such directory"),
+        (lambda root: _folder(root, {"weights.bin": "x"}), MissingPathError, r"without a config.json.*weights\.bin"),
+        (lambda root: _folder(root, {"config.json": "{not json"}), InputError, "config.json cannot be read"),
+        (lambda root: _folder(root, {"config.json": '{"hidden": 3}'}), InputError, "neither a timm config"),
+    ],
+    ids=["unknown-home", "no-config", "bad-json", "no-model-type"],
+)
+def test_a_folder_that_is_no_saved_model_is_named(tmp_path, make, error, message) -> None:
+    # '~user' of an unknown user raised RuntimeError from Path.expanduser; a folder without a usable config.json
+    # raised transformers' ValueError ("Unrecognized model") or its Hub-id OSError, naming no argument
+    with pytest.raises(error, match=message) as raised:
+        ContrastiveEncoder.from_backbone(make(tmp_path), pretrained=False)
+    assert "`backbone`=" in str(raised.value)
+
+
+def _folder(root, files: dict[str, str]) -> str:
+    folder = root / "folder"
+    folder.mkdir()
+    for name, text in files.items():
+        (folder / name).write_text(text)
+    return str(folder)
 
 
 def test_text_model_rejects_pixel_values(text: ContrastiveEncoder) -> None:
