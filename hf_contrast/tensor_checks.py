@@ -338,10 +338,11 @@ def check_device(name: str, value: object) -> torch.device:
             "False); pass 'cpu', or run where the device is."
         )
     device_count = getattr(backend, "device_count", None)
-    if device.index is not None and callable(device_count) and device.index >= device_count():
+    count = device_count() if device.index is not None and callable(device_count) else None
+    if count is not None and device.index >= count:
         raise InputError(
-            f"`{name}`={value!r}: this machine has {device_count()} {device.type} device(s), indices 0 to "
-            f"{device_count() - 1}; pass one of them."
+            f"`{name}`={value!r}: this machine has {count} {device.type} device(s), indices 0 to {count - 1}; pass "
+            "one of them."
         )
     return device
 

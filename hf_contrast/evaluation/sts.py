@@ -10,7 +10,6 @@ user gets for the same embeddings; only the embedding step is ours (:func:`encod
 from __future__ import annotations
 
 import math
-import sys
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -19,8 +18,7 @@ from torch import nn
 
 from hf_contrast.errors import InputError, InputTypeError
 
-from ..encoding import encode_texts
-from ..tensor_checks import check_int, check_name
+from ..encoding import check_encode_options, encode_texts
 from .evaluator import Evaluator
 
 __all__ = ["STSEvaluator"]
@@ -86,9 +84,7 @@ class STSEvaluator(Evaluator):
         bad = next((i for i, s in enumerate(self.scores) if not math.isfinite(s)), None)
         if bad is not None:
             raise InputError(f"`scores[{bad}]` must be finite, got {self.scores[bad]}.")
-        check_int("batch_size", batch_size, 1, sys.maxsize)  # a DataLoader takes no larger batch
-        check_name("output", output, "model output name ('embeddings' or 'projections')")
-        check_int("max_length", max_length, 1, allow_none=True)
+        check_encode_options(batch_size=batch_size, output=output, max_length=max_length)
         self.batch_size, self.output, self.max_length, self.progress = batch_size, output, max_length, progress
         self.metric_names = ("spearman", "pearson")
 

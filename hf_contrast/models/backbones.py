@@ -21,6 +21,7 @@ __all__ = [
     "HubUnavailableError",
     "TIMM_SOURCES",
     "backbone_type_of",
+    "folder_listing",
     "is_hub_unreachable",
     "close_timm_names",
     "create_timm_backbone",
@@ -119,6 +120,19 @@ def _looks_like_path(name: str) -> bool:
     return name.startswith((".", "/", "~")) or os.sep in name.strip("/").replace("/", "", 1) or "\\" in name
 
 
+def folder_listing(folder: str) -> str:
+    """What a local folder holds, for an error message: its first 8 names (sub-folders with a ``/``) and how many
+    more, ``"nothing (an empty folder)"`` or ``"an unreadable folder"``."""
+    try:
+        names = sorted(os.listdir(folder))
+    except OSError:
+        return "an unreadable folder"
+    if not names:
+        return "nothing (an empty folder)"
+    shown = ", ".join(f"{name}/" if os.path.isdir(os.path.join(folder, name)) else name for name in names[:8])
+    return shown + (f" and {len(names) - 8} more" if len(names) > 8 else "")
+
+
 def backbone_type_of(name: str) -> str:
     """Whether ``name`` is a timm backbone (``"timm"``) or a transformers text encoder (``"text"``).
 
@@ -147,13 +161,11 @@ def backbone_type_of(name: str) -> str:
     if path.is_dir():
         config_file = path / "config.json"
         if not config_file.is_file():
-            held = sorted(p.name for p in path.iterdir())
-            shown = ", ".join(held[:8]) + (f", … ({len(held)} in all)" if len(held) > 8 else "") if held else "nothing"
             where = "" if str(path) == name else f" ({str(path)!r})"
             raise MissingPathError(
                 f"`backbone`={name!r} is a folder{where} without a config.json, so not a saved model (it holds "
-                f"{shown}). Pass a folder saved with `save_pretrained` (transformers, sentence-transformers, or "
-                "`timm` with its config.json), a timm name or a Hub id."
+                f"{folder_listing(str(path))}). Pass a folder saved with `save_pretrained` (transformers, "
+                "sentence-transformers, or `timm` with its config.json), a timm name or a Hub id."
             )
         try:
             config = json.loads(config_file.read_text(encoding="utf-8"))

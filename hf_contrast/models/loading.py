@@ -24,6 +24,7 @@ from hf_contrast.errors import InputError, InputTypeError, MissingPathError
 from hf_contrast.hub import CARD_DATA_FILE, CARD_DATA_VERSION, load_card_data
 from hf_contrast.hub.layout import find_saved_file
 from hf_contrast.hub_ids import is_hub_repo_id
+from hf_contrast.models.backbones import folder_listing
 from hf_contrast.models.configuration import ContrastiveEncoderConfig
 from hf_contrast.models.export import HUB_SUBFOLDER
 from hf_contrast.models.save_format import check_save_format
@@ -69,17 +70,6 @@ _FIX_BACKBONE = (
 )
 
 
-def _listing(folder: str) -> str:
-    try:
-        names = sorted(os.listdir(folder))
-    except OSError:
-        return "an unreadable folder"
-    if not names:
-        return "nothing (an empty folder)"
-    shown = ", ".join(f"{name}/" if os.path.isdir(os.path.join(folder, name)) else name for name in names[:8])
-    return shown + (f" and {len(names) - 8} more" if len(names) > 8 else "")
-
-
 def check_source(path: str | os.PathLike[str]) -> None:
     """Reject a ``pretrained_model_name_or_path`` that is a file, or neither a folder nor a Hub id.
 
@@ -123,7 +113,7 @@ def check_local_save(path: str | os.PathLike[str], subfolder: str) -> None:
     if not os.path.isfile(config_file):
         raise MissingPathError(
             f"`{_ARGUMENT}`={root!r} is not a saved ContrastiveEncoder: {config_file} is missing (the folder holds "
-            f"{_listing(folder)}). {_FIX_SAVE[0].upper() + _FIX_SAVE[1:]}, written by `save_pretrained`; "
+            f"{folder_listing(folder)}). {_FIX_SAVE[0].upper() + _FIX_SAVE[1:]}, written by `save_pretrained`; "
             f"{_FIX_BACKBONE}."
         )
     try:
@@ -144,8 +134,8 @@ def check_local_save(path: str | os.PathLike[str], subfolder: str) -> None:
     if not any(os.path.isfile(os.path.join(folder, name)) for name in _WEIGHT_FILES):
         raise MissingPathError(
             f"`{_ARGUMENT}`={root!r} has a ContrastiveEncoder config but no weights: none of "
-            f"{', '.join(_WEIGHT_FILES)} is in {folder} (it holds {_listing(folder)}). The save is incomplete (an "
-            f"interrupted `save_pretrained`?): {_FIX_SAVE}, or save the model again."
+            f"{', '.join(_WEIGHT_FILES)} is in {folder} (it holds {folder_listing(folder)}). The save is incomplete "
+            f"(an interrupted `save_pretrained`?): {_FIX_SAVE}, or save the model again."
         )
 
 
@@ -174,9 +164,9 @@ def encoder_subfolder(path: str | os.PathLike[str], hub_kwargs: Mapping[str, Any
             f"{location} is missing: `{_ARGUMENT}`={os.fspath(path)!r} has a root config.json of "
             f"{f'model_type {model_type!r}' if model_type else 'a timm model'} (a ContrastiveEncoder's is "
             f"{ContrastiveEncoderConfig.model_type!r}) and no `{HUB_SUBFOLDER}/` encoder (its projection head and "
-            f"preprocessing); the folder holds {_listing(os.fspath(path))}. Restore the `{HUB_SUBFOLDER}/` folder "
-            "from the original save, or load the root with timm / transformers, or start a new encoder on these "
-            "backbone weights with `ContrastiveEncoder.from_backbone('local-dir:<folder>')` (timm) or "
+            f"preprocessing); the folder holds {folder_listing(os.fspath(path))}. Restore the `{HUB_SUBFOLDER}/` "
+            "folder from the original save, or load the root with timm / transformers, or start a new encoder on "
+            "these backbone weights with `ContrastiveEncoder.from_backbone('local-dir:<folder>')` (timm) or "
             "`from_backbone('<folder>')` (text)."
         )
     return ""
