@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 import torch
 import yaml
+from _errors import assert_message
 from _tiny import tiny_text_encoder, tiny_timm_encoder, tiny_tokenizer
 from huggingface_hub import ModelCard
 from PIL import Image
@@ -377,3 +378,18 @@ def test_renderer_and_template_have_no_image_text_branch() -> None:
     source = Path(card_render.__file__).read_text(encoding="utf-8")
     for text in (template, source):
         assert "is_text" not in text and "backbone_type" not in text
+
+
+def test_card_data_takes_one_dataset_id_and_one_tag() -> None:
+    data = ContrastiveModelCardData(train_datasets="my-org/imgs", tags="vision")
+    assert [entry["id"] for entry in data.train_datasets] == ["my-org/imgs"] and data.tags == ["vision"]
+    data.eval_datasets = "my-org/test"  # also on assignment
+    assert [entry["id"] for entry in data.eval_datasets] == ["my-org/test"]
+    encoder = tiny_timm_encoder()
+    encoder.model_card_data = data
+    metadata = generate_model_card(encoder).split("---")[1]
+    assert re.search(r"^- my-org/imgs$", metadata, re.M) and re.search(r"^- vision$", metadata, re.M)
+    assert not re.search(r"^- v$", metadata, re.M)
+    with pytest.raises(ValueError) as caught:
+        ContrastiveModelCardData(train_datasets=5)
+    assert_message(caught, "`train_datasets`", "5", "{'id': 'my-org/imgs'")

@@ -241,3 +241,18 @@ def test_error_negative_weights() -> None:
         AlignUniformLoss(align_weight=-1.0)
     with pytest.raises(ValueError, match=r"`uniform_weight` must be >= 0"):
         AlignUniformLoss(uniform_weight=-1.0)
+
+
+@pytest.mark.parametrize("alpha", [0.5, 1.0, 1.5, 2.0, 3.0])
+def test_alignment_gradient_is_zero_on_identical_pairs_and_analytic_elsewhere(alpha: float) -> None:
+    g = torch.Generator().manual_seed(4)
+    x = torch.randn(4, 5, generator=g, dtype=torch.float64, requires_grad=True)
+    y = x.detach().clone()
+    y[2:] += torch.randn(2, 5, generator=g, dtype=torch.float64)  # rows 0, 1 identical
+    alignment_loss(x, y, alpha=alpha, normalize=False).backward()
+    d = x.detach() - y
+    norm = d.norm(dim=1, keepdim=True)
+    want = torch.where(norm > 0, alpha * norm.clamp(min=1e-300) ** (alpha - 2) * d, torch.zeros_like(d)) / 4
+    assert torch.isfinite(x.grad).all()
+    torch.testing.assert_close(x.grad, want, rtol=1e-12, atol=1e-12)
+    assert torch.equal(x.grad[:2], torch.zeros(2, 5, dtype=torch.float64))

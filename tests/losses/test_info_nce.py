@@ -6,6 +6,7 @@ import math
 
 import pytest
 import torch
+from _errors import assert_message
 from lightly.loss import NTXentLoss
 
 from hf_contrast.losses import InfoNCELoss, info_nce_loss
@@ -37,7 +38,7 @@ def test_matches_reference_loop(temperature: float, normalize: bool) -> None:
     assert got.item() == pytest.approx(reference_info_nce(z1, z2, temperature, normalize), rel=1e-10)
 
 
-@pytest.mark.parametrize("batch", [2, 5, 16])  # B = 1 has no negative: an error (tests/training/test_bad_inputs.py)
+@pytest.mark.parametrize("batch", [2, 5, 16])  # B = 1: an error (below)
 def test_all_equal_similarities_give_log_2b_minus_1(batch: int) -> None:
     z = torch.randn(1, 7).expand(batch, 7)
     assert info_nce_loss(z, z, temperature=0.3).item() == pytest.approx(math.log(2 * batch - 1), rel=1e-6)
@@ -135,3 +136,9 @@ def test_rejects_non_positive_temperature(temperature: float) -> None:
 def test_module_rejects_non_positive_temperature_at_construction() -> None:
     with pytest.raises(ValueError, match=r"`temperature` must be > 0"):
         InfoNCELoss(temperature=0.0)
+
+
+def test_info_nce_of_one_sample_is_an_error() -> None:
+    with pytest.raises(ValueError) as caught:
+        info_nce_loss(torch.randn(1, 8), torch.randn(1, 8))
+    assert_message(caught, "`z1`", "(1, 8)", "loss is 0", "batch size >= 2")

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import pytest
 import torch
 import torch.nn.functional as F
+from _errors import assert_message
 
 from hf_contrast.losses import ocl_loss, supcon_loss
 from hf_contrast.losses.local import (
@@ -165,3 +167,27 @@ def test_local_module_terms_sum_and_classifier_gradients() -> None:
     assert r_pre.grad is not None
     with pytest.raises(ValueError, match="`class_counts` must have 3 entries"):
         LOCALLoss(embedding_dim=8, num_classes=3, class_counts=[1, 2])
+
+
+def _local_label_out_of_range() -> None:
+    z = torch.randn(4, 8)
+    local_loss(z, z + 0.1, None, torch.randn(4, 3), torch.tensor([0, 0, 5, 1]))
+
+
+LOCAL_DOORS: list[tuple[str, Callable[[], object], type[Exception], tuple[str, ...]]] = [
+    ("local_loss label >= K", _local_label_out_of_range, ValueError, ("`labels`", "holds 5", "0..2", "`num_classes`")),
+    ("local_loss negative label",
+     lambda: local_loss(torch.randn(2, 4), torch.randn(2, 4), None, torch.randn(2, 3), torch.tensor([0, -1])),
+     ValueError, ("`labels`", "holds -1", "remap the labels")),
+    ("LOCALLoss(embedding_dim='8')", lambda: LOCALLoss(embedding_dim="8", num_classes=3), ValueError,
+     ("`embedding_dim`", "'8'", "integer in [1, 1048576]")),
+    ("LOCALLoss(num_classes=2.0)", lambda: LOCALLoss(embedding_dim=8, num_classes=2.0), ValueError,
+     ("`num_classes`", "2.0", "integer in [2, 1048576]")),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("name", "call", "error", "pieces"), LOCAL_DOORS, ids=[case[0] for case in LOCAL_DOORS])
+def test_bad_local_arguments_name_argument_value_and_fix(name, call, error, pieces) -> None:
+    with pytest.raises(error) as caught:
+        call()
+    assert_message(caught, *pieces)

@@ -249,3 +249,16 @@ def test_flatten_views_rejects_views_of_different_shapes() -> None:
 def test_flatten_views_rejects_labels_of_wrong_length() -> None:
     with pytest.raises(ValueError, match=r"`labels` must have shape \(4,\)"):
         flatten_views(torch.randn(2, 4, 3), torch.arange(3))
+
+
+@pytest.mark.parametrize("loss", [supcon_loss, ocl_loss])
+def test_one_class_batch_warns_and_is_the_positives_only_loss(loss) -> None:
+    z = torch.nn.functional.normalize(torch.randn(4, 8, generator=torch.Generator().manual_seed(0)), dim=1)
+    with pytest.warns(RuntimeWarning, match="one class, so there are no negatives"):
+        got = loss(z, torch.zeros(4, dtype=torch.long), temperature=0.5)
+    logits = z @ z.T / 0.5  # reference: every other sample is a positive; no negative, so OCL = SupCon
+    log_prob = logits - torch.logsumexp(
+        logits.masked_fill(torch.eye(4, dtype=torch.bool), -math.inf), dim=1, keepdim=True
+    )
+    want = -(log_prob.masked_fill(torch.eye(4, dtype=torch.bool), 0).sum(dim=1) / 3).mean()
+    torch.testing.assert_close(got, want)

@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 import torch
+from _errors import assert_message
 from distributed_scripts.trainer_utils import (
     fixed_views_collator,
     image_dataset,
@@ -50,6 +51,9 @@ from hf_contrast.training import (
     CARETrainer,
     ContrastiveTrainer,
     ContrastiveTrainingArguments,
+    OCLTrainer,
+    SimCLRTrainer,
+    SupConTrainer,
     parse_args_with_objective,
 )
 from hf_contrast.views import ViewBuilder
@@ -448,3 +452,25 @@ def test_an_abbreviated_flag_is_refused_naming_it(tmp_path, capsys, flag) -> Non
     with pytest.raises(SystemExit):
         parse_args_with_objective(types, method="simo", args=["--output_dir", str(tmp_path), flag, "12"])
     assert f"unrecognized arguments: {flag} 12 (flags are spelled out in full" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("trainer_cls", [SupConTrainer, OCLTrainer])
+def test_supervised_trainer_rejects_a_one_class_dataset(tmp_path, trainer_cls) -> None:
+    with pytest.raises(ValueError) as caught:
+        trainer_cls(model=vit_encoder(), args=training_args(tmp_path), train_dataset=image_dataset(n=8, n_classes=1))
+    assert_message(caught, "`train_dataset`", "single class (0)", "`label_column`='label'", "2 or more classes")
+
+
+def test_ocl_rejects_fewer_projection_dimensions_than_classes(tmp_path) -> None:
+    encoder = vit_encoder(projection_dim=2)
+    with pytest.raises(ValueError) as caught:
+        OCLTrainer(model=encoder, args=training_args(tmp_path), train_dataset=image_dataset(n=16, n_classes=8))
+    assert_message(caught, "8 classes", "`projection_dim` is 2", "`projection_dim` >= 8", "objective='supcon'")
+    SupConTrainer(model=encoder, args=training_args(tmp_path), train_dataset=image_dataset(n=16, n_classes=8))  # fine
+
+
+def test_batch_size_one_is_rejected_before_training(tmp_path) -> None:
+    args = training_args(tmp_path, per_device_train_batch_size=1)
+    with pytest.raises(ValueError) as caught:
+        SimCLRTrainer(model=vit_encoder(), args=args, train_dataset=image_dataset(n=8))
+    assert_message(caught, "`per_device_train_batch_size`=1", "SimCLRObjective", "loss is 0", "Use 2 or more")

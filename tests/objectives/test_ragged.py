@@ -19,7 +19,7 @@ from distributed_scripts.trainer_utils import (
 
 from hf_contrast.losses import CARELoss
 from hf_contrast.objectives import CAREObjective
-from hf_contrast.training import CARETrainer, SupConTrainer
+from hf_contrast.training import CARETrainer, SimCLRTrainer, SupConTrainer
 
 N_IMAGES = 22  # batches of 8: 8 + 8 + a ragged 6 (not a multiple of n_splits=4)
 
@@ -140,3 +140,15 @@ def test_streaming_datasets_train_and_evaluate(tmp_path, images) -> None:
     streamed = trainer.evaluate(images.to_iterable_dataset())
     for key in ("eval_loss", "eval_knn_loo_accuracy", "eval_uniformity", "eval_alignment"):
         assert streamed[key] == pytest.approx(mapped[key], abs=1e-5), key
+
+
+def test_a_ragged_batch_of_one_sample_is_skipped_and_counted_not_scored_as_zero(tmp_path) -> None:
+    trainer = SimCLRTrainer(model=vit_encoder(), args=training_args(tmp_path), train_dataset=image_dataset(n=9))
+    with pytest.warns(RuntimeWarning, match="skipped a batch of 1 sample"):
+        trainer.train()  # 2 steps: a batch of 8, then the epoch's last row alone
+    logged = [entry for entry in trainer.state.log_history if "loss" in entry]
+    assert [entry.get("skipped_batches", 0) for entry in logged] == [0, 1]
+    one = trainer.get_eval_dataloader(image_dataset(n=1))
+    batch = trainer._prepare_inputs(next(iter(one)))
+    with pytest.warns(RuntimeWarning, match="skipped a batch of 1 sample"):
+        assert trainer.objective.eval_loss(trainer.model.eval(), batch, trainer.views) is None

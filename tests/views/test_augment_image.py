@@ -301,3 +301,8 @@ def test_paired_rejects_size_mismatch() -> None:
 def test_paired_transform_rejects_negative_degrees() -> None:
     with pytest.raises(ValueError, match="`degrees` must be >= 0"):
         paired_transform(16, MEAN, STD, degrees=-1.0)
+
+
+def test_a_probability_given_as_text_is_named() -> None:
+    with pytest.raises(ValueError, match=r"`hflip_p` must be a number, got '0\.5'"):
+        simclr_transform(32, hflip_p="0.5", mean=MEAN, std=STD)

@@ -10,10 +10,12 @@ import datasets
 import numpy as np
 import pytest
 import torch
+from _errors import assert_message
 from _tiny import tiny_tokenizer
 from PIL import Image
 from torch.utils.data import DataLoader
 
+from hf_contrast.data import defer_image_decoding
 from hf_contrast.data.decode import BadImageError, convert_image_mode, decode_image
 from hf_contrast.views import (
     ImageViewCollator,
@@ -239,3 +241,34 @@ def test_collators_reject_an_empty_batch() -> None:
             [{"image": Image.new("RGB", (9, 9))}]
         )
     assert set(batch) == {"pixel_values"}
+
+
+def _png(pixels: np.ndarray) -> bytes:
+    from PIL import Image
+
+    buffer = io.BytesIO()
+    Image.fromarray(pixels).save(buffer, format="PNG")
+    return buffer.getvalue()
+
+
+@pytest.mark.parametrize("stored", ["path", "bytes"])
+def test_truncated_png_names_the_row_and_the_file(tmp_path, stored: str) -> None:
+    import datasets
+
+    rng = np.random.default_rng(0)
+    files = [_png(rng.integers(0, 256, (40, 40, 3), dtype=np.uint8)) for _ in range(3)]
+    files[2] = files[2][:300]  # truncated
+    if stored == "path":
+        paths = [tmp_path / f"{i}.png" for i in range(3)]
+        for path, data in zip(paths, files):
+            path.write_bytes(data)
+        column = [str(p) for p in paths]
+    else:
+        column = [{"bytes": data, "path": None} for data in files]
+    dataset = datasets.Dataset.from_dict({"image": column}).cast_column("image", datasets.Image())
+    dataset = defer_image_decoding(dataset)  # decoded by the collator, which knows the row
+    collator = ImageViewCollator(transform=simclr_transform(32, mean=MEAN3, std=STD3))
+    with pytest.raises(BadImageError) as caught:
+        collator([dataset[i] for i in range(3)])
+    where = str(tmp_path / "2.png") if stored == "path" else "embedded bytes, 300 bytes"
+    assert_message(caught, "row 2 of the batch", where, "truncated", "on_bad_image='skip'")
