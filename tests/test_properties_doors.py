@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pytest
 import torch
 from _properties import (
     assert_package_error_or_result,
@@ -22,7 +21,6 @@ from _properties import (
     tensors,
     wrong_types,
 )
-from _tiny import tiny_text_encoder, tiny_timm_encoder
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -33,18 +31,6 @@ from hf_contrast.training import ContrastiveTrainingArguments, SimCLRTrainer
 
 FEW = settings(max_examples=max(1, settings().max_examples // 2))
 FEWER = settings(max_examples=max(1, settings().max_examples // 4))
-
-
-@pytest.fixture(scope="module")
-def image_encoder() -> ContrastiveEncoder:
-    torch.manual_seed(0)
-    return tiny_timm_encoder().eval()
-
-
-@pytest.fixture(scope="module")
-def text_encoder() -> ContrastiveEncoder:
-    torch.manual_seed(0)
-    return tiny_text_encoder().eval()
 
 
 def rows_of(n: int | None, dim: int):
@@ -96,11 +82,11 @@ def test_one_sentence_encodes_to_one_vector(text_encoder: ContrastiveEncoder) ->
 
 @FEW
 @given(inputs=IMAGE_INPUTS)
-def test_image_encode(image_encoder: ContrastiveEncoder, inputs: Any) -> None:
+def test_image_encode(timm_encoder: ContrastiveEncoder, inputs: Any) -> None:
     # a list or a (N, C, H, W) batch gives N rows; one image given alone ((C, H, W) or (H, W)) one vector
     n = len(inputs) if isinstance(inputs, list) or getattr(inputs, "ndim", None) == 4 else None
     assert_package_error_or_result(
-        lambda: image_encoder.encode(inputs, show_progress_bar=False),
+        lambda: timm_encoder.encode(inputs, show_progress_bar=False),
         ("inputs", "images", "pixel_values"),
         rows_of(n, 96),
     )
@@ -108,7 +94,7 @@ def test_image_encode(image_encoder: ContrastiveEncoder, inputs: Any) -> None:
 
 @FEW
 @given(data=st.data())
-def test_encode_options(image_encoder: ContrastiveEncoder, data: st.DataObject) -> None:
+def test_encode_options(timm_encoder: ContrastiveEncoder, data: st.DataObject) -> None:
     argument = data.draw(
         st.sampled_from(["batch_size", "output", "normalize_embeddings", "convert_to_numpy", "device"]),
         label="argument",
@@ -116,7 +102,7 @@ def test_encode_options(image_encoder: ContrastiveEncoder, data: st.DataObject) 
     value = data.draw(st.one_of(wrong_types, bad_numbers, bad_names), label=argument)
     images = torch.rand(2, 3, 32, 32)
     assert_package_error_or_result(
-        lambda: image_encoder.encode(images, show_progress_bar=False, **{argument: value}), (argument,), None
+        lambda: timm_encoder.encode(images, show_progress_bar=False, **{argument: value}), (argument,), None
     )
 
 
@@ -249,7 +235,7 @@ def test_training_arguments(tmp_path: Path, data: st.DataObject) -> None:
         st.lists(st.dictionaries(bad_names.filter(lambda n: isinstance(n, str)), wrong_types, max_size=2), max_size=2),
     ),
 )
-def test_trainer_constructor(tmp_path: Path, image_encoder: ContrastiveEncoder, model: Any, dataset: Any) -> None:
+def test_trainer_constructor(tmp_path: Path, timm_encoder: ContrastiveEncoder, model: Any, dataset: Any) -> None:
     args = ContrastiveTrainingArguments(
         output_dir=str(tmp_path), use_cpu=True, report_to="none", max_steps=1, disable_tqdm=True
     )
@@ -259,7 +245,7 @@ def test_trainer_constructor(tmp_path: Path, image_encoder: ContrastiveEncoder, 
         None,
     )
     assert_package_error_or_result(
-        lambda: SimCLRTrainer(model=image_encoder, args=args, train_dataset=dataset),
+        lambda: SimCLRTrainer(model=timm_encoder, args=args, train_dataset=dataset),
         ("train_dataset", "image", "column"),
         None,
     )

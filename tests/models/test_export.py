@@ -43,12 +43,6 @@ def vision() -> ContrastiveEncoder:
 
 
 @pytest.fixture(scope="module")
-def text() -> ContrastiveEncoder:
-    torch.manual_seed(0)
-    return tiny_text_encoder().eval()
-
-
-@pytest.fixture(scope="module")
 def images() -> torch.Tensor:
     return torch.randn(4, 3, 32, 32, generator=torch.Generator().manual_seed(1))
 
@@ -80,9 +74,9 @@ def test_export_timm_loads_with_timm(tmp_path, vision: ContrastiveEncoder, image
     assert tuple(data_config["input_size"]) == (3, 32, 32) and data_config["interpolation"] == "bicubic"
 
 
-def test_export_timm_rejects_text(tmp_path, text: ContrastiveEncoder) -> None:
+def test_export_timm_rejects_text(tmp_path, text_encoder: ContrastiveEncoder) -> None:
     with pytest.raises(ValueError, match="`export_timm` needs a timm backbone .* use `export_transformers"):
-        export_timm(text, tmp_path)
+        export_timm(text_encoder, tmp_path)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -90,14 +84,14 @@ def test_export_timm_rejects_text(tmp_path, text: ContrastiveEncoder) -> None:
 # ----------------------------------------------------------------------------------------------
 
 
-def test_export_transformers_loads_with_auto_classes(tmp_path, text: ContrastiveEncoder) -> None:
-    export_transformers(text, tmp_path)
+def test_export_transformers_loads_with_auto_classes(tmp_path, text_encoder: ContrastiveEncoder) -> None:
+    export_transformers(text_encoder, tmp_path)
     model = AutoModel.from_pretrained(tmp_path).eval()
     tokenizer = AutoTokenizer.from_pretrained(tmp_path)
-    inputs = tokens(text)
+    inputs = tokens(text_encoder)
     assert torch.equal(tokenizer(SENTENCES, padding=True, return_tensors="pt")["input_ids"], inputs["input_ids"])
     torch.testing.assert_close(
-        model(**inputs).last_hidden_state, text.backbone(**inputs).last_hidden_state, atol=1e-5, rtol=0
+        model(**inputs).last_hidden_state, text_encoder.backbone(**inputs).last_hidden_state, atol=1e-5, rtol=0
     )
 
 
@@ -167,18 +161,18 @@ def test_save_pretrained_vision_layout(tmp_path, vision: ContrastiveEncoder, ima
     torch.testing.assert_close(explicit(pixel_values=images).embeddings, expected.embeddings, atol=1e-6, rtol=0)
 
 
-def test_save_pretrained_text_layout(tmp_path, text: ContrastiveEncoder) -> None:
-    text.save_pretrained(tmp_path)
+def test_save_pretrained_text_layout(tmp_path, text_encoder: ContrastiveEncoder) -> None:
+    text_encoder.save_pretrained(tmp_path)
     for name in ("config.json", "model.safetensors", "tokenizer_config.json", "modules.json", "1_Pooling/config.json"):
         assert (tmp_path / name).is_file(), name
-    inputs = tokens(text)
-    expected = text(**inputs)
+    inputs = tokens(text_encoder)
+    expected = text_encoder(**inputs)
     loaded = ContrastiveEncoder.from_pretrained(tmp_path).eval()
     assert loaded.tokenizer is not None
     assert torch.equal(loaded(**inputs).projections, expected.projections)
     native = AutoModel.from_pretrained(tmp_path).eval()
     torch.testing.assert_close(
-        native(**inputs).last_hidden_state, text.backbone(**inputs).last_hidden_state, atol=1e-5, rtol=0
+        native(**inputs).last_hidden_state, text_encoder.backbone(**inputs).last_hidden_state, atol=1e-5, rtol=0
     )
 
 

@@ -10,19 +10,6 @@ from _errors import assert_message
 from _tiny import tiny_text_encoder, tiny_timm_encoder
 from distributed_scripts.trainer_utils import vit_encoder
 
-from hf_contrast.models import ContrastiveEncoder
-
-
-@pytest.fixture(scope="module")
-def timm_encoder() -> ContrastiveEncoder:
-    return tiny_timm_encoder().eval()
-
-
-@pytest.fixture(scope="module")
-def text_encoder() -> ContrastiveEncoder:
-    return tiny_text_encoder().eval()
-
-
 IMAGE_CASES = [
     ("one channel", lambda: torch.randn(2, 1, 32, 32),
      ("`pixel_values`", "1 channel", "takes 3", "expand(-1, 3, -1, -1)", "in_chans")),

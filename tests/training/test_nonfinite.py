@@ -9,7 +9,6 @@ import pytest
 import torch
 from distributed_scripts.trainer_utils import (
     fixed_views_collator,
-    image_dataset,
     parameters,
     training_args,
     vit_encoder,
@@ -21,11 +20,6 @@ from hf_contrast.losses import InfoNCELoss
 from hf_contrast.models import ContrastiveEncoder
 from hf_contrast.objectives import CustomPairObjective
 from hf_contrast.training import ContrastiveTrainer, NonFiniteLossError, SimCLRTrainer
-
-
-@pytest.fixture(scope="module")
-def images():
-    return image_dataset(n=16, size=16)
 
 
 class _NaNTermAt(nn.Module):

@@ -6,16 +6,10 @@ from typing import Any
 
 import pytest
 import torch
-from distributed_scripts.trainer_utils import image_dataset, parameters, training_args, vit_encoder
+from distributed_scripts.trainer_utils import parameters, training_args, vit_encoder
 
 from hf_contrast.objectives import BinaryNCEObjective, CAREMoCoObjective
 from hf_contrast.training import CARETrainer, SimCLRTrainer
-
-
-@pytest.fixture(scope="module")
-def images():
-    return image_dataset(n=16, size=16)
-
 
 CASES = {
     # default random per-sample views on the CPU: the RNG state must be restored

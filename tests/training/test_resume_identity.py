@@ -12,7 +12,7 @@ import json
 from pathlib import Path
 
 import pytest
-from distributed_scripts.trainer_utils import image_dataset, training_args, vit_encoder
+from distributed_scripts.trainer_utils import training_args, vit_encoder
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -20,11 +20,6 @@ from hf_contrast.errors import InputError
 from hf_contrast.objectives import CAREObjective, SimCLRObjective
 from hf_contrast.training import ContrastiveTrainer
 from hf_contrast.training.checkpointing import RUN_SETTINGS_NAME, changed_settings
-
-
-@pytest.fixture(scope="module")
-def images():
-    return image_dataset(n=16, size=16)
 
 
 def first_run(folder: Path, images, objective=None, **args) -> ContrastiveTrainer:

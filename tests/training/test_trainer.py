@@ -40,12 +40,6 @@ from hf_contrast.training import (
 )
 from hf_contrast.views import ImageViewCollator
 
-
-@pytest.fixture(scope="module")
-def images():
-    return image_dataset(n=16, size=16)
-
-
 # ---- arguments ---------------------------------------------------------------------------------
 
 

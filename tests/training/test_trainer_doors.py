@@ -28,11 +28,6 @@ def model():
 
 
 @pytest.fixture(scope="module")
-def images():
-    return image_dataset(n=16, size=16)
-
-
-@pytest.fixture(scope="module")
 def args(tmp_path_factory):
     return training_args(tmp_path_factory.mktemp("doors"))
 
