@@ -3,7 +3,6 @@ fp16/bf16 on a CPU, CPU threads (hf_contrast.training.run_setup / run_setup / sc
 
 from __future__ import annotations
 
-import io
 import logging
 import os
 import warnings
@@ -12,10 +11,10 @@ import datasets
 import numpy as np
 import pytest
 import torch
+from _images import png_bytes
 from _tiny import tiny_text_encoder, tiny_timm_encoder, tiny_tokenizer
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from PIL import Image
 
 from hf_contrast.errors import InputError
 from hf_contrast.training import (
@@ -30,10 +29,7 @@ from hf_contrast.training.run_setup import MAX_RESIZE_FACTOR, data_image_sizes
 
 
 def _png(height: int, width: int, seed: int = 0) -> bytes:
-    pixels = np.random.default_rng(seed).integers(0, 255, (height, width, 3), dtype=np.uint8)
-    buffer = io.BytesIO()
-    Image.fromarray(pixels).save(buffer, format="PNG")
-    return buffer.getvalue()
+    return png_bytes(np.random.default_rng(seed).integers(0, 255, (height, width, 3), dtype=np.uint8))
 
 
 def _images(sizes: list[tuple[int, int]], decode: bool = False) -> datasets.Dataset:

@@ -8,7 +8,6 @@ The timings themselves are measured by ``benchmarks/bench_step_overhead.py``, ne
 from __future__ import annotations
 
 import contextlib
-import io
 import sys
 import traceback
 from collections.abc import Callable, Iterator
@@ -20,10 +19,10 @@ import datasets
 import numpy as np
 import pytest
 import torch
+from _images import png_bytes
 from distributed_scripts.trainer_utils import image_dataset, training_args, vit_encoder
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from PIL import Image
 from torch.utils._python_dispatch import TorchDispatchMode
 from transformers import TrainerCallback
 
@@ -92,15 +91,15 @@ def test_cached_batches_are_the_collators_bytes_gathered_in_one_index_op(tmp_pat
     assert "decoded once into a uint8 cache of 48 images (3×16×16" in describe_run(trainer)["training images"]
 
 
-def _png(rng: np.random.Generator) -> bytes:
-    buffer = io.BytesIO()
-    Image.fromarray(rng.integers(0, 256, (20, 20, 3), dtype=np.uint8)).save(buffer, "PNG")
-    return buffer.getvalue()
-
-
 def test_the_cache_leaves_an_unreadable_image_out_and_counts_it(tmp_path: Path) -> None:
     rng = np.random.default_rng(0)
-    rows = [{"bytes": b"" if i == 3 else _png(rng), "path": f"img{i}.png"} for i in range(17)]
+    rows = [
+        {
+            "bytes": b"" if i == 3 else png_bytes(rng.integers(0, 256, (20, 20, 3), dtype=np.uint8)),
+            "path": f"img{i}.png",
+        }
+        for i in range(17)
+    ]
     dataset = datasets.Dataset.from_dict({"image": rows, "label": [i % 2 for i in range(17)]})
     dataset = dataset.cast_column("image", datasets.Image(decode=False))
     trainer = _trainer(tmp_path, dataset, on_bad_image="skip", max_steps=2)

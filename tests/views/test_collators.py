@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import io
 import warnings
 from pathlib import Path
 
@@ -11,6 +10,7 @@ import numpy as np
 import pytest
 import torch
 from _errors import assert_message
+from _images import png_bytes
 from _tiny import tiny_tokenizer
 from PIL import Image
 from torch.utils.data import DataLoader
@@ -29,12 +29,6 @@ from hf_contrast.views import (
 )
 
 MEAN3, STD3 = (0.5, 0.5, 0.5), (0.25, 0.25, 0.25)
-
-
-def _png_bytes(image: Image.Image) -> bytes:
-    buffer = io.BytesIO()
-    image.save(buffer, format="PNG")
-    return buffer.getvalue()
 
 
 def _every_mode() -> list[Image.Image]:
@@ -97,7 +91,7 @@ def test_none_image_error_names_the_row() -> None:
 def test_truncated_file_error_names_row_and_file(tmp_path: Path) -> None:
     good = tmp_path / "good.png"
     Image.new("RGB", (16, 16), (9, 9, 9)).save(good)
-    data = _png_bytes(Image.fromarray(np.random.default_rng(0).integers(0, 255, (64, 64, 3), dtype=np.uint8)))
+    data = png_bytes(Image.fromarray(np.random.default_rng(0).integers(0, 255, (64, 64, 3), dtype=np.uint8)))
     truncated = tmp_path / "truncated.png"
     truncated.write_bytes(data[: len(data) // 2])
     # datasets' Image(decode=False) rows: {"path", "bytes"}
@@ -116,7 +110,7 @@ def test_truncated_file_error_names_row_and_file(tmp_path: Path) -> None:
     # bytes without a path, and garbage bytes
     with pytest.raises(BadImageError, match="cannot decode the image"):
         decode_image({"path": None, "bytes": b"not an image"})
-    assert decode_image({"path": None, "bytes": _png_bytes(Image.new("LA", (3, 3)))}).mode == "LA"
+    assert decode_image({"path": None, "bytes": png_bytes(Image.new("LA", (3, 3)))}).mode == "LA"
 
 
 def test_skip_option_leaves_bad_rows_out_and_counts_them(tmp_path: Path) -> None:
@@ -243,20 +237,10 @@ def test_collators_reject_an_empty_batch() -> None:
     assert set(batch) == {"pixel_values"}
 
 
-def _png(pixels: np.ndarray) -> bytes:
-    from PIL import Image
-
-    buffer = io.BytesIO()
-    Image.fromarray(pixels).save(buffer, format="PNG")
-    return buffer.getvalue()
-
-
 @pytest.mark.parametrize("stored", ["path", "bytes"])
 def test_truncated_png_names_the_row_and_the_file(tmp_path, stored: str) -> None:
-    import datasets
-
     rng = np.random.default_rng(0)
-    files = [_png(rng.integers(0, 256, (40, 40, 3), dtype=np.uint8)) for _ in range(3)]
+    files = [png_bytes(rng.integers(0, 256, (40, 40, 3), dtype=np.uint8)) for _ in range(3)]
     files[2] = files[2][:300]  # truncated
     if stored == "path":
         paths = [tmp_path / f"{i}.png" for i in range(3)]

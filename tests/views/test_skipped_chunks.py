@@ -8,7 +8,6 @@ names every bad file before the first step.
 
 from __future__ import annotations
 
-import io
 import warnings
 from pathlib import Path
 
@@ -16,11 +15,11 @@ import datasets
 import numpy as np
 import pytest
 import torch
+from _images import png_bytes
 from _tiny import tiny_timm_encoder
 from distributed_scripts.trainer_utils import training_args
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from PIL import Image
 
 from hf_contrast.objectives import build_objective
 from hf_contrast.training import ContrastiveTrainer
@@ -42,10 +41,7 @@ PNG = {}
 
 def _png(seed: int, size: int = 16) -> bytes:
     if (seed, size) not in PNG:
-        rng = np.random.default_rng(seed)
-        buffer = io.BytesIO()
-        Image.fromarray(rng.integers(0, 256, (size, size, 3), dtype=np.uint8)).save(buffer, "PNG")
-        PNG[seed, size] = buffer.getvalue()
+        PNG[seed, size] = png_bytes(np.random.default_rng(seed).integers(0, 256, (size, size, 3), dtype=np.uint8))
     return PNG[seed, size]
 
 

@@ -7,7 +7,6 @@ reaches the trainer from ``DataLoader`` workers too; the trainer reports ``train
 
 from __future__ import annotations
 
-import io
 import warnings
 from pathlib import Path
 
@@ -15,6 +14,7 @@ import datasets
 import numpy as np
 import pytest
 import torch
+from _images import png_bytes
 from _tiny import tiny_timm_encoder
 from distributed_scripts.trainer_utils import training_args
 from PIL import Image
@@ -25,16 +25,16 @@ from hf_contrast.views import ImageViewCollator, pop_skipped_images, simclr_tran
 MEAN3, STD3 = (0.5, 0.5, 0.5), (0.25, 0.25, 0.25)
 
 
-def _png(rng: np.random.Generator) -> bytes:
-    buffer = io.BytesIO()
-    Image.fromarray(rng.integers(0, 256, (32, 32, 3), dtype=np.uint8)).save(buffer, "PNG")
-    return buffer.getvalue()
-
-
 def undecoded_images(n: int, bad_rows: set[int], seed: int = 0) -> datasets.Dataset:
     """``n`` undecoded PNG rows (``{"bytes", "path"}``), rows in ``bad_rows`` 0-byte files; labels ``i % 2``."""
     rng = np.random.default_rng(seed)
-    images = [{"bytes": b"" if i in bad_rows else _png(rng), "path": f"img{i}.png"} for i in range(n)]
+    images = [
+        {
+            "bytes": b"" if i in bad_rows else png_bytes(rng.integers(0, 256, (32, 32, 3), dtype=np.uint8)),
+            "path": f"img{i}.png",
+        }
+        for i in range(n)
+    ]
     dataset = datasets.Dataset.from_dict({"image": images, "label": [i % 2 for i in range(n)]})
     return dataset.cast_column("image", datasets.Image(decode=False))
 
