@@ -28,6 +28,7 @@ __all__ = [
     "check_embeddings",
     "check_same_shape",
     "check_labels",
+    "check_number",
     "check_positive",
     "check_non_negative",
     "check_unit_interval",
@@ -183,7 +184,9 @@ def check_labels(labels: object, n: int, name: str = "labels") -> Tensor:
     return labels
 
 
-def _check_number(name: str, value: object) -> float:
+def check_number(name: str, value: object) -> float:
+    """Check a finite real number (not a ``bool``; a one-element real tensor is read as its value); return it as a
+    float."""
     if isinstance(value, Tensor):
         if value.numel() != 1:
             raise InputError(f"`{name}` must be a scalar, got a tensor of shape {tuple(value.shape)}.")
@@ -203,7 +206,7 @@ def _check_number(name: str, value: object) -> float:
 
 def check_positive(name: str, value: object) -> float:
     """Check ``value > 0`` (e.g. a temperature)."""
-    v = _check_number(name, value)
+    v = check_number(name, value)
     if not v > 0:
         raise InputError(f"`{name}` must be > 0, got {v}.")
     return v
@@ -235,7 +238,7 @@ def check_temperature(name: str, value: object) -> float:
 
 def check_non_negative(name: str, value: object) -> float:
     """Check ``value >= 0`` (e.g. a loss weight)."""
-    v = _check_number(name, value)
+    v = check_number(name, value)
     if not v >= 0:
         raise InputError(f"`{name}` must be >= 0, got {v}.")
     return v
@@ -244,7 +247,7 @@ def check_non_negative(name: str, value: object) -> float:
 def check_unit_interval(name: str, value: object, include_one: bool = True) -> float:
     """Check ``0 <= value <= 1`` (a probability, a soft label, SimO's ``olean``), or ``0 <= value < 1``
     when not ``include_one`` (an EMA momentum)."""
-    v = _check_number(name, value)
+    v = check_number(name, value)
     if not (0.0 <= v <= 1.0 if include_one else 0.0 <= v < 1.0):
         raise InputError(f"`{name}` must be in [0, {'1]' if include_one else '1)'}, got {v}.")
     return v
@@ -347,8 +350,12 @@ def check_device(name: str, value: object) -> torch.device:
     return device
 
 
+#: The largest image side :func:`check_size` accepts (a 65,536-pixel square of float32 RGB is 51 GB).
+MAX_IMAGE_SIDE = 65536
+
+
 def check_size(name: str, size: object) -> tuple[int, int]:
-    """Check an image size and return it as ``(H, W)``: an int means a square."""
+    """Check an image size and return it as ``(H, W)`` of ints in ``[1, MAX_IMAGE_SIDE]``: an int means a square."""
     if isinstance(size, int) and not isinstance(size, bool):
         pair = (size, size)
     elif (
@@ -361,6 +368,8 @@ def check_size(name: str, size: object) -> tuple[int, int]:
         raise InputError(f"`{name}` must be an int or a pair (H, W) of ints, got {size!r}.")
     if min(pair) <= 0:
         raise InputError(f"`{name}` must be positive, got {size!r}.")
+    if max(pair) > MAX_IMAGE_SIDE:
+        raise InputError(f"`{name}` must be at most {MAX_IMAGE_SIDE} pixels a side, got {size!r}.")
     return pair
 
 

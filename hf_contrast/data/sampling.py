@@ -21,7 +21,13 @@ def _labels(labels: object) -> Tensor:
     if isinstance(labels, np.ndarray):
         labels = torch.from_numpy(labels)
     elif isinstance(labels, (list, tuple)):
-        labels = torch.tensor(labels)
+        try:
+            labels = torch.tensor(labels)
+        except (TypeError, ValueError, RuntimeError, OverflowError):  # None, strings, ragged or huge values
+            raise InputError(
+                f"`labels` must be integer classes, one per row, got a {type(labels).__name__} holding "
+                f"{sorted({type(v).__name__ for v in labels})}; map class names to integers first."
+            ) from None
     if (
         not isinstance(labels, Tensor)
         or labels.ndim != 1
@@ -35,6 +41,10 @@ def _labels(labels: object) -> Tensor:
     if labels.numel() == 0:
         raise InputError("`labels` is empty: there is nothing to sample from.")
     return labels.detach().cpu().long()
+
+
+#: The largest seed: ``torch.Generator.manual_seed`` takes it, and the ``seed + 1`` of :func:`balanced_subset`.
+MAX_SEED = 2**63 - 2
 
 
 def _class_ranks(labels: Tensor, seed: int) -> tuple[Tensor, Tensor, Tensor]:
@@ -78,6 +88,7 @@ def balanced_subset(labels: object, n: int, seed: int = 0) -> Tensor:
     """
     y = _labels(labels)
     check_int("n", n, 1, maximum=y.numel(), fix="the number of rows.")
+    seed = check_int("seed", seed, 0, maximum=MAX_SEED)
     order, rank, klass = _class_ranks(y, seed)
     generator = torch.Generator().manual_seed(int(seed) + 1)
     priority = torch.randperm(int(klass.max()) + 1, generator=generator)  # who gets the extra rows
@@ -91,7 +102,7 @@ def sample_rows(n_rows: int, n: int, seed: int = 0, labels: object | None = None
     given (shape ``(n_rows,)``), else a uniform draw without replacement. Shape: ``(n,)``, int64."""
     if labels is not None:
         return balanced_subset(labels, n, seed)
-    generator = torch.Generator().manual_seed(int(seed))
+    generator = torch.Generator().manual_seed(check_int("seed", seed, 0, maximum=MAX_SEED))
     return torch.sort(torch.randperm(n_rows, generator=generator)[:n]).values
 
 
@@ -115,7 +126,7 @@ def balanced_split(labels: object, test_fraction: float = 0.25, seed: int = 0) -
     y = _labels(labels)
     if isinstance(test_fraction, bool) or not isinstance(test_fraction, (int, float)) or not 0 < test_fraction < 1:
         raise InputError(f"`test_fraction` must be a number in (0, 1), got {test_fraction!r}.")
-    order, rank, klass = _class_ranks(y, seed)
+    order, rank, klass = _class_ranks(y, check_int("seed", seed, 0, maximum=MAX_SEED))
     counts = torch.bincount(klass)
     n_test = torch.round(counts.double() * test_fraction).long()
     n_test = torch.where(counts >= 2, n_test.clamp(1, None).minimum(counts - 1), torch.zeros_like(counts))

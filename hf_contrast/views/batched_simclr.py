@@ -126,13 +126,7 @@ class BatchedSimCLRViews:
         self.recipe = r = SimCLRRecipe.of(**recipe)
         self.jitter_ranges = jitter_ranges(*r.jitter)
         self.jitter_p = r.jitter_p if r.jitter_applies else 0.0
-        kernel = r.kernel_for(self.image_size)
-        if r.blur_p > 0 and kernel // 2 >= min(self.image_size):
-            raise InputError(
-                f"`blur_kernel`={kernel} needs an output side above {kernel // 2} (reflect padding), got "
-                f"image_size={self.image_size}; pass a smaller `blur_kernel`."
-            )
-        self.blur_kernel = kernel
+        self.blur_kernel = r.kernel_for(self.image_size)
         self.antialias = bool(antialias)
         self.seed = seed
         self._norm: dict[torch.device, tuple[Tensor, Tensor]] = {}

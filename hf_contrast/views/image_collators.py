@@ -52,7 +52,7 @@ from hf_contrast.errors import InputError
 
 from ..data.decode import BadImageError, ConvertImageMode, image_source
 from ..seeding import seeded_cpu_rng
-from ..tensor_checks import check_choice, check_int
+from ..tensor_checks import check_choice, check_int, check_name
 from .labels import collate_labels
 from .whole_rows import WholeRows
 
@@ -115,6 +115,10 @@ def pop_dropped_rows(inputs: MutableMapping[str, Any]) -> Tensor | None:
     return torch.as_tensor(dropped).sum()
 
 
+#: The most random views :class:`ImageViewCollator` makes of one image (multi-crop recipes use up to ~10).
+MAX_VIEWS = 64
+
+
 class _SeededViews:
     """Per-batch seeded randomness and bad-image handling shared by the image collators.
 
@@ -132,6 +136,21 @@ class _SeededViews:
     whole_rows: WholeRows | None = None
     dropped_rows: int = 0
     _warned_dropped: bool = False
+
+    def _check_fields(self, transforms: Sequence[str], columns: Sequence[str]) -> None:
+        """Refuse, when the collator is built, what its first batch would trip on: a transform that is not callable,
+        a column that is no name, a negative seed or batch index, an unknown ``on_bad_image``, bad ``n_channels``."""
+        for name in transforms:
+            value = getattr(self, name)
+            if value is not None and not callable(value):
+                raise InputError(f"`{name}` must be callable (a transform of one image) or None, got {value!r}.")
+        for name in columns:
+            check_name(name, getattr(self, name))
+        check_name("label_column", self.label_column, allow_none=True)  # type: ignore[attr-defined]
+        check_int("seed", self.seed, 0, allow_none=True)
+        check_int("next_index", self.next_index, 0)
+        check_choice("on_bad_image", self.on_bad_image, ON_BAD_IMAGE)
+        ConvertImageMode(self.n_channels)  # validates n_channels
 
     def _batch_rng(self) -> tuple[AbstractContextManager[Any], int | None]:
         """The context the batch's random views are drawn under, and the batch index (or ``None``)."""
@@ -291,11 +310,10 @@ class ImageViewCollator(_SeededViews):
     dropped_rows: int = 0
 
     def __post_init__(self) -> None:
-        check_int("n_views", self.n_views, 0)
+        check_int("n_views", self.n_views, 0, maximum=MAX_VIEWS, fix="a method makes 1 to 4 views of an image.")
+        self._check_fields(("transform", "eval_transform", "raw_transform"), ("image_column",))
         if self.n_views > 0 and self.transform is None:
             raise InputError(f"`transform` is required to build `n_views`={self.n_views} augmented views.")
-        check_choice("on_bad_image", self.on_bad_image, ON_BAD_IMAGE)
-        ConvertImageMode(self.n_channels)  # validates n_channels
 
     def __call__(self, features: Sequence[Mapping[str, Any]]) -> dict[str, Tensor]:
         if len(features) == 0:
@@ -368,8 +386,9 @@ class PairedImageCollator(_SeededViews):
     skipped_images: int = 0
 
     def __post_init__(self) -> None:
-        check_choice("on_bad_image", self.on_bad_image, ON_BAD_IMAGE)
-        ConvertImageMode(self.n_channels)
+        self._check_fields(("transform",), ("pre_column", "post_column"))
+        if self.transform is None:
+            raise InputError("`transform` is required: a paired transform `(pre, post) -> (view_pre, view_post)`.")
 
     def __call__(self, features: Sequence[Mapping[str, Any]]) -> dict[str, Tensor]:
         if len(features) == 0:

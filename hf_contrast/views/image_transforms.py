@@ -12,6 +12,7 @@ taken from a timm data config (``encoder.data_config``, i.e. the output of
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -23,10 +24,11 @@ from torchvision.transforms import InterpolationMode, v2
 
 from hf_contrast.data.decode import ConvertImageMode
 from hf_contrast.errors import InputError
-from hf_contrast.tensor_checks import check_size
+from hf_contrast.tensor_checks import check_int, check_size
 from hf_contrast.views.simclr_recipe import SimCLRRecipe, default_blur_kernel
 from hf_contrast.views.transform_steps import (
     ImageSize,
+    Normalize,
     channel_step,
     check_mean_std,
     interpolation_mode,
@@ -45,17 +47,25 @@ __all__ = [
 
 
 def _data_config_fields(data_config: Mapping[str, Any]) -> tuple[tuple[int, int], list[float], list[float], dict]:
+    if not isinstance(data_config, Mapping):
+        raise InputError(
+            "`data_config` must be a mapping with 'input_size', 'mean' and 'std' (timm.data.resolve_data_config's "
+            f"output, or `encoder.data_config`), got {type(data_config).__name__}."
+        )
     missing = [k for k in ("input_size", "mean", "std") if k not in data_config]
     if missing:
         raise InputError(
             f"`data_config` must hold 'input_size', 'mean' and 'std' (timm.data.resolve_data_config output), "
             f"missing {missing}."
         )
-    input_size = tuple(data_config["input_size"])
-    if len(input_size) != 3:
-        raise InputError(f"`data_config['input_size']` must be (C, H, W), got {input_size}.")
+    input_size = data_config["input_size"]
+    try:
+        _channels, height, width = (operator.index(side) for side in input_size)  # NumPy integers too, no floats
+    except (TypeError, ValueError):
+        raise InputError(f"`data_config['input_size']` must be (C, H, W) integers, got {input_size!r}.") from None
+    size = check_size("data_config['input_size']", (height, width))
     extra = {k: data_config[k] for k in ("interpolation", "crop_pct", "crop_mode") if data_config.get(k) is not None}
-    return (int(input_size[1]), int(input_size[2])), list(data_config["mean"]), list(data_config["std"]), extra
+    return size, data_config["mean"], data_config["std"], extra
 
 
 def clamp_unit_range(image: Tensor) -> Tensor:
@@ -130,7 +140,7 @@ def simclr_transform(
     steps.append(v2.ToDtype(torch.float32, scale=True))
     if r.solarize_p > 0:  # on the [0, 1] scale, as the threshold
         steps.append(v2.RandomSolarize(threshold=r.solarize_threshold, p=r.solarize_p))
-    steps += [v2.Normalize(mean_list, std_list), v2.ToPureTensor()]
+    steps += [Normalize(mean_list, std_list), v2.ToPureTensor()]
     return v2.Compose(steps)
 
 
@@ -193,6 +203,12 @@ def eval_transform(
     mean_list, std_list = check_mean_std(mean, std)
     if isinstance(crop_pct, bool) or not isinstance(crop_pct, (int, float)) or not 0.0 < crop_pct <= 1.0:
         raise InputError(f"`crop_pct` must be in (0, 1], got {crop_pct!r}.")
+    if max(size) / crop_pct > MAX_RESIZE:
+        raise InputError(
+            f"`crop_pct`={crop_pct!r} resizes the image to {max(size) / crop_pct:.3g} pixels before the "
+            f"{max(size)}-pixel crop (image_size / crop_pct), more than {MAX_RESIZE}; use a crop_pct near 1 (timm's "
+            "are 0.8 to 1)."
+        )
     if crop_mode not in _CROP_MODES:
         raise InputError(f"`crop_mode` must be one of {_CROP_MODES} (timm's), got {crop_mode!r}.")
     geometry = timm.data.create_transform(
@@ -213,13 +229,15 @@ def eval_transform(
             geometry,
             v2.ToImage(),
             v2.ToDtype(torch.float32, scale=True),
-            v2.Normalize(mean_list, std_list),
+            Normalize(mean_list, std_list),
             v2.ToPureTensor(),
         ]
     )
 
 
 _CROP_MODES = ("center", "squash", "border")
+#: The largest side :func:`eval_transform` resizes an image to before its crop (``image_size / crop_pct``).
+MAX_RESIZE = 65536
 
 
 def eval_transform_from_data_config(data_config: Mapping[str, Any], **kwargs: Any) -> v2.Compose:
@@ -275,7 +293,8 @@ def raw_image_transform(image_size: int | tuple[int, int], n_channels: int = 3) 
     The input of :class:`~hf_contrast.views.ChunkedAugmentation`, which augments and normalises
     the whole batch on the device. PIL images of any mode are converted to ``n_channels`` first.
     """
-    size = (image_size, image_size) if isinstance(image_size, int) else tuple(image_size)
+    size = check_size("image_size", image_size)
+    check_int("n_channels", n_channels, 1)
     return v2.Compose(
         [
             *to_image_steps(n_channels),

@@ -20,9 +20,11 @@ from torchvision.transforms import InterpolationMode, v2
 
 from hf_contrast.data.decode import ConvertImageMode
 from hf_contrast.errors import InputError
-from hf_contrast.tensor_checks import check_range, check_size, check_unit_interval
+from hf_contrast.tensor_checks import check_non_negative, check_range, check_size, check_unit_interval
+from hf_contrast.views.simclr_recipe import check_jitter_strength
 from hf_contrast.views.transform_steps import (
     ImageSize,
+    Normalize,
     channel_step,
     check_mean_std,
     interpolation_mode,
@@ -153,10 +155,10 @@ def paired_transform(
     size = check_size("image_size", image_size)
     mean_list, std_list = check_mean_std(mean, std)
     scale = check_range("scale", scale, 0.0, 1.0)
-    if degrees < 0:
-        raise InputError(f"`degrees` must be >= 0, got {degrees}.")
-    if jitter_strength < 0:
-        raise InputError(f"`jitter_strength` must be >= 0, got {jitter_strength}.")
+    degrees = check_non_negative("degrees", degrees)
+    if degrees > 180:
+        raise InputError(f"`degrees` must be at most 180 (the range [-180, 180] holds every angle), got {degrees:g}.")
+    jitter_strength = check_jitter_strength(jitter_strength)
     mode = interpolation_mode(interpolation)
     geometric: list[v2.Transform] = [*channel_step(len(mean_list))]
     geometric.append(v2.RandomResizedCrop(size, scale=scale, interpolation=mode, antialias=True))
@@ -171,8 +173,6 @@ def paired_transform(
     if check_unit_interval("jitter_p", jitter_p) > 0 and s > 0:
         jitter = v2.ColorJitter(brightness=0.8 * s, contrast=0.8 * s, saturation=0.8 * s, hue=min(0.2 * s, 0.5))
         photometric = v2.RandomApply([jitter], p=jitter_p)
-    finalize = v2.Compose(
-        [v2.ToDtype(torch.float32, scale=True), v2.Normalize(mean_list, std_list), v2.ToPureTensor()]
-    )
+    finalize = v2.Compose([v2.ToDtype(torch.float32, scale=True), Normalize(mean_list, std_list), v2.ToPureTensor()])
     n_channels = len(mean_list) if len(mean_list) in (1, 3) else None
     return PairedTransform(v2.Compose(geometric), photometric, finalize=finalize, n_channels=n_channels)

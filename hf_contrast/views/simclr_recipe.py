@@ -20,7 +20,27 @@ from hf_contrast.errors import InputError
 from hf_contrast.tensor_checks import check_non_negative, check_range, check_size, check_unit_interval
 from hf_contrast.views.transform_steps import ImageSize
 
-__all__ = ["SimCLRRecipe", "default_blur_kernel"]
+__all__ = ["SimCLRRecipe", "check_jitter_strength", "default_blur_kernel"]
+
+#: The strongest colour jitter accepted: ``s = 10`` scales brightness, contrast and saturation by up to 9x (SimCLR's
+#: strongest is ``s = 1``); beyond a few hundred the factors leave float32's range when they are drawn.
+MAX_JITTER_STRENGTH = 10.0
+#: The crop's aspect ratios (width / height) accepted lie in ``[1 / MAX_ASPECT, MAX_ASPECT]``: torchvision's crop of a
+#: more extreme shape can round a side to 0 pixels (``ratio=(1/64, 1/64)`` on a 20-pixel image did).
+MAX_ASPECT = 10.0
+#: The smallest blur standard deviation accepted (in pixels); a float32 sigma of 0 is refused by the blur.
+MIN_BLUR_SIGMA = 1e-3
+
+
+def check_jitter_strength(value: object) -> float:
+    """Check a colour jitter strength ``s`` in ``[0, MAX_JITTER_STRENGTH]``; return it as a float."""
+    s = check_non_negative("jitter_strength", value)
+    if s > MAX_JITTER_STRENGTH:
+        raise InputError(
+            f"`jitter_strength` must be at most {MAX_JITTER_STRENGTH:g} (SimCLR's strongest is 1.0, CARE's 0.5), "
+            f"got {s:g}."
+        )
+    return s
 
 
 def default_blur_kernel(image_size: ImageSize) -> int:
@@ -72,11 +92,18 @@ class SimCLRRecipe:
             "scale": check_range("scale", self.scale, 0.0, 1.0),
             "ratio": check_range("ratio", self.ratio, 0.0, math.inf),
             "blur_sigma": check_range("blur_sigma", self.blur_sigma, 0.0, math.inf),
-            "jitter_strength": check_non_negative("jitter_strength", self.jitter_strength),
+            "jitter_strength": check_jitter_strength(self.jitter_strength),
             "solarize_threshold": check_unit_interval("solarize_threshold", self.solarize_threshold),
         }
         for name in ("hflip_p", "jitter_p", "grayscale_p", "blur_p", "solarize_p"):
             checked[name] = check_unit_interval(name, getattr(self, name))
+        if not 1 / MAX_ASPECT <= checked["ratio"][0] <= checked["ratio"][1] <= MAX_ASPECT:
+            raise InputError(
+                f"`ratio` must lie within [{1 / MAX_ASPECT:g}, {MAX_ASPECT:g}] (the crop's width / height; SimCLR's"
+                f" is (3/4, 4/3)), got {self.ratio!r}."
+            )
+        if checked["blur_sigma"][0] < MIN_BLUR_SIGMA:
+            raise InputError(f"`blur_sigma` must start at {MIN_BLUR_SIGMA:g} pixels or more, got {self.blur_sigma!r}.")
         kernel = self.blur_kernel
         if kernel is not None and (
             not isinstance(kernel, int) or isinstance(kernel, bool) or kernel <= 0 or kernel % 2 == 0
@@ -110,5 +137,17 @@ class SimCLRRecipe:
         return self.jitter_p > 0 and self.jitter_strength > 0
 
     def kernel_for(self, image_size: ImageSize) -> int:
-        """The blur kernel for views of ``image_size``: ``blur_kernel``, else :func:`default_blur_kernel`."""
-        return default_blur_kernel(image_size) if self.blur_kernel is None else self.blur_kernel
+        """The blur kernel for views of ``image_size``: ``blur_kernel``, else :func:`default_blur_kernel`.
+
+        Raises:
+            ValueError: when views are blurred (``blur_p > 0``) and the kernel's reflect padding
+                (``kernel // 2``) is not below the image's shorter side.
+        """
+        kernel = default_blur_kernel(image_size) if self.blur_kernel is None else self.blur_kernel
+        side = min(check_size("image_size", image_size))
+        if self.blur_p > 0 and kernel // 2 >= side:
+            raise InputError(
+                f"`blur_kernel`={kernel} needs an output side above {kernel // 2} (reflect padding), got "
+                f"image_size={image_size!r}; pass a smaller `blur_kernel`, a larger `image_size` or `blur_p=0`."
+            )
+        return kernel

@@ -4,16 +4,21 @@ the decode-to-tensor steps; scalar argument checks are :mod:`hf_contrast.tensor_
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
+import numpy as np
+from torch import Tensor
 from torchvision.transforms import InterpolationMode, v2
 
 from hf_contrast.data.decode import ConvertImageMode
 from hf_contrast.errors import InputError
+from hf_contrast.tensor_checks import check_number
 
 __all__ = [
     "ImageSize",
     "check_mean_std",
+    "Normalize",
     "interpolation_mode",
     "channel_step",
     "to_image_steps",
@@ -22,9 +27,26 @@ __all__ = [
 ImageSize = int | tuple[int, int]
 
 
+#: Bounds of the normalisation constants of pixels on the ``[0, 1]`` scale: within them a normalised pixel stays below
+#: about 1e12 (a std of 1e-320 made it ``inf``); a timm or torchvision mean is 0 to 1, a std 0.01 to 1.
+MAX_MEAN, MIN_STD = 1e6, 1e-6
+
+
+def _channel_values(name: str, values: object) -> list[float]:
+    """``values`` as a list of finite floats, one per channel (a sequence, a 1-D tensor or array)."""
+    if isinstance(values, (Tensor, np.ndarray)) and values.ndim == 1:
+        values = values.tolist()
+    if isinstance(values, (str, bytes, Mapping)) or not isinstance(values, Sequence):
+        raise InputError(
+            f"`{name}` must be a sequence of numbers, one per channel (e.g. (0.5, 0.5, 0.5)), got {values!r}."
+        )
+    return [check_number(f"{name}[{index}]", value) for index, value in enumerate(values)]
+
+
 def check_mean_std(mean: Sequence[float], std: Sequence[float]) -> tuple[list[float], list[float]]:
-    """Check one positive ``std`` per ``mean`` value; return both as float lists."""
-    mean_list, std_list = [float(m) for m in mean], [float(s) for s in std]
+    """Check one finite ``mean`` and one positive ``std`` per channel (``|mean| <= MAX_MEAN``, ``std >= MIN_STD``:
+    pixels on the ``[0, 1]`` scale stay finite); return both as float lists."""
+    mean_list, std_list = _channel_values("mean", mean), _channel_values("std", std)
     if len(mean_list) == 0 or len(mean_list) != len(std_list):
         raise InputError(
             f"`mean` and `std` must have one value per channel and the same length, got {len(mean_list)} and "
@@ -32,7 +54,27 @@ def check_mean_std(mean: Sequence[float], std: Sequence[float]) -> tuple[list[fl
         )
     if min(std_list) <= 0:
         raise InputError(f"`std` must be positive, got {tuple(std_list)}.")
+    if min(std_list) < MIN_STD or max(abs(m) for m in mean_list) > MAX_MEAN:
+        raise InputError(
+            f"`mean` {tuple(mean_list)} and `std` {tuple(std_list)} are far from the [0, 1] scale of the pixels they "
+            f"normalise (|mean| <= {MAX_MEAN:g} and std >= {MIN_STD:g} are accepted); give them on that scale "
+            "(ImageNet's: mean (0.485, 0.456, 0.406), std (0.229, 0.224, 0.225))."
+        )
     return mean_list, std_list
+
+
+class Normalize(v2.Normalize):
+    """``v2.Normalize`` that names a channel mismatch: an image whose channels are not one per ``mean`` value (an RGB
+    image under a 2-value mean) raises an ``InputError`` naming ``mean`` and ``std``, not torch's shape error."""
+
+    def transform(self, inpt: Any, params: dict[str, Any]) -> Any:
+        channels = inpt.shape[-3] if isinstance(inpt, Tensor) and inpt.ndim >= 3 else None
+        if channels is not None and channels != len(self.mean):
+            raise InputError(
+                f"the image has {channels} channel(s) but `mean` and `std` have {len(self.mean)} value(s): give one "
+                "value per channel of the images (3 for RGB, 1 for grayscale)."
+            )
+        return super().transform(inpt, params)
 
 
 def interpolation_mode(value: str | InterpolationMode) -> InterpolationMode:

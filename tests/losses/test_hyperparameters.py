@@ -85,6 +85,7 @@ DOMAIN_CHECKS = {
     ("losses/simo.py", "_check_label"): "a soft label, scalar or one per group",
     ("losses/care.py", "_check_chunks"): "n_splits against the batch size",
     ("data/images.py", "_check_columns"): "dataset columns",
+    ("views/image_collators.py", "_check_fields"): "an image collator's fields (transforms, columns, seed, index)",
     ("data/text.py", "_check_text"): "dataset text columns",
     ("evaluation/probe_evaluator.py", "_check_labelled"): "a split's label column, before training",
     ("evaluation/probe_evaluator.py", "_check_classes"): "the fit split's classes and the score split's coverage",

@@ -16,6 +16,7 @@ from hf_contrast.views import (
     eval_transform,
     eval_transform_from_data_config,
     paired_transform,
+    raw_image_transform,
     simclr_transform,
     simclr_transform_from_data_config,
 )
@@ -129,6 +130,15 @@ def test_two_view_transform_draws_independent_views() -> None:
         ({"blur_kernel": 4}, "`blur_kernel` must be a positive odd int"),
         ({"jitter_strength": -1.0}, "`jitter_strength` must be >= 0"),
         ({"interpolation": "cubic-ish"}, "`interpolation` must be one of"),
+        # found by the property suite (tests/views/test_properties_views.py): each failed inside torch / torchvision
+        ({"mean": True}, "`mean` must be a sequence of numbers, one per channel"),  # TypeError: not iterable
+        ({"mean": (0.5, float("nan"), 0.5)}, r"`mean\[1\]` must be finite"),  # NaN views
+        ({"std": (1e-320,) * 3}, "far from the \\[0, 1\\] scale"),  # infinite views
+        ({"image_size": 10**30}, "`image_size` must be at most 65536 pixels"),  # OverflowError in the resize
+        ({"blur_sigma": (1e-297, 1e-297)}, "`blur_sigma` must start at 0.001"),  # torchvision: sigma 0.0
+        ({"image_size": 1, "blur_p": 1.0}, "needs an output side above 1"),  # RuntimeError at the first blur
+        ({"jitter_strength": 1e308}, "`jitter_strength` must be at most 10"),  # RuntimeError at the first jitter
+        ({"ratio": (1 / 64, 1 / 64)}, r"`ratio` must lie within \[0.1, 10\]"),  # an empty crop: RuntimeError
     ],
 )
 def test_simclr_transform_rejects_bad_arguments(kwargs: dict, match: str) -> None:
@@ -140,6 +150,44 @@ def test_simclr_transform_rejects_bad_arguments(kwargs: dict, match: str) -> Non
 def test_eval_transform_rejects_bad_crop_pct() -> None:
     with pytest.raises(ValueError, match="`crop_pct` must be in"):
         eval_transform(16, MEAN, STD, crop_pct=1.5)
+    with pytest.raises(ValueError, match=r"`crop_pct`=1e-150 resizes the image to 1.6e\+151 pixels"):
+        eval_transform(16, MEAN, STD, crop_pct=1e-150)  # OverflowError in timm's resize
+
+
+def test_a_mean_of_another_channel_count_is_named_when_the_image_comes() -> None:
+    two = eval_transform(16, (0.5, 0.5), (0.25, 0.25))  # a 2-channel model's: built, as for tensors of 2 channels
+    assert two(torch.rand(2, 20, 20)).shape == (2, 16, 16)
+    with pytest.raises(ValueError, match=r"the image has 3 channel\(s\) but `mean` and `std` have 2 value\(s\)"):
+        two(Image.new("RGB", (20, 20)))  # torch's "size of tensor a (3) must match the size of tensor b (2)"
+
+
+def test_raw_transform_and_blur_kernel_check_the_size() -> None:
+    for call in (lambda: raw_image_transform(None), lambda: default_blur_kernel(None)):  # TypeError: not iterable
+        with pytest.raises(ValueError, match="`image_size` must be an int or a pair"):
+            call()
+    with pytest.raises(ValueError, match="`n_channels` must be an integer >= 1"):
+        raw_image_transform(16, 0)
+    assert raw_image_transform((12, 10))(Image.new("RGB", (20, 20))).shape == (3, 12, 10)
+
+
+@pytest.mark.parametrize(
+    ("data_config", "match"),
+    [
+        (None, "`data_config` must be a mapping"),  # TypeError: argument of type 'NoneType' is not iterable
+        ({"input_size": (3, 16.5, 16), "mean": MEAN, "std": STD}, r"must be \(C, H, W\) integers"),  # was int(16.5)
+        ({"input_size": 16, "mean": MEAN, "std": STD}, r"must be \(C, H, W\) integers"),
+        ({"input_size": (3, 0, 16), "mean": MEAN, "std": STD}, r"`data_config\['input_size'\]` must be positive"),
+    ],
+)
+def test_from_data_config_rejects_bad_configs(data_config: object, match: str) -> None:
+    for make in (simclr_transform_from_data_config, eval_transform_from_data_config):
+        with pytest.raises(ValueError, match=match):
+            make(data_config)
+
+
+def test_from_data_config_takes_numpy_sizes() -> None:
+    config = {"input_size": np.array([3, 12, 12]), "mean": np.array(MEAN), "std": torch.tensor(STD)}
+    assert eval_transform_from_data_config(config)(Image.new("RGB", (20, 20))).shape == (3, 12, 12)
 
 
 def test_from_data_config_rejects_missing_keys() -> None:
@@ -301,6 +349,12 @@ def test_paired_rejects_size_mismatch() -> None:
 def test_paired_transform_rejects_negative_degrees() -> None:
     with pytest.raises(ValueError, match="`degrees` must be >= 0"):
         paired_transform(16, MEAN, STD, degrees=-1.0)
+    with pytest.raises(ValueError, match="`degrees` must be a number, got None"):  # TypeError: '<' with None
+        paired_transform(16, MEAN, STD, degrees=None)
+    with pytest.raises(ValueError, match="`degrees` must be at most 180"):
+        paired_transform(16, MEAN, STD, degrees=1e300)
+    with pytest.raises(ValueError, match="`jitter_strength` must be at most 10"):  # RuntimeError at the first pair
+        paired_transform(16, MEAN, STD, jitter_strength=1e308)
 
 
 def test_a_probability_given_as_text_is_named() -> None:

@@ -256,3 +256,27 @@ def test_truncated_png_names_the_row_and_the_file(tmp_path, stored: str) -> None
         collator([dataset[i] for i in range(3)])
     where = str(tmp_path / "2.png") if stored == "path" else "embedded bytes, 300 bytes"
     assert_message(caught, "row 2 of the batch", where, "truncated", "on_bad_image='skip'")
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [  # each failed at the first batch, after training had started (found by tests/views/test_properties_views.py)
+        ({"transform": 1.5}, "`transform` must be callable"),  # TypeError: 'float' object is not callable
+        ({"eval_transform": "eval"}, "`eval_transform` must be callable"),
+        ({"image_column": None}, "`image_column` must be a non-empty column name"),
+        ({"label_column": 3}, "`label_column` must be a non-empty column name"),
+        ({"seed": -1}, "`seed` must be an integer >= 0 or None"),  # ValueError from NumPy's SeedSequence
+        ({"next_index": 1.5}, "`next_index` must be an integer >= 0"),
+        ({"n_views": 10**30}, r"`n_views` must be an integer in \[0, 64\]"),  # MemoryError (or a very long batch)
+    ],
+)
+def test_image_collator_checks_its_fields_when_built(kwargs: dict, match: str) -> None:
+    with pytest.raises(ValueError, match=match):
+        ImageViewCollator(**{"transform": simclr_transform(8, MEAN3, STD3), **kwargs})
+
+
+def test_paired_collator_checks_its_fields_when_built() -> None:
+    with pytest.raises(ValueError, match="`transform` is required"):
+        PairedImageCollator(None)
+    with pytest.raises(ValueError, match="`post_column` must be a non-empty column name"):
+        PairedImageCollator(paired_transform(8, MEAN3, STD3), post_column="")

@@ -1,0 +1,108 @@
+"""The image views' doors under generated inputs: ``simclr_transform``, ``eval_transform``, ``paired_transform``,
+the ``*_from_data_config`` builders, ``raw_image_transform`` and ``ImageViewCollator``. For any argument, each
+builds a transform whose output for an RGB image is a finite float tensor, or raises the package's error naming the
+argument (:func:`_properties.assert_package_error_or_result`). Sizes stay below 65 pixels or above the accepted
+65,536 (a valid large size is a memory question, not an input error)."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from _properties import assert_package_error_or_result, bad_names, bad_numbers, tensors, wrong_types
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from PIL import Image
+
+from hf_contrast.views import (
+    ImageViewCollator,
+    eval_transform,
+    eval_transform_from_data_config,
+    paired_transform,
+    raw_image_transform,
+    simclr_transform,
+    simclr_transform_from_data_config,
+)
+
+FEW = settings(max_examples=max(1, settings().max_examples // 2))
+MEAN, STD = (0.5, 0.5, 0.5), (0.25, 0.25, 0.25)
+IMAGE = Image.fromarray(np.random.default_rng(0).integers(0, 256, (20, 20, 3), dtype=np.uint8))
+_SMALL_BAD = bad_numbers.filter(lambda v: not (isinstance(v, int) and not isinstance(v, bool) and 64 < v <= 65536))
+SIZES = st.one_of(
+    wrong_types,
+    _SMALL_BAD,
+    st.integers(-3, 64),
+    st.integers(65537, 10**30),
+    st.tuples(st.integers(-2, 40), st.integers(-2, 40)),
+    st.lists(st.integers(-2, 40), max_size=4),
+)
+CHANNEL_VALUES = st.one_of(
+    wrong_types, st.lists(st.one_of(bad_numbers, st.floats(0, 1)), max_size=4), tensors(max_rank=1)
+)
+VALUES = st.one_of(
+    wrong_types, bad_numbers, bad_names, st.floats(-1, 2), st.tuples(st.floats(-1, 2), st.floats(-1, 2))
+)
+RECIPE = ["hflip_p", "jitter_p", "grayscale_p", "blur_p", "scale", "jitter_strength", "blur_sigma", "ratio"]
+
+
+def finite_image(out: object) -> None:
+    assert isinstance(out, torch.Tensor) and out.is_floating_point() and bool(torch.isfinite(out).all()), out
+
+
+def _built_then_called(build, names, *images) -> None:
+    transform = assert_package_error_or_result(build, names)
+    if transform is not None:
+        assert_package_error_or_result(lambda: transform(*images), names, None if len(images) > 1 else finite_image)
+
+
+@given(size=SIZES, mean=CHANNEL_VALUES, std=CHANNEL_VALUES)
+def test_eval_transform_size_mean_std(size, mean, std) -> None:
+    _built_then_called(lambda: eval_transform(size, mean, std), ("image_size", "mean", "std"), IMAGE)
+
+
+@given(size=st.one_of(st.just(16), SIZES), key=st.sampled_from([*RECIPE, "interpolation", "bogus"]), value=VALUES)
+def test_simclr_transform_recipe(size, key, value) -> None:
+    _built_then_called(lambda: simclr_transform(size, MEAN, STD, **{key: value}), ("image_size", key), IMAGE)
+
+
+@given(key=st.sampled_from(["crop_pct", "interpolation", "crop_mode"]), value=VALUES)
+def test_eval_transform_options(key, value) -> None:
+    _built_then_called(lambda: eval_transform(16, MEAN, STD, **{key: value}), key, IMAGE)
+
+
+@given(
+    key=st.sampled_from(["scale", "hflip_p", "vflip_p", "degrees", "jitter_strength", "jitter_p", "interpolation"]),
+    value=VALUES,
+)
+def test_paired_transform_options(key, value) -> None:
+    _built_then_called(lambda: paired_transform(16, MEAN, STD, **{key: value}), key, IMAGE, IMAGE)
+
+
+CONFIG_KEYS = ["input_size", "mean", "std", "interpolation", "crop_pct", "crop_mode"]
+
+
+@FEW
+@given(data_config=st.one_of(wrong_types, st.dictionaries(st.sampled_from(CONFIG_KEYS), VALUES, max_size=6)))
+def test_from_data_config(data_config) -> None:
+    names = ("data_config", *CONFIG_KEYS, "image_size")
+    for make in (simclr_transform_from_data_config, eval_transform_from_data_config):
+        _built_then_called(lambda make=make: make(data_config), names, IMAGE)
+
+
+@given(size=SIZES, channels=st.one_of(wrong_types, bad_numbers, st.integers(-1, 5)))
+def test_raw_image_transform(size, channels) -> None:
+    assert_package_error_or_result(lambda: raw_image_transform(size, channels), ("image_size", "n_channels"))
+
+
+COLLATOR_FIELDS = ["n_views", "image_column", "label_column", "seed", "next_index", "on_bad_image", "n_channels"]
+
+
+@given(
+    key=st.sampled_from([*COLLATOR_FIELDS, "transform", "eval_transform", "raw_transform"]),
+    value=st.one_of(VALUES, st.integers(-3, 5)).filter(lambda v: v is not float),  # `float` is a callable
+)
+def test_image_collator_fields(key, value) -> None:
+    kwargs = {"transform": simclr_transform(16, MEAN, STD), key: value}
+    collator = assert_package_error_or_result(lambda: ImageViewCollator(**kwargs), key)
+    if collator is not None:
+        rows = [{"image": IMAGE, "label": 1}, {"image": IMAGE, "label": 0}]
+        assert_package_error_or_result(lambda: collator(rows), key)
