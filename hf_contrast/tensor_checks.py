@@ -40,6 +40,7 @@ __all__ = [
     "check_name",
     "check_range",
     "check_size",
+    "MAX_LENGTH",
     "check_device",
     "check_finite_values",
     "check_index_range",
@@ -349,6 +350,10 @@ def check_device(name: str, value: object) -> torch.device:
         )
     return device
 
+
+#: The longest ``max_length`` (tokens) a collator or ``encode`` accepts; a tokenizer raised ``OverflowError`` beyond
+#: 2**64 - 1, and no model reads 2**31 tokens.
+MAX_LENGTH = 2**31 - 1
 
 #: The largest image side :func:`check_size` accepts (a 65,536-pixel square of float32 RGB is 51 GB).
 MAX_IMAGE_SIDE = 65536

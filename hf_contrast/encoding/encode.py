@@ -15,7 +15,7 @@ from tqdm.auto import tqdm
 from hf_contrast.errors import InputError
 
 from ..progress import progress_enabled
-from ..tensor_checks import check_choice, check_device, check_int, check_name
+from ..tensor_checks import MAX_LENGTH, check_choice, check_device, check_int, check_name
 from .model_access import eval_mode, model_device, model_output, to_device, unwrap_model
 
 __all__ = ["encode_dataset", "encode_texts", "check_encode_options"]
@@ -138,7 +138,7 @@ def check_encode_options(
     check_name("label_column", label_column, allow_none=True)
     check_int("batch_size", batch_size, 1, sys.maxsize)  # a DataLoader takes no larger batch
     check_name("output", output, what="model output name ('embeddings' or 'projections')")
-    check_int("max_length", max_length, 1, allow_none=True)
+    check_int("max_length", max_length, 1, MAX_LENGTH, allow_none=True)
     check_choice("on_bad_image", on_bad_image, ("raise", "skip"))
     return {
         "collate_fn": collate_fn,

@@ -22,6 +22,7 @@ always bilinear (antialiased by default, as there).
 from __future__ import annotations
 
 import functools
+import inspect
 import math
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -43,7 +44,7 @@ from hf_contrast.views.batched_params import (
 )
 from hf_contrast.views.cuda_graphs import CUDAGraphs
 from hf_contrast.views.simclr_recipe import SimCLRRecipe
-from hf_contrast.views.transform_steps import check_mean_std
+from hf_contrast.views.transform_steps import check_mean_std, read_data_config
 
 __all__ = ["BatchedSimCLRViews"]
 
@@ -65,6 +66,22 @@ def views_compile_mode(mode: str | None) -> str | None:
     outputs are overwritten by the next replay, while a batch's views are still read by the model, itself compiled:
     "accessing tensor output of CUDAGraphs that has been overwritten by a subsequent run")."""
     return {"reduce-overhead": None, "max-autotune": "max-autotune-no-cudagraphs"}.get(mode, mode)
+
+
+#: ``torch.compile``'s keyword arguments (``mode``, ``dynamic``, ``fullgraph``, ``backend``, ``options``, ...).
+_COMPILE_ARGUMENTS = frozenset(inspect.signature(torch.compile).parameters) - {"model"}
+
+
+def _compile_options(compile: object) -> dict[str, Any]:
+    """``compile`` as ``torch.compile`` keyword arguments: a mapping of its parameter names."""
+    if not isinstance(compile, Mapping) or not set(compile) <= _COMPILE_ARGUMENTS:
+        unknown = sorted(map(repr, set(compile) - _COMPILE_ARGUMENTS)) if isinstance(compile, Mapping) else []
+        accepted = ", ".join(sorted(_COMPILE_ARGUMENTS))
+        raise InputError(
+            f"`compile` must be None or a dict of torch.compile arguments ({accepted}), got "
+            + (f"the unknown key(s) {', '.join(unknown)}." if unknown else f"{compile!r}.")
+        )
+    return dict(compile)
 
 
 class BatchedSimCLRViews:
@@ -127,12 +144,12 @@ class BatchedSimCLRViews:
         self.jitter_ranges = jitter_ranges(*r.jitter)
         self.jitter_p = r.jitter_p if r.jitter_applies else 0.0
         self.blur_kernel = r.kernel_for(self.image_size)
-        self.antialias = bool(antialias)
-        self.seed = seed
+        self.antialias = check_bool("antialias", antialias)
+        self.seed = check_int("seed", seed, 0, allow_none=True)
         self._norm: dict[torch.device, tuple[Tensor, Tensor]] = {}
         self.cuda_graphs = check_bool("cuda_graphs", cuda_graphs)  # "no" is a true string
         self._graphs = CUDAGraphs("Device views") if self.cuda_graphs else None
-        self.compile = None if compile is None else dict(compile)
+        self.compile = None if compile is None else _compile_options(compile)
         self._compiled = None
         if compile is not None:
             options = {**self.compile, "mode": views_compile_mode(self.compile.get("mode"))}
@@ -144,11 +161,8 @@ class BatchedSimCLRViews:
 
         The config's ``interpolation`` is not used: device views always resample bilinearly.
         """
-        missing = [k for k in ("input_size", "mean", "std") if k not in data_config]
-        if missing:
-            raise InputError(f"`data_config` must hold 'input_size', 'mean' and 'std', missing {missing}.")
-        _, height, width = tuple(data_config["input_size"])
-        return cls((int(height), int(width)), data_config["mean"], data_config["std"], **kwargs)
+        size, mean, std, _ = read_data_config(data_config)
+        return cls(size, mean, std, **kwargs)
 
     def generator(self, batch_index: int, process_index: int = 0, *, stream: int = 0) -> torch.Generator:
         """A CPU generator seeded from ``(seed, stream, batch_index, process_index)``: the views of one batch.

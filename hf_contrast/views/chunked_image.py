@@ -66,6 +66,8 @@ class ChunkedAugmentation:
         check_int("n_splits", n_splits, 1)
         if not callable(transform):
             raise InputError(f"`transform` must be callable, got {type(transform).__name__}.")
+        if generator is not None and not isinstance(generator, torch.Generator):
+            raise InputError(f"`generator` must be a CPU torch.Generator or None, got {generator!r}.")
         if generator is not None and generator.device.type != "cpu":
             raise InputError(f"`generator` must be a CPU torch.Generator, got one on {generator.device}.")
         self.n_splits = n_splits

@@ -12,7 +12,6 @@ taken from a timm data config (``encoder.data_config``, i.e. the output of
 
 from __future__ import annotations
 
-import operator
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -32,6 +31,7 @@ from hf_contrast.views.transform_steps import (
     channel_step,
     check_mean_std,
     interpolation_mode,
+    read_data_config,
     to_image_steps,
 )
 
@@ -44,28 +44,6 @@ __all__ = [
     "default_blur_kernel",
     "raw_image_transform",
 ]
-
-
-def _data_config_fields(data_config: Mapping[str, Any]) -> tuple[tuple[int, int], list[float], list[float], dict]:
-    if not isinstance(data_config, Mapping):
-        raise InputError(
-            "`data_config` must be a mapping with 'input_size', 'mean' and 'std' (timm.data.resolve_data_config's "
-            f"output, or `encoder.data_config`), got {type(data_config).__name__}."
-        )
-    missing = [k for k in ("input_size", "mean", "std") if k not in data_config]
-    if missing:
-        raise InputError(
-            f"`data_config` must hold 'input_size', 'mean' and 'std' (timm.data.resolve_data_config output), "
-            f"missing {missing}."
-        )
-    input_size = data_config["input_size"]
-    try:
-        _channels, height, width = (operator.index(side) for side in input_size)  # NumPy integers too, no floats
-    except (TypeError, ValueError):
-        raise InputError(f"`data_config['input_size']` must be (C, H, W) integers, got {input_size!r}.") from None
-    size = check_size("data_config['input_size']", (height, width))
-    extra = {k: data_config[k] for k in ("interpolation", "crop_pct", "crop_mode") if data_config.get(k) is not None}
-    return size, data_config["mean"], data_config["std"], extra
 
 
 def clamp_unit_range(image: Tensor) -> Tensor:
@@ -158,7 +136,7 @@ def simclr_transform_from_data_config(data_config: Mapping[str, Any], **kwargs: 
     Raises:
         ValueError: if the config lacks ``input_size``, ``mean`` or ``std``.
     """
-    size, mean, std, extra = _data_config_fields(data_config)
+    size, mean, std, extra = read_data_config(data_config)
     if "interpolation" in extra:
         kwargs.setdefault("interpolation", extra["interpolation"])
     return simclr_transform(size, mean, std, **kwargs)
@@ -253,7 +231,7 @@ def eval_transform_from_data_config(data_config: Mapping[str, Any], **kwargs: An
     Raises:
         ValueError: if the config lacks ``input_size``, ``mean`` or ``std``.
     """
-    size, mean, std, extra = _data_config_fields(data_config)
+    size, mean, std, extra = read_data_config(data_config)
     for key, value in extra.items():
         kwargs.setdefault(key, value)
     return eval_transform(size, mean, std, **kwargs)

@@ -15,6 +15,7 @@ from typing import Any
 from torch import Tensor
 
 from hf_contrast.errors import InputError
+from hf_contrast.tensor_checks import MAX_LENGTH, check_int, check_name
 
 from .labels import collate_labels
 
@@ -44,6 +45,17 @@ class TextViewCollator:
     text_pair_column: str | None = None
     label_column: str | None = "label"
     max_length: int = 128
+
+    def __post_init__(self) -> None:
+        if not (callable(self.tokenizer) and callable(getattr(self.tokenizer, "pad", None))):
+            raise InputError(
+                "`tokenizer` must be a transformers tokenizer (the encoder's `processing_class`: called on texts, "
+                f"`pad` for pre-tokenised rows), got {self.tokenizer!r}."
+            )
+        check_name("text_column", self.text_column)
+        check_name("text_pair_column", self.text_pair_column, allow_none=True)
+        check_name("label_column", self.label_column, allow_none=True)
+        check_int("max_length", self.max_length, 1, MAX_LENGTH, allow_none=True)
 
     def _encode(self, features: Sequence[Mapping[str, Any]], column: str) -> dict[str, Tensor]:
         if column not in features[0]:

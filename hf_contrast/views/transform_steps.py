@@ -1,9 +1,11 @@
-"""The steps every image transform is built from (shared by the image and paired transforms and the
-equivariance evaluator): the image size type, the mean/std check, interpolation names, the channel fix and
-the decode-to-tensor steps; scalar argument checks are :mod:`hf_contrast.tensor_checks`'."""
+"""The steps every image transform is built from (shared by the image and paired transforms, the device views and
+the equivariance evaluator): the image size type, a timm data config read, the mean/std check and the normalisation,
+interpolation names, the channel fix and the decode-to-tensor steps; scalar argument checks are
+:mod:`hf_contrast.tensor_checks`'."""
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -13,12 +15,13 @@ from torchvision.transforms import InterpolationMode, v2
 
 from hf_contrast.data.decode import ConvertImageMode
 from hf_contrast.errors import InputError
-from hf_contrast.tensor_checks import check_number
+from hf_contrast.tensor_checks import check_number, check_size
 
 __all__ = [
     "ImageSize",
     "check_mean_std",
     "Normalize",
+    "read_data_config",
     "interpolation_mode",
     "channel_step",
     "to_image_steps",
@@ -61,6 +64,35 @@ def check_mean_std(mean: Sequence[float], std: Sequence[float]) -> tuple[list[fl
             "(ImageNet's: mean (0.485, 0.456, 0.406), std (0.229, 0.224, 0.225))."
         )
     return mean_list, std_list
+
+
+def read_data_config(data_config: Mapping[str, Any]) -> tuple[tuple[int, int], Any, Any, dict[str, Any]]:
+    """A timm data config's ``(H, W)``, ``mean``, ``std`` (checked by the transform that takes them) and its other
+    fields the transforms read (``interpolation``, ``crop_pct``, ``crop_mode``, when set).
+
+    Raises:
+        ValueError: if ``data_config`` is no mapping, lacks ``input_size`` / ``mean`` / ``std``, or its
+            ``input_size`` is not ``(C, H, W)`` positive integers.
+    """
+    if not isinstance(data_config, Mapping):
+        raise InputError(
+            "`data_config` must be a mapping with 'input_size', 'mean' and 'std' (timm.data.resolve_data_config's "
+            f"output, or `encoder.data_config`), got {type(data_config).__name__}."
+        )
+    missing = [k for k in ("input_size", "mean", "std") if k not in data_config]
+    if missing:
+        raise InputError(
+            f"`data_config` must hold 'input_size', 'mean' and 'std' (timm.data.resolve_data_config output), "
+            f"missing {missing}."
+        )
+    input_size = data_config["input_size"]
+    try:
+        _channels, height, width = (operator.index(side) for side in input_size)  # NumPy integers too, no floats
+    except (TypeError, ValueError):
+        raise InputError(f"`data_config['input_size']` must be (C, H, W) integers, got {input_size!r}.") from None
+    size = check_size("data_config['input_size']", (height, width))
+    extra = {k: data_config[k] for k in ("interpolation", "crop_pct", "crop_mode") if data_config.get(k) is not None}
+    return size, data_config["mean"], data_config["std"], extra
 
 
 class Normalize(v2.Normalize):

@@ -338,7 +338,7 @@ def test_probe_evaluator_equals_scikit_learn_on_the_encoded_splits() -> None:
         ("batch_size", 0, "`batch_size` must be an integer in \\[1, "),
         ("batch_size", 10**30, "`batch_size` must be an integer in \\[1, "),  # was the DataLoader's ValueError
         ("output", 3, "`output` must be a non-empty model output name"),
-        ("max_length", 0, "`max_length` must be an integer >= 1"),
+        ("max_length", 0, r"`max_length` must be an integer in \[1, 2147483647\]"),
         ("collate_fn", "rows", "`collate_fn` must be callable"),
         ("input_column", ["text"], "`input_column` must be a non-empty column name"),
         ("on_bad_image", "ignore", "`on_bad_image` must be one of"),
@@ -597,7 +597,7 @@ def test_sts_evaluator_refuses_a_missing_or_non_numeric_column_naming_it() -> No
     assert STSEvaluator(**{**pairs, "scores": (np.float32(1), torch.tensor(2.0))}).scores == [1.0, 2.0]
     with pytest.raises(ValueError, match="`output` must be a non-empty"):
         STSEvaluator(**pairs, output="")
-    with pytest.raises(ValueError, match="`max_length` must be an integer >= 1 or None"):
+    with pytest.raises(ValueError, match=r"`max_length` must be an integer in \[1, 2147483647\] or None"):
         STSEvaluator(**pairs, max_length=0)
 
 

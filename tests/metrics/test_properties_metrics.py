@@ -3,6 +3,7 @@ evaluators' constructors (``hf_contrast.evaluation``) give a valid result or an 
 
 from __future__ import annotations
 
+import functools
 import math
 import warnings
 from typing import Any
@@ -24,8 +25,10 @@ from hypothesis import strategies as st
 
 from hf_contrast import metrics
 from hf_contrast.evaluation import (
+    EmbeddingEvaluator,
     EmbeddingMetrics,
     EquivarianceEvaluator,
+    ProbeEvaluator,
     SequentialEvaluator,
     STSEvaluator,
 )
@@ -253,3 +256,25 @@ def test_sequential_evaluator_constructor(evaluators: Any, primary: Any) -> None
     assert_package_error_or_result(
         lambda: SequentialEvaluator(evaluators, primary=primary), ("evaluators", "primary"), None
     )
+
+
+@functools.cache
+def _text_rows() -> Any:
+    """Four labelled sentences (a ``datasets.Dataset``, built once)."""
+    import datasets
+
+    return datasets.Dataset.from_dict({"text": ["a cat", "the dog", "a man", "red car"], "label": [0, 1, 0, 1]})
+
+
+PROBE_OPTIONS = ["name", "knn_k", "knn_temperature", "C", "max_iter", "standardize", "seed", "primary"]
+ENCODING_OPTIONS = ["input_column", "label_column", "batch_size", "output", "max_length", "progress", "collate_fn"]
+
+
+@given(data=st.data())
+def test_probe_and_embedding_evaluator_constructors(data: st.DataObject) -> None:
+    value = data.draw(st.one_of(wrong_types, bad_numbers, bad_names, st.integers(-3, 5)), label="value")
+    probe_argument = data.draw(st.sampled_from([*PROBE_OPTIONS, *ENCODING_OPTIONS, "on_bad_image"]), label="probe")
+    rows = _text_rows()
+    assert_package_error_or_result(lambda: ProbeEvaluator(rows, rows, **{probe_argument: value}), probe_argument)
+    argument = data.draw(st.sampled_from(["metrics", "name", "primary", "greater_is_better", *ENCODING_OPTIONS]))
+    assert_package_error_or_result(lambda: EmbeddingEvaluator(rows, **{argument: value}), argument)

@@ -9,6 +9,7 @@ from PIL import Image
 from torchvision.transforms import v2
 
 from hf_contrast.views import (
+    BatchedSimCLRViews,
     ChunkedAugmentation,
     PairedTransform,
     TwoViewTransform,
@@ -180,7 +181,11 @@ def test_raw_transform_and_blur_kernel_check_the_size() -> None:
     ],
 )
 def test_from_data_config_rejects_bad_configs(data_config: object, match: str) -> None:
-    for make in (simclr_transform_from_data_config, eval_transform_from_data_config):
+    for make in (
+        simclr_transform_from_data_config,
+        eval_transform_from_data_config,
+        BatchedSimCLRViews.from_data_config,
+    ):
         with pytest.raises(ValueError, match=match):
             make(data_config)
 

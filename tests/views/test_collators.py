@@ -275,6 +275,22 @@ def test_image_collator_checks_its_fields_when_built(kwargs: dict, match: str) -
         ImageViewCollator(**{"transform": simclr_transform(8, MEAN3, STD3), **kwargs})
 
 
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [  # each failed at the first batch
+        ({"tokenizer": None}, "`tokenizer` must be a transformers tokenizer"),  # 'NoneType' object is not callable
+        ({"tokenizer": float}, "`tokenizer` must be a transformers tokenizer"),  # float() takes no keyword arguments
+        ({"max_length": "0.1"}, "`max_length` must be an integer"),  # TypeError in the tokenizer
+        ({"max_length": 10**30}, "`max_length` must be an integer in"),  # OverflowError in the tokenizer
+        ({"text_column": ""}, "`text_column` must be a non-empty column name"),
+        ({"text_pair_column": 1}, "`text_pair_column` must be a non-empty column name"),
+    ],
+)
+def test_text_collator_checks_its_fields_when_built(kwargs: dict, match: str) -> None:
+    with pytest.raises(ValueError, match=match):
+        TextViewCollator(**{"tokenizer": tiny_tokenizer(), **kwargs})
+
+
 def test_paired_collator_checks_its_fields_when_built() -> None:
     with pytest.raises(ValueError, match="`transform` is required"):
         PairedImageCollator(None)

@@ -10,7 +10,7 @@ from scipy import stats
 from torchvision.transforms import InterpolationMode, v2
 from torchvision.transforms.v2 import functional as F
 
-from hf_contrast.views import SimCLRRecipe, simclr_transform
+from hf_contrast.views import ChunkedAugmentation, SimCLRRecipe, simclr_transform
 from hf_contrast.views import batched_ops as ops
 from hf_contrast.views.batched_params import (
     ViewParams,
@@ -401,6 +401,17 @@ def test_bad_inputs_raise_clear_errors(views):
         jitter_ranges(0.4, 0.4, 0.4, 0.6)
     with pytest.raises(ValueError, match="`cuda_graphs` must be True or False, got 'no'"):
         BatchedSimCLRViews(16, MEAN, STD, cuda_graphs="no")
+    # found by tests/views/test_properties_views.py
+    with pytest.raises(ValueError, match="`antialias` must be True or False, got 'no'"):  # was read as True
+        BatchedSimCLRViews(16, MEAN, STD, antialias="no")
+    with pytest.raises(ValueError, match="`seed` must be an integer >= 0 or None"):  # failed at the first batch
+        BatchedSimCLRViews(16, MEAN, STD, seed=-1)
+    with pytest.raises(ValueError, match="`compile` must be None or a dict of torch.compile arguments"):
+        BatchedSimCLRViews(16, MEAN, STD, compile="max-autotune")  # ValueError from dict()
+    with pytest.raises(ValueError, match="the unknown key\\(s\\) 'fast'"):
+        BatchedSimCLRViews(16, MEAN, STD, compile={"fast": True})  # TypeError from torch.compile
+    with pytest.raises(ValueError, match="`generator` must be a CPU torch.Generator or None, got 0"):
+        ChunkedAugmentation(2, lambda chunk: chunk, generator=0)  # AttributeError at build
 
 
 def test_views_inside_a_bf16_autocast_are_computed_in_float32(views, uint8_batch):

@@ -1,7 +1,8 @@
-"""The image views' doors under generated inputs: ``simclr_transform``, ``eval_transform``, ``paired_transform``,
-the ``*_from_data_config`` builders, ``raw_image_transform`` and ``ImageViewCollator``. For any argument, each
-builds a transform whose output for an RGB image is a finite float tensor, or raises the package's error naming the
-argument (:func:`_properties.assert_package_error_or_result`). Sizes stay below 65 pixels or above the accepted
+"""The views' doors under generated inputs: ``simclr_transform``, ``eval_transform``, ``paired_transform``, the
+``*_from_data_config`` builders, ``raw_image_transform``, ``ImageViewCollator``, ``TextViewCollator``,
+``ChunkedAugmentation`` and ``BatchedSimCLRViews``. For any argument, each is built and used (a transform must turn
+an RGB image into a finite float tensor) or raises the package's error naming the argument
+(:func:`_properties.assert_package_error_or_result`). Sizes stay below 65 pixels or above the accepted
 65,536 (a valid large size is a memory question, not an input error)."""
 
 from __future__ import annotations
@@ -9,12 +10,16 @@ from __future__ import annotations
 import numpy as np
 import torch
 from _properties import assert_package_error_or_result, bad_names, bad_numbers, tensors, wrong_types
+from _tiny import tiny_tokenizer
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from PIL import Image
 
 from hf_contrast.views import (
+    BatchedSimCLRViews,
+    ChunkedAugmentation,
     ImageViewCollator,
+    TextViewCollator,
     eval_transform,
     eval_transform_from_data_config,
     paired_transform,
@@ -25,6 +30,7 @@ from hf_contrast.views import (
 
 FEW = settings(max_examples=max(1, settings().max_examples // 2))
 MEAN, STD = (0.5, 0.5, 0.5), (0.25, 0.25, 0.25)
+TOKENIZER = tiny_tokenizer()
 IMAGE = Image.fromarray(np.random.default_rng(0).integers(0, 256, (20, 20, 3), dtype=np.uint8))
 _SMALL_BAD = bad_numbers.filter(lambda v: not (isinstance(v, int) and not isinstance(v, bool) and 64 < v <= 65536))
 SIZES = st.one_of(
@@ -106,3 +112,41 @@ def test_image_collator_fields(key, value) -> None:
     if collator is not None:
         rows = [{"image": IMAGE, "label": 1}, {"image": IMAGE, "label": 0}]
         assert_package_error_or_result(lambda: collator(rows), key)
+
+
+@given(
+    key=st.sampled_from(["tokenizer", "text_column", "text_pair_column", "label_column", "max_length"]),
+    value=VALUES.filter(lambda v: v is not float),
+)
+def test_text_collator_fields(key, value) -> None:
+    collator = assert_package_error_or_result(lambda: TextViewCollator(**{"tokenizer": TOKENIZER, key: value}), key)
+    if collator is not None:
+        rows = [{"text": "a cat", "label": 1}, {"text": "the dog", "label": 0}]
+        assert_package_error_or_result(lambda: collator(rows), key)
+
+
+@given(
+    n_splits=st.one_of(VALUES, st.integers(-2, 10)),
+    generator=st.one_of(st.none(), wrong_types, st.just(torch.Generator().manual_seed(0))),
+)
+def test_chunked_augmentation(n_splits, generator) -> None:
+    names = ("n_splits", "generator", "images")
+    augment = assert_package_error_or_result(
+        lambda: ChunkedAugmentation(n_splits, simclr_transform(8, MEAN, STD), generator=generator), names
+    )
+    if augment is not None:
+        views = assert_package_error_or_result(lambda: augment(torch.randint(0, 256, (8, 3, 12, 12)).byte()), names)
+        if views is not None:
+            finite_image(views[0])
+
+
+DEVICE_VIEW_OPTIONS = ["antialias", "seed", "cuda_graphs", "compile", "hflip_p", "ratio", "blur_kernel", "blur_sigma"]
+
+
+@given(
+    size=st.one_of(_SMALL_BAD, st.integers(-2, 40), wrong_types),
+    key=st.sampled_from([*DEVICE_VIEW_OPTIONS, "solarize_threshold"]),
+    value=VALUES,
+)
+def test_device_views(size, key, value) -> None:
+    assert_package_error_or_result(lambda: BatchedSimCLRViews(size, MEAN, STD, **{key: value}), ("image_size", key))
