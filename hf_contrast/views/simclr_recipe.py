@@ -23,8 +23,8 @@ from hf_contrast.views.transform_steps import ImageSize
 __all__ = ["SimCLRRecipe", "check_jitter_strength", "default_blur_kernel"]
 
 #: The strongest colour jitter accepted: ``s = 10`` scales brightness, contrast and saturation by up to 9x (SimCLR's
-#: strongest is ``s = 1``); at ``s = 1e308`` the factors' range left
-#: float32's and the first jitter raised torch's RuntimeError.
+#: strongest is ``s = 1``); at ``s = 1e308`` the factors left float32's range and the first jitter raised torch's
+#: RuntimeError.
 MAX_JITTER_STRENGTH = 10.0
 #: The crop's aspect ratios (width / height) accepted lie in ``[1 / MAX_ASPECT, MAX_ASPECT]``: torchvision's crop of a
 #: more extreme shape can round a side to 0 pixels (``ratio=(1/64, 1/64)`` on a 20-pixel image did).
