@@ -23,7 +23,7 @@ from torchvision.transforms import InterpolationMode, v2
 
 from hf_contrast.data.decode import ConvertImageMode
 from hf_contrast.errors import InputError
-from hf_contrast.tensor_checks import check_int, check_size
+from hf_contrast.tensor_checks import MAX_IMAGE_SIDE, check_int, check_size
 from hf_contrast.views.simclr_recipe import SimCLRRecipe, default_blur_kernel
 from hf_contrast.views.transform_steps import (
     ImageSize,
@@ -181,11 +181,11 @@ def eval_transform(
     mean_list, std_list = check_mean_std(mean, std)
     if isinstance(crop_pct, bool) or not isinstance(crop_pct, (int, float)) or not 0.0 < crop_pct <= 1.0:
         raise InputError(f"`crop_pct` must be in (0, 1], got {crop_pct!r}.")
-    if max(size) / crop_pct > MAX_RESIZE:
+    if max(size) / crop_pct > MAX_IMAGE_SIDE:  # the side resized to before the crop
         raise InputError(
             f"`crop_pct`={crop_pct!r} resizes the image to {max(size) / crop_pct:.3g} pixels before the "
-            f"{max(size)}-pixel crop (image_size / crop_pct), more than {MAX_RESIZE}; use a crop_pct near 1 (timm's "
-            "are 0.8 to 1)."
+            f"{max(size)}-pixel crop (image_size / crop_pct), more than {MAX_IMAGE_SIDE}; use a crop_pct near 1 "
+            "(timm's are 0.8 to 1)."
         )
     if crop_mode not in _CROP_MODES:
         raise InputError(f"`crop_mode` must be one of {_CROP_MODES} (timm's), got {crop_mode!r}.")
@@ -214,8 +214,6 @@ def eval_transform(
 
 
 _CROP_MODES = ("center", "squash", "border")
-#: The largest side :func:`eval_transform` resizes an image to before its crop (``image_size / crop_pct``).
-MAX_RESIZE = 65536
 
 
 def eval_transform_from_data_config(data_config: Mapping[str, Any], **kwargs: Any) -> v2.Compose:
