@@ -14,9 +14,11 @@ from __future__ import annotations
 
 import math
 import numbers
+import os
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
@@ -38,9 +40,11 @@ __all__ = [
     "check_bool",
     "check_choice",
     "check_name",
+    "check_folder_path",
     "check_range",
     "check_size",
     "MAX_LENGTH",
+    "MAX_SKLEARN_SEED",
     "check_device",
     "check_finite_values",
     "check_index_range",
@@ -308,6 +312,18 @@ def check_name(name: str, value: object, what: str = "column name", allow_none: 
     return value
 
 
+def check_folder_path(name: str, value: object) -> Path:
+    """Check a folder to write: a non-empty ``str`` or an ``os.PathLike`` (a ``pathlib.Path``); returned as a
+    ``Path``. Bytes (``pathlib`` cannot join them) and a NUL character (no file system takes it) are refused."""
+    path = os.fspath(value) if isinstance(value, os.PathLike) else value
+    if not isinstance(path, str) or not path or "\0" in path:
+        raise InputTypeError(
+            f"`{name}` must be a folder path (a non-empty str or a pathlib.Path), got {value!r} of type "
+            f"{type(value).__name__}."
+        )
+    return Path(path)
+
+
 def check_range(name: str, value: object, low: float, high: float) -> tuple[float, float]:
     """Check an ordered pair ``(lo, hi)`` of numbers with ``low < lo <= hi <= high`` (e.g. a crop scale)."""
     ok = (
@@ -354,6 +370,9 @@ def check_device(name: str, value: object) -> torch.device:
 #: The longest ``max_length`` (tokens) a collator or ``encode`` accepts; a tokenizer raised ``OverflowError`` beyond
 #: 2**64 - 1, and no model reads 2**31 tokens.
 MAX_LENGTH = 2**31 - 1
+
+#: The largest seed of a scikit-learn estimator (its ``random_state``: a 32-bit seed), for the linear probe and t-SNE.
+MAX_SKLEARN_SEED = 2**32 - 1
 
 #: The largest image side :func:`check_size` accepts (a 65,536-pixel square of float32 RGB is 51 GB).
 MAX_IMAGE_SIDE = 65536

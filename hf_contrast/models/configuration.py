@@ -7,7 +7,9 @@ from typing import Any
 from transformers import AutoConfig, PretrainedConfig
 
 from hf_contrast.errors import InputError
+from hf_contrast.models.heads import MAX_HEAD_LAYERS, MAX_HEAD_WIDTH
 from hf_contrast.models.save_format import SAVE_FORMAT_VERSION
+from hf_contrast.tensor_checks import MAX_LENGTH
 
 __all__ = ["ContrastiveEncoderConfig", "BACKBONE_TYPES", "POOLINGS", "PROJECTION_NORMS", "register_backbone_type"]
 
@@ -24,9 +26,9 @@ def register_backbone_type(backbone_type: str) -> None:
         BACKBONE_TYPES = (*BACKBONE_TYPES, backbone_type)
 
 
-def _positive_int_or_none(name: str, value: Any) -> None:
-    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
-        raise InputError(f"`{name}` must be a positive int or None, got {value!r}.")
+def _positive_int_or_none(name: str, value: Any, maximum: int) -> None:
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= maximum):
+        raise InputError(f"`{name}` must be an int in [1, {maximum}] or None, got {value!r}.")
 
 
 class ContrastiveEncoderConfig(PretrainedConfig):
@@ -83,7 +85,9 @@ class ContrastiveEncoderConfig(PretrainedConfig):
     :class:`~hf_contrast.models.ContrastiveEncoder` raises when asked to build a backbone from it.
 
     Raises:
-        ValueError: If an option is outside its documented values.
+        ValueError: If an option is outside its documented values; the head's widths and ``num_labels`` go up to
+            ``2**20`` and ``projection_layers`` to 64 (:data:`~hf_contrast.models.heads.MAX_HEAD_WIDTH`,
+            :data:`~hf_contrast.models.heads.MAX_HEAD_LAYERS`), ``max_seq_length`` to ``2**31 - 1``.
 
     Example:
         >>> config = ContrastiveEncoderConfig(backbone="resnet18", backbone_type="timm", projection_dim=64)
@@ -122,11 +126,11 @@ class ContrastiveEncoderConfig(PretrainedConfig):
             raise InputError(f"`pooling` must be one of {POOLINGS}, got {pooling!r}.")
         if projection_norm not in PROJECTION_NORMS:
             raise InputError(f"`projection_norm` must be one of {PROJECTION_NORMS}, got {projection_norm!r}.")
-        _positive_int_or_none("embedding_dim", embedding_dim)
-        _positive_int_or_none("max_seq_length", max_seq_length)
-        _positive_int_or_none("projection_hidden_dim", projection_hidden_dim)
-        _positive_int_or_none("projection_dim", projection_dim)
-        _positive_int_or_none("projection_layers", projection_layers)
+        _positive_int_or_none("embedding_dim", embedding_dim, MAX_HEAD_WIDTH)
+        _positive_int_or_none("max_seq_length", max_seq_length, MAX_LENGTH)
+        _positive_int_or_none("projection_hidden_dim", projection_hidden_dim, MAX_HEAD_WIDTH)
+        _positive_int_or_none("projection_dim", projection_dim, MAX_HEAD_WIDTH)
+        _positive_int_or_none("projection_layers", projection_layers, MAX_HEAD_LAYERS)
         if projection_dim is None or projection_layers is None:
             raise InputError(
                 "`projection_dim` and `projection_layers` must be positive ints, got "
@@ -134,8 +138,10 @@ class ContrastiveEncoderConfig(PretrainedConfig):
             )
         if num_labels is None:  # a saved config stores `id2label`, not `num_labels`
             num_labels = len(kwargs["id2label"]) if kwargs.get("id2label") is not None else 0
-        if isinstance(num_labels, bool) or not isinstance(num_labels, int) or num_labels < 0:
-            raise InputError(f"`num_labels` must be an int >= 0 (0 = no task head), got {num_labels!r}.")
+        if isinstance(num_labels, bool) or not isinstance(num_labels, int) or not 0 <= num_labels <= MAX_HEAD_WIDTH:
+            raise InputError(
+                f"`num_labels` must be an int in [0, {MAX_HEAD_WIDTH}] (0 = no task head), got {num_labels!r}."
+            )
         if backbone_kwargs is not None and not isinstance(backbone_kwargs, dict):
             raise InputError(
                 "`backbone_kwargs` must be a dict of timm.create_model arguments, got "

@@ -27,10 +27,11 @@ from typing import Any
 import torch
 import transformers
 
-from hf_contrast.errors import InputError
+from hf_contrast.errors import InputError, InputTypeError
 from hf_contrast.hub.layout import HUB_SUBFOLDER
 from hf_contrast.models.configuration import ContrastiveEncoderConfig
 from hf_contrast.models.st_layout import write_st_modules
+from hf_contrast.tensor_checks import check_folder_path
 
 __all__ = [
     "HUB_SUBFOLDER",
@@ -65,6 +66,15 @@ def _backbone_state(encoder: Any, state_dict: Mapping[str, torch.Tensor] | None)
     module."""
     if state_dict is None:
         tensors = dict(encoder.backbone.state_dict())
+    elif not isinstance(state_dict, Mapping) or not all(
+        isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in state_dict.items()
+    ):
+        raise InputTypeError(
+            f"`state_dict` must be None or the encoder's state dict (str keys `backbone.*` -> tensors), got "
+            f"{type(state_dict).__name__}"
+            + (f" with keys {list(state_dict)[:4]}" if isinstance(state_dict, Mapping) else "")
+            + "."
+        )
     else:
         prefix = "backbone."
         tensors = {key[len(prefix) :]: value for key, value in state_dict.items() if key.startswith(prefix)}
@@ -115,7 +125,7 @@ def export_timm(
     import safetensors.torch
     from timm.models._hub import save_config_for_hf
 
-    save_dir = Path(save_dir)
+    save_dir = check_folder_path("save_dir", save_dir)
     save_dir.mkdir(parents=True, exist_ok=True)
     safetensors.torch.save_file(
         _backbone_state(encoder, state_dict), str(save_dir / "model.safetensors"), metadata={"format": "pt"}
@@ -161,7 +171,7 @@ def export_transformers(
             "`encoder.tokenizer` is None: a text export needs the tokenizer. Set `encoder.tokenizer = "
             "AutoTokenizer.from_pretrained(...)` or pass `tokenizer=` to `from_backbone` / `from_text_config`."
         )
-    save_dir = Path(save_dir)
+    save_dir = check_folder_path("save_dir", save_dir)
     backbone_state = _backbone_state(encoder, state_dict) if state_dict is not None else None
     encoder.backbone.save_pretrained(save_dir, state_dict=backbone_state)
     encoder.tokenizer.save_pretrained(save_dir)

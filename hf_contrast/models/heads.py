@@ -9,7 +9,14 @@ from hf_contrast.errors import InputError
 
 from ..tensor_checks import check_int
 
-__all__ = ["ProjectionHead"]
+__all__ = ["ProjectionHead", "MAX_HEAD_WIDTH", "MAX_HEAD_LAYERS"]
+
+#: The widest layer a head (or a task head's number of classes) may have: 2**20 units. The widest embeddings in
+#: use are about 16k wide and SimCLR's heads 2k to 8k; one 2**20-wide layer after a 2,048-wide backbone already
+#: holds 8 GB of float32 weights, and torch cannot allocate a layer of 10**30 (an ``OverflowError`` in ``empty``).
+MAX_HEAD_WIDTH = 2**20
+#: The most linear layers a head may have (SimCLR uses 2 or 3): a larger number built layers for ever.
+MAX_HEAD_LAYERS = 64
 
 
 class ProjectionHead(nn.Module):
@@ -32,7 +39,8 @@ class ProjectionHead(nn.Module):
         - Output: ``(B, P)``.
 
     Raises:
-        ValueError: If a size is not a positive int or ``norm`` is unknown.
+        ValueError: If a width is not an int in [1, :data:`MAX_HEAD_WIDTH`], ``num_layers`` not one in
+            [1, :data:`MAX_HEAD_LAYERS`], or ``norm`` is unknown.
 
     Example:
         >>> head = ProjectionHead(16, 32, 8, num_layers=2, norm="layernorm")
@@ -44,13 +52,9 @@ class ProjectionHead(nn.Module):
         self, input_dim: int, hidden_dim: int, output_dim: int, num_layers: int = 2, norm: str | None = "batchnorm"
     ) -> None:
         super().__init__()
-        for name, value in (
-            ("input_dim", input_dim),
-            ("hidden_dim", hidden_dim),
-            ("output_dim", output_dim),
-            ("num_layers", num_layers),
-        ):
-            check_int(name, value, 1)
+        for name, value in (("input_dim", input_dim), ("hidden_dim", hidden_dim), ("output_dim", output_dim)):
+            check_int(name, value, 1, MAX_HEAD_WIDTH)
+        check_int("num_layers", num_layers, 1, MAX_HEAD_LAYERS)
         if norm not in ("batchnorm", "layernorm", None):
             raise InputError(f"`norm` must be 'batchnorm', 'layernorm' or None, got {norm!r}.")
         self.input_dim = input_dim

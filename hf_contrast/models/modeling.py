@@ -23,7 +23,7 @@ from hf_contrast.models.instances import encoder_from_instance
 from hf_contrast.models.loading import load_encoder
 from hf_contrast.models.saving import save_encoder
 from hf_contrast.provenance import backbone_provenance
-from hf_contrast.tensor_checks import l2_normalize
+from hf_contrast.tensor_checks import check_folder_path, l2_normalize
 
 __all__ = ["ContrastiveEncoder", "ContrastiveEncoderOutput", "HUB_SUBFOLDER"]
 
@@ -404,12 +404,14 @@ class ContrastiveEncoder(PreTrainedModel):
 
         Raises:
             ValueError: If ``push_to_hub=True`` is passed: call :meth:`push_to_hub`.
+            InputTypeError: If ``save_directory`` is not a str or a ``pathlib.Path``.
         """
         if push_to_hub:
             raise InputError(
                 "`save_pretrained(push_to_hub=True)` is not supported: call `encoder.push_to_hub(repo_id)`."
             )
         kwargs.pop("safe_serialization", None)
+        check_folder_path("save_directory", save_directory)
         if not is_main_process:
             return
         save_encoder(self, save_directory, state_dict, super().save_pretrained, **kwargs)

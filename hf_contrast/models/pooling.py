@@ -2,12 +2,43 @@
 
 from __future__ import annotations
 
-import torch  # noqa: F401  (used in the docstring example)
+import torch
 from torch import Tensor
 
 from hf_contrast.errors import InputError
 
 __all__ = ["mean_pool", "cls_pool", "max_pool", "pool_tokens"]
+
+#: What padding is set to before :func:`max_pool`'s maximum, so that it never wins (sentence-transformers' value),
+#: or the lowest value of the states' dtype where that is higher (float16's -65,504).
+_PADDING_FILL = -1e9
+
+
+def _check_states(hidden_states: object, attention_mask: object) -> None:
+    """``hidden_states`` a floating ``(B, L, F)`` tensor with ``L >= 1``; ``attention_mask`` ``None`` or ``(B, L)``."""
+    if not isinstance(hidden_states, Tensor) or hidden_states.ndim != 3 or not hidden_states.is_floating_point():
+        shown = (
+            f"a {hidden_states.dtype} tensor of shape {tuple(hidden_states.shape)}"
+            if isinstance(hidden_states, Tensor)
+            else f"{type(hidden_states).__name__}"
+        )
+        raise InputError(f"`hidden_states` must be a floating tensor of shape (B, L, F), got {shown}.")
+    if hidden_states.shape[1] == 0:
+        raise InputError(f"`hidden_states` holds no token (shape {tuple(hidden_states.shape)}): nothing to pool.")
+    if attention_mask is None:
+        return
+    if not isinstance(attention_mask, Tensor) or tuple(attention_mask.shape) != tuple(hidden_states.shape[:2]):
+        shown = (
+            f"shape {tuple(attention_mask.shape)}"
+            if isinstance(attention_mask, Tensor)
+            else type(attention_mask).__name__
+        )
+        raise InputError(
+            f"`attention_mask` must be None or a tensor of shape (B, L) = {tuple(hidden_states.shape[:2])}, the "
+            f"first two sides of `hidden_states`; got {shown}."
+        )
+    if attention_mask.is_complex():
+        raise InputError(f"`attention_mask` must hold 0 and 1, got a {attention_mask.dtype} tensor.")
 
 
 def mean_pool(hidden_states: Tensor, attention_mask: Tensor | None) -> Tensor:
@@ -30,6 +61,7 @@ def mean_pool(hidden_states: Tensor, attention_mask: Tensor | None) -> Tensor:
         >>> mean_pool(h, m)
         tensor([[1., 1.]])
     """
+    _check_states(hidden_states, attention_mask)
     if attention_mask is None:
         return hidden_states.mean(dim=1)
     mask = attention_mask.unsqueeze(-1).to(hidden_states.dtype)
@@ -50,14 +82,15 @@ def cls_pool(hidden_states: Tensor, attention_mask: Tensor | None = None) -> Ten
     Returns:
         The ``[CLS]`` states. Shape: ``(B, F)``.
     """
+    _check_states(hidden_states, attention_mask)
     return hidden_states[:, 0]
 
 
 def max_pool(hidden_states: Tensor, attention_mask: Tensor | None) -> Tensor:
     """Element-wise maximum of the token states over the positions where ``attention_mask`` is 1.
 
-    sentence-transformers' ``pooling_mode_max_tokens``: padding is set to -1e9 before the max, so it
-    never wins.
+    sentence-transformers' ``pooling_mode_max_tokens``: padding is set to -1e9 before the max (float16 states: their
+    lowest value, -65,504), so it never wins.
 
     Args:
         hidden_states: Shape: ``(B, L, F)``.
@@ -71,10 +104,12 @@ def max_pool(hidden_states: Tensor, attention_mask: Tensor | None) -> Tensor:
         >>> max_pool(h, m)
         tensor([[3., 5.]])
     """
+    _check_states(hidden_states, attention_mask)
     if attention_mask is None:
         return hidden_states.max(dim=1).values
     padding = attention_mask.unsqueeze(-1) == 0
-    return hidden_states.masked_fill(padding, -1e9).max(dim=1).values
+    fill = max(_PADDING_FILL, torch.finfo(hidden_states.dtype).min)  # -1e9 overflows float16
+    return hidden_states.masked_fill(padding, fill).max(dim=1).values
 
 
 def pool_tokens(hidden_states: Tensor, attention_mask: Tensor | None, pooling: str) -> Tensor:
