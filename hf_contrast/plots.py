@@ -34,7 +34,11 @@ from torch import Tensor
 from hf_contrast.errors import InputError
 
 from .metrics.inputs import as_embeddings, as_labels
-from .tensor_checks import check_int
+from .tensor_checks import MAX_SKLEARN_SEED, check_int
+
+#: The most bins a histogram takes (numpy refuses ~1e18 as "Maximum allowed size exceeded"; the plot of a few
+#: thousand cosines needs 50).
+MAX_BINS = 100_000
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -115,7 +119,7 @@ def plot_embedding_projection(
         path: PNG file to write (parent folders are created).
         method: ``"pca"`` or ``"tsne"``.
         title: Figure title (default: the method name).
-        seed: t-SNE random state.
+        seed: t-SNE random state, an integer in ``[0, 2**32 - 1]``.
         class_names: Name of each class id (a sequence indexed by id, e.g. a ``ClassLabel``'s
             ``names``, or a mapping id → name), shown in the legend instead of the ids.
 
@@ -123,12 +127,14 @@ def plot_embedding_projection(
         ``path`` as a :class:`~pathlib.Path`.
 
     Raises:
-        ValueError: on bad shapes, an unknown ``method``, too few samples, or a label without a
-            name in ``class_names``.
+        ValueError: on bad shapes, an unknown ``method``, too few samples, a label without a
+            name in ``class_names``, a ``title`` that is no string or a ``seed`` out of range.
         ImportError: if matplotlib is not installed.
     """
     if method not in ("pca", "tsne"):
         raise InputError(f"`method` must be 'pca' or 'tsne', got {method!r}.")
+    _check_title(title)
+    check_int("seed", seed, 0, MAX_SKLEARN_SEED, fix="scikit-learn's t-SNE takes a 32-bit `random_state`.")
     x = as_embeddings("z", z, min_rows=4).cpu()
     if x.shape[1] < 2:
         raise InputError(f"`z` needs at least 2 features to project to 2-D, got shape {tuple(x.shape)}.")
@@ -212,14 +218,14 @@ def plot_augmentation_cosine_histogram(
         f_a: Embeddings under one augmentation, or a sequence aligned with ``f``.
             Shape: ``(n, D)`` each, equal to the matching ``f``.
         path: PNG file to write.
-        bins: Number of bins on ``[-1, 1]``.
+        bins: Number of bins on ``[-1, 1]``, at most :data:`MAX_BINS` (100,000).
         title: Figure title.
 
     Returns:
         ``path`` as a :class:`~pathlib.Path`.
 
     Raises:
-        ValueError: on shape mismatches or sequences of different lengths.
+        ValueError: on shape mismatches, sequences of different lengths or a ``title`` that is no string.
         ImportError: if matplotlib is not installed.
     """
     originals, augmented = _as_views("f", f), _as_views("f_a", f_a)
@@ -227,7 +233,8 @@ def plot_augmentation_cosine_histogram(
         raise InputError(
             f"`f` and `f_a` must hold the same number of augmentations, got {len(originals)} and {len(augmented)}."
         )
-    check_int("bins", bins, 1)
+    check_int("bins", bins, 1, MAX_BINS)
+    _check_title(title)
     cosines = []
     for i, (a, b) in enumerate(zip(originals, augmented)):
         if a.shape != b.shape:
@@ -254,6 +261,32 @@ def plot_augmentation_cosine_histogram(
     ax.legend(loc="upper left")
     ax.set_title(title or f"{len(cosines)} sampled augmentation(s) × {originals[0].shape[0]} samples")
     return _save(figure, path)
+
+
+def _check_title(title: object) -> None:
+    if title is not None and not isinstance(title, str):
+        raise InputError(f"`title` must be a string or None, got {title!r} of type {type(title).__name__}.")
+
+
+def _check_log_history(log_history: object) -> None:
+    """A sequence of mappings (``trainer.state.log_history``); a string or a lone mapping is none."""
+    if (
+        isinstance(log_history, (str, bytes, Mapping))
+        or not isinstance(log_history, Sequence)
+        or not all(isinstance(entry, Mapping) for entry in log_history)
+    ):
+        shown = type(log_history).__name__
+        if isinstance(log_history, Sequence) and not isinstance(log_history, (str, bytes)):
+            shown += " holding " + ", ".join(sorted({type(entry).__name__ for entry in log_history}))
+        raise InputError(f"`log_history` must be a list of logged dicts (`trainer.state.log_history`), got a {shown}.")
+
+
+def _check_names(name: str, value: object) -> tuple[str, ...]:
+    """A string or a sequence of strings, as a tuple."""
+    names = (value,) if isinstance(value, str) else value
+    if not isinstance(names, (Sequence, set, frozenset)) or not all(isinstance(v, str) for v in names):
+        raise InputError(f"`{name}` must be a string or a sequence of strings, got {value!r}.")
+    return tuple(names)
 
 
 def _curves(log_history: Sequence[Mapping[str, Any]], wanted: Any) -> dict[str, tuple[list[float], list[float]]]:
@@ -319,9 +352,13 @@ def plot_loss_curves(
         ``path`` as a :class:`~pathlib.Path`.
 
     Raises:
-        ValueError: if no entry has a finite numeric value under a matching key.
+        ValueError: if ``log_history`` is not a list of dicts, ``prefixes`` not strings, or no entry has a finite
+            numeric value under a matching key.
         ImportError: if matplotlib is not installed.
     """
+    _check_log_history(log_history)
+    prefixes = _check_names("prefixes", prefixes)
+    _check_title(title)
     curves = _curves(log_history, lambda key: key.startswith(prefixes))
     if not curves:
         raise InputError(
@@ -358,10 +395,13 @@ def plot_metric_curves(
         ``path`` as a :class:`~pathlib.Path`.
 
     Raises:
-        ValueError: if none of ``metrics`` has a finite value in ``log_history``.
+        ValueError: if ``log_history`` is not a list of dicts, ``metrics`` not strings, or none of ``metrics`` has a
+            finite value in ``log_history``.
         ImportError: if matplotlib is not installed.
     """
-    wanted = list(metrics)
+    _check_log_history(log_history)
+    wanted = list(_check_names("metrics", metrics))
+    _check_title(title)
     curves = _curves(log_history, lambda key: key in wanted)
     if not curves:
         raise InputError(
@@ -406,6 +446,10 @@ def save_training_plots(
     Returns:
         The paths written.
     """
+    if not isinstance(title, str):
+        raise InputError(f"`title` must be a string, got {title!r} of type {type(title).__name__}.")
+    if log_history is not None:
+        _check_log_history(log_history)
     out = Path(output_dir)
     jobs: list[tuple[str, Any]] = []
     if z is not None:

@@ -1,6 +1,6 @@
 """Property: the doors users walk through first — ``ContrastiveEncoder.from_backbone`` / ``from_pretrained`` /
-``encode``, the data loaders, ``ContrastiveTrainingArguments`` and the trainers' constructors — give a valid result
-or an ``InputError`` naming the argument (``tests/_properties.py``).
+``encode`` / ``encode_texts``, the data loaders, ``ContrastiveTrainingArguments`` and the trainers' constructors —
+give a valid result or an ``InputError`` naming the argument (``tests/_properties.py``).
 
 Each call here builds a tiny model or reads a generated folder, so the example counts are a fraction of the
 profile's. A case marked ``xfail(strict=True, reason="finding: ...")`` is a finding outside the area this suite's
@@ -25,6 +25,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hf_contrast.data import load_image_dataset, load_sts_pairs, load_text_dataset
+from hf_contrast.encoding import encode_texts
 from hf_contrast.hub_ids import is_hub_repo_id
 from hf_contrast.models import ContrastiveEncoder, HubUnavailableError
 from hf_contrast.training import ContrastiveTrainingArguments, SimCLRTrainer
@@ -69,6 +70,18 @@ def test_text_encode(text_encoder: ContrastiveEncoder, inputs: Any) -> None:
     assert_package_error_or_result(
         lambda: text_encoder.encode(inputs, show_progress_bar=False), ("inputs", "sentences"), rows_of(n, 32)
     )
+
+
+@FEW
+@given(
+    argument=st.sampled_from(["texts", "batch_size", "output", "max_length", "progress"]),
+    value=st.one_of(TEXT_INPUTS, bad_numbers, bad_names),
+)
+def test_encode_texts(text_encoder: ContrastiveEncoder, argument: str, value: Any) -> None:
+    """``texts=None`` raised TypeError; an empty list was named `dataset`, a list holding an int `text`."""
+    options = {"texts": ["a cat", "the dog"], "batch_size": 2, argument: value}
+    n = len(options["texts"]) if isinstance(options["texts"], list) else -1
+    assert_package_error_or_result(lambda: encode_texts(text_encoder, **options), (argument,), rows_of(n, 32))
 
 
 def test_one_sentence_encodes_to_one_vector(text_encoder: ContrastiveEncoder) -> None:

@@ -26,6 +26,7 @@ import numpy as np
 from hf_contrast.errors import InputError, InputTypeError
 
 from ..tensor_checks import check_choice, check_int
+from .sampling import MAX_SEED
 
 if TYPE_CHECKING:
     import datasets
@@ -34,6 +35,8 @@ __all__ = ["CHANGE_NAMES", "make_change_pairs"]
 
 CHANGE_NAMES = ("none", "erased", "shifted", "replaced")
 _DEFAULT_FREQUENCIES = (0.50, 0.25, 0.15, 0.10)
+#: The most pairs one call makes: they are held in memory (ten million pairs of 32-px RGB images are 61 GB).
+MAX_PAIRS = 10**7
 
 
 def _change(kind: int, pre: np.ndarray, other: np.ndarray, rng: np.random.Generator) -> np.ndarray:
@@ -97,9 +100,9 @@ def make_change_pairs(
             ``{"path", "bytes"}`` dicts: :func:`~hf_contrast.data.defer_image_decoding`) and integer
             labels in ``label_column`` (the labels are used only to pick a *different* class for
             ``replaced``).
-        num_pairs: Number of pairs (default: ``len(dataset)``).
+        num_pairs: Number of pairs (default: ``len(dataset)``), at most :data:`MAX_PAIRS` (ten million).
         frequencies: Probability of each change kind (see the module table); must sum to 1.
-        seed: Seed of every random choice (deterministic output).
+        seed: Seed of every random choice (deterministic output), an integer in ``[0, 2**63 - 2]``.
         on_bad_image: An unreadable image: ``"raise"`` (a ``ValueError`` naming the row and the file) or
             ``"skip"`` (left out of the pairs, with a warning naming the file).
 
@@ -122,13 +125,23 @@ def make_change_pairs(
     for name, column in (("image_column", image_column), ("label_column", label_column)):
         if column not in dataset.column_names:
             raise InputError(f"`{name}` {column!r} is not a column of the dataset ({dataset.column_names}).")
-    freqs = np.asarray(frequencies, dtype=np.float64)
-    if freqs.shape != (len(CHANGE_NAMES),) or (freqs < 0).any() or not np.isclose(freqs.sum(), 1.0):
+    try:
+        freqs = np.asarray(frequencies, dtype=np.float64)
+    except (TypeError, ValueError):
+        freqs = None
+    if (
+        freqs is None
+        or freqs.shape != (len(CHANGE_NAMES),)
+        or not np.isfinite(freqs).all()
+        or (freqs < 0).any()
+        or not np.isclose(freqs.sum(), 1.0)
+    ):
         raise InputError(
             f"`frequencies` must be {len(CHANGE_NAMES)} non-negative numbers summing to 1 "
-            f"(one per kind {CHANGE_NAMES}), got {list(frequencies)}."
+            f"(one per kind {CHANGE_NAMES}), got {frequencies!r}."
         )
-    n = len(dataset) if num_pairs is None else check_int("num_pairs", num_pairs, 1)
+    seed = check_int("seed", seed, 0, MAX_SEED)
+    n = len(dataset) if num_pairs is None else check_int("num_pairs", num_pairs, 1, MAX_PAIRS)
     if n < 1:
         raise InputError("`dataset` is empty; make_change_pairs needs at least one image (or pass `num_pairs`).")
 

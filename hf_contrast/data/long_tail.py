@@ -8,12 +8,16 @@ import numpy as np
 
 from hf_contrast.errors import InputError, InputTypeError
 
-from ..tensor_checks import check_positive
+from ..tensor_checks import check_int, check_number
+from .sampling import MAX_SEED
 
 if TYPE_CHECKING:
     import datasets
 
 __all__ = ["long_tailed_counts", "make_long_tailed"]
+
+#: The most classes :func:`long_tailed_counts` profiles (ImageNet-21k has 21,841; 10**30 built a list for ever).
+MAX_CLASSES = 2**20
 
 
 def long_tailed_counts(n_max: int, num_classes: int, imbalance_ratio: float) -> list[int]:
@@ -22,11 +26,16 @@ def long_tailed_counts(n_max: int, num_classes: int, imbalance_ratio: float) -> 
     The most frequent class keeps ``n_max`` samples and the rarest ``n_max / imbalance_ratio``
     (at least 2, so that every class can form a positive pair), as in CIFAR-10-LT.
 
+    Raises:
+        InputError: (a ``ValueError``) if ``n_max`` is not an integer >= 1, ``num_classes`` not one in
+            ``[2, 2**20]``, or ``imbalance_ratio`` not a finite number >= 1.
+
     >>> long_tailed_counts(100, 3, 10.0)
     [100, 32, 10]
     """
-    if num_classes < 2:
-        raise InputError(f"`num_classes` must be >= 2, got {num_classes}.")
+    n_max = check_int("n_max", n_max, 1)
+    num_classes = check_int("num_classes", num_classes, 2, MAX_CLASSES)
+    imbalance_ratio = check_number("imbalance_ratio", imbalance_ratio)
     if not imbalance_ratio >= 1.0:
         raise InputError(f"`imbalance_ratio` must be >= 1 (max count / min count), got {imbalance_ratio}.")
     return [max(2, int(round(n_max * imbalance_ratio ** (-c / (num_classes - 1))))) for c in range(num_classes)]
@@ -47,21 +56,24 @@ def make_long_tailed(
         dataset: A ``datasets.Dataset`` with an integer label column.
         imbalance_ratio: Largest / smallest class size of the result (>= 1), or ``None``.
         label_column: The label column.
-        seed: Seed of the random choice of the kept samples.
+        seed: Seed of the random choice of the kept samples, an integer in ``[0, 2**63 - 2]`` (as
+            :func:`~hf_contrast.data.sampling.balanced_subset`'s).
 
     Returns:
         ``dataset`` (``imbalance_ratio=None``) or the subset, in the original row order.
 
     Raises:
         InputTypeError: if ``dataset`` is not a ``datasets.Dataset``.
-        InputError: (a ``ValueError``) if ``label_column`` is missing or not integer, ``imbalance_ratio < 1``,
-            the dataset holds fewer than two classes or a class with a single row.
+        InputError: (a ``ValueError``) if ``label_column`` is missing or not integer, ``imbalance_ratio`` is not a
+            finite number >= 1, ``seed`` is out of range, the dataset holds fewer than two classes or a class with
+            a single row.
     """
     if imbalance_ratio is None:
         return dataset
-    ratio = check_positive("imbalance_ratio", imbalance_ratio)
+    ratio = check_number("imbalance_ratio", imbalance_ratio)
     if not ratio >= 1.0:
         raise InputError(f"`imbalance_ratio` must be >= 1 (max count / min count) or None, got {imbalance_ratio}.")
+    seed = check_int("seed", seed, 0, maximum=MAX_SEED)
     columns = getattr(dataset, "column_names", None)
     if not isinstance(columns, list) or not hasattr(dataset, "select"):
         raise InputTypeError(

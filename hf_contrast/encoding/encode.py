@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 import warnings
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import torch
@@ -12,7 +12,7 @@ from torch import Tensor, nn
 from torch.utils.data import DataLoader
 from tqdm.auto import tqdm
 
-from hf_contrast.errors import InputError
+from hf_contrast.errors import InputError, InputTypeError
 
 from ..progress import progress_enabled
 from ..tensor_checks import MAX_LENGTH, check_choice, check_device, check_int, check_name
@@ -288,10 +288,24 @@ def encode_texts(
     max_length: int | None = None,
     progress: bool = False,
 ) -> Tensor:
-    """Embeddings of sentences (:func:`encode_dataset` on a list of strings). Shape: ``(n, D)``."""
+    """Embeddings of sentences (:func:`encode_dataset` on a list of strings). Shape: ``(n, D)``.
+
+    Raises:
+        InputError: if ``texts`` is not a non-empty sequence of strings (a lone string is refused: wrap it in a
+            list), or an option is out of range (:func:`encode_dataset`).
+    """
+    if isinstance(texts, (str, bytes)) or not isinstance(texts, Iterable):
+        raise InputTypeError(f"`texts` must be a list of strings, got {texts!r:.80} of type {type(texts).__name__}.")
+    texts = list(texts)
+    if not texts:
+        raise InputError("`texts` is empty: there is nothing to encode.")
+    wrong = next(((i, t) for i, t in enumerate(texts) if not isinstance(t, str)), None)
+    if wrong is not None:
+        index, text = wrong
+        raise InputTypeError(f"`texts` must hold strings, got {type(text).__name__} {text!r:.40} at index {index}.")
     z, _ = encode_dataset(
         model,
-        list(texts),
+        texts,
         label_column=None,
         batch_size=batch_size,
         output=output,

@@ -18,7 +18,7 @@ from ..metrics.probes import (
     unseen_classes,
     unseen_message,
 )
-from ..tensor_checks import check_int, check_positive
+from ..tensor_checks import MAX_SKLEARN_SEED, check_int, check_positive
 from .evaluator import Evaluator
 
 __all__ = ["ProbeEvaluator"]
@@ -102,7 +102,7 @@ class ProbeEvaluator(Evaluator):
         C: Inverse regularisation strength of the logistic regression.
         max_iter: Maximum L-BFGS iterations of the logistic regression.
         standardize: Standardise the features with the fit split's mean and standard deviation first.
-        seed: ``random_state`` of the logistic regression.
+        seed: ``random_state`` of the logistic regression, an integer in ``[0, 2**32 - 1]``.
         primary: Unprefixed key of the primary metric (one of the four above).
         collate_fn: As in :func:`encode_dataset`.
         transform: As in :func:`encode_dataset`.
@@ -170,7 +170,7 @@ class ProbeEvaluator(Evaluator):
             "C": check_positive("C", C),
             "max_iter": check_int("max_iter", max_iter, 1),
             "standardize": bool(standardize),
-            "seed": check_int("seed", seed, 0),
+            "seed": check_int("seed", seed, 0, MAX_SKLEARN_SEED),  # the linear probe's `random_state`
         }
         self.encode_kwargs: dict[str, Any] = check_encode_options(
             collate_fn=collate_fn,

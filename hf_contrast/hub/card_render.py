@@ -27,6 +27,7 @@ from typing import Any
 import jinja2
 from huggingface_hub import EvalResult, ModelCard, ModelCardData
 
+from hf_contrast.errors import InputTypeError
 from hf_contrast.hub.card_data import ContrastiveModelCardData
 from hf_contrast.hub.card_datasets import public_dataset
 from hf_contrast.hub.card_facts import EncoderCardFacts
@@ -248,7 +249,15 @@ def generate_model_card(model: Any) -> str:
         The card: YAML metadata (``library_name`` ``timm`` or ``sentence-transformers``,
         ``base_model``, ``datasets``, ``license``, ``model-index``) and the rendered template.
         The card data is not modified.
+
+    Raises:
+        InputTypeError: if ``model`` has no ``config`` or ``card_facts()`` (not an encoder).
     """
+    if getattr(model, "config", None) is None or not callable(getattr(model, "card_facts", None)):
+        raise InputTypeError(
+            f"`model` must be a ContrastiveEncoder (a model with `config` and `card_facts()`), got "
+            f"{type(model).__name__}; wrap a timm or transformers model with `ContrastiveEncoder.from_backbone`."
+        )
     data = copy.deepcopy(get_model_card_data(model))
     data.train_datasets = [public_dataset(entry) for entry in data.train_datasets]
     data.eval_datasets = [public_dataset(entry) for entry in data.eval_datasets]

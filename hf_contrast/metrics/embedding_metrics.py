@@ -21,7 +21,7 @@ from hf_contrast.errors import InputError
 
 from ..data.sampling import balanced_split, sample_rows
 from ..progress import progress_enabled
-from ..tensor_checks import check_bool, check_int, check_temperature
+from ..tensor_checks import MAX_SKLEARN_SEED, check_bool, check_int, check_temperature
 from .collapse import warn_if_collapsed
 from .failures import metrics_or_nan
 from .geometry import alignment, class_orthogonality, effective_rank, mean_cosine, uniformity
@@ -91,7 +91,8 @@ class EmbeddingMetrics:
             probe, in ``(0, 1)``.
         max_samples: Largest number of rows used (pairwise metrics cost ``O(n²)`` memory);
             ``None`` uses all rows.
-        seed: Seed of the subsampling, the probe split and the probe.
+        seed: Seed of the subsampling, the probe split and the probe, an integer in ``[0, 2**32 - 1]`` (scikit-learn's
+            ``random_state``).
         warn_collapse: Warn when the representation has collapsed.
         progress: Show a progress bar over the metric phases (while transformers' progress-bar switch is on,
             see :mod:`hf_contrast.progress`).
@@ -124,7 +125,7 @@ class EmbeddingMetrics:
             raise InputError(f"`probe_test_fraction` must be a number in (0, 1), got {probe_test_fraction!r}.")
         self.probe_test_fraction = float(probe_test_fraction)
         self.max_samples = None if max_samples is None else check_int("max_samples", max_samples, 2)
-        self.seed = check_int("seed", seed, 0)
+        self.seed = check_int("seed", seed, 0, MAX_SKLEARN_SEED)  # the linear probe's `random_state`
         self.warn_collapse = check_bool("warn_collapse", warn_collapse)
         self.progress = check_bool("progress", progress)
 

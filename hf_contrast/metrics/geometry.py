@@ -16,7 +16,7 @@ from torch import Tensor
 from hf_contrast.errors import InputError
 
 from ..losses.align_uniform import alignment_loss, uniformity_loss
-from ..tensor_checks import l2_normalize
+from ..tensor_checks import check_bool, l2_normalize
 from .inputs import as_embeddings, as_labels, as_pair
 
 __all__ = [
@@ -78,7 +78,7 @@ def wahba_error(f: object, f_a: object, normalize: bool = False) -> WahbaResult:
         0.0
     """
     F, Fa = as_pair("f", f, "f_a", f_a)
-    if normalize:
+    if check_bool("normalize", normalize):
         F, Fa = l2_normalize(F), l2_normalize(Fa)
     u, _, vh = torch.linalg.svd(Fa.T @ F)
     d = torch.sign(torch.linalg.det(u) * torch.linalg.det(vh))
@@ -122,7 +122,7 @@ def relative_rotational_equivariance(f: object, f_a: object, normalize: bool = F
         True
     """
     F, Fa = as_pair("f", f, "f_a", f_a, min_rows=2)
-    if normalize:
+    if check_bool("normalize", normalize):
         F, Fa = l2_normalize(F), l2_normalize(Fa)
     numerator = (_squared_distances(Fa) - _squared_distances(F)).square()
     drift = (Fa - F).square().sum(dim=1)
@@ -212,7 +212,7 @@ def class_orthogonality(z: object, labels: object, normalize: bool = False) -> f
     """
     z = as_embeddings("z", z)
     y = as_labels("labels", labels, z.shape[0], z.device)
-    if normalize:
+    if check_bool("normalize", normalize):
         z = l2_normalize(z)
     classes, inverse = torch.unique(y, return_inverse=True)
     c = classes.numel()

@@ -17,7 +17,7 @@ from transformers.utils import logging
 
 from hf_contrast.errors import InputError
 
-from ..tensor_checks import check_int, check_positive, check_temperature, l2_normalize
+from ..tensor_checks import MAX_SKLEARN_SEED, check_bool, check_int, check_positive, check_temperature, l2_normalize
 from .inputs import as_embeddings, as_labels
 
 __all__ = [
@@ -223,14 +223,14 @@ def linear_probe_predict(
         C: Inverse regularisation strength ``> 0`` (scikit-learn's ``C``).
         max_iter: Maximum L-BFGS iterations.
         standardize: Standardise the features with the training mean and standard deviation first.
-        seed: ``random_state`` of the estimator.
+        seed: ``random_state`` of the estimator, an integer in ``[0, 2**32 - 1]``.
 
     Returns:
         The predicted labels (classes of ``train_y``), int64 on the device of ``train_z``. Shape: ``(M,)``.
 
     Raises:
-        ValueError: on bad shapes/dtypes, fewer than two training classes, ``C <= 0`` or
-            ``max_iter < 1``.
+        ValueError: on bad shapes/dtypes, fewer than two training classes, ``C <= 0``,
+            ``max_iter < 1``, a ``standardize`` that is not a bool or a ``seed`` out of range.
         ImportError: without scikit-learn (``pip install scikit-learn``).
     """
     xtr, ytr, xte, _, _ = _train_test(train_z, train_y, test_z, None, labelled=False)
@@ -242,6 +242,8 @@ def _probe_predictions(
 ) -> Tensor:
     C = check_positive("C", C)
     max_iter = check_int("max_iter", max_iter, 1)
+    standardize = check_bool("standardize", standardize)
+    seed = check_int("seed", seed, 0, MAX_SKLEARN_SEED, fix="scikit-learn's `random_state` takes 32-bit seeds.")
     classes = torch.unique(ytr)
     if classes.numel() < 2:
         raise InputError(f"`train_y` must contain at least two classes, got {classes.tolist()}.")
@@ -378,6 +380,7 @@ def probe_scores(
     """
     xtr, ytr, xte, yte, _ = _train_test(train_z, train_y, test_z, test_y)
     knn_k = check_int("knn_k", knn_k, 1)
+    knn_temperature = check_temperature("knn_temperature", knn_temperature)
     if torch.unique(ytr).numel() < 2:
         raise InputError(
             f"`train_y` must contain at least two classes, got {torch.unique(ytr).tolist()}: a probe needs two "

@@ -17,7 +17,15 @@ import torch
 from transformers import TrainingArguments
 
 from ..errors import InputError
-from ..tensor_checks import check_bool, check_choice, check_int, check_name, check_temperature
+from ..tensor_checks import (
+    MAX_IMAGE_SIDE,
+    MAX_LENGTH,
+    check_bool,
+    check_choice,
+    check_int,
+    check_name,
+    check_temperature,
+)
 
 __all__ = ["ContrastiveTrainingArguments", "NONFINITE_POLICIES"]
 
@@ -160,8 +168,8 @@ class ContrastiveTrainingArguments(TrainingArguments):
         check_int("gradient_cache_size", self.gradient_cache_size, 1, allow_none=True)
         for name in ("image_column", "text_column", "label_column"):
             check_name(name, getattr(self, name))
-        check_int("max_length", self.max_length, 2, allow_none=True)
-        check_int("image_size", self.image_size, 1, allow_none=True)
+        check_int("max_length", self.max_length, 2, MAX_LENGTH, allow_none=True)
+        check_int("image_size", self.image_size, 1, MAX_IMAGE_SIDE, allow_none=True)
         if self.views_on_device is not None:
             check_bool("views_on_device", self.views_on_device)
         for name in ("gather_distributed", "resume_with_changes"):  # "no" is a true string: it would gather

@@ -45,7 +45,7 @@ import transformers
 from transformers import HfArgumentParser, TrainingArguments
 from transformers.trainer_utils import get_last_checkpoint
 
-from hf_contrast.errors import InputError
+from hf_contrast.errors import InputError, InputTypeError
 from hf_contrast.models.backbones import backbone_type_of, close_timm_names
 from hf_contrast.models.stems import SMALL_IMAGE_STEM, supports_small_image_stem
 from hf_contrast.objectives import available_objectives, get_objective
@@ -600,7 +600,13 @@ def _checkpoint_method(checkpoint: str) -> str | None:
 
 def training_length(training_args: TrainingArguments) -> str:
     """How long the run trains, as the start-up line says it: ``"150 steps"``, or ``"3 epochs"`` when
-    ``max_steps`` is unset (-1) and ``num_train_epochs`` decides."""
+    ``max_steps`` is unset (-1) and ``num_train_epochs`` decides.
+
+    Raises:
+        InputTypeError: if ``training_args`` is not a ``TrainingArguments``.
+    """
+    if not isinstance(training_args, TrainingArguments):
+        raise InputTypeError(f"`training_args` must be a TrainingArguments, got {type(training_args).__name__}.")
     if training_args.max_steps > 0:
         return f"{training_args.max_steps} steps"
     epochs = training_args.num_train_epochs

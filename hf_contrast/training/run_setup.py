@@ -43,6 +43,7 @@ from transformers.utils import logging
 
 from hf_contrast.errors import InputError
 from hf_contrast.models.backbones import timm_data_config
+from hf_contrast.tensor_checks import MAX_IMAGE_SIDE, check_int, check_name
 
 __all__ = [
     "apply_image_size",
@@ -400,6 +401,8 @@ def choose_image_size(
     Returns:
         An :class:`ImageSizeChoice`, or ``None``.
     """
+    check_int("image_size", image_size, 1, MAX_IMAGE_SIDE, allow_none=True)
+    check_name("image_column", image_column)
     data_config = getattr(model, "data_config", None)
     backbone = getattr(model, "backbone", None)
     if not data_config or backbone is None:

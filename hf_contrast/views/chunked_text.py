@@ -20,13 +20,15 @@ import torch
 from torch import Tensor
 
 from hf_contrast.errors import InputError
-from hf_contrast.tensor_checks import check_int
+from hf_contrast.tensor_checks import check_int, check_number
 
 __all__ = ["simcse_views", "ChunkedTextAugmentation"]
 
 _B = TypeVar("_B")
 _DELETE, _INSERT, _MASK = 0, 1, 2
 _OP_CODES = {"delete": _DELETE, "insert": _INSERT, "mask": _MASK}
+#: The largest token id: ids are int64 tensors.
+MAX_TOKEN_ID = 2**63 - 1
 
 
 def simcse_views(batch: _B) -> tuple[_B, _B]:
@@ -45,11 +47,18 @@ def simcse_views(batch: _B) -> tuple[_B, _B]:
 
 
 def _as_id_tensor(name: str, ids: Iterable[int] | Tensor) -> Tensor:
-    tensor = torch.as_tensor(list(ids) if not isinstance(ids, Tensor) else ids)
-    if tensor.ndim != 1 or (tensor.numel() > 0 and (tensor.is_floating_point() or tensor.dtype == torch.bool)):
-        raise InputError(
-            f"`{name}` must be a 1-D collection of int token ids, got {tensor.dtype} of shape {tuple(tensor.shape)}."
-        )
+    """``ids`` (a tensor, a ``range`` or any iterable of int token ids) as a 1-D int64 tensor of ids >= 0."""
+    expected = f"`{name}` must be a 1-D collection of int token ids >= 0"
+    if isinstance(ids, (str, bytes)) or not isinstance(ids, (Tensor, Iterable)):
+        raise InputError(f"{expected}, got {ids!r} of type {type(ids).__name__}.")
+    try:
+        tensor = ids if isinstance(ids, Tensor) else torch.as_tensor(list(ids))
+    except (TypeError, ValueError, RuntimeError, OverflowError) as error:
+        raise InputError(f"{expected}, got {ids!r} ({error}).") from error
+    if tensor.ndim != 1 or (tensor.numel() > 0 and (tensor.is_floating_point() or tensor.is_complex())):
+        raise InputError(f"{expected}, got {tensor.dtype} of shape {tuple(tensor.shape)}.")
+    if tensor.dtype == torch.bool or (tensor.numel() > 0 and bool(tensor.min() < 0)):  # int64: none above MAX_TOKEN_ID
+        raise InputError(f"{expected}, got {tensor.tolist()[:8]}.")
     return tensor.long()
 
 
@@ -95,8 +104,8 @@ class ChunkedTextAugmentation:
         generator: Optional CPU ``torch.Generator`` for the parameter draws.
 
     Raises:
-        ValueError: on an invalid ``n_splits``, ``ops``, ``span_fraction``, or a missing or empty
-            ``mask_token_id`` / ``insert_token_ids`` for an op that needs it.
+        ValueError: on an invalid ``n_splits``, ``ops``, ``span_fraction``, token id (ids are integers >= 0) or
+            ``generator``, or a missing or empty ``mask_token_id`` / ``insert_token_ids`` for an op that needs it.
 
     >>> aug = ChunkedTextAugmentation(2, ops=("mask",), mask_token_id=103, special_token_ids=[0, 101, 102])
     >>> ids = torch.tensor([[101, 7, 8, 9, 102], [101, 5, 6, 102, 0]])
@@ -118,12 +127,18 @@ class ChunkedTextAugmentation:
         generator: torch.Generator | None = None,
     ) -> None:
         check_int("n_splits", n_splits, 1)
+        expected_ops = f"`ops` must be a non-empty subset of {tuple(_OP_CODES)} without repeats"
+        if isinstance(ops, Tensor) or not isinstance(ops, (str, Iterable)):
+            raise InputError(f"{expected_ops}, got {ops!r}.")
         ops = tuple(ops) if not isinstance(ops, str) else (ops,)
-        unknown = [op for op in ops if op not in _OP_CODES]
+        unknown = [op for op in ops if not isinstance(op, str) or op not in _OP_CODES]
         if not ops or unknown or len(set(ops)) != len(ops):
-            raise InputError(f"`ops` must be a non-empty subset of {tuple(_OP_CODES)} without repeats, got {ops!r}.")
+            raise InputError(f"{expected_ops}, got {ops!r}.")
+        span_fraction = check_number("span_fraction", span_fraction)
         if not 0.0 < span_fraction <= 1.0:
             raise InputError(f"`span_fraction` must be in (0, 1], got {span_fraction}.")
+        check_int("mask_token_id", mask_token_id, 0, MAX_TOKEN_ID, allow_none=True)
+        check_int("pad_token_id", pad_token_id, 0, MAX_TOKEN_ID)
         if "mask" in ops and mask_token_id is None:
             raise InputError("`mask_token_id` is required when 'mask' is in `ops` (e.g. tokenizer.mask_token_id).")
         special = _as_id_tensor("special_token_ids", special_token_ids)
@@ -137,11 +152,13 @@ class ChunkedTextAugmentation:
             inserts = inserts[~torch.isin(inserts, special)]
             if inserts.numel() == 0:
                 raise InputError("`insert_token_ids` must contain at least one non-special token id, got none.")
+        if generator is not None and not isinstance(generator, torch.Generator):
+            raise InputError(f"`generator` must be a CPU torch.Generator or None, got {generator!r}.")
         if generator is not None and generator.device.type != "cpu":
             raise InputError(f"`generator` must be a CPU torch.Generator, got one on {generator.device}.")
         self.n_splits = n_splits
         self.ops = ops
-        self.mask_token_id = mask_token_id
+        self.mask_token_id = None if mask_token_id is None else int(mask_token_id)
         self.insert_token_ids = inserts
         self.special_token_ids = special
         self.pad_token_id = int(pad_token_id)

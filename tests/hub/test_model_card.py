@@ -21,6 +21,7 @@ from huggingface_hub import ModelCard
 from PIL import Image
 from transformers import Trainer, TrainerState, TrainingArguments
 
+from hf_contrast.errors import InputError
 from hf_contrast.hub import (
     GENERATED_MARKER,
     ContrastiveModelCardData,
@@ -393,3 +394,11 @@ def test_card_data_takes_one_dataset_id_and_one_tag() -> None:
     with pytest.raises(ValueError) as caught:
         ContrastiveModelCardData(train_datasets=5)
     assert_message(caught, "`train_datasets`", "5", "{'id': 'my-org/imgs'")
+
+
+@pytest.mark.parametrize("model", [None, "resnet18", torch.nn.Linear(2, 2)], ids=["None", "a name", "a module"])
+def test_generate_model_card_names_what_is_no_encoder(model) -> None:
+    """None raised "'NoneType' object has no attribute 'card_facts'" (found by a property run)."""
+    with pytest.raises(InputError) as caught:
+        generate_model_card(model)
+    assert_message(caught, "`model`", "ContrastiveEncoder", type(model).__name__)

@@ -89,6 +89,10 @@ DOMAIN_CHECKS = {
     ("data/text.py", "_check_text"): "dataset text columns",
     ("evaluation/probe_evaluator.py", "_check_labelled"): "a split's label column, before training",
     ("evaluation/probe_evaluator.py", "_check_classes"): "the fit split's classes and the score split's coverage",
+    ("models/pooling.py", "_check_states"): "token states (B, L, F) and their attention mask (B, L)",
+    ("plots.py", "_check_log_history"): "a Trainer's log_history: a list of dicts",
+    ("plots.py", "_check_names"): "curve prefixes / metric names: a string or a sequence of strings",
+    ("plots.py", "_check_title"): "a figure title: any str ('' means the default title, which check_name refuses)",
 }
 
 

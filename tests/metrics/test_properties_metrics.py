@@ -39,6 +39,11 @@ _gen = torch.Generator().manual_seed(0)
 Z = torch.randn(N, D, generator=_gen)
 Y = torch.tensor([0, 1] * (N // 2))
 HYPER = st.one_of(bad_numbers, wrong_types, near_tensors(()))
+#: Values for a flag (``normalize``, ``standardize``): the booleans and what is not one (a tensor of no value
+#: raised "Boolean value of Tensor with no values is ambiguous").
+FLAGS = st.one_of(st.booleans(), wrong_types, near_tensors(()), near_tensors((0,)))
+#: Seeds of a scikit-learn estimator: 32-bit (a seed of "0.1" raised scikit-learn's InvalidParameterError).
+SEEDS = st.one_of(bad_numbers, wrong_types, st.sampled_from([0, 2**32 - 1, 2**32, -1]))
 
 
 def correlation(result: Any) -> None:
@@ -84,7 +89,7 @@ METRICS = [
     (
         "class_orthogonality",
         {"z": Z, "labels": Y},
-        {"z": any_bad((N, D)), "labels": any_bad((N,))},
+        {"z": any_bad((N, D)), "labels": any_bad((N,)), "normalize": FLAGS},
         ("z", "labels"),
         finite_float,
     ),
@@ -93,9 +98,16 @@ METRICS = [
     (
         "relative_rotational_equivariance",
         {"f": Z, "f_a": Z.flip(0)},
-        {"f": any_bad((N, D)), "f_a": any_bad((N, D))},
+        {"f": any_bad((N, D)), "f_a": any_bad((N, D)), "normalize": FLAGS},
         ("f", "f_a"),
         finite_float,
+    ),
+    (
+        "wahba_error",
+        {"f": Z, "f_a": Z.flip(0)},
+        {"f": any_bad((N, D)), "f_a": any_bad((N, D)), "normalize": FLAGS},
+        ("f", "f_a"),
+        lambda result: finite_float(result.error),
     ),
     (
         "knn_accuracy",
@@ -114,9 +126,30 @@ METRICS = [
     (
         "linear_probe_accuracy",
         {"train_z": Z, "train_y": Y, "test_z": Z, "test_y": Y},
-        {"train_z": any_bad((N, D)), "train_y": any_bad((N,)), "test_y": any_bad((N,)), "C": HYPER, "max_iter": HYPER},
+        {
+            "train_z": any_bad((N, D)),
+            "train_y": any_bad((N,)),
+            "test_y": any_bad((N,)),
+            "C": HYPER,
+            "max_iter": HYPER,
+            "standardize": FLAGS,
+            "seed": SEEDS,
+        },
         ("train_z", "train_y", "test_z", "test_y"),
         in_range(0, 1),
+    ),
+    (
+        "probe_scores",
+        {"train_z": Z, "train_y": Y, "test_z": Z, "test_y": Y, "knn_k": 3},
+        {
+            "test_z": any_bad((N, D)),
+            "knn_k": HYPER,
+            "knn_temperature": st.one_of(HYPER, tiny_temperatures),
+            "standardize": FLAGS,
+            "seed": SEEDS,
+        },
+        ("train_z", "train_y", "test_z", "test_y"),
+        lambda scores: [in_range(0, 1)(value) for value in scores.values()],
     ),
     (
         "macro_f1",

@@ -8,6 +8,9 @@ from pathlib import Path
 
 import pytest
 import torch
+from _properties import assert_package_error_or_result, bad_names, bad_numbers, near_tensors, wrong_types
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 pytest.importorskip("matplotlib")
 
@@ -171,3 +174,62 @@ def test_missing_matplotlib_message(tmp_path: Path, monkeypatch: pytest.MonkeyPa
         ImportError, match=r"`pip install matplotlib` \(or, from a checkout, `pip install -e \.` again\)"
     ):
         plot_loss_curves([{"loss": 1.0, "step": 1}], tmp_path / "x.png")
+
+
+# ---- the doors under generated arguments (tests/_properties.py) ------------------------------------------------
+
+_VALUES = st.one_of(wrong_types, bad_numbers, bad_names, near_tensors(()), near_tensors((0,)))
+_LOGS = st.lists(
+    st.dictionaries(
+        st.sampled_from(["loss", "eval_loss", "step", "epoch", "eval_alignment", "x"]),
+        st.one_of(st.floats(allow_nan=True), st.integers(-2, 5), st.none(), st.text(max_size=2)),
+        max_size=4,
+    ),
+    max_size=5,
+)
+_FEW = settings(max_examples=max(1, settings().max_examples // 4))  # each example draws a figure
+
+
+def _png_written(path: Path) -> None:
+    assert isinstance(path, Path) and path.read_bytes()[:8] == PNG_MAGIC
+
+
+@_FEW
+@given(
+    argument=st.sampled_from(["method", "title", "seed", "class_names"]),
+    value=st.one_of(_VALUES, st.lists(st.text(max_size=3), max_size=4), st.sampled_from(["pca", "tsne", 2**32])),
+)
+def test_projection_draws_or_names_the_argument(tmp_path_factory, argument, value) -> None:
+    """A title that is a tensor raised "Boolean value of Tensor with no values is ambiguous"."""
+    options = {"labels": torch.tensor([0, 1, 0, 1, 2, 2]), argument: value}
+    path = tmp_path_factory.mktemp("plot") / "p.png"
+    assert_package_error_or_result(
+        lambda: plot_embedding_projection(torch.randn(6, 3), path=path, **options), (argument, "labels"), _png_written
+    )
+
+
+@_FEW
+@given(argument=st.sampled_from(["bins", "title"]), value=st.one_of(_VALUES, st.just(10**18)))
+def test_histogram_draws_or_names_the_argument(tmp_path_factory, argument, value) -> None:
+    """`bins=10**18` raised numpy's "Maximum allowed size exceeded"; a tensor title, as above."""
+    path = tmp_path_factory.mktemp("plot") / "h.png"
+    assert_package_error_or_result(
+        lambda: plot_augmentation_cosine_histogram(torch.randn(6, 3), torch.randn(6, 3), path, **{argument: value}),
+        (argument,),
+        _png_written,
+    )
+
+
+@_FEW
+@given(
+    log_history=st.one_of(_LOGS, _VALUES, st.just({"loss": 1.0, "step": 1})),
+    argument=st.sampled_from(["prefixes", "metrics", "title"]),
+    value=st.one_of(_VALUES, st.lists(st.text(max_size=4), max_size=3), st.just(("loss",))),
+)
+def test_curves_draw_or_name_the_argument(tmp_path_factory, log_history, argument, value) -> None:
+    """A `log_history` that is None, a string or one dict raised TypeError / AttributeError."""
+    path = tmp_path_factory.mktemp("plot") / "c.png"
+    draw = plot_metric_curves if argument == "metrics" else plot_loss_curves
+    assert_package_error_or_result(
+        lambda: draw(log_history, path, **{argument: value}), ("log_history", argument), _png_written
+    )

@@ -11,6 +11,7 @@ import datasets
 import numpy as np
 import pytest
 import torch
+from _errors import assert_message
 from _images import png_bytes
 from _tiny import tiny_text_encoder, tiny_timm_encoder, tiny_tokenizer
 from hypothesis import given, settings
@@ -140,6 +141,33 @@ def test_a_text_encoder_has_no_image_size() -> None:
         data_config = None
 
     assert choose_image_size(Text(), None, _images([(32, 32)])) is None
+
+
+@pytest.mark.parametrize(
+    ("options", "pieces"),
+    [
+        ({"image_size": "0.1"}, ["`image_size`", "[1, 65536]"]),
+        ({"image_size": [32, 32]}, ["`image_size`", "[32, 32]"]),
+        ({"image_size": 0}, ["`image_size`", "got 0"]),
+        ({"image_size": 10**30}, ["`image_size`", "[1, 65536]"]),
+        ({"image_column": ["image"]}, ["`image_column`", "['image']"]),
+    ],
+)
+def test_choose_image_size_names_a_bad_argument(options, pieces) -> None:
+    """`image_size="0.1"` / a list raised int()'s ValueError / TypeError, 0 a ZeroDivisionError, a list as the
+    column "unhashable type"."""
+    with pytest.raises(InputError) as caught:
+        choose_image_size(_shared_encoder(), dataset=_images([(20, 20)] * 2), **options)
+    assert_message(caught, *pieces)
+
+
+def test_training_length_names_what_is_no_training_arguments(tmp_path) -> None:
+    """None raised AttributeError; a `TrainingArguments` says its length."""
+    with pytest.raises(InputError) as caught:
+        scripts_module.training_length(None)
+    assert_message(caught, "`training_args`", "TrainingArguments", "NoneType")
+    args = ContrastiveTrainingArguments(output_dir=str(tmp_path), max_steps=150, report_to="none", use_cpu=True)
+    assert scripts_module.training_length(args) == "150 steps"
 
 
 # ---- the trainer: the size it trains at, the start-up summary, the card ------------------------

@@ -1,8 +1,8 @@
 """The views' doors under generated inputs: ``simclr_transform``, ``eval_transform``, ``paired_transform``, the
 ``*_from_data_config`` builders, ``raw_image_transform``, ``ImageViewCollator``, ``TextViewCollator``,
-``ChunkedAugmentation`` and ``BatchedSimCLRViews``. For any argument, each is built and used (a transform must turn
-an RGB image into a finite float tensor) or raises the package's error naming the argument
-(:func:`_properties.assert_package_error_or_result`). Sizes stay below 65 pixels or above the accepted
+``ChunkedAugmentation``, ``ChunkedTextAugmentation`` and ``BatchedSimCLRViews``. For any argument, each is built and
+used (a transform must turn an RGB image into a finite float tensor) or raises the package's error naming the
+argument (:func:`_properties.assert_package_error_or_result`). Sizes stay below 65 pixels or above the accepted
 65,536 (a valid large size is a memory question, not an input error)."""
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from PIL import Image
 from hf_contrast.views import (
     BatchedSimCLRViews,
     ChunkedAugmentation,
+    ChunkedTextAugmentation,
     ImageViewCollator,
     TextViewCollator,
     eval_transform,
@@ -150,3 +151,35 @@ DEVICE_VIEW_OPTIONS = ["antialias", "seed", "cuda_graphs", "compile", "hflip_p",
 )
 def test_device_views(size, key, value) -> None:
     assert_package_error_or_result(lambda: BatchedSimCLRViews(size, MEAN, STD, **{key: value}), ("image_size", key))
+
+
+@given(
+    key=st.sampled_from(
+        [
+            "n_splits",
+            "ops",
+            "mask_token_id",
+            "insert_token_ids",
+            "special_token_ids",
+            "pad_token_id",
+            "span_fraction",
+            "generator",
+        ]
+    ),
+    value=st.one_of(
+        VALUES,
+        tensors(max_rank=1, max_side=4),
+        st.lists(st.sampled_from(["delete", "insert", "mask", "x", ""]), max_size=4),
+        st.sampled_from([2**63, 10**30, [2**64], [-1, 5]]),
+    ),
+)
+def test_chunked_text_augmentation(key, value) -> None:
+    """`ops=None`, `span_fraction=None`, token ids that are strings, lists or beyond int64, or a generator that
+    is a string raised TypeError, AttributeError or a size mismatch at the first batch; each is named when built."""
+    options = {"n_splits": 2, "mask_token_id": 3, "insert_token_ids": [5, 6], key: value}
+    augmentation = assert_package_error_or_result(lambda: ChunkedTextAugmentation(**options), key)
+    if augmentation is not None:
+        batch = {"input_ids": torch.randint(4, 9, (4, 6)), "attention_mask": torch.ones(4, 6, dtype=torch.long)}
+        views = assert_package_error_or_result(lambda: augmentation(batch), (key, "batch"))
+        if views is not None:
+            assert all(view["input_ids"].shape[0] == 4 for view in views)
