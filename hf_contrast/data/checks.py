@@ -7,7 +7,7 @@ from typing import Any
 
 from hf_contrast.errors import InputError, InputTypeError
 
-from ..tensor_checks import check_int
+from ..tensor_checks import check_int, check_name
 
 __all__ = [
     "COLUMN_KINDS",
@@ -115,14 +115,32 @@ def check_dataset(
         The number of rows, or ``None`` for an iterable dataset.
 
     Raises:
-        ValueError: if ``dataset`` is ``None``, empty, smaller than ``min_rows`` or lacks a column.
+        ValueError: if ``dataset`` is ``None``, empty, smaller than ``min_rows`` or lacks a column, or an argument is
+            not of its kind.
+        InputTypeError: if ``dataset`` is not something a trainer can batch (:func:`check_dataset_type`).
 
     >>> check_dataset([{"text": "a"}, {"text": "b"}], min_rows=2, columns=["text"])
     2
     """
+    check_name("name", name, "argument name")
     check_int("min_rows", min_rows, 0)
+    if why is not None and not isinstance(why, str):
+        raise InputError(f"`why` must be a sentence (a str) or None, got {why!r}.")
+    if (
+        isinstance(columns, (str, bytes))
+        or not isinstance(columns, Sequence)
+        or not all(
+            isinstance(entry, str) or (isinstance(entry, Sequence) and all(isinstance(o, str) for o in entry))
+            for entry in columns
+        )
+    ):
+        raise InputError(
+            f"`columns` must be a list of column names (an entry may be a tuple of names: any one of them), got "
+            f"{columns!r}."
+        )
     if dataset is None:
         raise InputError(f"`{name}` is None; pass a dataset as `{name}=` (e.g. a `datasets.Dataset`).")
+    check_dataset_type(dataset, name=name)
     rows = _num_rows(dataset)
     if rows is not None:
         if rows == 0:

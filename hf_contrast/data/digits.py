@@ -11,7 +11,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ..tensor_checks import check_int, check_positive, check_unit_interval
+from ..tensor_checks import MAX_IMAGE_SIDE, check_int, check_positive, check_unit_interval
+from .sampling import MAX_SEED
 
 if TYPE_CHECKING:
     import datasets
@@ -34,16 +35,17 @@ def load_digits_dataset(image_size: int = 32, test_size: float = 0.2, seed: int 
     """Load scikit-learn's digits as a ``datasets.DatasetDict`` with ``train`` and ``test`` splits.
 
     Args:
-        image_size: Side of the square RGB images, ``>= 8`` (bilinear up-sampling of the 8×8 digits).
+        image_size: Side of the square RGB images, in ``[8, 65536]`` (bilinear up-sampling of the 8×8 digits).
         test_size: Fraction of each class held out for ``test``, in ``(0, 1)``.
-        seed: Seed of the stratified split.
+        seed: Seed of the stratified split, an integer in ``[0, 2**63 - 2]``.
 
     Returns:
         ``DatasetDict`` with columns ``image`` (PIL RGB, ``image_size``²) and ``label``
             (``ClassLabel`` with names ``"0"`` … ``"9"``).
 
     Raises:
-        ValueError: if ``image_size < 8`` or ``test_size`` is not in ``(0, 1)``.
+        ValueError: if ``image_size`` is not in ``[8, 65536]``, ``test_size`` not in ``(0, 1)`` or ``seed`` out of
+            range.
 
     Examples:
         >>> ds = load_digits_dataset(image_size=16)  # doctest: +SKIP
@@ -53,8 +55,9 @@ def load_digits_dataset(image_size: int = 32, test_size: float = 0.2, seed: int 
     import datasets
     from PIL import Image
 
-    check_int("image_size", image_size, 8, fix="the digits are 8×8.")
+    check_int("image_size", image_size, 8, MAX_IMAGE_SIDE, fix="the digits are 8×8.")
     check_unit_interval("test_size", check_positive("test_size", test_size), include_one=False)
+    check_int("seed", seed, 0, MAX_SEED)
     digits = _require_sklearn()()
     pixels = (digits.images / 16.0 * 255.0).round().astype(np.uint8)  # (N, 8, 8) in [0, 255]
     labels = digits.target.astype(np.int64)

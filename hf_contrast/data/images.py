@@ -248,6 +248,7 @@ def defer_image_decoding(dataset: Any, image_column: str = "image") -> Any:
     """
     import datasets
 
+    check_name("image_column", image_column)
     features = getattr(dataset, "features", None) or {}
     feature = features.get(image_column)
     if isinstance(feature, datasets.Image) and feature.decode:

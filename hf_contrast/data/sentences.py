@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..tensor_checks import check_positive, check_unit_interval
+from ..tensor_checks import check_int, check_positive, check_unit_interval
+from .sampling import MAX_SEED
 
 __all__ = ["SENTENCE_PAIRS_PATH", "TOPIC_NAMES", "load_sentence_pairs"]
 
@@ -22,13 +23,15 @@ def load_sentence_pairs(test_size: float = 0.25, seed: int = 0):
     """Load the shipped sentence pairs as a ``datasets.DatasetDict`` (``train`` / ``test``).
 
     Columns: ``sentence1``, ``sentence2`` (str), ``score`` (float in [0, 5]) and ``label``
-    (``ClassLabel`` over :data:`TOPIC_NAMES`, the topic of ``sentence1``).
+    (``ClassLabel`` over :data:`TOPIC_NAMES`, the topic of ``sentence1``). ``test_size`` is in ``(0, 1)``; ``seed``
+    (of the split) an integer in ``[0, 2**63 - 2]``.
     """
     import csv
 
     import datasets
 
     check_unit_interval("test_size", check_positive("test_size", test_size), include_one=False)
+    check_int("seed", seed, 0, MAX_SEED)
     with SENTENCE_PAIRS_PATH.open(newline="", encoding="utf-8") as f:
         rows = list(csv.DictReader(f, delimiter="\t"))
     features = datasets.Features(

@@ -12,7 +12,8 @@ from torch import Tensor, nn
 
 from hf_contrast.errors import InputError
 
-from ..data.sampling import sample_rows
+from ..data.checks import dataset_columns
+from ..data.sampling import MAX_SEED, sample_rows
 from ..encoding.model_access import model_device, model_output, to_device
 from ..metrics import relative_rotational_equivariance, wahba_error
 from ..seeding import seeded_cpu_rng
@@ -76,7 +77,7 @@ class EquivarianceEvaluator(Evaluator):
         num_augmentations: Augmentations per call (>= 1).
         output: Model output measured: ``"projections"`` (what CARE's loss sees) or ``"embeddings"``.
         normalize: L2-normalise the outputs first (CARE's ``f`` maps to the unit sphere).
-        seed: Seed of the augmentation draws.
+        seed: Seed of the augmentation draws, an integer in ``[0, 2**63 - 2]``.
         name: Metric-key prefix.
 
     Raises:
@@ -122,7 +123,7 @@ class EquivarianceEvaluator(Evaluator):
         self.augment, self.augment_key, self.num_augmentations = augment, augment_key, num_augmentations
         self.output = check_name("output", output, what="model output name (e.g. 'projections')")
         self.normalize = check_bool("normalize", normalize)
-        self.seed = check_int("seed", seed, 0)
+        self.seed = check_int("seed", seed, 0, MAX_SEED)
         self.history: list[dict[str, float]] = []
         self._calls = 0
         #: The dataset the batch was drawn from (set by :meth:`from_image_dataset`); model cards name it.
@@ -156,7 +157,7 @@ class EquivarianceEvaluator(Evaluator):
             num_samples: Rows in the fixed batch (at most ``len(dataset)``).
             image_column: Column of the images.
             label_column: Column of the labels.
-            seed: Seed of the row selection and of the augmentations.
+            seed: Seed of the row selection and of the augmentations, an integer in ``[0, 2**63 - 2]``.
             on_bad_image: An unreadable image among the selected rows: ``"raise"`` (default) — a
                 ``ValueError`` naming the row and the file; ``"skip"`` — the row is left out of the batch
                 (which then has fewer than ``num_samples`` rows) with a warning naming the file.
@@ -165,8 +166,16 @@ class EquivarianceEvaluator(Evaluator):
         from torchvision.transforms import v2
 
         from ..views import simclr_transform_from_data_config
-        from ..views.transform_steps import to_image_steps
+        from ..views.transform_steps import read_data_config, to_image_steps
 
+        simclr = simclr_transform_from_data_config(data_config)  # checks data_config: size, mean, std
+        check_name("image_column", image_column)
+        check_name("label_column", label_column, allow_none=True)
+        check_int("seed", seed, 0, MAX_SEED)
+        columns = dataset_columns(dataset)
+        for argument, column in (("image_column", image_column), ("label_column", label_column)):
+            if column is not None and columns is not None and column not in columns:
+                raise InputError(f"`{argument}`={column!r} is not a column of `dataset` (its columns: {columns}).")
         n_rows = len(dataset)
         check_int("num_samples", num_samples, 2, maximum=n_rows, fix="the dataset size.")
         labels = None
@@ -176,7 +185,8 @@ class EquivarianceEvaluator(Evaluator):
             )
             labels = torch.as_tensor(list(labels))
         rows = sample_rows(n_rows, num_samples, seed, labels)
-        channels, height, width = (int(v) for v in data_config["input_size"])
+        (height, width), _, _, _ = read_data_config(data_config)
+        channels = int(data_config["input_size"][0])
         raw = v2.Compose(
             [
                 *to_image_steps(channels),
@@ -203,7 +213,6 @@ class EquivarianceEvaluator(Evaluator):
         images = torch.stack(decoded)  # uint8 (n, C, H, W)
         mean = torch.tensor(data_config["mean"], dtype=torch.float32).view(1, -1, 1, 1)
         std = torch.tensor(data_config["std"], dtype=torch.float32).view(1, -1, 1, 1)
-        simclr = simclr_transform_from_data_config(data_config)
 
         def augment(x: Tensor) -> Tensor:  # normalised in, one SimCLR draw of the uint8 batch, normalised out
             return simclr(((x * std + mean) * 255).round().clamp(0, 255).to(torch.uint8))  # exact: x came from uint8

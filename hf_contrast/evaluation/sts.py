@@ -19,6 +19,7 @@ from torch import nn
 from hf_contrast.errors import InputError, InputTypeError
 
 from ..encoding import check_encode_options, encode_texts
+from ..tensor_checks import check_name
 from .evaluator import Evaluator
 
 __all__ = ["STSEvaluator"]
@@ -100,9 +101,22 @@ class STSEvaluator(Evaluator):
         """An evaluator over the scored pairs of a ``datasets.Dataset`` (or a dict of columns).
 
         Raises:
-            ValueError: if a column is missing (the message lists the columns there are).
+            ValueError: if ``dataset`` is neither, or a column is missing (the message lists the columns there are).
         """
-        columns = list(getattr(dataset, "column_names", None) or dataset.keys())
+        for argument, column in (
+            ("sentence1_column", sentence1_column),
+            ("sentence2_column", sentence2_column),
+            ("score_column", score_column),
+        ):
+            check_name(argument, column)
+        columns = getattr(dataset, "column_names", None)
+        if columns is None and isinstance(dataset, Mapping):
+            columns = dataset.keys()
+        if columns is None:
+            raise InputTypeError(
+                f"`dataset` must be a datasets.Dataset or a dict of columns, got {type(dataset).__name__}."
+            )
+        columns = list(columns)
         missing = [c for c in (sentence1_column, sentence2_column, score_column) if c not in columns]
         if missing:
             raise InputError(

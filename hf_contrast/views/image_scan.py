@@ -22,6 +22,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from hf_contrast.errors import InputError
+
 __all__ = ["FULL_DECODE_ROWS", "HEADER_ROWS", "BadImageFile", "image_columns", "scan_depth", "scan_images"]
 
 FULL_DECODE_ROWS = 10_000
@@ -94,7 +96,16 @@ def scan_images(dataset: Any, columns: Sequence[str] | None = None) -> list[BadI
 
     Returns:
         The bad images, in row order (empty when all were read).
+
+    Raises:
+        InputError: if ``columns`` is not ``None`` or a list of names.
     """
+    if columns is not None and (
+        isinstance(columns, (str, bytes))
+        or not isinstance(columns, Sequence)
+        or not all(isinstance(c, str) for c in columns)
+    ):
+        raise InputError(f"`columns` must be None or a list of column names (e.g. ['image']), got {columns!r}.")
     names = image_columns(dataset) if columns is None else [c for c in columns if c in image_columns(dataset)]
     if not names:
         return []

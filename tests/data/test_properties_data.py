@@ -1,6 +1,7 @@
-"""The doors of the data makers (:mod:`hf_contrast.data.long_tail`, :mod:`hf_contrast.data.change_pairs`) under
-generated arguments: a result that keeps its promise, or the package's error naming the argument. Their results are
-tested in ``tests/data/test_data.py``."""
+"""The doors of the data makers (:mod:`hf_contrast.data.long_tail`, :mod:`hf_contrast.data.change_pairs`, the shipped
+digits and sentence pairs, ``check_dataset`` and ``defer_image_decoding``) under generated arguments: a result that
+keeps its promise, or the package's error naming the argument. Their results are tested in
+``tests/data/test_data.py``."""
 
 from __future__ import annotations
 
@@ -13,7 +14,15 @@ from _properties import assert_package_error_or_result, bad_names, bad_numbers, 
 from hypothesis import given
 from hypothesis import strategies as st
 
-from hf_contrast.data import long_tailed_counts, make_change_pairs, make_long_tailed
+from hf_contrast.data import (
+    check_dataset,
+    defer_image_decoding,
+    load_digits_dataset,
+    load_sentence_pairs,
+    long_tailed_counts,
+    make_change_pairs,
+    make_long_tailed,
+)
 from hf_contrast.errors import InputError
 
 VALUES = st.one_of(wrong_types, bad_numbers, bad_names, st.floats(-1, 2), st.integers(-3, 5))
@@ -93,3 +102,43 @@ def test_make_change_pairs_names_the_listed_cases(images, options, pieces) -> No
     with pytest.raises(InputError) as caught:
         make_change_pairs(images, **options)
     assert_message(caught, *pieces)
+
+
+_SMALL_OR_HUGE = st.one_of(VALUES, st.integers(-3, 64), st.integers(65537, 10**30))  # a valid large size is memory
+
+
+@given(
+    argument=st.sampled_from(["image_size", "test_size", "seed"]),
+    value=st.one_of(_SMALL_OR_HUGE, st.floats(-1, 2), st.integers(0, 2**64)),
+)
+def test_shipped_data_loaders(argument, value) -> None:
+    """`load_digits_dataset` / `load_sentence_pairs` with a seed of -1, 0.1 or a list raised numpy's ValueError /
+    TypeError, an `image_size` of 10**30 an OverflowError in PIL."""
+    if argument == "image_size" and isinstance(value, int) and not isinstance(value, bool) and 8 <= value <= 64:
+        value = 16  # every valid size is the same code; keep the examples fast
+    assert_package_error_or_result(
+        lambda: load_digits_dataset(**{argument: value}), (argument,), lambda data: set(data) == {"train", "test"}
+    )
+    if argument != "image_size":
+        assert_package_error_or_result(
+            lambda: load_sentence_pairs(**{argument: value}), (argument,), lambda data: set(data) == {"train", "test"}
+        )
+
+
+@given(
+    dataset=st.one_of(VALUES, st.just(LABELLED)),
+    argument=st.sampled_from(["name", "min_rows", "columns", "why"]),
+    value=st.one_of(VALUES, st.lists(st.one_of(bad_names, st.just("label")), max_size=3)),
+)
+def test_check_dataset(dataset, argument, value) -> None:
+    """`columns=None`, `dataset=5` and a list as a column raised TypeError ('not iterable', 'unhashable type')."""
+    assert_package_error_or_result(
+        lambda: check_dataset(dataset, **{argument: value}), (argument, "train_dataset", "dataset", "name")
+    )
+
+
+@given(dataset=st.one_of(VALUES, st.just(LABELLED)), image_column=st.one_of(bad_names, st.just("x")))
+def test_defer_image_decoding(images, dataset, image_column) -> None:
+    """`image_column=None` / a list raised KeyError / TypeError from the features."""
+    assert_package_error_or_result(lambda: defer_image_decoding(dataset, image_column), ("image_column",))
+    assert_package_error_or_result(lambda: defer_image_decoding(images, image_column), ("image_column",))

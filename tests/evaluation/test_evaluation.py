@@ -445,7 +445,7 @@ def test_equivariance_evaluator_exact_rotation_determinism_and_mode() -> None:
         ("augment_key", [], "`augment_key` must be a non-empty key of `batch`"),  # was TypeError: unhashable list
         ("output", 3, "`output` must be a non-empty model output name"),  # was accepted, failed at the first call
         ("normalize", "no", "`normalize` must be True or False"),
-        ("seed", -1, "`seed` must be an integer >= 0"),
+        ("seed", -1, r"`seed` must be an integer in \[0, 9223372036854775806\]"),
     ],
 )
 def test_equivariance_evaluator_checks_its_arguments_when_built(argument, value, message) -> None:

@@ -311,3 +311,54 @@ def test_probe_and_embedding_evaluator_constructors(data: st.DataObject) -> None
     assert_package_error_or_result(lambda: ProbeEvaluator(rows, rows, **{probe_argument: value}), probe_argument)
     argument = data.draw(st.sampled_from(["metrics", "name", "primary", "greater_is_better", *ENCODING_OPTIONS]))
     assert_package_error_or_result(lambda: EmbeddingEvaluator(rows, **{argument: value}), argument)
+
+
+_STS_ROWS = {
+    "sentence1": ["a cat", "a dog", "a man"],
+    "sentence2": ["the cat", "one dog", "a car"],
+    "score": [4.5, 3.0, 0.5],
+}
+
+
+@given(
+    dataset=st.one_of(wrong_types, st.just(_STS_ROWS)),
+    argument=st.sampled_from(["sentence1_column", "sentence2_column", "score_column", "batch_size", "name"]),
+    value=st.one_of(HYPER, bad_names),
+)
+def test_sts_evaluator_from_dataset(dataset: Any, argument: str, value: Any) -> None:
+    """`dataset=None` raised "'NoneType' object has no attribute 'keys'"; a column of None or a list, KeyError."""
+    assert_package_error_or_result(
+        lambda: STSEvaluator.from_dataset(dataset, **{argument: value}), (argument, "dataset"), None
+    )
+
+
+@pytest.fixture(scope="module")
+def image_rows() -> Any:
+    import datasets
+    import numpy as np
+    from _images import png_bytes
+
+    rows = [{"bytes": png_bytes(np.full((8, 8, 3), i * 20, np.uint8)), "path": None} for i in range(6)]
+    return datasets.Dataset.from_dict({"image": rows, "label": [0, 1, 2, 0, 1, 2]}).cast_column(
+        "image", datasets.Image()
+    )
+
+
+_DATA_CONFIG = {"input_size": (3, 8, 8), "mean": (0.5,) * 3, "std": (0.25,) * 3, "interpolation": "bilinear"}
+
+
+@given(
+    argument=st.sampled_from(["data_config", "num_samples", "image_column", "label_column", "seed", "on_bad_image"]),
+    value=st.one_of(
+        HYPER,
+        bad_names,
+        st.dictionaries(st.sampled_from(["input_size", "mean", "std", "x"]), st.one_of(HYPER, bad_names), max_size=3),
+    ),
+)
+def test_equivariance_evaluator_from_image_dataset(image_rows: Any, argument: str, value: Any) -> None:
+    """A `data_config` of None, {} or `input_size='.'`, a label column that is no column ('0.1', True, a list) and a
+    seed that is no integer raised TypeError, KeyError, datasets' errors or numpy's ValueError."""
+    options = {"data_config": _DATA_CONFIG, "num_samples": 4, argument: value}
+    assert_package_error_or_result(
+        lambda: EquivarianceEvaluator.from_image_dataset(image_rows, **options), (argument, "dataset"), None
+    )

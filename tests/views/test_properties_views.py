@@ -183,3 +183,19 @@ def test_chunked_text_augmentation(key, value) -> None:
         views = assert_package_error_or_result(lambda: augmentation(batch), (key, "batch"))
         if views is not None:
             assert all(view["input_ids"].shape[0] == 4 for view in views)
+
+
+@given(columns=st.one_of(st.none(), VALUES, st.lists(st.one_of(bad_names, st.just("image")), max_size=3)))
+def test_scan_images(columns) -> None:
+    """`columns=0` raised "'int' object is not iterable"; a list of names is scanned, anything else named."""
+    import datasets
+    from _images import png_bytes
+
+    from hf_contrast.views import scan_images
+
+    rows = [{"bytes": png_bytes(np.zeros((4, 4, 3), np.uint8)), "path": None}, {"bytes": b"not a png", "path": None}]
+    data = datasets.Dataset.from_dict({"image": rows}).cast_column("image", datasets.Image())
+    found = assert_package_error_or_result(lambda: scan_images(data, columns), ("columns",))
+    if found is not None:
+        scanned = columns is None or "image" in columns
+        assert [bad.row for bad in found] == ([1] if scanned else [])
