@@ -119,6 +119,11 @@ def test_config_bounds_are_named(argument: str, value: int, bound: str) -> None:
     ContrastiveEncoderConfig(backbone="resnet18", backbone_type="timm", **{argument: 64})  # in range: built
 
 
+def _exported(path: Any) -> None:
+    """The folder written, holding the backbone's weights and config."""
+    assert isinstance(path, Path) and (path / "config.json").is_file(), f"no export at {path!r}"
+
+
 EXPORTS = [export_native, export_timm, export_transformers, export_sentence_transformers]
 
 
@@ -144,9 +149,7 @@ def test_exports_write_or_name_the_argument(
     options = {"save_dir": tmp_path_factory.mktemp("export") / "out", "state_dict": None, argument: value}
     if argument == "save_dir" and isinstance(value, str) and value and "\0" not in value:
         options["save_dir"] = tmp_path_factory.mktemp("export") / value.replace("/", "_")  # a name, in a new folder
-    assert_package_error_or_result(
-        lambda: export(encoder, **options), (argument, "encoder"), lambda path: isinstance(path, Path)
-    )
+    assert_package_error_or_result(lambda: export(encoder, **options), (argument, "encoder"), _exported)
 
 
 @pytest.mark.parametrize("folder", [None, b"out", "", "a\0b", 3])
