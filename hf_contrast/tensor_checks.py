@@ -44,6 +44,7 @@ __all__ = [
     "check_range",
     "check_size",
     "MAX_LENGTH",
+    "MAX_SEED",
     "MAX_SKLEARN_SEED",
     "check_device",
     "check_finite_values",
@@ -370,6 +371,10 @@ def check_device(name: str, value: object) -> torch.device:
 #: The longest ``max_length`` (tokens) a collator or ``encode`` accepts; a tokenizer raised ``OverflowError`` beyond
 #: 2**64 - 1, and no model reads 2**31 tokens.
 MAX_LENGTH = 2**31 - 1
+
+#: The largest seed the package takes (data sampling, the shipped data's splits, the evaluators' draws):
+#: ``torch.Generator.manual_seed`` takes it, and the ``seed + 1`` of ``hf_contrast.data.balanced_subset``.
+MAX_SEED = 2**63 - 2
 
 #: The largest seed of a scikit-learn estimator (its ``random_state``: a 32-bit seed), for the linear probe and t-SNE.
 MAX_SKLEARN_SEED = 2**32 - 1

@@ -25,8 +25,7 @@ import numpy as np
 
 from hf_contrast.errors import InputError, InputTypeError
 
-from ..tensor_checks import check_choice, check_int
-from .sampling import MAX_SEED
+from ..tensor_checks import MAX_SEED, check_choice, check_int
 
 if TYPE_CHECKING:
     import datasets

@@ -11,8 +11,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ..tensor_checks import MAX_IMAGE_SIDE, check_int, check_positive, check_unit_interval
-from .sampling import MAX_SEED
+from ..tensor_checks import MAX_IMAGE_SIDE, MAX_SEED, check_int, check_positive, check_unit_interval
 
 if TYPE_CHECKING:
     import datasets

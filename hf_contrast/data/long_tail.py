@@ -8,8 +8,7 @@ import numpy as np
 
 from hf_contrast.errors import InputError, InputTypeError
 
-from ..tensor_checks import check_int, check_number
-from .sampling import MAX_SEED
+from ..tensor_checks import MAX_SEED, check_int, check_number
 
 if TYPE_CHECKING:
     import datasets

@@ -12,7 +12,7 @@ from torch import Tensor
 
 from hf_contrast.errors import InputError
 
-from ..tensor_checks import check_int
+from ..tensor_checks import MAX_SEED, check_int
 
 __all__ = ["balanced_subset", "balanced_split", "sample_rows"]
 
@@ -41,10 +41,6 @@ def _labels(labels: object) -> Tensor:
     if labels.numel() == 0:
         raise InputError("`labels` is empty: there is nothing to sample from.")
     return labels.detach().cpu().long()
-
-
-#: The largest seed: ``torch.Generator.manual_seed`` takes it, and the ``seed + 1`` of :func:`balanced_subset`.
-MAX_SEED = 2**63 - 2
 
 
 def _class_ranks(labels: Tensor, seed: int) -> tuple[Tensor, Tensor, Tensor]:

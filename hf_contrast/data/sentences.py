@@ -10,8 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..tensor_checks import check_int, check_positive, check_unit_interval
-from .sampling import MAX_SEED
+from ..tensor_checks import MAX_SEED, check_int, check_positive, check_unit_interval
 
 __all__ = ["SENTENCE_PAIRS_PATH", "TOPIC_NAMES", "load_sentence_pairs"]
 

@@ -13,11 +13,11 @@ from torch import Tensor, nn
 from hf_contrast.errors import InputError
 
 from ..data.checks import dataset_columns
-from ..data.sampling import MAX_SEED, sample_rows
+from ..data.sampling import sample_rows
 from ..encoding.model_access import model_device, model_output, to_device
 from ..metrics import relative_rotational_equivariance, wahba_error
 from ..seeding import seeded_cpu_rng
-from ..tensor_checks import check_bool, check_choice, check_int, check_name
+from ..tensor_checks import MAX_SEED, check_bool, check_choice, check_int, check_name
 from .evaluator import Evaluator
 
 __all__ = ["EquivarianceEvaluator"]
@@ -171,7 +171,6 @@ class EquivarianceEvaluator(Evaluator):
         simclr = simclr_transform_from_data_config(data_config)  # checks data_config: size, mean, std
         check_name("image_column", image_column)
         check_name("label_column", label_column, allow_none=True)
-        check_int("seed", seed, 0, MAX_SEED)
         columns = dataset_columns(dataset)
         for argument, column in (("image_column", image_column), ("label_column", label_column)):
             if column is not None and columns is not None and column not in columns:
