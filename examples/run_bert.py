@@ -376,7 +376,12 @@ def main() -> None:
         logger.warning(
             f"The fine-tuned model's STS Spearman ({metrics['eval_sts_spearman']:.4f}) is below the starting model's "
             f"({spearman_before:.4f}): {script.method} did not help on these pairs; keep using {script.model} or try "
-            "supervised pairs (`--text_pair_column`), a lower learning rate or fewer steps."
+            + (
+                "supervised pairs (`--text_pair_column`), "
+                if pair_source is None
+                else f"pairs whose `{pair_source}` means the same as the sentence (paraphrases, entailments), "
+            )
+            + "a lower learning rate or fewer steps."
         )
 
     if trainer.is_world_process_zero():  # the pictures

@@ -25,6 +25,8 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from .naming import add_loader_note
+
 __all__ = ["CANONICAL_COLUMNS", "rename_to_canonical"]
 
 logger = logging.getLogger(__name__)
@@ -51,7 +53,8 @@ def rename_to_canonical(dataset: Any, columns: dict[str, str | None], source: st
         source: The file or Hub id, for the warning.
 
     Returns:
-        The dataset with the renamed columns (other columns unchanged).
+        The dataset with the renamed columns (other columns unchanged); the renames are kept as a loader note
+        (:func:`~hf_contrast.data.naming.add_loader_note`), so the model card names the source's columns too.
     """
     chosen = {column: CANONICAL_COLUMNS[option] for option, column in columns.items() if column is not None}
     renames = {column: target for column, target in chosen.items() if column != target}
@@ -65,4 +68,5 @@ def rename_to_canonical(dataset: Any, columns: dict[str, str | None], source: st
                 "%s has a column %r that is not the one chosen for it; it is kept as %r.", source, target, moved
             )
             renames[target] = moved
-    return dataset.rename_columns(renames)
+    said = ", ".join(f"`{column}` to `{target}`" for column, target in renames.items())
+    return add_loader_note(dataset.rename_columns(renames), f"the loader renamed the source's columns {said}")

@@ -24,6 +24,7 @@ from hf_contrast.data import (
     make_change_pairs,
     make_long_tailed,
 )
+from hf_contrast.data.naming import loader_notes
 
 
 @pytest.fixture(scope="module")
@@ -289,6 +290,9 @@ def test_a_column_already_named_like_the_canonical_one_is_kept(tmp_path: Path, c
         data = load_text_dataset(path, text_column="body", cache_dir=str(tmp_path / "cache"))
     assert data["text"] == ["the long body"] and data["text_original"] == ["short title"]
     assert "kept as 'text_original'" in caplog.text
+    # the card's training-data line names the source's columns too (a loader note, kept through `select`)
+    renamed = "the loader renamed the source's columns `body` to `text`, `text` to `text_original`"
+    assert loader_notes(data.select([0])) == [renamed]
     # choosing a column named like another canonical one swaps cleanly
     swapped = load_text_dataset(path, text_column="body", text_pair_column="text", cache_dir=str(tmp_path / "cache"))
     assert swapped["text"] == ["the long body"] and swapped["text_pair"] == ["short title"]
