@@ -15,6 +15,8 @@ from typing import Any
 
 from hf_contrast.errors import InputError
 
+from .sentences import SENTENCE_PAIRS_NAME, SENTENCE_PAIRS_PATH
+
 __all__ = ["add_loader_note", "loader_notes", "local_dataset_name", "name_dataset"]
 
 #: Marks the lines of ``info.description`` that the loaders wrote (a Hub dataset's own description is kept).
@@ -24,8 +26,12 @@ _SPLIT_NAMES = frozenset({"train", "test", "validation", "valid", "val", "dev", 
 
 
 def local_dataset_name(source: str | os.PathLike[str]) -> str:
-    """The public name of a local dataset folder or file (its name, or its folder's for ``train.csv``)."""
+    """The public name of a local dataset folder or file (its name, or its folder's for ``train.csv``; the
+    shipped sentence pairs' file: ``hf_contrast-sentence-pairs``, as :func:`~hf_contrast.data.load_sentence_pairs`
+    names them)."""
     path = Path(os.path.normpath(os.path.expanduser(os.fspath(source)))).absolute()
+    if path.is_file() and os.path.samefile(path, SENTENCE_PAIRS_PATH):
+        return SENTENCE_PAIRS_NAME
     if path.is_file():
         return path.parent.name if path.stem.lower() in _SPLIT_NAMES and path.parent.name else path.stem
     return path.name

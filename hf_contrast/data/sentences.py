@@ -15,6 +15,9 @@ from ..tensor_checks import MAX_SEED, check_int, check_positive, check_unit_inte
 __all__ = ["SENTENCE_PAIRS_PATH", "TOPIC_NAMES", "load_sentence_pairs"]
 
 SENTENCE_PAIRS_PATH = Path(__file__).with_name("sentence_pairs.tsv")
+#: The model cards' name for the shipped pairs, however they are loaded (:func:`load_sentence_pairs`, or the file
+#: through ``load_text_dataset`` / ``load_sts_pairs``: :func:`~hf_contrast.data.naming.local_dataset_name`).
+SENTENCE_PAIRS_NAME = "hf_contrast-sentence-pairs"
 TOPIC_NAMES = ("animals", "food", "sports", "weather")
 
 
@@ -50,5 +53,5 @@ def load_sentence_pairs(test_size: float = 0.25, seed: int = 0):
         },
         features=features,
     )
-    data.info.dataset_name = "hf_contrast-sentence-pairs"  # the model cards' name for the shipped pairs
+    data.info.dataset_name = SENTENCE_PAIRS_NAME
     return data.train_test_split(test_size=test_size, seed=seed)

@@ -391,3 +391,24 @@ def test_a_scored_pairs_file_without_a_header_row_is_said_so(tmp_path: Path) -> 
     assert "`sentence1,sentence2,score`" in str(e.value)
     path.write_text("sentence1,sentence2,score\n" + path.read_text())  # the fix the message names
     assert load_sts_pairs(str(path))["score"] == [4.5, 0.5]
+
+
+def test_the_shipped_sentence_pairs_have_one_name_however_they_are_loaded(tmp_path: Path) -> None:
+    """run_bert reads the shipped file with ``load_text_dataset``: its card named the pairs ``sentence_pairs`` (the
+    file's stem) where ``load_sentence_pairs`` and the docs say ``hf_contrast-sentence-pairs``. A copy of the file
+    elsewhere is the user's: named by its own stem."""
+    from hf_contrast.data import SENTENCE_PAIRS_PATH
+
+    cache = str(tmp_path / "cache")
+    names = {
+        load_sentence_pairs()["train"].info.dataset_name,
+        load_text_dataset(SENTENCE_PAIRS_PATH, text_column="sentence1", cache_dir=cache).info.dataset_name,
+        load_text_dataset(str(SENTENCE_PAIRS_PATH), split=None, text_column="sentence1", cache_dir=cache)[
+            "train"
+        ].info.dataset_name,
+        load_sts_pairs(SENTENCE_PAIRS_PATH).info.dataset_name,
+    }
+    assert names == {"hf_contrast-sentence-pairs"}
+    copy = tmp_path / "my_pairs.tsv"
+    copy.write_bytes(SENTENCE_PAIRS_PATH.read_bytes())
+    assert load_text_dataset(copy, text_column="sentence1", cache_dir=cache).info.dataset_name == "my_pairs"
