@@ -48,6 +48,7 @@ from hf_contrast.evaluation import (
     balanced_split,
     encode_dataset,
 )
+from hf_contrast.metrics import macro_f1
 from hf_contrast.models import ContrastiveEncoder, HubUnavailableError
 from hf_contrast.objectives import get_objective
 from hf_contrast.plots import save_training_plots
@@ -159,9 +160,12 @@ class ScriptArguments:
     )
 
 
-def load_encoder(script: ScriptArguments, num_labels: int) -> ContrastiveEncoder:
-    """The pretrained text backbone + a fresh projection head; a clear message when the Hub is out of reach."""
-    options = {"projection_dim": script.projection_dim, "num_labels": num_labels}
+def load_encoder(script: ScriptArguments, num_labels: int, class_names: list[str] | None) -> ContrastiveEncoder:
+    """The pretrained text backbone + a fresh projection head (+ a task head of ``num_labels`` classes, saved with
+    their names when the label column has them); a clear message when the Hub is out of reach."""
+    options: dict[str, Any] = {"projection_dim": script.projection_dim, "num_labels": num_labels}
+    if num_labels and class_names:
+        options["id2label"] = dict(enumerate(class_names))
     if script.pooling is not None:
         options["pooling"] = script.pooling
     try:
@@ -303,7 +307,7 @@ def main() -> None:
             if hasattr(label_feature, "num_classes")
             else max(train_dataset[training_args.label_column]) + 1
         )
-    encoder = load_encoder(script, num_labels)
+    encoder = load_encoder(script, num_labels, class_names)
     sts = STSEvaluator.from_dataset(  # a bar while it encodes: the pairs can take minutes on a CPU (--max_sts_pairs 0)
         sts_pairs, batch_size=training_args.per_device_eval_batch_size, max_length=training_args.max_length,
         progress=not training_args.disable_tqdm,
@@ -353,6 +357,10 @@ def main() -> None:
     if trainer.state.best_global_step is not None:  # None without evaluations during training (`--eval_strategy no`)
         metrics["eval_best_step"] = trainer.state.best_global_step
     model = trainer.accelerator.unwrap_model(trainer.model)
+    if script.task_head:  # the trained classifier itself, on the held-out sentences
+        logits, labels = encode_dataset(model, eval_dataset, **{**encode, "output": "logits", "progress": False})
+        metrics["eval_task_head_accuracy"] = float((logits.argmax(dim=1) == labels).float().mean())
+        metrics["eval_task_head_macro_f1"] = macro_f1(logits.argmax(dim=1), labels)
     # Each sampled edit (delete / insert / mask at one relative position) hits every sentence.
     sentences = list(eval_dataset[training_args.text_column][:256])
     batch = dict(

@@ -49,6 +49,7 @@ from hf_contrast.evaluation import (
     balanced_subset,
     encode_dataset,
 )
+from hf_contrast.metrics import macro_f1
 from hf_contrast.models import ContrastiveEncoder, HubUnavailableError
 from hf_contrast.objectives import get_objective
 from hf_contrast.plots import save_training_plots
@@ -248,6 +249,11 @@ def main() -> None:
     # ---- evaluation of the final encoder: the trainer's metrics, the probes and the equivariance ----
     metrics = evaluate_final(trainer)  # the last step's evaluation when it was of these weights
     metrics["eval_samples"] = len(eval_dataset)
+    if script.task_head:  # the trained classifier itself, on the test split
+        model = trainer.accelerator.unwrap_model(trainer.model)
+        logits, labels = encode_dataset(model, eval_dataset, **{**encode, "output": "logits", "progress": False})
+        metrics["eval_task_head_accuracy"] = float((logits.argmax(dim=1) == labels).float().mean())
+        metrics["eval_task_head_macro_f1"] = macro_f1(logits.argmax(dim=1), labels)
     trainer.log_metrics("eval", metrics)
     trainer.save_metrics("eval", metrics)
 

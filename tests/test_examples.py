@@ -287,7 +287,8 @@ def test_the_getting_started_pages_start_up_line_is_what_run_care_prints(tmp_pat
 
 def test_run_care_task_head_is_supervised_training_the_saved_encoder_keeps(tmp_path: Path) -> None:
     """--task_head with align_uniform at zero align/uniform weights: cross-entropy alone trains the head (the
-    convergence benchmark's supervised reference); the head and the class names are saved and reloaded."""
+    convergence benchmark's supervised reference); the head and the class names are saved and reloaded, and the
+    head's own accuracy and macro-F1 on the test split are reported (eval_task_head_*)."""
     import torch
 
     output_dir = tmp_path / "supervised"
@@ -302,11 +303,27 @@ def test_run_care_task_head_is_supervised_training_the_saved_encoder_keeps(tmp_p
     assert all(entry["loss_align"] == 0 and entry["loss_task"] == entry["loss"] for entry in steps)
     first, last = (sum(e["loss_task"] for e in part) / 4 for part in (steps[:4], steps[-4:]))
     assert last < first - 0.2, (first, last)  # the head learns: cross-entropy falls
-    encoder = ContrastiveEncoder.from_pretrained(output_dir)
+    encoder = ContrastiveEncoder.from_pretrained(output_dir).eval()
     assert encoder.config.id2label == {i: str(i) for i in range(10)}  # the digits' class folders
     with torch.no_grad():
         logits = encoder(pixel_values=torch.zeros(2, 3, 32, 32)).logits
     assert logits.shape == (2, 10)
+    # the head's own accuracy on the test split, as timm would preprocess it (the same 32 seeded test images)
+    import timm.data
+
+    from hf_contrast.data import load_image_splits
+    from hf_contrast.metrics import macro_f1
+
+    splits = load_image_splits(None, image_size=32, max_train_samples=64, max_eval_samples=32, seed=0, decode=True)
+    test = splits["test"]
+    preprocess = timm.data.create_transform(**encoder.data_config, is_training=False)
+    pixels = torch.stack([preprocess(image.convert("RGB")) for image in test["image"]])
+    with torch.no_grad():
+        predicted = encoder(pixel_values=pixels).logits.argmax(dim=1)
+    labels = torch.tensor(test["label"])
+    results = json.loads((output_dir / "eval_results.json").read_text(encoding="utf-8"))
+    assert results["eval_task_head_accuracy"] == pytest.approx(float((predicted == labels).float().mean()))
+    assert results["eval_task_head_macro_f1"] == pytest.approx(macro_f1(predicted, labels))
 
 
 @pytest.mark.parametrize("script", ["run_care.py", "run_bert.py"])
@@ -653,10 +670,22 @@ def test_run_bert_on_the_shipped_sentences(method: list[str], tiny_bert_dir: Pat
 # ---- offline errors (in-process: nothing to train) -----------------------------------------------
 
 
+def test_run_bert_task_head_keeps_the_class_names(tiny_bert_dir: Path) -> None:
+    """A string label column (SICK's entailment_judgment) becomes a ClassLabel; the task head was saved with
+    LABEL_0, LABEL_1, … where run_care saves the class names."""
+    run_bert = _import_example("run_bert")
+    script = run_bert.ScriptArguments(model=str(tiny_bert_dir))
+    names = ["CONTRADICTION", "ENTAILMENT", "NEUTRAL"]
+    assert run_bert.load_encoder(script, num_labels=3, class_names=names).config.id2label == dict(enumerate(names))
+    assert run_bert.load_encoder(script, num_labels=0, class_names=names).config.num_labels == 0  # no task head
+    unnamed = run_bert.load_encoder(script, num_labels=2, class_names=None)  # integer labels: transformers' names
+    assert unnamed.config.id2label == {0: "LABEL_0", 1: "LABEL_1"}
+
+
 def test_offline_hub_model_says_how_to_use_a_local_one() -> None:
     run_bert = _import_example("run_bert")
     with pytest.raises(SystemExit, match="--model at a local copy"):
-        run_bert.load_encoder(run_bert.ScriptArguments(model="bert-base-uncased"), num_labels=0)
+        run_bert.load_encoder(run_bert.ScriptArguments(model="bert-base-uncased"), num_labels=0, class_names=None)
 
 
 def test_offline_hub_dataset_says_how_to_use_a_local_folder(tmp_path: Path) -> None:
