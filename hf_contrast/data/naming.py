@@ -30,9 +30,9 @@ def local_dataset_name(source: str | os.PathLike[str]) -> str:
     shipped sentence pairs' file: ``hf_contrast-sentence-pairs``, as :func:`~hf_contrast.data.load_sentence_pairs`
     names them)."""
     path = Path(os.path.normpath(os.path.expanduser(os.fspath(source)))).absolute()
-    if path.is_file() and os.path.samefile(path, SENTENCE_PAIRS_PATH):
-        return SENTENCE_PAIRS_NAME
     if path.is_file():
+        if path.resolve() == SENTENCE_PAIRS_PATH.resolve():
+            return SENTENCE_PAIRS_NAME
         return path.parent.name if path.stem.lower() in _SPLIT_NAMES and path.parent.name else path.stem
     return path.name
 
