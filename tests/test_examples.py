@@ -667,9 +667,6 @@ def test_run_bert_on_the_shipped_sentences(method: list[str], tiny_bert_dir: Pat
     assert ("eval_best_step" in results) == ("--eval_strategy" not in method)  # no best step without evaluations
 
 
-# ---- offline errors (in-process: nothing to train) -----------------------------------------------
-
-
 def test_run_bert_task_head_keeps_the_class_names(tiny_bert_dir: Path) -> None:
     """A string label column (SICK's entailment_judgment) becomes a ClassLabel; the task head was saved with
     LABEL_0, LABEL_1, … where run_care saves the class names."""
@@ -680,6 +677,9 @@ def test_run_bert_task_head_keeps_the_class_names(tiny_bert_dir: Path) -> None:
     assert run_bert.load_encoder(script, num_labels=0, class_names=names).config.num_labels == 0  # no task head
     unnamed = run_bert.load_encoder(script, num_labels=2, class_names=None)  # integer labels: transformers' names
     assert unnamed.config.id2label == {0: "LABEL_0", 1: "LABEL_1"}
+
+
+# ---- offline errors (in-process: nothing to train) -----------------------------------------------
 
 
 def test_offline_hub_model_says_how_to_use_a_local_one() -> None:

@@ -400,12 +400,11 @@ def test_the_shipped_sentence_pairs_have_one_name_however_they_are_loaded(tmp_pa
     from hf_contrast.data import SENTENCE_PAIRS_PATH
 
     cache = str(tmp_path / "cache")
+    every_split = load_text_dataset(str(SENTENCE_PAIRS_PATH), split=None, text_column="sentence1", cache_dir=cache)
     names = {
         load_sentence_pairs()["train"].info.dataset_name,
         load_text_dataset(SENTENCE_PAIRS_PATH, text_column="sentence1", cache_dir=cache).info.dataset_name,
-        load_text_dataset(str(SENTENCE_PAIRS_PATH), split=None, text_column="sentence1", cache_dir=cache)[
-            "train"
-        ].info.dataset_name,
+        every_split["train"].info.dataset_name,
         load_sts_pairs(SENTENCE_PAIRS_PATH).info.dataset_name,
     }
     assert names == {"hf_contrast-sentence-pairs"}
