@@ -45,10 +45,10 @@ from hf_contrast.evaluation import (
     ProbeEvaluator,
     SequentialEvaluator,
     STSEvaluator,
+    TaskHeadEvaluator,
     balanced_split,
     encode_dataset,
 )
-from hf_contrast.metrics import macro_f1
 from hf_contrast.models import ContrastiveEncoder, HubUnavailableError
 from hf_contrast.objectives import get_objective
 from hf_contrast.plots import save_training_plots
@@ -322,7 +322,8 @@ def main() -> None:
             train_dataset, eval_dataset, knn_k=min(training_args.knn_k, len(train_dataset)),
             knn_temperature=training_args.knn_temperature, seed=training_args.seed, progress=False, **encode,
         )  # fmt: skip
-        evaluator = SequentialEvaluator([sts, probe])  # the primary metric (checkpoint selection): STS
+        head = [TaskHeadEvaluator(eval_dataset, progress=False, **encode)] if script.task_head else []
+        evaluator = SequentialEvaluator([sts, probe, *head])  # the primary metric (checkpoint selection): STS
     trainer = ContrastiveTrainer(
         model=encoder, args=training_args, objective=get_objective(script.method)(config),
         train_dataset=train_dataset, eval_dataset=eval_dataset, evaluator=evaluator,
@@ -357,10 +358,6 @@ def main() -> None:
     if trainer.state.best_global_step is not None:  # None without evaluations during training (`--eval_strategy no`)
         metrics["eval_best_step"] = trainer.state.best_global_step
     model = trainer.accelerator.unwrap_model(trainer.model)
-    if script.task_head:  # the trained classifier itself, on the held-out sentences
-        logits, labels = encode_dataset(model, eval_dataset, **{**encode, "output": "logits", "progress": False})
-        metrics["eval_task_head_accuracy"] = float((logits.argmax(dim=1) == labels).float().mean())
-        metrics["eval_task_head_macro_f1"] = macro_f1(logits.argmax(dim=1), labels)
     # Each sampled edit (delete / insert / mask at one relative position) hits every sentence.
     sentences = list(eval_dataset[training_args.text_column][:256])
     batch = dict(

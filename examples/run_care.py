@@ -46,10 +46,10 @@ from hf_contrast.evaluation import (
     EquivarianceEvaluator,
     ProbeEvaluator,
     SequentialEvaluator,
+    TaskHeadEvaluator,
     balanced_subset,
     encode_dataset,
 )
-from hf_contrast.metrics import macro_f1
 from hf_contrast.models import ContrastiveEncoder, HubUnavailableError
 from hf_contrast.objectives import get_objective
 from hf_contrast.plots import save_training_plots
@@ -219,13 +219,15 @@ def main() -> None:
         label_column=training_args.label_column, seed=training_args.seed, num_augmentations=script.num_augmentations,
         on_bad_image=training_args.on_bad_image,
     )  # fmt: skip
+    # --task_head: the trained classifier's own accuracy and macro-F1 on the test split
+    head_evaluator = [TaskHeadEvaluator(eval_dataset, progress=False, **encode)] if script.task_head else []
     trainer = ContrastiveTrainer(
         model=encoder,
         args=training_args,
         objective=get_objective(script.method)(config),
         train_dataset=train_dataset,
         eval_dataset=eval_dataset,
-        evaluator=SequentialEvaluator([probe, equivariance]),
+        evaluator=SequentialEvaluator([probe, equivariance, *head_evaluator]),
     )
     logger.info(
         f"Training {script.method} on {script.dataset or 'the embedded digits'} ({len(train_dataset)} train / "
@@ -249,11 +251,6 @@ def main() -> None:
     # ---- evaluation of the final encoder: the trainer's metrics, the probes and the equivariance ----
     metrics = evaluate_final(trainer)  # the last step's evaluation when it was of these weights
     metrics["eval_samples"] = len(eval_dataset)
-    if script.task_head:  # the trained classifier itself, on the test split
-        model = trainer.accelerator.unwrap_model(trainer.model)
-        logits, labels = encode_dataset(model, eval_dataset, **{**encode, "output": "logits", "progress": False})
-        metrics["eval_task_head_accuracy"] = float((logits.argmax(dim=1) == labels).float().mean())
-        metrics["eval_task_head_macro_f1"] = macro_f1(logits.argmax(dim=1), labels)
     trainer.log_metrics("eval", metrics)
     trainer.save_metrics("eval", metrics)
 

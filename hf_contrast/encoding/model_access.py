@@ -54,10 +54,12 @@ def model_output(outputs: Any, output: str, n: int | None = None) -> Tensor:
     z = outputs.get(output) if isinstance(outputs, Mapping) else getattr(outputs, output, None)
     if not isinstance(z, Tensor):
         available = list(outputs.keys()) if isinstance(outputs, Mapping) else type(outputs).__name__
-        raise InputError(
-            f"`output` {output!r} is not a tensor output of the model (got {available}); "
-            "use 'embeddings' or 'projections'."
+        fix = (
+            "the model has no task head: build the encoder with `num_labels` (one class per label)"
+            if output == "logits"
+            else "use 'embeddings' or 'projections'"
         )
+        raise InputError(f"`output` {output!r} is not a tensor output of the model (got {available}); {fix}.")
     if z.ndim != 2 or (n is not None and z.shape[0] != n):
         expected = f"({n}, D)" if n is not None else "(n, D)"
         raise InputError(f"model output `{output}` must have shape {expected}, got {tuple(z.shape)}.")

@@ -7,9 +7,10 @@
 - Evaluators (sentence-transformers style, ``evaluator(model) -> {"<name>_<metric>": float}``):
   :class:`ProbeEvaluator` (linear probe and kNN fitted on a training split, scored on a test split:
   accuracy and macro-F1), :class:`STSEvaluator`, :class:`EmbeddingEvaluator`,
-  :class:`EquivarianceEvaluator`, :class:`SequentialEvaluator`, base :class:`Evaluator`. A metric that
-  cannot be computed is reported as NaN with an :class:`EvaluationFailedWarning` (once per cause): it
-  never ends a training run.
+  :class:`EquivarianceEvaluator`, :class:`TaskHeadEvaluator` (the encoder's own classifier: accuracy and
+  macro-F1 of its task head), :class:`SequentialEvaluator`, base :class:`Evaluator`. A metric that cannot be
+  computed is reported as NaN with an :class:`EvaluationFailedWarning` (once per cause): it never ends a
+  training run.
 - :func:`encode_dataset` — embed a dataset with a model (defined in :mod:`hf_contrast.encoding`, below the models,
   which ``ContrastiveEncoder.encode`` uses); :func:`balanced_subset` / :func:`balanced_split` — seeded
   class-balanced rows (defined in :mod:`hf_contrast.data.sampling`).
@@ -38,6 +39,7 @@ from .equivariance import EquivarianceEvaluator
 from .evaluator import Evaluator, SequentialEvaluator
 from .probe_evaluator import ProbeEvaluator
 from .sts import STSEvaluator
+from .task_head import TaskHeadEvaluator
 
 __all__ = [
     "EmbeddingMetrics",
@@ -47,6 +49,7 @@ __all__ = [
     "ProbeEvaluator",
     "EmbeddingEvaluator",
     "EquivarianceEvaluator",
+    "TaskHeadEvaluator",
     "encode_dataset",
     "balanced_subset",
     "balanced_split",

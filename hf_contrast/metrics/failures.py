@@ -69,8 +69,8 @@ def metrics_or_nan(
             label = f"{type(source).__name__} ({name!r})" if name else type(source).__name__
             warnings.warn(
                 f"{label} could not compute {', '.join(names) or 'its metrics'}: "
-                f"{type(error).__name__}: {error}. Reported as NaN; training goes on (given once per metric). "
-                "Call the evaluator with on_error='raise' to see the traceback.",
+                f"{type(error).__name__}: {str(error).rstrip('.')}. Reported as NaN; training goes on (given once per "
+                "metric). Call the evaluator with on_error='raise' to see the traceback.",
                 EvaluationFailedWarning,
                 stacklevel=3,
             )

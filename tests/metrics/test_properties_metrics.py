@@ -31,6 +31,7 @@ from hf_contrast.evaluation import (
     ProbeEvaluator,
     SequentialEvaluator,
     STSEvaluator,
+    TaskHeadEvaluator,
 )
 from hf_contrast.objectives import available_objectives, get_objective
 
@@ -304,13 +305,16 @@ ENCODING_OPTIONS = ["input_column", "label_column", "batch_size", "output", "max
 
 
 @given(data=st.data())
-def test_probe_and_embedding_evaluator_constructors(data: st.DataObject) -> None:
+def test_probe_embedding_and_task_head_evaluator_constructors(data: st.DataObject) -> None:
     value = data.draw(st.one_of(wrong_types, bad_numbers, bad_names, st.integers(-3, 5)), label="value")
     probe_argument = data.draw(st.sampled_from([*PROBE_OPTIONS, *ENCODING_OPTIONS, "on_bad_image"]), label="probe")
     rows = _text_rows()
     assert_package_error_or_result(lambda: ProbeEvaluator(rows, rows, **{probe_argument: value}), probe_argument)
     argument = data.draw(st.sampled_from(["metrics", "name", "primary", "greater_is_better", *ENCODING_OPTIONS]))
     assert_package_error_or_result(lambda: EmbeddingEvaluator(rows, **{argument: value}), argument)
+    head_options = ["name", "on_bad_image", *(option for option in ENCODING_OPTIONS if option != "output")]
+    argument = data.draw(st.sampled_from(head_options), label="task head")  # its output is the logits
+    assert_package_error_or_result(lambda: TaskHeadEvaluator(rows, **{argument: value}), argument)
 
 
 _STS_ROWS = {
