@@ -20,7 +20,9 @@ class ModelCardCallback(TrainerCallback):
     and reads what the trainer knows at once (objective, datasets, evaluators, arguments: the
     trainer's ``on_init_end`` has fired by then); ``on_train_begin`` refreshes them, ``on_log``
     grows the log table, ``on_evaluate`` records metrics (step 0 = baseline), ``on_train_end``
-    keeps the best checkpoint's metrics when ``load_best_model_at_end`` reloaded it.
+    keeps the best checkpoint's metrics when ``load_best_model_at_end`` reloaded it. An evaluation after that (a
+    ``trainer.evaluate()`` of the reloaded weights, which the Trainer logs at the last step) sets the metrics but not
+    the last step's row of the log table: those are the best step's weights, whose row holds their evaluation.
 
     Args:
         trainer: A ``transformers.Trainer`` with ``model``, ``args``, ``train_dataset``,
@@ -31,6 +33,8 @@ class ModelCardCallback(TrainerCallback):
     def __init__(self, trainer: Any) -> None:
         super().__init__()
         self.trainer = trainer
+        #: The step whose weights ``load_best_model_at_end`` reloaded, when it is not the last one (else ``None``).
+        self.reloaded_step: int | None = None
         self._data().start_run()
         self._describe_run()
 
@@ -51,6 +55,7 @@ class ModelCardCallback(TrainerCallback):
             data.model_id = _hub_id(hub_model_id)
 
     def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        self.reloaded_step = None
         self._describe_run()
         data = self._data()
         if state.log_history and not data.training_logs:  # resumed: the card's log and metrics start at step 1
@@ -64,6 +69,8 @@ class ModelCardCallback(TrainerCallback):
             self._data().training_setup = {str(key): str(value) for key, value in setup.items()}
 
     def on_log(self, args: Any, state: Any, control: Any, logs: dict[str, float] | None = None, **kwargs: Any) -> None:
+        if self.reloaded_step is not None and logs and any(key.startswith("eval_") for key in logs):
+            return  # an evaluation of the reloaded best step's weights, not of the last step's
         if logs:
             self._data().log(state.global_step, state.epoch, logs)
 
@@ -79,6 +86,8 @@ class ModelCardCallback(TrainerCallback):
             return
         data = self._data()
         data.best_model_step = int(best_step)
+        if best_step != state.global_step:
+            self.reloaded_step = int(best_step)
         for entry in state.log_history:
             if entry.get("step") == best_step and any(key.startswith("eval_") for key in entry):
                 data.set_metrics(entry, best_step)

@@ -367,23 +367,26 @@ def detect_last_checkpoint(training_args: TrainingArguments, overwrite_output_di
 
 
 def evaluate_final(trainer: Any) -> dict[str, float]:
-    """The evaluation of the run's final weights: the one the run made at its last step when there is one and the
-    weights have not changed since (no best checkpoint reloaded at the end), else ``trainer.evaluate()``. A run whose
-    last step is an evaluation step is not evaluated twice on the same weights (its evaluators, probes and
-    equivariance included: the same numbers, twice the time)."""
+    """The evaluation of the run's final weights: the one the run logged at the step those weights are from, else
+    ``trainer.evaluate()``. The weights are the last step's, or the best checkpoint's when
+    ``load_best_model_at_end`` reloaded it, and a checkpoint is saved after its step's evaluation, so the
+    reloaded weights are the ones evaluated at the best step. Weights are never evaluated twice (their evaluators,
+    probes and equivariance included: the same numbers, twice the time), and a re-evaluation of the best step's
+    weights is not logged at the last step, where the card's log table and ``eval_curves.png`` would show it as that
+    step's. With several evaluation sets (a dict ``eval_dataset``) the step's evaluations are merged."""
     state, args = trainer.state, trainer.args
     best_step = getattr(state, "best_global_step", None)
-    reloaded = bool(args.load_best_model_at_end) and state.best_model_checkpoint is not None
-    if not reloaded or best_step == state.global_step:
-        for entry in reversed(state.log_history):
-            if any(key.startswith("eval_") for key in entry):
-                if entry.get("step") == state.global_step:
-                    logger.info(
-                        f"The final weights were evaluated at step {state.global_step}: those metrics are kept."
-                    )
-                    return {key: value for key, value in entry.items() if key != "step"}
-                break
-    return trainer.evaluate()
+    reloaded = bool(args.load_best_model_at_end) and state.best_model_checkpoint is not None and best_step is not None
+    step = best_step if reloaded else state.global_step
+    logged: dict[str, float] = {}
+    for entry in state.log_history:
+        if entry.get("step") == step and any(key.startswith("eval_") for key in entry):
+            logged.update({key: value for key, value in entry.items() if key != "step"})
+    if not logged:
+        return trainer.evaluate()
+    kept = "The best checkpoint's weights, reloaded," if step != state.global_step else "The final weights"
+    logger.info(f"{kept} were evaluated at step {step}: those metrics are kept.")
+    return logged
 
 
 def run_main(main: Any) -> None:

@@ -245,6 +245,39 @@ def test_callback_hooks_record_baseline_only_at_step_zero() -> None:
     assert "hf_contrast" in data.tags
 
 
+def test_an_evaluation_of_the_reloaded_best_weights_is_not_the_last_steps_row() -> None:
+    """``load_best_model_at_end`` reloaded step 10's weights at step 20; ``trainer.evaluate()`` then logs their
+    evaluation at step 20, which overwrote step 20's row of the log table (the card showed step 10's numbers as step
+    20's). The metrics still take it (the kept model's); without a reload an evaluation after training is the last
+    step's, as before."""
+    args = TrainingArguments(
+        output_dir="unused",
+        report_to="none",
+        load_best_model_at_end=True,
+        eval_strategy="steps",
+        save_strategy="steps",
+    )
+    for best, expected_row in ((10, 0.5), (20, 0.25)):
+        model = tiny_timm_encoder()
+        trainer = SimpleNamespace(model=model, args=args, train_dataset=None, eval_dataset=None, objective=None)
+        callback = ModelCardCallback(trainer)
+        state = TrainerState()
+        callback.on_train_begin(args, state, None)
+        for step, value in ((10, 1.0), (20, 0.5)):  # training: step 10 is the best when `best` is 10
+            state.global_step, state.epoch = step, step / 20
+            state.log_history.append({"eval_loss": value, "step": step})
+            callback.on_log(args, state, None, logs={"eval_loss": value})
+            callback.on_evaluate(args, state, None, metrics={"eval_loss": value})
+        state.best_global_step = best
+        callback.on_train_end(args, state, None)
+        kept = 1.0 if best == 10 else 0.25  # trainer.evaluate() of the kept weights, logged at step 20
+        callback.on_log(args, state, None, logs={"eval_loss": kept})
+        callback.on_evaluate(args, state, None, metrics={"eval_loss": kept})
+        data = model.model_card_data
+        assert [row["eval_loss"] for row in data.training_logs] == [1.0, expected_row], best
+        assert data.metrics == {"loss": kept} and data.best_model_step == best
+
+
 # ----------------------------------------------------------------------------------------------
 # The usage snippets run as written against the saved folder
 # ----------------------------------------------------------------------------------------------

@@ -114,12 +114,17 @@ def test_the_final_weights_are_evaluated_once() -> None:
     assert trainer.evaluated == 0  # the last step's evaluation is of the final weights: kept
     trainer = _Trainer(HISTORY[:2] + HISTORY[2:3], step=10)  # last evaluation at step 5, weights changed since
     assert evaluate_final(trainer) == {"eval_loss": 9.0, "epoch": 1.0} and trainer.evaluated == 1
-    trainer = _Trainer(HISTORY, step=10, load_best=True, best=5)  # the best checkpoint (step 5) was reloaded
-    assert evaluate_final(trainer)["eval_loss"] == 9.0 and trainer.evaluated == 1
+    trainer = _Trainer(HISTORY, step=10, load_best=True, best=5)  # the best checkpoint (step 5) was reloaded:
+    assert evaluate_final(trainer) == {"eval_loss": 2.5, "eval_knn_accuracy": 0.5, "epoch": 0.5}  # its weights' own
+    assert trainer.evaluated == 0  # evaluation (logged at step 5), not a second one logged as step 10's
     trainer = _Trainer(HISTORY, step=10, load_best=True, best=10)  # the best is the last: nothing reloaded
     assert evaluate_final(trainer)["eval_loss"] == 2.0 and trainer.evaluated == 0
     trainer = _Trainer([{"loss": 1.0, "step": 3}], step=3)  # no evaluation during training
     assert evaluate_final(trainer)["eval_loss"] == 9.0 and trainer.evaluated == 1
+    two_sets = [*HISTORY[:3], {"eval_a_loss": 1.0, "step": 10}, {"eval_b_loss": 4.0, "epoch": 1.0, "step": 10}]
+    trainer = _Trainer(two_sets, step=10)  # a dict eval_dataset: one evaluation per set at the step, merged
+    assert evaluate_final(trainer) == {"eval_a_loss": 1.0, "eval_b_loss": 4.0, "epoch": 1.0}
+    assert trainer.evaluated == 0
 
 
 # ------------------------------------------------------------------------------ results over the whole run
