@@ -351,7 +351,7 @@ def main() -> None:
     trainer.save_state()
 
     # ---- evaluation of the kept encoder (STS, probes, alignment, …) and its equivariance under token edits ----
-    metrics = evaluate_final(trainer)  # the last step's evaluation when it was of these weights
+    metrics = evaluate_final(trainer)  # the saved weights' evaluation, logged at their step (last or best)
     metrics["eval_samples"] = len(eval_dataset)
     metrics["eval_sts_pairs"] = len(sts_pairs)
     metrics["eval_sts_spearman_before_training"] = spearman_before

@@ -249,7 +249,7 @@ def main() -> None:
     trainer.save_state()
 
     # ---- evaluation of the final encoder: the trainer's metrics, the probes and the equivariance ----
-    metrics = evaluate_final(trainer)  # the last step's evaluation when it was of these weights
+    metrics = evaluate_final(trainer)  # the saved weights' evaluation, logged at their step (last or best)
     metrics["eval_samples"] = len(eval_dataset)
     trainer.log_metrics("eval", metrics)
     trainer.save_metrics("eval", metrics)

@@ -224,7 +224,7 @@ def main() -> None:
     trainer.save_state()
 
     # ---- evaluation: the trainer's metrics of the held-out pairs, and the recall of each kind of change ----
-    metrics = evaluate_final(trainer)  # the last step's evaluation when it was of these weights
+    metrics = evaluate_final(trainer)  # the saved weights' evaluation, logged at their step (last or best)
     metrics["eval_samples"] = len(eval_dataset)
     model = trainer.accelerator.unwrap_model(trainer.model).eval()
     loader = DataLoader(

@@ -201,7 +201,7 @@ def main() -> None:
     trainer.save_state()
 
     # ---- evaluation of the final encoder, and the orthogonality of the class means of its projections ----
-    metrics = evaluate_final(trainer)  # the last step's evaluation when it was of these weights
+    metrics = evaluate_final(trainer)  # the saved weights' evaluation, logged at their step (last or best)
     metrics["eval_samples"] = len(eval_dataset)
     model = trainer.accelerator.unwrap_model(trainer.model)
     bars = not training_args.disable_tqdm  # encoding the test set shows a bar
