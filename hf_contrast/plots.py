@@ -290,13 +290,18 @@ def _check_names(name: str, value: object) -> tuple[str, ...]:
 
 
 def _curves(log_history: Sequence[Mapping[str, Any]], wanted: Any) -> dict[str, tuple[list[float], list[float]]]:
+    """``{key: (steps, values)}``, one value per key and step: the first logged. A ``trainer.evaluate()`` after
+    training is logged at the last step again; after ``load_best_model_at_end`` it scores the best step's weights,
+    and drawing it too made every curve drop vertically at the last step."""
     curves: dict[str, tuple[list[float], list[float]]] = {}
+    drawn: set[tuple[str, float]] = set()
     for entry in log_history:
         step = entry.get("step")
         if not isinstance(step, (int, float)):
             continue
         for key, value in entry.items():
-            if wanted(key) and _is_number(value):
+            if wanted(key) and _is_number(value) and (key, float(step)) not in drawn:
+                drawn.add((key, float(step)))
                 xs, ys = curves.setdefault(key, ([], []))
                 xs.append(float(step))
                 ys.append(float(value))

@@ -150,6 +150,23 @@ def test_metric_curves_read_the_evaluation_names(tmp_path: Path, figures: list) 
         plot_metric_curves([{"eval_loss": 1.0, "step": 1}], tmp_path / "x.png")
 
 
+def test_an_evaluation_after_training_is_not_drawn_again_at_the_last_step(tmp_path: Path, figures: list) -> None:
+    """After ``load_best_model_at_end`` (best: step 10), ``trainer.evaluate()`` logs the best weights' numbers at the
+    last step (20) again: the curve dropped vertically there. One point per step, the one logged in training."""
+    history = [
+        {"eval_knn_loo_accuracy": 0.9, "eval_uniformity": -2.0, "step": 10},
+        {"eval_knn_loo_accuracy": 0.8, "eval_uniformity": -3.0, "step": 20},
+        {"train_runtime": 5.0, "train_loss": 1.0, "step": 20},
+        {"eval_knn_loo_accuracy": 0.9, "eval_uniformity": -2.0, "step": 20},  # the reloaded step-10 weights
+    ]
+    plot_metric_curves(history, tmp_path / "metrics.png")
+    for ax in (ax for ax in figures[0].axes if ax.get_visible()):
+        (line,) = ax.get_lines()
+        assert list(line.get_xdata()) == [10.0, 20.0], ax.get_title()
+    points = {ax.get_title(): list(ax.get_lines()[0].get_ydata()) for ax in figures[0].axes if ax.get_visible()}
+    assert points == {"eval_knn_loo_accuracy": [0.9, 0.8], "eval_uniformity": [-2.0, -3.0]}
+
+
 def test_plot_errors(tmp_path: Path, clusters: tuple[torch.Tensor, torch.Tensor]) -> None:
     z, labels = clusters
     with pytest.raises(ValueError, match="`method` must be 'pca' or 'tsne'"):
