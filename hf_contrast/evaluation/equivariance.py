@@ -184,7 +184,7 @@ class EquivarianceEvaluator(Evaluator):
             )
             labels = torch.as_tensor(list(labels))
         rows = sample_rows(n_rows, num_samples, seed, labels)
-        (height, width), _, _, _ = read_data_config(data_config)
+        (height, width), mean_values, std_values, _ = read_data_config(data_config)
         channels = int(data_config["input_size"][0])
         raw = v2.Compose(
             [
@@ -210,8 +210,8 @@ class EquivarianceEvaluator(Evaluator):
                 f"unreadable; fewer than 2 remain. Fix the images of column {image_column!r}."
             )
         images = torch.stack(decoded)  # uint8 (n, C, H, W)
-        mean = torch.tensor(data_config["mean"], dtype=torch.float32).view(1, -1, 1, 1)
-        std = torch.tensor(data_config["std"], dtype=torch.float32).view(1, -1, 1, 1)
+        mean = torch.tensor(mean_values, dtype=torch.float32).view(1, -1, 1, 1)
+        std = torch.tensor(std_values, dtype=torch.float32).view(1, -1, 1, 1)
 
         def augment(x: Tensor) -> Tensor:  # normalised in, one SimCLR draw of the uint8 batch, normalised out
             return simclr(((x * std + mean) * 255).round().clamp(0, 255).to(torch.uint8))  # exact: x came from uint8
