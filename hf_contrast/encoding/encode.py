@@ -16,6 +16,7 @@ from hf_contrast.errors import InputError, InputTypeError
 
 from ..progress import progress_enabled
 from ..tensor_checks import MAX_LENGTH, check_choice, check_device, check_int, check_name
+from ..views.labels import class_labels, is_index_dtype
 from .model_access import eval_mode, model_device, model_output, to_device, unwrap_model
 
 __all__ = ["encode_dataset", "encode_texts", "check_encode_options"]
@@ -77,15 +78,24 @@ def _default_collate(model: nn.Module, input_column: str | None, max_length: int
     )
 
 
-def _decoded_rows(
-    rows: list[Any], values: list[Any], first_row: int, on_bad_image: str
-) -> tuple[list[Any], list[Any]]:
-    """Decode the image ``values`` of ``rows`` (rows ``first_row…`` of the dataset): a bad one raises
-    (naming the file and the row) or, under ``"skip"``, is left out with its row and a warning."""
+def _row_labels(rows: list[Any], label_column: str | None, first_row: int) -> Tensor | None:
+    """The ``label_column`` of ``rows`` (rows ``first_row…`` of the dataset) as ``int64`` ``(B,)``; ``None`` without
+    that column or when a row lacks it. A label that is not an integer raises, naming the row."""
+    if label_column is None:
+        return None
+    found = [_field(row, label_column, 1) for row in rows]
+    if any(value is _NO_VALUE for value in found):
+        return None
+    return class_labels(found, label_column, first_row=first_row)
+
+
+def _decoded_rows(values: list[Any], first_row: int, on_bad_image: str) -> tuple[list[int], list[Any]]:
+    """Decode the image ``values`` (rows ``first_row…`` of the dataset): a bad one raises (naming the file and the
+    row) or, under ``"skip"``, is left out with a warning. Returns the kept offsets and their decoded images."""
     from ..data.decode import BadImageError, decode_image, image_source
 
-    kept_rows, kept_values = [], []
-    for offset, (row, value) in enumerate(zip(rows, values)):
+    kept_offsets, kept_values = [], []
+    for offset, value in enumerate(values):
         try:
             kept_values.append(decode_image(value))
         except BadImageError as error:
@@ -96,8 +106,8 @@ def _decoded_rows(
                 raise BadImageError(f"{message}. Fix or remove the image, or pass `on_bad_image='skip'`.") from error
             warnings.warn(f"Skipped: {message}.", UserWarning, stacklevel=4)
             continue
-        kept_rows.append(row)
-    return kept_rows, kept_values
+        kept_offsets.append(offset)
+    return kept_offsets, kept_values
 
 
 def _stack(transform: Callable[[Any], Tensor]) -> Callable[[list[Any]], dict[str, Tensor]]:
@@ -191,8 +201,9 @@ def encode_dataset(
         collate_fn: Rows → model inputs (excludes ``transform``).
         transform: One image → ``(C, H, W)`` tensor (excludes ``collate_fn``).
         input_column: Column of the inputs (default ``"text"`` / ``"image"``).
-        label_column: Column of the integer labels (``None``: no labels). Rows without it give
-            no labels.
+        label_column: Column of the integer class labels (``None``: no labels). Rows without it give
+            no labels; a label that is not an integer (a class name, a float) raises, naming the row
+            (encode class names first: ``dataset.class_encode_column(label_column)``).
         batch_size: Rows per forward pass.
         output: Model output to keep: ``"embeddings"`` (backbone features) or ``"projections"``.
         device: Device the inputs are moved to (default: the model's).
@@ -209,7 +220,7 @@ def encode_dataset(
 
     Raises:
         ValueError: on an empty dataset, both ``collate_fn`` and ``transform``, inputs the model
-            cannot take, labels on some rows only, or a missing ``output``.
+            cannot take, labels on some rows only or not integers, or a missing ``output``.
     """
     check_encode_options(
         collate_fn=collate_fn,
@@ -247,6 +258,15 @@ def encode_dataset(
             if make_inputs is None:
                 inputs = dict(collate_fn(rows))
                 batch_labels = inputs.pop("labels", None)
+                if batch_labels is None:
+                    batch_labels = _row_labels(rows, label_column, start)
+                else:
+                    batch_labels = torch.as_tensor(batch_labels).detach().cpu().reshape(-1)
+                    if not is_index_dtype(batch_labels.dtype):
+                        raise InputError(
+                            f"`collate_fn` returned labels of dtype {batch_labels.dtype}: the labels must be integer "
+                            "class indices (e.g. torch.long)."
+                        )
             else:
                 values = [_field(row, column, 0) for row in rows]
                 if any(value is _NO_VALUE for value in values):
@@ -254,20 +274,19 @@ def encode_dataset(
                     raise InputError(
                         f"`input_column` {column!r} is not in the rows (got {keys}); pass `input_column=`."
                     )
+                batch_labels = _row_labels(rows, label_column, start)  # before a skipped image moves the rows
                 if is_images:
-                    rows, values = _decoded_rows(rows, values, start, on_bad_image)
-                    if not rows:
+                    kept, values = _decoded_rows(values, start, on_bad_image)
+                    if not kept:
                         continue
+                    if len(kept) < len(rows):
+                        rows = [rows[i] for i in kept]
+                        batch_labels = None if batch_labels is None else batch_labels[kept]
                 inputs = make_inputs(values)
-                batch_labels = None
-            if batch_labels is None and label_column is not None:
-                found = [_field(row, label_column, 1) for row in rows]
-                if all(value is not _NO_VALUE for value in found):
-                    batch_labels = torch.as_tensor(found)
             rows_seen += len(rows)
             if batch_labels is not None:
                 rows_labelled += len(rows)
-                labels.append(torch.as_tensor(batch_labels).detach().cpu().long().reshape(-1))
+                labels.append(batch_labels.long())
             chunks.append(model_output(model(**to_device(inputs, target)), output, len(rows)))
     if not chunks:
         raise InputError("`dataset` is empty: there is nothing to encode.")

@@ -12,6 +12,7 @@ from hf_contrast.errors import InputError
 from ..encoding import check_encode_options, encode_dataset
 from ..metrics.embedding_metrics import EmbeddingMetrics
 from .evaluator import Evaluator
+from .probe_evaluator import _labels
 
 __all__ = ["EmbeddingEvaluator"]
 
@@ -66,6 +67,8 @@ class EmbeddingEvaluator(Evaluator):
         super().__init__(name, primary, greater_is_better)
         if metrics is not None and not isinstance(metrics, EmbeddingMetrics):
             raise InputError(f"`metrics` must be an EmbeddingMetrics instance, got {type(metrics).__name__}.")
+        if label_column is not None:
+            _labels(dataset, label_column, "dataset")  # class names rather than indices: said before training
         self.dataset = dataset
         self.metrics = metrics if metrics is not None else EmbeddingMetrics(progress=progress)
         self.encode_kwargs: dict[str, Any] = check_encode_options(

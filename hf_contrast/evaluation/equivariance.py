@@ -18,6 +18,7 @@ from ..encoding.model_access import model_device, model_output, to_device
 from ..metrics import relative_rotational_equivariance, wahba_error
 from ..seeding import seeded_cpu_rng
 from ..tensor_checks import MAX_SEED, check_bool, check_choice, check_int, check_name
+from ..views.labels import class_labels
 from .evaluator import Evaluator
 
 __all__ = ["EquivarianceEvaluator"]
@@ -182,7 +183,7 @@ class EquivarianceEvaluator(Evaluator):
             labels = (
                 dataset[label_column] if hasattr(dataset, "column_names") else [row[label_column] for row in dataset]
             )
-            labels = torch.as_tensor(list(labels))
+            labels = class_labels(list(labels), label_column, first_row=0)
         rows = sample_rows(n_rows, num_samples, seed, labels)
         (height, width), mean_values, std_values, _ = read_data_config(data_config)
         channels = int(data_config["input_size"][0])

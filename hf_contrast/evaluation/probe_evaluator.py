@@ -19,6 +19,7 @@ from ..metrics.probes import (
     unseen_message,
 )
 from ..tensor_checks import MAX_SKLEARN_SEED, check_int, check_positive
+from ..views.labels import class_labels
 from .evaluator import Evaluator
 
 __all__ = ["ProbeEvaluator"]
@@ -47,9 +48,13 @@ def _check_labelled(argument: str, dataset: Any, label_column: str) -> None:
         )
 
 
-def _labels(dataset: Any, label_column: str) -> list[int] | None:
+def _labels(dataset: Any, label_column: str, argument: str) -> list[int] | None:
     """The integer labels of ``dataset`` when they can be read without encoding (a ``datasets.Dataset``'s
-    column, a list of dict rows), else ``None`` (checked when encoded)."""
+    column, a list of dict rows), else ``None`` (checked when encoded).
+
+    Raises:
+        InputError: on a label that is not an integer (a class name), naming ``argument``, the row and the fix.
+    """
     try:
         if isinstance(getattr(dataset, "column_names", None), list):
             labels = list(dataset[label_column])
@@ -59,7 +64,10 @@ def _labels(dataset: Any, label_column: str) -> list[int] | None:
             return None
     except (KeyError, TypeError, IndexError):
         return None
-    return labels if all(isinstance(y, int) and not isinstance(y, bool) for y in labels) else None
+    try:
+        return class_labels(labels, label_column, first_row=0).tolist()
+    except InputError as error:
+        raise InputError(f"`{argument}`: {error}") from None
 
 
 def _class_names(dataset: Any, label_column: str) -> list[str] | None:
@@ -183,7 +191,8 @@ class ProbeEvaluator(Evaluator):
             progress=progress,
             on_bad_image=on_bad_image,
         )
-        fit_y, score_y = _labels(fit_dataset, label_column), _labels(score_dataset, label_column)
+        fit_y = _labels(fit_dataset, label_column, "fit_dataset")
+        score_y = _labels(score_dataset, label_column, "score_dataset")
         if fit_y is not None:  # before any encoding: a one-class fit split, unseen score classes
             names = _class_names(score_dataset, label_column) or _class_names(fit_dataset, label_column)
             self._check_classes(fit_y, score_y, names)

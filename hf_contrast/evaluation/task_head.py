@@ -12,7 +12,7 @@ from hf_contrast.errors import InputError
 from ..encoding import check_encode_options, encode_dataset
 from ..metrics.probes import macro_f1
 from .evaluator import Evaluator
-from .probe_evaluator import _check_labelled
+from .probe_evaluator import _check_labelled, _labels
 
 __all__ = ["TaskHeadEvaluator"]
 
@@ -69,6 +69,7 @@ class TaskHeadEvaluator(Evaluator):
         if label_column is None:
             raise InputError("`label_column` must name the label column: the head's predictions are scored on labels.")
         _check_labelled("dataset", dataset, label_column)
+        _labels(dataset, label_column, "dataset")  # class names rather than indices: said before training
         self.dataset = dataset
         self.encode_kwargs: dict[str, Any] = check_encode_options(
             collate_fn=collate_fn,
