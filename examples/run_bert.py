@@ -38,7 +38,7 @@ import torch
 import transformers
 from transformers.trainer_utils import set_seed
 
-from hf_contrast.data import SENTENCE_PAIRS_PATH, load_sts_pairs, load_text_dataset
+from hf_contrast.data import SENTENCE_PAIRS_PATH, load_sts_pairs, load_text_dataset, take_subset
 from hf_contrast.errors import InputError
 from hf_contrast.evaluation import (
     EquivarianceEvaluator,
@@ -290,10 +290,9 @@ def main() -> None:
             train_dataset.select(train_rows.tolist()),
             train_dataset.select(test_rows.tolist()),
         )
-    if script.max_train_samples is not None and script.max_train_samples < len(train_dataset):
-        train_dataset = train_dataset.shuffle(seed=training_args.seed).select(range(script.max_train_samples))
-    if script.max_eval_samples is not None and script.max_eval_samples < len(eval_dataset):
-        eval_dataset = eval_dataset.shuffle(seed=training_args.seed).select(range(script.max_eval_samples))
+    seed = training_args.seed  # a seeded random subset each, said in the card
+    train_dataset = take_subset(train_dataset, script.max_train_samples, argument="max_train_samples", seed=seed)
+    eval_dataset = take_subset(eval_dataset, script.max_eval_samples, argument="max_eval_samples", seed=seed)
     has_labels = training_args.label_column in train_dataset.column_names
     label_feature = train_dataset.features.get(training_args.label_column) if has_labels else None
     class_names = list(label_feature.names) if hasattr(label_feature, "names") else None

@@ -41,7 +41,9 @@ CANONICAL_COLUMNS = {
 }
 
 
-def rename_to_canonical(dataset: Any, columns: dict[str, str | None], source: str) -> Any:
+def rename_to_canonical(
+    dataset: Any, columns: dict[str, str | None], source: str, targets: dict[str, str] | None = None
+) -> Any:
     """Rename the chosen columns of ``dataset`` to their canonical names (:data:`CANONICAL_COLUMNS`).
 
     A column that already has a canonical name but was not chosen for it (a ``text`` column while
@@ -51,12 +53,14 @@ def rename_to_canonical(dataset: Any, columns: dict[str, str | None], source: st
         dataset: A ``datasets.Dataset`` (or ``IterableDataset``) whose columns were checked.
         columns: Loader option -> the user's column (``None``: not used), e.g. ``{"text_column": "body"}``.
         source: The file or Hub id, for the warning.
+        targets: Names that replace canonical ones, by loader option (``load_sts_pairs``: ``sentence1``...).
 
     Returns:
         The dataset with the renamed columns (other columns unchanged); the renames are kept as a loader note
         (:func:`~hf_contrast.data.naming.add_loader_note`), so the model card names the source's columns too.
     """
-    chosen = {column: CANONICAL_COLUMNS[option] for option, column in columns.items() if column is not None}
+    names = {**CANONICAL_COLUMNS, **(targets or {})}
+    chosen = {column: names[option] for option, column in columns.items() if column is not None}
     renames = {column: target for column, target in chosen.items() if column != target}
     if not renames:
         return dataset

@@ -37,7 +37,8 @@ def load_image_splits(
     Data without a ``test`` split takes its ``validation`` split, else a seeded stratified
     ``test_fraction`` of ``train`` is held out (:func:`~hf_contrast.evaluation.balanced_split`: a
     folder sorted by class is fine, nothing takes "the first rows"). ``max_*_samples`` keep a seeded
-    class-balanced subset of a split (:func:`~hf_contrast.evaluation.balanced_subset`).
+    class-balanced subset of a split (:func:`~hf_contrast.evaluation.balanced_subset`), said in the model card
+    (a loader note: "a class-balanced subset of 2,000 of the split's 10,000 rows").
 
     By default the image column stays undecoded (``decode=False``,
     :func:`~hf_contrast.data.defer_image_decoding`): the collators and evaluators decode each image and
@@ -72,7 +73,7 @@ def load_image_splits(
     from .digits import load_digits_dataset
     from .images import defer_image_decoding, prepare_image_splits, read_image_source
     from .naming import add_loader_note, name_dataset
-    from .sampling import balanced_split, balanced_subset
+    from .sampling import balanced_split, take_subset
 
     check_unit_interval("test_fraction", check_positive("test_fraction", test_fraction), include_one=False)
     check_int("max_train_samples", max_train_samples, 1, allow_none=True)
@@ -131,8 +132,8 @@ def load_image_splits(
             add_loader_note(data, one_image_note)
     data = datasets.DatasetDict({"train": data["train"], "test": data["test"]})
     for split, limit in (("train", max_train_samples), ("test", max_eval_samples)):
-        if limit is not None and limit < len(data[split]):
-            data[split] = data[split].select(balanced_subset(list(data[split][label_column]), limit, seed).tolist())
+        argument = "max_train_samples" if split == "train" else "max_eval_samples"
+        data[split] = take_subset(data[split], limit, argument=argument, seed=seed, label_column=label_column)
     if not decode:
         data = datasets.DatasetDict({name: defer_image_decoding(part, image_column) for name, part in data.items()})
     return data

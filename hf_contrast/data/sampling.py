@@ -6,6 +6,8 @@ helpers take every class in turn instead.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import torch
 from torch import Tensor
@@ -14,7 +16,7 @@ from hf_contrast.errors import InputError
 
 from ..tensor_checks import MAX_SEED, check_int
 
-__all__ = ["balanced_subset", "balanced_split", "sample_rows"]
+__all__ = ["balanced_subset", "balanced_split", "sample_rows", "take_subset"]
 
 
 def _labels(labels: object) -> Tensor:
@@ -128,3 +130,40 @@ def balanced_split(labels: object, test_fraction: float = 0.25, seed: int = 0) -
     n_test = torch.where(counts >= 2, n_test.clamp(1, None).minimum(counts - 1), torch.zeros_like(counts))
     is_test = rank < n_test[klass]
     return torch.sort(order[~is_test]).values, torch.sort(order[is_test]).values
+
+
+def take_subset(
+    dataset: Any, limit: int | None, *, argument: str, seed: int = 0, label_column: str | None = None
+) -> Any:
+    """At most ``limit`` rows of a ``datasets.Dataset``, said in its model card.
+
+    ``dataset`` itself when ``limit`` is ``None`` or not below its length; else a seeded class-balanced subset
+    (with ``label_column``: :func:`balanced_subset` of that column) or a seeded random one
+    (``dataset.shuffle(seed).select(range(limit))``), with a loader note the model card prints beside the data
+    (:func:`~hf_contrast.data.naming.add_loader_note`): "a class-balanced subset of 2,000 of the split's 10,000 rows
+    (`max_train_samples`, seed 0)".
+
+    Args:
+        dataset: The split.
+        limit: Rows to keep (``None``: all).
+        argument: The option that asked for the subset, named in the note and in errors (``max_train_samples``).
+        seed: Seed of the draw.
+        label_column: Column of the integer classes for a class-balanced subset (``None``: a random one).
+
+    Raises:
+        ValueError: ``limit`` is not a positive integer, or bad labels (:func:`balanced_subset`).
+    """
+    from .naming import add_loader_note
+
+    check_int(argument, limit, 1, allow_none=True)
+    if limit is None or limit >= len(dataset):
+        return dataset
+    rows = len(dataset)
+    if label_column is not None:
+        subset = dataset.select(balanced_subset(list(dataset[label_column]), limit, seed).tolist())
+    else:
+        subset = dataset.shuffle(seed=seed).select(range(limit))
+    kind = "class-balanced" if label_column is not None else "random"
+    return add_loader_note(
+        subset, f"a {kind} subset of {limit:,} of the split's {rows:,} rows (`{argument}`, seed {seed})"
+    )

@@ -130,7 +130,8 @@ def _prepare(
     names: dict[str, str] | None = None,
 ) -> Any:
     """Check and rename one split; ``names`` maps a role (``"text_column"``…) to the caller's argument name for
-    the messages (``load_sts_pairs`` calls its text column ``sentence1_column``)."""
+    the messages and the column's name (``load_sts_pairs`` calls its text column ``sentence1_column``, renamed to
+    ``sentence1``)."""
     import datasets
 
     names = names or {}
@@ -169,6 +170,7 @@ def _prepare(
             "score_column": score_column,
         },
         source,
+        targets={role: argument.removesuffix("_column") for role, argument in names.items()},
     )
 
 
@@ -332,9 +334,7 @@ def load_sts_pairs(
         load_kwargs,
         names={"text_column": "sentence1_column", "text_pair_column": "sentence2_column"},
     )
-    pairs = pairs.select_columns(["text", "text_pair", "score"]).rename_columns(
-        {"text": "sentence1", "text_pair": "sentence2"}
-    )
+    pairs = pairs.select_columns(["sentence1", "sentence2", "score"])
     if len(pairs) < 2:
         raise InputError(f"{str(path)!r} holds {len(pairs)} scored pair(s); an STS correlation needs at least 2.")
     return pairs

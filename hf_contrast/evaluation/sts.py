@@ -19,6 +19,7 @@ from torch import nn
 from hf_contrast.errors import InputError, InputTypeError
 
 from ..encoding import check_encode_options, encode_texts
+from ..hub.card_datasets import dataset_metadata
 from ..tensor_checks import check_name
 from .evaluator import Evaluator
 
@@ -54,6 +55,11 @@ class STSEvaluator(Evaluator):
         >>> sts(encoder)  # doctest: +SKIP
         {'sts_spearman': 1.0}
     """
+
+    #: The scored pairs' name in model cards (``None``: the metric prefix, ``name``). :meth:`from_dataset` sets it
+    #: to the dataset's name, without a split: pairs drawn from a file the encoder also trained on are not
+    #: held-out rows of it, which a card would say of a training split's name and split.
+    dataset_name: str | None = None
 
     def __init__(
         self,
@@ -123,9 +129,13 @@ class STSEvaluator(Evaluator):
                 f"The STS dataset has no column(s) {missing} (columns: {columns}); pass `sentence1_column=`, "
                 "`sentence2_column=` and `score_column=`."
             )
-        return cls(
+        evaluator = cls(
             list(dataset[sentence1_column]), list(dataset[sentence2_column]), list(dataset[score_column]), **kwargs
         )
+        if hasattr(dataset, "info"):  # the model card names the pairs (not their split: see `dataset_name`)
+            (entry,) = dataset_metadata(dataset)
+            evaluator.dataset_name = entry.get("name") or entry.get("id")
+        return evaluator
 
     def compute(self, model: nn.Module) -> dict[str, float]:
         if getattr(self, "_scorer", None) is None:

@@ -9,6 +9,8 @@ from pathlib import Path
 import datasets
 import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from PIL import Image
 
 from hf_contrast.data import (
@@ -309,6 +311,9 @@ def test_load_image_splits_holds_out_a_stratified_split_of_a_folder_without_one(
             Image.new("RGB", (12, 12), (i * 20, 0, 0)).save(tmp_path / label / f"{i}.png")
     data = load_image_splits(str(tmp_path), max_eval_samples=2)
     assert len(data["train"]) == 16 and sorted(data["test"]["label"]) == [0, 1]  # 20 % per class, then balanced
+    # the subset is said beside the evaluation data, and only there (the held-out rows share the folder's info)
+    subset = "a class-balanced subset of 2 of the split's 4 rows (`max_eval_samples`, seed 0)"
+    assert loader_notes(data["test"]) == [subset] and loader_notes(data["train"]) == []
     assert data["train"].features["label"].names == ["cat", "dog"]
     row = data["train"][0]["image"]  # undecoded: the collators decode and can name the file
     assert set(row) == {"bytes", "path"} and row["path"].endswith(".png")
@@ -318,6 +323,35 @@ def test_load_image_splits_holds_out_a_stratified_split_of_a_folder_without_one(
     )  # the folder's name, no path
     assert load_image_splits(str(tmp_path), dataset_name="pets")["test"].info.dataset_name == "pets"
     assert load_image_splits(None, dataset_name="my-digits")["train"].info.dataset_name == "my-digits"
+
+
+@given(rows=st.integers(1, 40), limit=st.one_of(st.none(), st.integers(1, 50)), seed=st.integers(0, 2**32))
+def test_take_subset_keeps_the_rows_asked_for_and_says_so(rows: int, limit: int | None, seed: int) -> None:
+    from hf_contrast.data import balanced_subset, take_subset
+    from hf_contrast.hub.card_datasets import dataset_metadata
+
+    labels = [i % 3 for i in range(rows)]
+    split = datasets.Dataset.from_dict({"row": list(range(rows)), "label": labels})
+    balanced = take_subset(split, limit, argument="max_train_samples", seed=seed, label_column="label")
+    drawn = take_subset(split, limit, argument="max_eval_samples", seed=seed)
+    if limit is None or limit >= rows:  # all of it, as it is, nothing said
+        assert balanced is split and drawn is split and loader_notes(split) == []
+        return
+    assert balanced["row"] == balanced_subset(labels, limit, seed).tolist()
+    assert drawn["row"] == split.shuffle(seed=seed).select(range(limit))["row"]
+    said = f"subset of {limit:,} of the split's {rows:,} rows"
+    assert dataset_metadata(balanced)[0]["notes"] == [f"a class-balanced {said} (`max_train_samples`, seed {seed})"]
+    assert dataset_metadata(drawn)[0]["notes"] == [f"a random {said} (`max_eval_samples`, seed {seed})"]
+    assert loader_notes(split) == []  # the source split is not changed
+
+
+def test_take_subset_refuses_a_limit_that_is_not_a_count() -> None:
+    from hf_contrast.data import take_subset
+
+    split = datasets.Dataset.from_dict({"label": [0, 1]})
+    for limit in (0, -1, 1.5, True):
+        with pytest.raises(ValueError, match="`max_train_samples` must be"):
+            take_subset(split, limit, argument="max_train_samples")
 
 
 @pytest.mark.parametrize("column", ["image_column", "label_column"])

@@ -19,7 +19,7 @@ import pytest
 import timm
 import torch
 import yaml
-from _tiny import tiny_bert_config, tiny_timm_encoder, tiny_tokenizer
+from _tiny import tiny_bert_config, tiny_text_encoder, tiny_timm_encoder, tiny_tokenizer
 from hub_server import HubServer, use_hub_server
 from huggingface_hub import HfApi, ModelCard, hf_hub_download
 from PIL import Image
@@ -524,3 +524,34 @@ def test_equivariance_evaluator_is_named_by_the_data_its_batch_comes_from(tmp_pa
         and "wahba_error" in text.split("### pets: `EquivarianceEvaluator`")[1]
     )
     assert ModelCard(text).data.eval_results is None
+
+
+def test_sts_pairs_are_named_by_their_file_and_its_own_columns(tmp_path: Path) -> None:
+    """``STSEvaluator.from_dataset`` names the pairs in the card (it said "on sts", the metric prefix), without a
+    split: pairs drawn from the file the encoder trained on are not held-out rows of it. The loader's note names
+    the source's columns and the ones it gave them (it said `text` / `text_pair`, then renamed them again)."""
+    from hf_contrast.data import load_sts_pairs, load_text_dataset
+    from hf_contrast.data.naming import loader_notes
+    from hf_contrast.evaluation import STSEvaluator
+
+    path = tmp_path / "sick.tsv"
+    rows = ["sentence_A\tsentence_B\trelatedness_score"]
+    rows += [f"a man plays {i}\ta man is playing {i}\t{1 + i % 4}" for i in range(8)]
+    path.write_text("\n".join(rows) + "\n", encoding="utf-8")
+    cache = str(tmp_path / "datasets-cache")
+    pairs = load_sts_pairs(path, "sentence_A", "sentence_B", "relatedness_score", cache_dir=cache)
+    assert pairs.column_names == ["sentence1", "sentence2", "score"]
+    assert loader_notes(pairs) == [
+        "the loader renamed the source's columns `sentence_A` to `sentence1`, `sentence_B` to `sentence2`, "
+        "`relatedness_score` to `score`"
+    ]
+    model = tiny_text_encoder()
+    data = get_model_card_data(model)
+    data.set_datasets(train_dataset=load_text_dataset(path, text_column="sentence_A", cache_dir=cache))
+    data.set_evaluator(STSEvaluator.from_dataset(pairs.select(range(4))))
+    assert [(e["dataset_name"], e["split"], e["held_out"]) for e in data.evaluators] == [("sick", None, False)]
+    data.set_metrics({"eval_sts_spearman": 0.5, "eval_sts_pearson": 0.4}, step=1)
+    text = generate_model_card(model)
+    assert "### sick: `STSEvaluator`" in text and "`STSEvaluator` on sick." in text
+    columns = {"sentence1": ["a", "b"], "sentence2": ["a", "c"], "score": [1, 0]}  # a dict of columns has no name
+    assert STSEvaluator.from_dataset(columns).dataset_name is None
