@@ -16,6 +16,7 @@ short=(--max_steps 10 --logging_steps 5 --eval_steps 10 --save_strategy no --rep
 
 card() {  # card METHOD SCRIPT ARGS...
     local method="$1" script="$2"; shift 2
+    rm -rf "${out:?}/$method"  # an earlier render's finished run would be kept as it is, its card copied unchanged
     python "examples/$script" "$@" --output_dir "$out/$method"
     cp "$out/$method/README.md" "model_cards/$method.md"
     echo "model_cards/$method.md"
