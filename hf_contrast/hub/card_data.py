@@ -40,6 +40,10 @@ _RUN_FIELDS = (
 _ALWAYS_NEW = frozenset({"training_logs", "metrics", "baseline_metrics", "best_model_step"})
 
 
+#: What :meth:`ContrastiveModelCardData.note_left_out_rows` says, found again to replace it.
+_LEFT_OUT = "left out of the training batches (`on_bad_image='skip'`"
+
+
 def _tag_list(value: Any) -> list[str]:
     """``tags`` as a list: a single string is one tag (``"vision"``, not ``v, i, s, o, n``)."""
     tags = [value] if isinstance(value, str) else value
@@ -211,6 +215,16 @@ class ContrastiveModelCardData:
         for entry in self.eval_datasets:
             if entry.get("split") and (entry.get("id") or entry.get("name"), entry.get("split")) in trained_on:
                 entry["held_out"] = True
+
+    def note_left_out_rows(self, skipped: int, dropped: int) -> None:
+        """Say on the training data's line what a ``train()`` call with ``on_bad_image="skip"`` left out of its
+        batches: ``skipped`` unreadable image rows and ``dropped`` readable rows left out with them (whole chunks or
+        class groups). Replaces what an earlier call said; zero and zero: nothing said."""
+        note = f"{skipped:,} unreadable image row(s) left out of the training batches (`on_bad_image='skip'`"
+        note += f"; {dropped:,} readable row(s) with them, to keep chunks or class groups whole)" if dropped else ")"
+        for entry in self.train_datasets:
+            notes = [kept for kept in entry.get("notes") or [] if _LEFT_OUT not in kept]
+            entry["notes"] = [*notes, note] if skipped or dropped else notes
 
     def log(self, step: int, epoch: float | None, logs: Mapping[str, Any]) -> None:
         """Merge one ``Trainer.log`` call into the log table's row for ``step`` (numbers only)."""

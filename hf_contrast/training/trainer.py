@@ -51,7 +51,7 @@ from transformers.trainer_utils import seed_worker
 from transformers.utils import logging
 
 from hf_contrast.errors import InputError
-from hf_contrast.hub import ModelCardCallback
+from hf_contrast.hub import ModelCardCallback, get_model_card_data
 from hf_contrast.losses import finite_input_checks
 from hf_contrast.models.backbones import is_hub_unreachable
 from hf_contrast.models.instances import as_encoder
@@ -327,6 +327,8 @@ class ContrastiveTrainer(SafeCheckpointing, HubPublishingMixin, Trainer):
         if self.image_cache is not None and self.image_cache.skipped and not self._cache_skipped_reported:
             output.metrics["train_skipped_images"] = skipped + len(self.image_cache.skipped)
             self._cache_skipped_reported = True  # left out once, when the cache was built
+        cached_out = len(self.image_cache.skipped) if self.image_cache is not None else 0  # out of every batch
+        get_model_card_data(self.model).note_left_out_rows(skipped + cached_out, dropped)  # said in the card
         output = self.nonfinite.train_output(output)  # `nonfinite_policy="skip"`: the mean over the kept steps
         global_batch = self.args.train_batch_size * self.args.gradient_accumulation_steps * self.args.world_size
         return self.run_sessions.whole_run(  # a resumed run: all of it

@@ -19,6 +19,7 @@ from _tiny import tiny_timm_encoder
 from distributed_scripts.trainer_utils import training_args
 from PIL import Image
 
+from hf_contrast.hub import ContrastiveModelCardData, generate_model_card
 from hf_contrast.training import SimCLRTrainer
 from hf_contrast.views import ImageViewCollator, pop_skipped_images, simclr_transform
 
@@ -76,6 +77,26 @@ def test_trainer_reports_the_rows_it_left_out_in_training_and_in_each_evaluation
     assert first["eval_skipped_images"] == 1 and second["eval_skipped_images"] == 1  # per evaluation, not a total
     during = [entry for entry in trainer.state.log_history if "eval_loss" in entry]
     assert during and during[0]["eval_skipped_images"] == 1
+    # the card says it beside the training data (it said "16 rows")
+    left_out = "2 unreadable image row(s) left out of the training batches (`on_bad_image='skip'`)"
+    assert f"16 rows, columns `image`, `label`; note: {left_out}\n" in generate_model_card(trainer.model)
+
+
+def test_the_card_says_the_last_train_calls_left_out_rows_once() -> None:
+    data = ContrastiveModelCardData(train_datasets=[{"name": "pets", "notes": ["a loader note"]}])
+    data.note_left_out_rows(3, 5)
+    data.note_left_out_rows(2, 0)  # a second `train()` call: what it left out replaces the first's
+    assert data.train_datasets[0]["notes"] == [
+        "a loader note",
+        "2 unreadable image row(s) left out of the training batches (`on_bad_image='skip'`)",
+    ]
+    data.note_left_out_rows(1, 7)
+    assert data.train_datasets[0]["notes"][1:] == [
+        "1 unreadable image row(s) left out of the training batches (`on_bad_image='skip'`; 7 readable row(s) with "
+        "them, to keep chunks or class groups whole)"
+    ]
+    data.note_left_out_rows(0, 0)
+    assert data.train_datasets[0]["notes"] == ["a loader note"]
 
 
 def test_nothing_skipped_adds_no_metric(tmp_path: Path) -> None:
@@ -87,4 +108,5 @@ def test_nothing_skipped_adds_no_metric(tmp_path: Path) -> None:
         eval_dataset=undecoded_images(8, set(), seed=1),
     )
     assert "train_skipped_images" not in trainer.train().metrics
+    assert "left out of the training batches" not in generate_model_card(trainer.model)
     assert "eval_skipped_images" not in trainer.evaluate()
