@@ -67,8 +67,6 @@ class EmbeddingEvaluator(Evaluator):
         super().__init__(name, primary, greater_is_better)
         if metrics is not None and not isinstance(metrics, EmbeddingMetrics):
             raise InputError(f"`metrics` must be an EmbeddingMetrics instance, got {type(metrics).__name__}.")
-        if label_column is not None:
-            _labels(dataset, label_column, "dataset")  # class names rather than indices: said before training
         self.dataset = dataset
         self.metrics = metrics if metrics is not None else EmbeddingMetrics(progress=progress)
         self.encode_kwargs: dict[str, Any] = check_encode_options(
@@ -81,6 +79,8 @@ class EmbeddingEvaluator(Evaluator):
             max_length=max_length,
             progress=progress,
         )
+        if label_column is not None:
+            _labels(dataset, label_column, "dataset")  # class names rather than indices: said before training
 
     def compute(self, model: nn.Module) -> dict[str, float]:
         embeddings, labels = encode_dataset(model, self.dataset, **self.encode_kwargs)

@@ -56,7 +56,10 @@ def _labels(dataset: Any, label_column: str, argument: str) -> list[int] | None:
         InputError: on a label that is not an integer (a class name), naming ``argument``, the row and the fix.
     """
     try:
-        if isinstance(getattr(dataset, "column_names", None), list):
+        columns = getattr(dataset, "column_names", None)
+        if isinstance(columns, list):
+            if label_column not in columns:
+                return None
             labels = list(dataset[label_column])
         elif isinstance(dataset, (list, tuple)) and all(isinstance(row, Mapping) for row in dataset):
             labels = [row[label_column] for row in dataset]

@@ -69,7 +69,6 @@ class TaskHeadEvaluator(Evaluator):
         if label_column is None:
             raise InputError("`label_column` must name the label column: the head's predictions are scored on labels.")
         _check_labelled("dataset", dataset, label_column)
-        _labels(dataset, label_column, "dataset")  # class names rather than indices: said before training
         self.dataset = dataset
         self.encode_kwargs: dict[str, Any] = check_encode_options(
             collate_fn=collate_fn,
@@ -82,6 +81,7 @@ class TaskHeadEvaluator(Evaluator):
             progress=progress,
             on_bad_image=on_bad_image,
         )
+        _labels(dataset, label_column, "dataset")  # class names rather than indices: said before training
 
     def compute(self, model: nn.Module) -> dict[str, float]:
         logits, labels = encode_dataset(model, self.dataset, **self.encode_kwargs)
