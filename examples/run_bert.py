@@ -328,7 +328,9 @@ def main() -> None:
         train_dataset=train_dataset, eval_dataset=eval_dataset, evaluator=evaluator,
     )  # fmt: skip
     logger.info(f"Scoring the starting model on {len(sts_pairs):,} STS pairs.")
-    spearman_before = sts(encoder)["sts_spearman"]
+    before = sts(encoder)
+    spearman_before = before["sts_spearman"]
+    encoder.model_card_data.set_metrics({f"eval_{key}": value for key, value in before.items()}, step=0)  # baseline
     pairs = f" paired with `{pair_source}`" if pair_source else ""
     logger.info(
         f"Fine-tuning {script.model} with {script.method}{' + task head' if script.task_head else ''} on "

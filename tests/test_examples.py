@@ -648,6 +648,12 @@ def test_run_bert_supervised_pairs_from_a_local_file_with_sts_checkpoint_selecti
     assert encoder.config.backbone_type == "text" and encoder.tokenizer is not None
     history = json.loads(next(output_dir.glob("checkpoint-*/trainer_state.json")).read_text())["log_history"]
     assert any("eval_sts_spearman" in entry for entry in history)  # the STS evaluator ran during training
+    # the card names the STS file and shows the starting model's score beside the kept one's
+    card = (output_dir / "README.md").read_text(encoding="utf-8")
+    section = card.split("### sts: `STSEvaluator`\n")[1].split("###")[0]
+    before = f"{results['eval_sts_spearman_before_training']:.4g}"
+    assert "| Metric | This model | Baseline (before training) |" in section
+    assert f"| **`spearman`** | {results['eval_sts_spearman']:.4g} | {before} |" in section
 
 
 @pytest.mark.slow
