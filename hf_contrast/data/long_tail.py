@@ -9,6 +9,7 @@ import numpy as np
 from hf_contrast.errors import InputError, InputTypeError
 
 from ..tensor_checks import MAX_SEED, check_int, check_number
+from .naming import add_loader_note
 
 if TYPE_CHECKING:
     import datasets
@@ -59,7 +60,9 @@ def make_long_tailed(
             :func:`~hf_contrast.data.sampling.balanced_subset`'s).
 
     Returns:
-        ``dataset`` (``imbalance_ratio=None``) or the subset, in the original row order.
+        ``dataset`` (``imbalance_ratio=None``) or the subset, in the original row order, with a loader note the
+        model card prints beside the training data (:func:`~hf_contrast.data.naming.add_loader_note`: "made
+        long-tailed: 1,636 of the split's 4,000 rows, class sizes 400 down to 40 (`imbalance_ratio` 10, seed 0)").
 
     Raises:
         InputTypeError: if ``dataset`` is not a ``datasets.Dataset``.
@@ -104,4 +107,9 @@ def make_long_tailed(
     keep = np.concatenate(
         [rng.choice(np.flatnonzero(labels == c), size=n, replace=False) for c, n in zip(classes, counts)]
     )
-    return dataset.select(np.sort(keep).tolist())
+    subset = dataset.select(np.sort(keep).tolist())
+    return add_loader_note(  # said in the model card, beside the training data
+        subset,
+        f"made long-tailed: {len(keep):,} of the split's {len(dataset):,} rows, class sizes {max(counts):,} down to "
+        f"{min(counts):,} (`imbalance_ratio` {ratio:g}, seed {seed})",
+    )

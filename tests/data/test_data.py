@@ -56,6 +56,10 @@ def test_long_tailed_profile_and_subset(digits) -> None:
     counts = [Counter(lt["label"])[c] for c in range(10)]
     n_min = min(Counter(digits["train"]["label"]).values())
     assert counts == long_tailed_counts(n_min, 10, 10.0)
+    # said beside the training data in the card (a run's --imbalance_ratio is no training argument); source unchanged
+    size = f"{len(lt):,} of the split's {len(digits['train']):,} rows, class sizes {n_min:,} down to {min(counts):,}"
+    assert loader_notes(lt) == [f"made long-tailed: {size} (`imbalance_ratio` 10, seed 0)"]
+    assert loader_notes(digits["train"]) == [] and make_long_tailed(digits["train"], None) is digits["train"]
     with pytest.raises(ValueError, match="`imbalance_ratio`"):
         make_long_tailed(digits["train"], imbalance_ratio=0.5)
     balanced = make_long_tailed(digits["train"], imbalance_ratio=1.0)
