@@ -526,7 +526,8 @@ class LeftOutRows:
 
     def report(self, stage: str, what: str, args: Any, accelerator: Any) -> tuple[int, int]:
         """The ``stage`` counts of ``skipped_images`` and ``dropped_rows`` summed over the processes (every process
-        calls this: one all-reduce for both), each with a warning naming ``what`` when it is not zero."""
+        calls this: one all-reduce for both), each with a warning naming ``what`` when it is not zero (by the main
+        process)."""
         local = torch.zeros(2, dtype=torch.long, device=args.device)
         for i, counts in enumerate((self.skipped_images, self.dropped_rows)):
             count = counts.get(stage)
@@ -535,6 +536,8 @@ class LeftOutRows:
         if args.world_size > 1:
             local = accelerator.reduce(local, reduction="sum")
         skipped, dropped = (int(v) for v in local.tolist())
+        if not getattr(accelerator, "is_main_process", True):  # the sums are every process's: said once
+            return skipped, dropped
         if skipped:
             logger.warning(
                 "%d unreadable image row(s) were left out of the %s batches (on_bad_image='skip'); the warnings "

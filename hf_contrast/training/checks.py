@@ -227,14 +227,23 @@ def check_datasets(trainer: Any) -> None:
             check_dataset(dataset, name=name, min_rows=1)
 
 
-def check_image_files(args: Any, train_dataset: Any, eval_dataset: Any) -> None:
+def check_image_files(args: Any, train_dataset: Any, eval_dataset: Any, whole_rows: Any = None) -> None:
     """Scan the training and (when the run evaluates) evaluation sets' image files before training
     (:func:`hf_contrast.views.image_scan.scan_images`: full decode up to 10,000 rows, headers up to 200,000, file
     sizes above).
 
+    Args:
+        args: The training arguments (``on_bad_image``, ``per_device_train_batch_size``, the evaluation schedule).
+        train_dataset: The training set (``None``: not scanned).
+        eval_dataset: The evaluation set(s), scanned when the run evaluates.
+        whole_rows: The training collator's rule for a batch that lost rows
+            (:class:`~hf_contrast.views.WholeRows`: CARE's whole chunks, SimO's class groups), if any.
+
     Raises:
         BadImageError: with ``on_bad_image="raise"``, naming the bad files and the fix; with ``"skip"`` they
             are logged (the collators leave them out when their batch is drawn, and count them).
+        InputError: with ``"skip"``, when the training set holds bad images and a training batch that loses one
+            cannot keep its method's structure (``whole_rows``): training would stop at the first such batch.
     """
     sets = {"train_dataset": train_dataset}
     if eval_dataset is not None and (args.eval_strategy != "no" or args.do_eval):
@@ -258,6 +267,16 @@ def check_image_files(args: Any, train_dataset: Any, eval_dataset: Any) -> None:
             f"{len(found)} unreadable image(s) found before training:\n{listed}{more}\nFix or remove them, or pass "
             "`on_bad_image='skip'` (`--on_bad_image skip`) to leave them out of their batches (counted as "
             "`train_skipped_images` / `eval_skipped_images`)."
+        )
+    in_training = sum(name == "train_dataset" for name, _ in found)
+    batch_size = args.per_device_train_batch_size
+    reason = whole_rows.loss_breaks(batch_size) if in_training and whole_rows is not None else None
+    if reason:
+        raise InputError(
+            f"{in_training} unreadable training image(s) found before training:\n{listed}{more}\n"
+            f"on_bad_image='skip' leaves each out of its batch, but {reason}: training would stop at the first batch "
+            f"that draws one. Fix or remove the images, or use a larger `per_device_train_batch_size` "
+            f"(now {batch_size})."
         )
     logger.warning(
         "%d unreadable image(s) found before training; on_bad_image='skip' leaves them out of their batches "

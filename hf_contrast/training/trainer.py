@@ -297,9 +297,16 @@ class ContrastiveTrainer(SafeCheckpointing, HubPublishingMixin, Trainer):
 
         Raises:
             BadImageError: with ``on_bad_image="raise"``, naming the bad files and the fix.
+            InputError: with ``"skip"``, when a training batch that loses a bad image cannot keep its method's
+                chunks or class groups whole (a larger batch is the fix).
         """
         # the decoded-image cache decodes every training image once already (and names the bad ones): no second pass
-        check_image_files(self.args, None if self.image_cache is not None else self.train_dataset, self.eval_dataset)
+        check_image_files(
+            self.args,
+            None if self.image_cache is not None else self.train_dataset,
+            self.eval_dataset,
+            whole_rows=getattr(self.data_collator, "whole_rows", None),  # a batch that lost rows keeps whole parts
+        )
 
     def train(self, resume_from_checkpoint: str | bool | None = None, *args: Any, **kwargs: Any) -> Any:
         """Checks and reports around ``Trainer.train``: :meth:`check_datasets`, :meth:`check_image_files`, the

@@ -35,6 +35,10 @@ class WholeRows:
         """
         raise NotImplementedError
 
+    def loss_breaks(self, batch_size: int) -> str | None:
+        """Why a batch of ``batch_size`` rows that loses one row keeps no whole structure (``None``: it does)."""
+        return None
+
 
 class WholeChunks(WholeRows):
     """Keep the first ``⌊n / n_splits⌋ · n_splits`` rows: ``n_splits`` whole chunks of ``⌊n / n_splits⌋`` rows.
@@ -62,6 +66,16 @@ class WholeChunks(WholeRows):
                 "them (the start-up scan lists them) or use a larger batch."
             )
         return list(range(size * self.n_splits))
+
+    def loss_breaks(self, batch_size: int) -> str | None:
+        if (batch_size - 1) // self.n_splits >= self.min_chunk:
+            return None
+        larger = self.n_splits * (self.min_chunk + 1)  # the smallest batch of whole chunks that can lose a row
+        return (
+            f"a batch of {batch_size} that loses one keeps {batch_size - 1} rows, fewer than `n_splits`="
+            f"{self.n_splits} chunks of {self.min_chunk}+ rows need (a batch of {larger}, {self.min_chunk + 1} rows "
+            "per chunk, can lose one)"
+        )
 
     def __repr__(self) -> str:
         return f"WholeChunks(n_splits={self.n_splits}, min_chunk={self.min_chunk})"
@@ -102,6 +116,12 @@ class WholeClassGroups(WholeRows):
             )
         size = min(len(group) for group in groups)
         return [index for group in groups for index in group[:size]]
+
+    def loss_breaks(self, batch_size: int) -> str | None:
+        per_class = batch_size // self.n_classes
+        if per_class >= 2:
+            return None
+        return f"a batch of {self.n_classes} class group(s) of {per_class} row(s) that loses one loses a whole class"
 
     def __repr__(self) -> str:
         return f"WholeClassGroups(n_classes={self.n_classes})"

@@ -97,6 +97,33 @@ def test_whole_class_groups_keeps_equal_class_major_groups(sizes: list[int]) -> 
         WholeClassGroups(len(sizes) + 1).keep(len(labels), labels)
 
 
+@settings(max_examples=40, deadline=None)
+@given(n_splits=st.integers(1, 8), n_classes=st.integers(1, 8), batch_size=st.integers(1, 64))
+def test_a_rule_says_whether_a_batch_survives_losing_one_row(n_splits: int, n_classes: int, batch_size: int) -> None:
+    """``loss_breaks`` agrees with ``keep`` on a batch that lost one row (the trainer's start-up check reads it)."""
+    chunks = WholeChunks(n_splits)
+    try:
+        chunks.keep(batch_size - 1, None)
+        survives = True
+    except ValueError:
+        survives = False
+    assert (chunks.loss_breaks(batch_size) is None) == survives
+    if not survives:
+        bigger = n_splits * 3  # the next batch whose chunks stay whole (a multiple of n_splits) after losing one
+        assert f"(a batch of {bigger}, 3 rows per chunk, can lose one)" in chunks.loss_breaks(batch_size)
+        assert chunks.loss_breaks(bigger) is None
+    per_class = batch_size // n_classes
+    if per_class >= 1:  # a class-major batch of equal groups, one row lost from the first group
+        labels = [c for c in range(n_classes) for _ in range(per_class)][1:]
+        groups = WholeClassGroups(n_classes)
+        try:
+            groups.keep(len(labels), labels)  # a group of one that loses its row is gone
+            survives = True
+        except ValueError:
+            survives = False
+        assert (groups.loss_breaks(n_classes * per_class) is None) == survives
+
+
 # ---- the collator ---------------------------------------------------------------------------------
 
 
@@ -171,6 +198,21 @@ def test_each_method_trains_through_skipped_rows_and_counts_them(tmp_path: Path,
         assert result.metrics.get("train_dropped_rows", 0) == dropped and 0 < dropped <= 3 * len(bad)
     else:
         assert "train_dropped_rows" not in result.metrics
+
+
+def test_a_batch_that_cannot_lose_a_bad_image_is_refused_before_training(tmp_path: Path) -> None:
+    """CARE's 4 chunks of 2 in a batch of 8: a batch that lost one of the bad images stopped training at that step
+    (after hours, on a large set); the start-up scan says so before the first step, with the batch size to use."""
+    train = images([i % 3 for i in range(32)], {2: "empty", 20: "truncated"})
+    with pytest.raises(ValueError) as error:
+        _train(tmp_path, "care", {"n_splits": 4}, train, per_device_train_batch_size=8)
+    message = str(error.value)
+    assert message.startswith("2 unreadable training image(s) found before training:\n  train_dataset: 'img2.png'")
+    reason = "a batch of 8 that loses one keeps 7 rows, fewer than `n_splits`=4 chunks of 2+ rows need (a batch of 12"
+    assert f"leaves each out of its batch, but {reason}, 3 rows per chunk, can lose one)" in message
+    assert message.endswith("or use a larger `per_device_train_batch_size` (now 8).")
+    trainer, result = _train(tmp_path, "care", {"n_splits": 4}, train, per_device_train_batch_size=12)
+    assert result.metrics["train_skipped_images"] == 2 and trainer.state.global_step == 2
 
 
 def test_simo_trains_through_skipped_rows_keeping_equal_class_groups(tmp_path: Path) -> None:
