@@ -375,7 +375,9 @@ def main() -> None:
         num_augmentations=script.num_augmentations,
         seed=training_args.seed,
     )
-    metrics.update({f"eval_{key}": value for key, value in equivariance(model).items()})
+    under_edits = {f"eval_{key}": value for key, value in equivariance(model).items()}
+    metrics.update(under_edits)
+    model.model_card_data.add_metrics(under_edits)  # in the card too
     trainer.log_metrics("eval", metrics)
     trainer.save_metrics("eval", metrics)
     if metrics["eval_sts_spearman"] < spearman_before:

@@ -242,6 +242,8 @@ def main() -> None:
     for c, name in enumerate(class_names):  # per-class recall: where the rare classes stand
         if (labels == c).any():
             metrics[f"eval_recall_{name}"] = float((predicted[labels == c] == c).double().mean())
+    own = [key for key in metrics if key.startswith(("eval_recall_", "eval_majority_class_"))]
+    model.model_card_data.add_metrics({key: metrics[key] for key in own})  # in the card too
     trainer.log_metrics("eval", metrics)
     trainer.save_metrics("eval", metrics)
 

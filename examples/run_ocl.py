@@ -209,6 +209,7 @@ def main() -> None:
     test_p, _ = encode_dataset(model, eval_dataset, output="projections", progress=bars, **encode)
     # Of the projections the loss shapes (the trainer's `class_orthogonality` uses `eval_representation`).
     metrics["eval_projection_class_orthogonality"] = class_orthogonality(test_p, test_y)
+    model.model_card_data.add_metrics({key: metrics[key] for key in metrics if key.startswith("eval_projection_")})
     trainer.log_metrics("eval", metrics)
     trainer.save_metrics("eval", metrics)
 

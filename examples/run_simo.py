@@ -206,6 +206,7 @@ def main() -> None:
     # Of the projections SimO shapes (the trainer's `class_orthogonality` uses `eval_representation`).
     metrics["eval_projection_class_orthogonality"] = class_orthogonality(test_p, test_y)
     metrics["eval_projection_effective_rank"] = effective_rank(test_p)
+    model.model_card_data.add_metrics({key: metrics[key] for key in metrics if key.startswith("eval_projection_")})
     trainer.log_metrics("eval", metrics)
     trainer.save_metrics("eval", metrics)
 

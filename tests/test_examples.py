@@ -93,6 +93,18 @@ def check_output(output_dir: Path, metrics: tuple[str, ...], pngs: tuple[str, ..
     return results
 
 
+def assert_in_card(output_dir: Path, results: dict[str, float], prefixes: tuple[str, ...]) -> None:
+    """The script's own final numbers (``eval_<prefix>…``, computed after training) are in the card's metrics (the
+    saved card data) and its README, equal to ``eval_results.json``'s."""
+    card_metrics = json.loads((output_dir / "hf_contrast" / "model_card.json").read_text(encoding="utf-8"))["metrics"]
+    card = (output_dir / "README.md").read_text(encoding="utf-8")
+    own = [key for key in results if key.startswith(tuple(f"eval_{prefix}" for prefix in prefixes))]
+    assert own, f"no eval_{prefixes} in {sorted(results)}"
+    for key in own:
+        name = key.removeprefix("eval_")
+        assert card_metrics[name] == pytest.approx(results[key]) and f"| `{name}` |" in card, key
+
+
 def global_step(output_dir: Path) -> int:
     """The step the run ended at (``trainer.save_state()``)."""
     return json.loads((output_dir / "trainer_state.json").read_text(encoding="utf-8"))["global_step"]
@@ -473,6 +485,8 @@ def test_run_ocl_supcon_long_tailed(tmp_path: Path) -> None:
     )
     assert results["train_imbalance_ratio"] > 2
     assert "long-tailed with imbalance 4" in stdout
+    assert_in_card(output_dir, results, ("projection_",))
+    assert "; note: made long-tailed: " in (output_dir / "README.md").read_text(encoding="utf-8")
 
 
 def test_run_simo(tmp_path: Path) -> None:
@@ -491,6 +505,7 @@ def test_run_simo(tmp_path: Path) -> None:
     )  # fmt: skip
     assert 0.0 <= results["eval_projection_class_orthogonality"] <= 1.0
     assert ContrastiveEncoder.from_pretrained(output_dir).config.normalize_projections is False
+    assert_in_card(output_dir, results, ("projection_",))
 
 
 @pytest.mark.parametrize("contrastive", ["ocl", pytest.param("supcon", marks=pytest.mark.slow)])
@@ -506,6 +521,7 @@ def test_run_local_pairs(contrastive: str, tmp_path: Path) -> None:
         ("embeddings.png",),
     )
     assert 0.0 <= results["eval_macro_f1"] <= 1.0 and 0.0 <= results["eval_accuracy"] <= 1.0
+    assert_in_card(output_dir, results, ("recall_", "majority_class_"))
     state = __import__("torch").load(output_dir / "local_objective.pt")
     assert any(key.startswith("loss.") for key in state)  # the pair classifier, kept next to the encoder
 
@@ -648,6 +664,7 @@ def test_run_bert_supervised_pairs_from_a_local_file_with_sts_checkpoint_selecti
     assert encoder.config.backbone_type == "text" and encoder.tokenizer is not None
     history = json.loads(next(output_dir.glob("checkpoint-*/trainer_state.json")).read_text())["log_history"]
     assert any("eval_sts_spearman" in entry for entry in history)  # the STS evaluator ran during training
+    assert_in_card(output_dir, results, ("equivariance_",))  # under token edits, after training
     # the card names the STS file and shows the starting model's score beside the kept one's
     card = (output_dir / "README.md").read_text(encoding="utf-8")
     section = card.split("### sts: `STSEvaluator`\n")[1].split("###")[0]

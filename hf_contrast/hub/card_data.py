@@ -44,6 +44,16 @@ _ALWAYS_NEW = frozenset({"training_logs", "metrics", "baseline_metrics", "best_m
 _LEFT_OUT = "left out of the training batches (`on_bad_image='skip'`"
 
 
+def _metric_values(metrics: Mapping[str, Any]) -> dict[str, float]:
+    """The finite numbers of an evaluation's ``metrics`` by name (``eval_loss`` -> ``loss``), bookkeeping left out."""
+    values = {}
+    for key, value in metrics.items():
+        number = finite_number(value)
+        if number is not None and not key.endswith(_BOOKKEEPING):
+            values[key.split("_", 1)[1] if key.startswith("eval_") else key] = number
+    return values
+
+
 def _tag_list(value: Any) -> list[str]:
     """``tags`` as a list: a single string is one tag (``"vision"``, not ``v, i, s, o, n``)."""
     tags = [value] if isinstance(value, str) else value
@@ -247,17 +257,19 @@ class ContrastiveModelCardData:
         Evaluations at the same step (one per set of a dict ``eval_dataset``) add up; a later step
         replaces them.
         """
-        values = {}
-        for key, value in metrics.items():
-            number = finite_number(value)
-            if number is not None and not key.endswith(_BOOKKEEPING):
-                values[key.split("_", 1)[1] if key.startswith("eval_") else key] = number
+        values = _metric_values(metrics)
         current = self.__dict__.get("_metrics_step")
         if step == 0:
             self.baseline_metrics = {**self.baseline_metrics, **values} if current == 0 else values
         else:
             self.metrics = {**self.metrics, **values} if current == step else values
         object.__setattr__(self, "_metrics_step", step)
+
+    def add_metrics(self, metrics: Mapping[str, Any]) -> None:
+        """Add numbers measured on the kept weights after training (an example script's own, such as the class
+        orthogonality of the test projections) to the card's metrics, beside the kept evaluation's; keys as the
+        Trainer's (``eval_<name>``). Not a baseline: call it after training."""
+        self.metrics = {**self.metrics, **_metric_values(metrics)}
 
     # ---- travelling with the model -----------------------------------------------------------
 
