@@ -42,6 +42,8 @@ def class_labels(values: Sequence[Any], label_column: str, first_row: int | None
         InputError: naming the column, the first row whose label is not an integer (a class name, a float, a bool),
             its value, and the fix (``dataset.class_encode_column``). Nothing is truncated or cast.
     """
+    if all(type(value) is int for value in values):  # the common case (a ClassLabel column): no call per value
+        return torch.tensor(list(values), dtype=torch.long)
     indices = [_class_index(value) for value in values]
     bad = next((i for i, index in enumerate(indices) if index is None), None)
     if bad is not None:
