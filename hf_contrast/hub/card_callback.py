@@ -11,10 +11,10 @@ from hf_contrast.hub.card_data import ContrastiveModelCardData
 from hf_contrast.hub.card_storage import get_model_card_data
 from hf_contrast.provenance import hub_id_or_none as _hub_id
 
-__all__ = ["ModelCardCallback"]
+__all__ = ["ModelCardCallback", "is_evaluation_log"]
 
 
-def _is_evaluation(logs: Mapping[str, Any]) -> bool:
+def is_evaluation_log(logs: Mapping[str, Any]) -> bool:
     """Whether a ``Trainer.log`` entry is an evaluation (an ``eval_*`` key)."""
     return any(key.startswith("eval_") for key in logs)
 
@@ -68,14 +68,14 @@ class ModelCardCallback(TrainerCallback):
             for entry in state.log_history:
                 step = int(entry.get("step", 0))
                 data.log(step, entry.get("epoch"), entry)
-                if _is_evaluation(entry):
+                if is_evaluation_log(entry):
                     data.set_metrics(entry, step)
         setup = getattr(self.trainer, "run_setup", None)  # what the trainer logged at the start of `train()`
         if setup:
             self._data().training_setup = {str(key): str(value) for key, value in setup.items()}
 
     def on_log(self, args: Any, state: Any, control: Any, logs: dict[str, float] | None = None, **kwargs: Any) -> None:
-        if self.reloaded_step is not None and logs and _is_evaluation(logs):
+        if self.reloaded_step is not None and logs and is_evaluation_log(logs):
             return  # an evaluation of the reloaded best step's weights, not of the last step's
         if logs:
             self._data().log(state.global_step, state.epoch, logs)
@@ -95,5 +95,5 @@ class ModelCardCallback(TrainerCallback):
         if best_step != state.global_step:
             self.reloaded_step = int(best_step)
         for entry in state.log_history:
-            if entry.get("step") == best_step and _is_evaluation(entry):
+            if entry.get("step") == best_step and is_evaluation_log(entry):
                 data.set_metrics(entry, best_step)

@@ -46,6 +46,7 @@ from transformers import HfArgumentParser, TrainingArguments
 from transformers.trainer_utils import get_last_checkpoint
 
 from hf_contrast.errors import InputError, InputTypeError
+from hf_contrast.hub.card_callback import is_evaluation_log
 from hf_contrast.models.backbones import backbone_type_of, close_timm_names
 from hf_contrast.models.stems import SMALL_IMAGE_STEM, supports_small_image_stem
 from hf_contrast.objectives import available_objectives, get_objective
@@ -380,7 +381,7 @@ def evaluate_final(trainer: Any) -> dict[str, float]:
     step = best_step if reloaded else state.global_step
     logged: dict[str, float] = {}
     for entry in state.log_history:
-        if entry.get("step") == step and any(key.startswith("eval_") for key in entry):
+        if entry.get("step") == step and is_evaluation_log(entry):
             logged.update({key: value for key, value in entry.items() if key != "step"})
     if not logged:
         return trainer.evaluate()

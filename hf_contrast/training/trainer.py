@@ -331,10 +331,10 @@ class ContrastiveTrainer(SafeCheckpointing, HubPublishingMixin, Trainer):
             output.metrics["train_skipped_images"] = skipped
         if dropped:
             output.metrics["train_dropped_rows"] = dropped
-        if self.image_cache is not None and self.image_cache.skipped and not self._cache_skipped_reported:
-            output.metrics["train_skipped_images"] = skipped + len(self.image_cache.skipped)
-            self._cache_skipped_reported = True  # left out once, when the cache was built
         cached_out = len(self.image_cache.skipped) if self.image_cache is not None else 0  # out of every batch
+        if cached_out and not self._cache_skipped_reported:
+            output.metrics["train_skipped_images"] = skipped + cached_out
+            self._cache_skipped_reported = True  # left out once, when the cache was built
         get_model_card_data(self.model).note_left_out_rows(skipped + cached_out, dropped)  # said in the card
         output = self.nonfinite.train_output(output)  # `nonfinite_policy="skip"`: the mean over the kept steps
         global_batch = self.args.train_batch_size * self.args.gradient_accumulation_steps * self.args.world_size
