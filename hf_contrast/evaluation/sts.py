@@ -116,6 +116,11 @@ class STSEvaluator(Evaluator):
         ):
             check_name(argument, column)
         columns = getattr(dataset, "column_names", None)
+        if isinstance(columns, dict):  # a DatasetDict: its "columns" are its splits
+            raise InputTypeError(
+                f"`dataset` must be one split (e.g. dataset['test']), got a DatasetDict of the splits "
+                f"{sorted(columns)}."
+            )
         if columns is None and isinstance(dataset, Mapping):
             columns = dataset.keys()
         if columns is None:

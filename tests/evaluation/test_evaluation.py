@@ -270,6 +270,16 @@ def test_sts_evaluator_equals_scipy_spearman_of_cosine() -> None:
         STSEvaluator(s1, s2[:3], scores)
     with pytest.raises(ValueError, match=r"no column\(s\) \['score'\]"):
         STSEvaluator.from_dataset({"sentence1": s1, "sentence2": s2})
+    import datasets
+
+    splits = datasets.DatasetDict(
+        {"train": datasets.Dataset.from_dict({"sentence1": s1, "sentence2": s2, "score": scores})}
+    )
+    with pytest.raises(
+        InputTypeError,
+        match=r"must be one split \(e\.g\. dataset\['test'\]\), got a DatasetDict of the splits \['train'\]",
+    ):
+        STSEvaluator.from_dataset(splits)  # it said "no column(s) [...] (columns: ['train'])"
 
 
 def test_embedding_evaluator_prefixes_metrics_and_restores_mode() -> None:
