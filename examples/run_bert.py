@@ -207,8 +207,8 @@ def load_sts(script: ScriptArguments, seed: int) -> datasets.Dataset:
                 message = message.replace(f"`{name}=`", f"`{flag}`").replace(f"`{name}`", f"`{flag}`")
             raise InputError(message) from error
     total = len(pairs)
-    if 0 < script.max_sts_pairs < total:
-        pairs = pairs.shuffle(seed=seed).select(range(script.max_sts_pairs))
+    if 0 < script.max_sts_pairs < total:  # the subset is noted on the pairs: the card says it beside the STS scores
+        pairs = take_subset(pairs, script.max_sts_pairs, argument="max_sts_pairs", seed=seed)
         logger.info(
             f"STS on {len(pairs):,} of {total:,} pairs "
             f"(a seeded sample: --max_sts_pairs {script.max_sts_pairs}; 0 for all)."

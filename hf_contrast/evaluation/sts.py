@@ -60,6 +60,10 @@ class STSEvaluator(Evaluator):
     #: to the dataset's name, without a split: pairs drawn from a file the encoder also trained on are not
     #: held-out rows of it, which a card would say of a training split's name and split.
     dataset_name: str | None = None
+    #: What the pairs' loaders said of them (a seeded subset, renamed columns), printed in model cards beside their
+    #: name: :meth:`from_dataset` sets it from the dataset's loader notes
+    #: (:func:`hf_contrast.data.naming.add_loader_note`).
+    dataset_notes: tuple[str, ...] = ()
 
     def __init__(
         self,
@@ -140,6 +144,7 @@ class STSEvaluator(Evaluator):
         if hasattr(dataset, "info"):  # the model card names the pairs (not their split: see `dataset_name`)
             (entry,) = dataset_metadata(dataset)
             evaluator.dataset_name = entry.get("name") or entry.get("id")
+            evaluator.dataset_notes = tuple(entry.get("notes", ()))
         return evaluator
 
     def compute(self, model: nn.Module) -> dict[str, float]:

@@ -100,8 +100,10 @@ class ContrastiveModelCardData:
             checkpoint's with ``load_best_model_at_end``), without the ``eval_`` prefix.
         baseline_metrics: The metrics of an evaluation at step 0 (before training).
         best_model_step: The step of the checkpoint kept by ``load_best_model_at_end``.
-        evaluators: The trainer's evaluators: ``[{"prefix", "class", "dataset_name", "split",
-            "primary_metric", "description"}]`` (their metrics are reported per dataset).
+        evaluators: The trainer's evaluators: ``[{"prefix", "class", "dataset_name", "dataset_id", "split",
+            "held_out", "notes", "primary_metric", "metric_names", "description"}]`` (their metrics are reported per
+            dataset; ``notes``: an evaluator's ``dataset_notes``, what the loaders said of data the card lists
+            nowhere else, e.g. a subset of STS pairs).
         model_details: Sizes measured when saving (parameters, GMACs, input size, architecture).
     """
 
@@ -189,6 +191,7 @@ class ContrastiveModelCardData:
                     "dataset_id": scored.get("id"),
                     "split": split,
                     "held_out": bool(split) and (scored.get("id") or name, split) in trained_on,
+                    "notes": [str(note) for note in getattr(member, "dataset_notes", None) or ()],
                     "primary_metric": primary if isinstance(primary, str) else None,
                     "metric_names": [str(n) for n in getattr(member, "metric_names", None) or ()],
                     "description": getattr(member, "description", None)

@@ -106,6 +106,7 @@ def evaluation_groups(data: ContrastiveModelCardData) -> list[dict[str, Any]]:
                 "held_out": evaluator.get("held_out"),
             }
         )
+        label["notes"] = evaluator.get("notes") or []  # data the card lists nowhere else (STS pairs): its loader notes
         title = (
             f"{evaluator['dataset_name']}: `{evaluator['class']}`"
             if evaluator.get("dataset_name")

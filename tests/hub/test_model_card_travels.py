@@ -530,7 +530,7 @@ def test_sts_pairs_are_named_by_their_file_and_its_own_columns(tmp_path: Path) -
     """``STSEvaluator.from_dataset`` names the pairs in the card (it said "on sts", the metric prefix), without a
     split: pairs drawn from the file the encoder trained on are not held-out rows of it. The loader's note names
     the source's columns and the ones it gave them (it said `text` / `text_pair`, then renamed them again)."""
-    from hf_contrast.data import load_sts_pairs, load_text_dataset
+    from hf_contrast.data import load_sts_pairs, load_text_dataset, take_subset
     from hf_contrast.data.naming import loader_notes
     from hf_contrast.evaluation import STSEvaluator
 
@@ -548,10 +548,19 @@ def test_sts_pairs_are_named_by_their_file_and_its_own_columns(tmp_path: Path) -
     model = tiny_text_encoder()
     data = get_model_card_data(model)
     data.set_datasets(train_dataset=load_text_dataset(path, text_column="sentence_A", cache_dir=cache))
-    data.set_evaluator(STSEvaluator.from_dataset(pairs.select(range(4))))
+    data.set_evaluator(STSEvaluator.from_dataset(take_subset(pairs, 4, argument="max_sts_pairs", seed=0)))
     assert [(e["dataset_name"], e["split"], e["held_out"]) for e in data.evaluators] == [("sick", None, False)]
     data.set_metrics({"eval_sts_spearman": 0.5, "eval_sts_pearson": 0.4}, step=1)
     text = generate_model_card(model)
-    assert "### sick: `STSEvaluator`" in text and "`STSEvaluator` on sick." in text
+    # the card lists the pairs nowhere else: what their loaders did (renamed, a subset of them) is said here
+    assert "### sick: `STSEvaluator`" in text
+    assert (
+        "`STSEvaluator` on sick; note: the loader renamed the source's columns `sentence_A` to `sentence1`, "
+        "`sentence_B` to `sentence2`, `relatedness_score` to `score`; note: a random subset of 4 of the split's 8 "
+        "rows (`max_sts_pairs`, seed 0)." in text
+    )
+    saved = json.loads(json.dumps(data.to_dict()))  # the notes travel with the card data (model_card.json)
+    assert ContrastiveModelCardData.from_dict(saved).evaluators[0]["notes"] == data.evaluators[0]["notes"]
+    assert data.evaluators[0]["notes"][1].startswith("a random subset of 4")
     columns = {"sentence1": ["a", "b"], "sentence2": ["a", "c"], "score": [1, 0]}  # a dict of columns has no name
     assert STSEvaluator.from_dataset(columns).dataset_name is None
