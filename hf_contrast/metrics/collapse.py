@@ -6,6 +6,8 @@ import warnings
 
 from transformers.utils import logging
 
+import hf_contrast.distributed as distributed
+
 __all__ = ["RepresentationCollapseWarning", "collapse_message", "warn_if_collapsed"]
 
 logger = logging.get_logger(__name__)  # follows the Trainer's log level (hf_contrast.progress)
@@ -45,10 +47,16 @@ def collapse_message(mean_cosine: float, effective_rank: float, dim: int) -> str
 
 
 def warn_if_collapsed(mean_cosine: float, effective_rank: float, dim: int) -> bool:
-    """Log a warning and raise a :class:`RepresentationCollapseWarning` when collapsed; return whether it was."""
+    """Log a warning and raise a :class:`RepresentationCollapseWarning` when collapsed; return whether it was.
+
+    In a distributed run only the main process says it: every process scores the same gathered predictions (the
+    Trainer's ``compute_metrics``), and each saying it made the same warning appear once per process.
+    """
     message = collapse_message(mean_cosine, effective_rank, dim)
     if message is None:
         return False
+    if distributed.rank() != 0:
+        return True
     logger.warning(message)
     warnings.warn(message, RepresentationCollapseWarning, stacklevel=3)
     return True

@@ -154,6 +154,23 @@ def test_embedding_metrics_collapse_warning_fires_only_on_collapse(caplog: pytes
     EmbeddingMetrics(progress=False, warn_collapse=False)((collapsed, None))  # no warning when switched off
 
 
+def test_only_the_main_process_says_the_representation_collapsed(monkeypatch, caplog) -> None:  # noqa: ANN001
+    """Every process of a distributed run scores the same gathered predictions: the collapse is said once (by rank
+    0), not once per process; the metrics are the same on every rank."""
+    import hf_contrast.distributed as distributed
+
+    collapsed = torch.ones(64, 8) + 0.01 * torch.randn(64, 8, generator=torch.Generator().manual_seed(0))
+    metrics = EmbeddingMetrics(progress=False)
+    with pytest.warns(RepresentationCollapseWarning):
+        on_main = metrics((collapsed, None))
+    monkeypatch.setattr(distributed, "rank", lambda: 1)
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="hf_contrast.metrics.collapse"), warnings.catch_warnings():
+        warnings.simplefilter("error", RepresentationCollapseWarning)
+        assert metrics((collapsed, None)) == on_main
+    assert not [record for record in caplog.records if "has collapsed" in record.message]
+
+
 def test_embedding_metrics_bad_input_and_small_sets() -> None:
     z, y = _clusters(3)
     with pytest.raises(ValueError, match="tuple \\(embeddings, view1, view2\\)"):
