@@ -28,12 +28,14 @@ import torch
 import transformers
 from transformers import HfArgumentParser
 
-from hf_contrast.data import SENTENCE_PAIRS_PATH, load_image_splits, load_text_dataset
+from hf_contrast.data import SENTENCE_PAIRS_PATH, load_image_splits, load_text_dataset, take_subset
+from hf_contrast.data.naming import loader_notes
 from hf_contrast.errors import InputError
-from hf_contrast.evaluation import ProbeEvaluator, balanced_split, balanced_subset, encode_dataset
+from hf_contrast.evaluation import ProbeEvaluator, balanced_split, encode_dataset
 from hf_contrast.models import ContrastiveEncoder
 from hf_contrast.plots import save_training_plots
 from hf_contrast.training import run_main
+from hf_contrast.training.run_setup import data_image_sizes
 
 logger = transformers.utils.logging.get_logger(__name__)
 
@@ -85,6 +87,17 @@ def setup_logging() -> None:
     transformers.utils.logging.set_verbosity_warning()
 
 
+def image_sizes(encoder: ContrastiveEncoder, train: datasets.Dataset) -> str:
+    """The size the images are encoded at (the encoder's input size, whatever theirs) and theirs, for the log: the
+    size changes the result, and a probe of 28-px images at a 32-px encoder says so."""
+    height, width = (int(side) for side in encoder.data_config["input_size"][-2:])
+    seen, _ = data_image_sizes(train, "image")
+    theirs = ", ".join(f"{h}x{w}" for h, w in seen[:3]) + (", ..." if len(seen) > 3 else "")
+    if seen == [(height, width)]:
+        return f"images at their own {height}x{width} px (the encoder's input size)"
+    return f"images resized to {height}x{width} px, the encoder's input size (theirs: {theirs or 'unknown'})"
+
+
 def main() -> None:
     (args,) = HfArgumentParser(ProbeArguments).parse_args_into_dataclasses()
     setup_logging()
@@ -113,11 +126,10 @@ def main() -> None:
                 "train": data["train"].select(train_rows.tolist()),
                 "test": data["train"].select(test_rows.tolist()),
             }
-        for split, limit in (("train", args.max_train_samples), ("test", args.max_eval_samples)):
-            if limit is not None and limit < len(data[split]):
-                data[split] = data[split].select(
-                    balanced_subset(list(data[split][args.label_column]), limit, args.seed).tolist()
-                )
+        for split, argument in (("train", "max_train_samples"), ("test", "max_eval_samples")):  # noted for the log
+            data[split] = take_subset(
+                data[split], getattr(args, argument), argument=argument, seed=args.seed, label_column=args.label_column
+            )
         encode["input_column"] = args.text_column
     else:
         try:
@@ -137,7 +149,10 @@ def main() -> None:
         args.image_column, args.label_column = "image", "label"  # the loader renames the chosen columns
         encode.update(input_column=args.image_column, on_bad_image=args.on_bad_image)
     logger.info(
-        f"Probing {args.model} ({args.representation}) on {len(data['train'])} train / {len(data['test'])} test rows."
+        f"Probing {args.model} ({args.representation}) on {len(data['train'])} train / {len(data['test'])} test rows"
+        + (f", {image_sizes(encoder, data['train'])}" if encoder.input_modality != "text" else "")
+        + "".join(f"; {split}: {note}" for split in ("train", "test") for note in loader_notes(data[split]))
+        + "."
     )
     probe = ProbeEvaluator(
         data["train"], data["test"], knn_k=min(args.knn_k, len(data["train"])), seed=args.seed, **encode

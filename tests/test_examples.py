@@ -227,6 +227,9 @@ def test_run_linear_probe_on_a_saved_encoder(care_run: tuple[Path, str], tmp_pat
     assert results["num_train"] == 64 and results["num_test"] == 32
     assert (output_dir / "embeddings.png").stat().st_size > 2000
     assert "linear_probe_accuracy" in stdout
+    # what shapes the numbers is said: the size the images are encoded at, and the subsets
+    assert "px (the encoder's input size)" in stdout or "px, the encoder's input size (theirs: " in stdout
+    assert "train: a class-balanced subset of 64 of the split's 1,438 rows (`max_train_samples`, seed 0)" in stdout
     # The same splits (seed 0) and the same encoder: the training run's final numbers, under the same names.
     trained = json.loads((model_dir / "eval_results.json").read_text(encoding="utf-8"))
     for key in ("linear_probe_accuracy", "linear_probe_macro_f1", "knn_accuracy", "knn_macro_f1"):
