@@ -12,7 +12,7 @@ from hf_contrast.errors import InputError
 from ..encoding import check_encode_options, encode_dataset
 from ..metrics.embedding_metrics import EmbeddingMetrics
 from .evaluator import Evaluator
-from .probe_evaluator import _labels
+from .labelled import dataset_labels
 
 __all__ = ["EmbeddingEvaluator"]
 
@@ -80,7 +80,7 @@ class EmbeddingEvaluator(Evaluator):
             progress=progress,
         )
         if label_column is not None:
-            _labels(dataset, label_column, "dataset")  # class names rather than indices: said before training
+            dataset_labels(dataset, label_column, "dataset")  # class names rather than indices: said before training
 
     def compute(self, model: nn.Module) -> dict[str, float]:
         embeddings, labels = encode_dataset(model, self.dataset, **self.encode_kwargs)

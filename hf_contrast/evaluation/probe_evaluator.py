@@ -19,58 +19,10 @@ from ..metrics.probes import (
     unseen_message,
 )
 from ..tensor_checks import MAX_SKLEARN_SEED, check_int, check_positive
-from ..views.labels import class_labels
 from .evaluator import Evaluator
+from .labelled import check_labelled, dataset_labels
 
 __all__ = ["ProbeEvaluator"]
-
-
-def _check_labelled(argument: str, dataset: Any, label_column: str) -> None:
-    """Fail at construction (before training) when ``dataset`` visibly lacks ``label_column``: a dataset's
-    ``column_names``, or the keys of a list of dict rows. Other datasets are checked when encoded."""
-    columns = getattr(dataset, "column_names", None)
-    if isinstance(columns, dict):  # a DatasetDict
-        raise InputError(
-            f"`{argument}` must be one split (e.g. dataset['test']), got a DatasetDict {sorted(columns)}."
-        )
-    if columns is None and isinstance(dataset, (list, tuple)):
-        unlabelled = [i for i, row in enumerate(dataset) if isinstance(row, Mapping) and label_column not in row]
-        if unlabelled:
-            raise InputError(
-                f"`{argument}` has no labels in `label_column`={label_column!r} (row {unlabelled[0]} and "
-                f"{len(unlabelled) - 1} more): the probes need a label on every row (pass `label_column=` the column "
-                "that holds them)."
-            )
-    elif columns is not None and label_column not in columns:
-        raise InputError(
-            f"`{argument}` has no labels in `label_column`={label_column!r} (its columns: {list(columns)}): the "
-            "probes need a label on every row (pass `label_column=` the column that holds them)."
-        )
-
-
-def _labels(dataset: Any, label_column: str, argument: str) -> list[int] | None:
-    """The integer labels of ``dataset`` when they can be read without encoding (a ``datasets.Dataset``'s
-    column, a list of dict rows), else ``None`` (checked when encoded).
-
-    Raises:
-        InputError: on a label that is not an integer (a class name), naming ``argument``, the row and the fix.
-    """
-    try:
-        columns = getattr(dataset, "column_names", None)
-        if isinstance(columns, list):
-            if label_column not in columns:
-                return None
-            labels = list(dataset[label_column])
-        elif isinstance(dataset, (list, tuple)) and all(isinstance(row, Mapping) for row in dataset):
-            labels = [row[label_column] for row in dataset]
-        else:
-            return None
-    except (KeyError, TypeError, IndexError):
-        return None
-    try:
-        return class_labels(labels, label_column, first_row=0).tolist()
-    except InputError as error:
-        raise InputError(f"`{argument}`: {error}") from None
 
 
 def _class_names(dataset: Any, label_column: str) -> list[str] | None:
@@ -171,7 +123,7 @@ class ProbeEvaluator(Evaluator):
         if label_column is None:
             raise InputError("`label_column` must name the label column: the probes are fitted on labels.")
         for argument, dataset in (("fit_dataset", fit_dataset), ("score_dataset", score_dataset)):
-            _check_labelled(argument, dataset, label_column)
+            check_labelled(argument, dataset, label_column)
         self.fit_dataset = fit_dataset
         self.score_dataset = score_dataset
         self._warned_unseen = False
@@ -194,8 +146,8 @@ class ProbeEvaluator(Evaluator):
             progress=progress,
             on_bad_image=on_bad_image,
         )
-        fit_y = _labels(fit_dataset, label_column, "fit_dataset")
-        score_y = _labels(score_dataset, label_column, "score_dataset")
+        fit_y = dataset_labels(fit_dataset, label_column, "fit_dataset")
+        score_y = dataset_labels(score_dataset, label_column, "score_dataset")
         if fit_y is not None:  # before any encoding: a one-class fit split, unseen score classes
             names = _class_names(score_dataset, label_column) or _class_names(fit_dataset, label_column)
             self._check_classes(fit_y, score_y, names)

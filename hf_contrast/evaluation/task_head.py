@@ -12,7 +12,7 @@ from hf_contrast.errors import InputError
 from ..encoding import check_encode_options, encode_dataset
 from ..metrics.probes import macro_f1
 from .evaluator import Evaluator
-from .probe_evaluator import _check_labelled, _labels
+from .labelled import check_labelled, dataset_labels
 
 __all__ = ["TaskHeadEvaluator"]
 
@@ -68,7 +68,7 @@ class TaskHeadEvaluator(Evaluator):
         self.metric_names = ("accuracy", "macro_f1")
         if label_column is None:
             raise InputError("`label_column` must name the label column: the head's predictions are scored on labels.")
-        _check_labelled("dataset", dataset, label_column)
+        check_labelled("dataset", dataset, label_column)
         self.dataset = dataset
         self.encode_kwargs: dict[str, Any] = check_encode_options(
             collate_fn=collate_fn,
@@ -81,7 +81,7 @@ class TaskHeadEvaluator(Evaluator):
             progress=progress,
             on_bad_image=on_bad_image,
         )
-        _labels(dataset, label_column, "dataset")  # class names rather than indices: said before training
+        dataset_labels(dataset, label_column, "dataset")  # class names rather than indices: said before training
 
     def compute(self, model: nn.Module) -> dict[str, float]:
         logits, labels = encode_dataset(model, self.dataset, **self.encode_kwargs)

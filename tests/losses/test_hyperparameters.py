@@ -87,7 +87,6 @@ DOMAIN_CHECKS = {
     ("data/images.py", "_check_columns"): "dataset columns",
     ("views/image_collators.py", "_check_fields"): "an image collator's fields (transforms, columns, seed, index)",
     ("data/text.py", "_check_text"): "dataset text columns",
-    ("evaluation/probe_evaluator.py", "_check_labelled"): "a split's label column, before training",
     ("evaluation/probe_evaluator.py", "_check_classes"): "the fit split's classes and the score split's coverage",
     ("models/pooling.py", "_check_states"): "token states (B, L, F) and their attention mask (B, L)",
     ("plots.py", "_check_log_history"): "a Trainer's log_history: a list of dicts",
