@@ -191,7 +191,6 @@ class ContrastiveModelCardData:
                     "dataset_id": scored.get("id"),
                     "split": split,
                     "held_out": bool(split) and (scored.get("id") or name, split) in trained_on,
-                    "notes": [str(note) for note in getattr(member, "dataset_notes", None) or ()],
                     "primary_metric": primary if isinstance(primary, str) else None,
                     "metric_names": [str(n) for n in getattr(member, "metric_names", None) or ()],
                     "description": getattr(member, "description", None)
@@ -199,6 +198,9 @@ class ContrastiveModelCardData:
                     else None,
                 }
             )
+            notes = [str(note) for note in getattr(member, "dataset_notes", None) or ()]
+            if notes:  # only then: a card without them is written as before, to the byte
+                self.evaluators[-1]["notes"] = notes
 
     def set_datasets(self, train_dataset: Any = None, eval_dataset: Any = None) -> None:
         """Fill ``train_datasets`` / ``eval_datasets`` from the trainer's datasets.

@@ -564,3 +564,5 @@ def test_sts_pairs_are_named_by_their_file_and_its_own_columns(tmp_path: Path) -
     assert data.evaluators[0]["notes"][1].startswith("a random subset of 4")
     columns = {"sentence1": ["a", "b"], "sentence2": ["a", "c"], "score": [1, 0]}  # a dict of columns has no name
     assert STSEvaluator.from_dataset(columns).dataset_name is None
+    data.set_evaluator(STSEvaluator.from_dataset(columns))  # no notes: the card data is written as before them
+    assert "notes" not in data.evaluators[0]
