@@ -18,6 +18,9 @@ __all__ = ["long_tailed_counts", "make_long_tailed"]
 
 #: The most classes :func:`long_tailed_counts` profiles (ImageNet-21k has 21,841; 10**30 built a list for ever).
 MAX_CLASSES = 2**20
+#: The largest ``n_max``: the profile is computed in float64, exact for integers up to 2**53 (10**30 came back as
+#: 1000000000000000019884624838656).
+MAX_COUNT = 2**53
 
 
 def long_tailed_counts(n_max: int, num_classes: int, imbalance_ratio: float) -> list[int]:
@@ -27,13 +30,13 @@ def long_tailed_counts(n_max: int, num_classes: int, imbalance_ratio: float) -> 
     (at least 2, so that every class can form a positive pair), as in CIFAR-10-LT.
 
     Raises:
-        InputError: (a ``ValueError``) if ``n_max`` is not an integer >= 1, ``num_classes`` not one in
+        InputError: (a ``ValueError``) if ``n_max`` is not an integer in ``[1, 2**53]``, ``num_classes`` not one in
             ``[2, 2**20]``, or ``imbalance_ratio`` not a finite number >= 1.
 
     >>> long_tailed_counts(100, 3, 10.0)
     [100, 32, 10]
     """
-    n_max = check_int("n_max", n_max, 1)
+    n_max = check_int("n_max", n_max, 1, MAX_COUNT)
     num_classes = check_int("num_classes", num_classes, 2, MAX_CLASSES)
     imbalance_ratio = check_number("imbalance_ratio", imbalance_ratio)
     if not imbalance_ratio >= 1.0:
