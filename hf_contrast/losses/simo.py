@@ -164,7 +164,8 @@ def _afcl_terms(e: Tensor, n_classes: int, olean: float, eps: float) -> tuple[Te
     if e.shape[1] < 2:
         raise InputError(
             f"`e` must have k >= 2 samples per class (L_same sums over pairs), got k={e.shape[1]} "
-            f"for {n_classes} classes."
+            f"for `n_classes`={n_classes} ({n_classes * e.shape[1]} rows): give at least {2 * n_classes} rows, or "
+            "fewer classes."
         )
     with float32_math(e.device.type):
         e = e.to(compute_dtype(e))

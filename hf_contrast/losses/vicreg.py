@@ -111,14 +111,17 @@ def _vicreg_terms(
         "variance": hp.variance_weight * variance,
         "covariance": hp.covariance_weight * covariance,
     }
+    gamma = f"`gamma`={hp.gamma:g}"  # the variance term is at most gamma: with its weight, it may overflow
     for name, term in terms.items():
-        weight = getattr(hp, f"{name}_weight")
+        weight = f"`{name}_weight`={getattr(hp, f'{name}_weight'):g}" + (f" and {gamma}" if name == "variance" else "")
         check_finite_weighted(
-            term, f"the VICReg {name} term", f"`{name}_weight`={weight:g}", "use the paper's weights (25, 25, 1)"
+            term, f"the VICReg {name} term", weight, "use the paper's weights (25, 25, 1) and gamma = 1"
         )
-    weights = ", ".join(f"`{name}_weight`={getattr(hp, f'{name}_weight'):g}" for name in terms)
+    weights = ", ".join(f"`{name}_weight`={getattr(hp, f'{name}_weight'):g}" for name in terms) + f", {gamma}"
     total = terms["invariance"] + terms["variance"] + terms["covariance"]
-    terms["loss"] = check_finite_weighted(total, "the VICReg loss", weights, "use the paper's weights (25, 25, 1)")
+    terms["loss"] = check_finite_weighted(
+        total, "the VICReg loss", weights, "use the paper's weights (25, 25, 1) and gamma = 1"
+    )
     return terms
 
 

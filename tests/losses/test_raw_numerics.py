@@ -57,3 +57,13 @@ def test_a_loss_beyond_float32_is_an_error_naming_the_fix(name, loss) -> None:
     with pytest.raises(ValueError) as caught:
         loss(e)
     assert_message(caught, "`z1`, `z2`", "beyond the range of torch.float32", "float64 inputs (`.double()`)")
+
+
+def test_a_vicreg_gamma_that_overflows_its_weighted_term_is_named() -> None:
+    """The variance term is at most ``gamma``: a huge ``gamma`` times the default weight 25 overflows float32. The
+    error named only `variance_weight`=25 (the default the user never set), not the `gamma` they did (found by the
+    property suite under a random seed)."""
+    z = torch.randn(8, 4, generator=torch.Generator().manual_seed(4))
+    with pytest.raises(ValueError) as caught:
+        vicreg_loss(z, z + 0.1, gamma=2e37)
+    assert_message(caught, "`variance_weight`=25 and `gamma`=2e+37", "beyond the range of torch.float32", "gamma = 1")

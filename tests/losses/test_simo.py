@@ -216,8 +216,10 @@ def test_error_afcl_grouped_class_mismatch() -> None:
 
 
 def test_error_afcl_one_sample_per_class() -> None:
-    with pytest.raises(ValueError, match=r"k >= 2 samples per class .*, got k=1"):
-        afcl_loss(torch.randn(3, 4), n_classes=3)
+    with pytest.raises(
+        ValueError, match=r"k >= 2 samples per class .*, got k=1 for `n_classes`=3 \(3 rows\): give at least 6"
+    ):
+        afcl_loss(torch.randn(3, 4), n_classes=3)  # the classes asked for are the fix as much as the rows: both named
 
 
 @pytest.mark.parametrize("bad", [1, 0, 2.0])
