@@ -21,7 +21,7 @@ from _properties import (
     tensors,
     wrong_types,
 )
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from hf_contrast.data import load_image_dataset, load_sts_pairs, load_text_dataset
@@ -77,10 +77,13 @@ def test_text_encode(text_encoder: ContrastiveEncoder, inputs: Any) -> None:
     argument=st.sampled_from(["texts", "batch_size", "output", "max_length", "progress"]),
     value=st.one_of(TEXT_INPUTS, bad_numbers, bad_names),
 )
+@example(argument="progress", value=torch.tensor([]))  # torch's RuntimeError from the progress bar's `bool(progress)`
+@example(argument="texts", value=torch.tensor(1.5))  # TypeError: iteration over a 0-d tensor
+@example(argument="texts", value=("a cat", "the dog"))  # a tuple is a sequence of strings: encoded
 def test_encode_texts(text_encoder: ContrastiveEncoder, argument: str, value: Any) -> None:
     """``texts=None`` raised TypeError; an empty list was named `dataset`, a list holding an int `text`."""
     options = {"texts": ["a cat", "the dog"], "batch_size": 2, argument: value}
-    n = len(options["texts"]) if isinstance(options["texts"], list) else -1
+    n = len(options["texts"]) if isinstance(options["texts"], (list, tuple)) else -1  # a tuple is a sequence too
     assert_package_error_or_result(lambda: encode_texts(text_encoder, **options), (argument,), rows_of(n, 32))
 
 

@@ -15,7 +15,7 @@ from tqdm.auto import tqdm
 from hf_contrast.errors import InputError, InputTypeError
 
 from ..progress import progress_enabled
-from ..tensor_checks import MAX_LENGTH, check_choice, check_device, check_int, check_name
+from ..tensor_checks import MAX_LENGTH, check_bool, check_choice, check_device, check_int, check_name
 from ..views.labels import class_labels, is_index_dtype
 from .model_access import eval_mode, model_device, model_output, to_device, unwrap_model
 
@@ -127,9 +127,10 @@ def check_encode_options(
     output: str = "embeddings",
     max_length: int | None = None,
     on_bad_image: str = "raise",
+    progress: bool = False,
     **others: Any,
 ) -> dict[str, Any]:
-    """Check :func:`encode_dataset`'s options (``others``, e.g. ``progress``, pass through unchecked) and return
+    """Check :func:`encode_dataset`'s options (``others``, e.g. ``device``, pass through unchecked) and return
     them as its keyword arguments. An evaluator calls it when it is built, so that a bad option is said before
     training rather than at the first evaluation.
 
@@ -150,6 +151,7 @@ def check_encode_options(
     check_name("output", output, what="model output name ('embeddings' or 'projections')")
     check_int("max_length", max_length, 1, MAX_LENGTH, allow_none=True)
     check_choice("on_bad_image", on_bad_image, ("raise", "skip"))
+    check_bool("progress", progress)  # a tensor's truth value raised torch's RuntimeError in the progress bar
     return {
         "collate_fn": collate_fn,
         "transform": transform,
@@ -159,6 +161,7 @@ def check_encode_options(
         "output": output,
         "max_length": max_length,
         "on_bad_image": on_bad_image,
+        "progress": progress,
         **others,
     }
 
@@ -231,6 +234,7 @@ def encode_dataset(
         output=output,
         max_length=max_length,
         on_bad_image=on_bad_image,
+        progress=progress,
     )
     if transform is not None:
         make_inputs, column = _stack(transform), input_column or "image"
@@ -313,9 +317,13 @@ def encode_texts(
         InputError: if ``texts`` is not a non-empty sequence of strings (a lone string is refused: wrap it in a
             list), or an option is out of range (:func:`encode_dataset`).
     """
+    refused = InputTypeError(f"`texts` must be a list of strings, got {texts!r:.80} of type {type(texts).__name__}.")
     if isinstance(texts, (str, bytes)) or not isinstance(texts, Iterable):
-        raise InputTypeError(f"`texts` must be a list of strings, got {texts!r:.80} of type {type(texts).__name__}.")
-    texts = list(texts)
+        raise refused
+    try:
+        texts = list(texts)
+    except TypeError:  # an iterable type that cannot iterate this value (a 0-d tensor or array)
+        raise refused from None
     if not texts:
         raise InputError("`texts` is empty: there is nothing to encode.")
     wrong = next(((i, t) for i, t in enumerate(texts) if not isinstance(t, str)), None)

@@ -95,7 +95,7 @@ class STSEvaluator(Evaluator):
         bad = next((i for i, s in enumerate(self.scores) if not math.isfinite(s)), None)
         if bad is not None:
             raise InputError(f"`scores[{bad}]` must be finite, got {self.scores[bad]}.")
-        check_encode_options(batch_size=batch_size, output=output, max_length=max_length)
+        check_encode_options(batch_size=batch_size, output=output, max_length=max_length, progress=progress)
         self.batch_size, self.output, self.max_length, self.progress = batch_size, output, max_length, progress
         self.metric_names = ("spearman", "pearson")
 

@@ -107,6 +107,7 @@ def scan_images(dataset: Any, columns: Sequence[str] | None = None) -> list[BadI
     ):
         raise InputError(f"`columns` must be None or a list of column names (e.g. ['image']), got {columns!r}.")
     names = image_columns(dataset) if columns is None else [c for c in columns if c in image_columns(dataset)]
+    names = list(dict.fromkeys(names))  # a column named twice is scanned once (arrow refused the repeated field)
     if not names:
         return []
     depth = scan_depth(len(dataset))

@@ -11,7 +11,7 @@ import numpy as np
 import torch
 from _properties import assert_package_error_or_result, bad_names, bad_numbers, tensors, wrong_types
 from _tiny import tiny_tokenizer
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from PIL import Image
 
@@ -186,8 +186,10 @@ def test_chunked_text_augmentation(key, value) -> None:
 
 
 @given(columns=st.one_of(st.none(), VALUES, st.lists(st.one_of(bad_names, st.just("image")), max_size=3)))
+@example(columns=["image", "image"])
 def test_scan_images(columns) -> None:
-    """`columns=0` raised "'int' object is not iterable"; a list of names is scanned, anything else named."""
+    """`columns=0` raised "'int' object is not iterable", `['image', 'image']` arrow's KeyError ('Field "image"
+    exists 2 times in schema'); a list of names is scanned (each once), anything else named."""
     import datasets
     from _images import png_bytes
 
