@@ -38,6 +38,9 @@ _BUILDERS = {".csv": "csv", ".tsv": "csv", ".tab": "csv", ".json": "json", ".jso
 
 
 def _builder(path: Path, delimiter: str | None) -> tuple[str, dict[str, Any]]:
+    if delimiter is not None and (not isinstance(delimiter, str) or len(delimiter) != 1):
+        # pandas reads a longer one as a regular expression: '0|' split every character into its own column
+        raise InputError(f"`delimiter` must be one character (e.g. ',' or '\\t'), got {delimiter!r}.")
     suffix = path.suffix.lower()
     if suffix == ".txt":
         if delimiter is None:
@@ -197,7 +200,7 @@ def load_text_dataset(
         text_pair_column: Optional column of a second sentence per row (positive pairs, STS).
         label_column: Optional class column; string labels become a ``ClassLabel`` (names kept).
         score_column: Optional similarity score column (cast to float32).
-        delimiter: Field separator of a CSV / TSV / ``.txt`` file (default from the extension).
+        delimiter: Field separator of a CSV / TSV / ``.txt`` file, one character (default from the extension).
         dataset_name: The dataset's name in model cards; default: a local file's folder or file
             name (never its path), a Hub dataset's own name.
         **load_kwargs: Passed to ``datasets.load_dataset`` (e.g. ``cache_dir``, ``revision``).
@@ -299,7 +302,7 @@ def load_sts_pairs(
         sentence2_column: Column of the second sentence.
         score_column: Column of the gold similarity score.
         split: The split to read (a local file is ``"train"``).
-        delimiter: Field separator of a CSV / TSV / ``.txt`` file.
+        delimiter: Field separator of a CSV / TSV / ``.txt`` file, one character.
         dataset_name: The dataset's name in model cards (as :func:`load_text_dataset`).
         **load_kwargs: Passed to ``datasets.load_dataset``.
 
