@@ -317,13 +317,16 @@ def encode_texts(
         InputError: if ``texts`` is not a non-empty sequence of strings (a lone string is refused: wrap it in a
             list), or an option is out of range (:func:`encode_dataset`).
     """
-    refused = InputTypeError(f"`texts` must be a list of strings, got {texts!r:.80} of type {type(texts).__name__}.")
+
+    def refused() -> InputTypeError:  # built only when raised: the repr of a million sentences is no free check
+        return InputTypeError(f"`texts` must be a list of strings, got {texts!r:.80} of type {type(texts).__name__}.")
+
     if isinstance(texts, (str, bytes)) or not isinstance(texts, Iterable):
-        raise refused
+        raise refused()
     try:
         texts = list(texts)
     except TypeError:  # an iterable type that cannot iterate this value (a 0-d tensor or array)
-        raise refused from None
+        raise refused() from None
     if not texts:
         raise InputError("`texts` is empty: there is nothing to encode.")
     wrong = next(((i, t) for i, t in enumerate(texts) if not isinstance(t, str)), None)
