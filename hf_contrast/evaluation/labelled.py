@@ -1,27 +1,37 @@
-"""The labels of an evaluation split, read before training: a split that visibly lacks its label column, or holds class
-names rather than indices, is refused when the evaluator is built (:class:`~hf_contrast.evaluation.ProbeEvaluator`,
-:class:`~hf_contrast.evaluation.EmbeddingEvaluator`, :class:`~hf_contrast.evaluation.TaskHeadEvaluator`)."""
+"""An evaluation split and its labels, read before training: a ``DatasetDict`` where one split belongs, a split that
+visibly lacks its label column, or holds class names rather than indices, is refused when the evaluator is built
+(:class:`~hf_contrast.evaluation.ProbeEvaluator`, :class:`~hf_contrast.evaluation.EmbeddingEvaluator`,
+:class:`~hf_contrast.evaluation.TaskHeadEvaluator`, :meth:`~hf_contrast.evaluation.STSEvaluator.from_dataset`)."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from typing import Any
 
-from hf_contrast.errors import InputError
+from hf_contrast.errors import InputError, InputTypeError
 
 from ..views.labels import class_labels
 
-__all__ = ["check_labelled", "dataset_labels"]
+__all__ = ["check_labelled", "check_one_split", "dataset_labels"]
+
+
+def check_one_split(argument: str, dataset: Any) -> None:
+    """Refuse a ``DatasetDict`` passed as ``argument`` where one split belongs (its ``column_names`` are a dict by
+    split, which a column check would read as the split names)."""
+    columns = getattr(dataset, "column_names", None)
+    if isinstance(columns, dict):
+        raise InputTypeError(
+            f"`{argument}` must be one split (e.g. dataset['test']), got a DatasetDict of the splits "
+            f"{sorted(columns)}."
+        )
 
 
 def check_labelled(argument: str, dataset: Any, label_column: str) -> None:
-    """Fail at construction (before training) when ``dataset`` visibly lacks ``label_column``: a dataset's
-    ``column_names``, or the keys of a list of dict rows. Other datasets are checked when encoded."""
+    """Fail at construction (before training) when ``dataset`` is a ``DatasetDict`` (:func:`check_one_split`) or
+    visibly lacks ``label_column``: a dataset's ``column_names``, or the keys of a list of dict rows. Other datasets
+    are checked when encoded."""
+    check_one_split(argument, dataset)
     columns = getattr(dataset, "column_names", None)
-    if isinstance(columns, dict):  # a DatasetDict
-        raise InputError(
-            f"`{argument}` must be one split (e.g. dataset['test']), got a DatasetDict {sorted(columns)}."
-        )
     if columns is None and isinstance(dataset, (list, tuple)):
         unlabelled = [i for i, row in enumerate(dataset) if isinstance(row, Mapping) and label_column not in row]
         if unlabelled:

@@ -22,6 +22,7 @@ from ..encoding import check_encode_options, encode_texts
 from ..hub.card_datasets import dataset_metadata
 from ..tensor_checks import check_name
 from .evaluator import Evaluator
+from .labelled import check_one_split
 
 __all__ = ["STSEvaluator"]
 
@@ -119,12 +120,8 @@ class STSEvaluator(Evaluator):
             ("score_column", score_column),
         ):
             check_name(argument, column)
+        check_one_split("dataset", dataset)  # a DatasetDict: its "columns" are its splits
         columns = getattr(dataset, "column_names", None)
-        if isinstance(columns, dict):  # a DatasetDict: its "columns" are its splits
-            raise InputTypeError(
-                f"`dataset` must be one split (e.g. dataset['test']), got a DatasetDict of the splits "
-                f"{sorted(columns)}."
-            )
         if columns is None and isinstance(dataset, Mapping):
             columns = dataset.keys()
         if columns is None:

@@ -297,6 +297,10 @@ def test_sts_evaluator_equals_scipy_spearman_of_cosine() -> None:
         match=r"must be one split \(e\.g\. dataset\['test'\]\), got a DatasetDict of the splits \['train'\]",
     ):
         STSEvaluator.from_dataset(splits)  # it said "no column(s) [...] (columns: ['train'])"
+    with pytest.raises(
+        InputTypeError, match=r"`fit_dataset` must be one split .* DatasetDict of the splits \['train'\]"
+    ):
+        ProbeEvaluator(splits, splits["train"], label_column="score")  # the same check, one place
 
 
 def test_embedding_evaluator_prefixes_metrics_and_restores_mode() -> None:
