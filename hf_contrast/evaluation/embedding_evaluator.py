@@ -82,6 +82,11 @@ class EmbeddingEvaluator(Evaluator):
         if label_column is not None:
             dataset_labels(dataset, label_column, "dataset")  # class names rather than indices: said before training
 
+    def possible_metrics(self) -> tuple[str, ...]:
+        """:meth:`EmbeddingMetrics.possible_metrics` of one encoding (no ``alignment``), prefixed."""
+        labels = self.encode_kwargs["label_column"] is not None
+        return tuple(self.prefixed(name) for name in self.metrics.possible_metrics(views=False, labels=labels))
+
     def compute(self, model: nn.Module) -> dict[str, float]:
         embeddings, labels = encode_dataset(model, self.dataset, **self.encode_kwargs)
         return self.metrics.compute(embeddings, labels)

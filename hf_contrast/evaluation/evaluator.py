@@ -52,6 +52,11 @@ class Evaluator(ABC):
         """The prefixed key of the primary metric, e.g. ``"sts_spearman"``."""
         return self.prefixed(self._primary)
 
+    def possible_metrics(self) -> tuple[str, ...] | None:
+        """The prefixed keys a call can return (``None``: not known before a call, no fixed ``metric_names``);
+        the trainer checks ``metric_for_best_model`` against them before training."""
+        return tuple(self.prefixed(name) for name in self.metric_names) or None
+
     def prefixed(self, key: str) -> str:
         """``"<name>_<key>"`` (``key`` unchanged when ``name`` is empty)."""
         return f"{self.name}_{key}" if self.name else key
@@ -121,6 +126,11 @@ class SequentialEvaluator(Evaluator):
 
     def compute(self, model: nn.Module) -> dict[str, float]:
         return self._merge(model, "raise")
+
+    def possible_metrics(self) -> tuple[str, ...] | None:
+        """Every evaluator's keys (``None`` when one evaluator's are not known before a call)."""
+        members = [evaluator.possible_metrics() for evaluator in self.evaluators]
+        return None if None in members else tuple(key for keys in members for key in keys)  # type: ignore[union-attr]
 
     def _merge(self, model: nn.Module, on_error: str) -> dict[str, float]:
         metrics: dict[str, float] = {}

@@ -129,6 +129,23 @@ class EmbeddingMetrics:
         self.warn_collapse = check_bool("warn_collapse", warn_collapse)
         self.progress = check_bool("progress", progress)
 
+    def possible_metrics(self, views: bool = True, labels: bool = True) -> tuple[str, ...]:
+        """The names a call returns, in order: ``alignment`` with ``views``, the labelled data's three (two with
+        ``probe=False``) with ``labels``. A metric that cannot apply (``class_orthogonality`` of one class) is
+        left out of the result, with a warning."""
+        labelled = (
+            "knn_loo_accuracy",
+            *(("linear_probe_holdout_accuracy",) if self.probe else ()),
+            "class_orthogonality",
+        )
+        return (
+            *(("alignment",) if views else ()),
+            "uniformity",
+            "mean_cosine",
+            "effective_rank",
+            *(labelled if labels else ()),
+        )
+
     def __repr__(self) -> str:
         return (
             f"EmbeddingMetrics(knn_k={self.knn_k}, knn_temperature={self.knn_temperature}, probe={self.probe}, "
@@ -195,19 +212,16 @@ class EmbeddingMetrics:
             z, y = z[rows], None if y is None else y[rows]
             pair = None if pair is None else (pair[0][rows], pair[1][rows])
 
-        phases: list[tuple[str, Callable[[], float | None]]] = []
-        if pair is not None:
-            phases.append(("alignment", lambda: alignment(*pair)))
-        phases += [
-            ("uniformity", lambda: uniformity(z)),
-            ("mean_cosine", lambda: mean_cosine(z)),
-            ("effective_rank", lambda: effective_rank(z)),
-        ]
-        if y is not None:
-            phases.append(("knn_loo_accuracy", lambda: self._knn(z, y)))
-            if self.probe:
-                phases.append(("linear_probe_holdout_accuracy", lambda: self._probe(z, y)))
-            phases.append(("class_orthogonality", lambda: self._class_orthogonality(z, y)))
+        phase: dict[str, Callable[[], float | None]] = {
+            "alignment": lambda: alignment(*pair),
+            "uniformity": lambda: uniformity(z),
+            "mean_cosine": lambda: mean_cosine(z),
+            "effective_rank": lambda: effective_rank(z),
+            "knn_loo_accuracy": lambda: self._knn(z, y),
+            "linear_probe_holdout_accuracy": lambda: self._probe(z, y),
+            "class_orthogonality": lambda: self._class_orthogonality(z, y),
+        }
+        phases = [(name, phase[name]) for name in self.possible_metrics(pair is not None, y is not None)]
         metrics: dict[str, float] = {}
         with tqdm(
             total=len(phases), desc="Embedding metrics", disable=not progress_enabled(self.progress), leave=False

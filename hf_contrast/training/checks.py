@@ -18,9 +18,10 @@ argument, the value and the fix.
 What a trainer checks before it trains, each failure naming the argument and the fix.
 
 At ``__init__`` (:func:`check_objective_fits`, :func:`check_evaluation_fits`): the batch sizes and the
-evaluation sets fit the objective. At the start of ``train()`` (:func:`check_datasets`,
-:func:`check_image_files`): the datasets are large enough and have the columns the objective reads, and the
-image files can be read (:func:`hf_contrast.views.image_scan.scan_images`).
+evaluation sets fit the objective. At the start of ``train()`` (:func:`check_best_metric`,
+:func:`check_datasets`, :func:`check_image_files`): ``metric_for_best_model`` is a metric the evaluations report, the
+datasets are large enough and have the columns the objective reads, and the image files can be read
+(:func:`hf_contrast.views.image_scan.scan_images`).
 
 Start-up checks of the distributed engine that Accelerate actually started against the one the launch asked for.
 
@@ -38,6 +39,7 @@ before any step.
 
 from __future__ import annotations
 
+import difflib
 import os
 import time
 import warnings
@@ -59,6 +61,8 @@ from hf_contrast.views import BadImageError, input_modality_of, scan_images
 from hf_contrast.views.image_scan import image_columns, scan_depth
 
 __all__ = [
+    "EVALUATION_RUN_METRICS",
+    "check_best_metric",
     "check_datasets",
     "check_distributed_engine",
     "check_evaluation_fits",
@@ -225,6 +229,55 @@ def check_datasets(trainer: Any) -> None:
     for name, dataset in _eval_sets(trainer.eval_dataset).items():
         if dataset is not None:
             check_dataset(dataset, name=name, min_rows=1)
+
+
+#: What ``Trainer.evaluate`` adds to every evaluation's metrics, and ``ContrastiveTrainer.evaluation_loop`` when rows
+#: were left out (``on_bad_image="skip"``).
+EVALUATION_RUN_METRICS = (
+    "runtime",
+    "samples_per_second",
+    "steps_per_second",
+    "tokens_per_second",
+    "model_preparation_time",
+    "jit_compilation_time",
+    "skipped_images",
+    "dropped_rows",
+)
+
+
+def check_best_metric(trainer: Any) -> None:
+    """``metric_for_best_model`` names a metric the run's evaluations can report, said before training:
+    ``Trainer`` looks it up only after the first evaluation (a ``KeyError`` that ends the run there, before that
+    step's checkpoint). Checked when every source of metrics says its names (the trainer's default
+    ``compute_metrics`` and the package's evaluators do; a ``compute_metrics`` or evaluator of the user's
+    that does not have ``possible_metrics`` leaves the name unchecked) and the run evaluates.
+
+    Raises:
+        InputError: naming ``metric_for_best_model``, its value, the closest name and every name the run reports.
+    """
+    args = trainer.args
+    if args.metric_for_best_model is None or args.eval_strategy == "no":
+        return
+    known = [trainer.compute_metrics] + ([trainer.evaluator] if trainer.evaluator is not None else [])
+    said = [source.possible_metrics() if hasattr(source, "possible_metrics") else None for source in known]
+    if None in said:
+        return
+    loss = ["loss"] if trainer.objective.has_eval_loss else []
+    names = [*loss, *(name for names in said for name in names), *EVALUATION_RUN_METRICS]
+    sets = list(trainer.eval_dataset) if isinstance(trainer.eval_dataset, dict) else [None]
+    prefixes = [f"eval_{key}" if key is not None else "eval" for key in sets]
+    reported = [f"{prefix}_{name}" for prefix in prefixes for name in names]
+    wanted = args.metric_for_best_model
+    key = wanted if wanted.startswith("eval_") else f"eval_{wanted}"  # what the Trainer looks up
+    if key in reported:
+        return
+    close = difflib.get_close_matches(key, reported, n=1)
+    hint = f" Did you mean {close[0]!r}?" if close else ""
+    raise InputError(
+        f"`metric_for_best_model`={wanted!r}: the evaluations of this run report no {key!r}, so the first one "
+        f"would end the run (transformers looks the name up only then).{hint} Its evaluations can report: "
+        f"{', '.join(name for name in reported if not name.endswith(EVALUATION_RUN_METRICS))}."
+    )
 
 
 def check_image_files(args: Any, train_dataset: Any, eval_dataset: Any, whole_rows: Any = None) -> None:

@@ -72,6 +72,7 @@ from hf_contrast.training.callbacks import (
 )
 from hf_contrast.training.checkpointing import SafeCheckpointing, first_nonfinite_tensor, run_settings
 from hf_contrast.training.checks import (
+    check_best_metric,
     check_datasets,
     check_distributed_engine,
     check_evaluation_fits,
@@ -317,7 +318,12 @@ class ContrastiveTrainer(SafeCheckpointing, HubPublishingMixin, Trainer):
         model shards", the Hub's uploads). Rows the training collator left out in this call
         (``on_bad_image="skip"``; or, once, the unreadable images the cache left out) are reported as
         ``train_skipped_images`` in the returned metrics when there are any, and the readable rows left out with
-        them to keep chunks or class groups whole (:mod:`hf_contrast.views.whole_rows`) as ``train_dropped_rows``."""
+        them to keep chunks or class groups whole (:mod:`hf_contrast.views.whole_rows`) as ``train_dropped_rows``.
+
+        Raises:
+            InputError: before any work, when ``metric_for_best_model`` is no metric the evaluations report
+                (:func:`~hf_contrast.training.checks.check_best_metric`), a dataset is too small or lacks a column."""
+        check_best_metric(self)  # the Trainer would find out at the first evaluation
         self.check_datasets()
         self.build_image_cache()  # before the scan: a cached training set is not decoded twice at start-up
         self.check_image_files()

@@ -9,6 +9,8 @@ import numpy as np
 import pytest
 import torch
 from _tiny import tiny_text_encoder
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from torch import nn
 from transformers import EvalPrediction
 
@@ -615,6 +617,59 @@ def test_sequential_evaluator_merges_and_rejects_clashes() -> None:
     for bad in (None, _Const("a", 1.0), "a"):  # not a list: a TypeError from list() used to escape
         with pytest.raises(InputTypeError, match="`evaluators` must be a"):
             SequentialEvaluator(bad)
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    probe=st.booleans(), views=st.booleans(), labelled=st.booleans(), classes=st.integers(1, 4),
+    per_class=st.integers(2, 6), seed=st.integers(0, 2**16),
+)  # fmt: skip
+def test_embedding_metrics_return_the_names_they_say_in_that_order(
+    probe: bool, views: bool, labelled: bool, classes: int, per_class: int, seed: int
+) -> None:
+    """``possible_metrics`` is what the trainer checks ``metric_for_best_model`` against: a call returns those
+    names, in that order, less only a metric that cannot apply (the probe or class orthogonality of one class)."""
+    z, labels = _clusters(per_class, classes=classes, seed=seed)
+    pair = (z + 0.1, z - 0.1) if views else None
+    metrics = EmbeddingMetrics(knn_k=3, probe=probe, progress=False, warn_collapse=False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # knn_k above a small set's rows, the probe left out of one class
+        got = list(metrics.compute(z, labels if labelled else None, pair))
+    said = metrics.possible_metrics(views, labelled)
+    assert got == [name for name in said if name in got]
+    missing = set(said) - set(got)
+    assert missing <= {"linear_probe_holdout_accuracy", "class_orthogonality"}
+    assert not missing or classes == 1
+    assert set(said) <= set(metrics.possible_metrics())  # the defaults: every name
+
+
+def test_evaluators_say_the_keys_they_return() -> None:
+    encoder = tiny_text_encoder()
+    embedding = EmbeddingEvaluator(
+        _sentence_rows(range(15)), metrics=EmbeddingMetrics(knn_k=3, progress=False), progress=False
+    )
+    probe = ProbeEvaluator(_sentence_rows(range(0, 15, 2)), _sentence_rows(range(1, 15, 2)), knn_k=3, progress=False)
+    both = SequentialEvaluator([embedding, probe])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for evaluator in (embedding, probe, both):
+            assert list(evaluator(encoder)) == list(evaluator.possible_metrics())
+    unlabelled = EmbeddingEvaluator(
+        [{"text": t} for t, _ in _SENTENCES], label_column=None, metrics=EmbeddingMetrics(progress=False),
+        primary="uniformity", progress=False,
+    )  # fmt: skip
+    said = ("embedding_uniformity", "embedding_mean_cosine", "embedding_effective_rank")
+    assert unlabelled.possible_metrics() == said
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        assert tuple(unlabelled(encoder)) == said
+
+    class _Unsaid(Evaluator):  # no fixed metric_names: its keys are known only after a call
+        def compute(self, model: nn.Module) -> dict[str, float]:
+            return {"x": 1.0}
+
+    assert _Unsaid("u", "x", True).possible_metrics() is None
+    assert SequentialEvaluator([probe, _Unsaid("u", "x", True)]).possible_metrics() is None
 
 
 def test_sts_evaluator_refuses_a_missing_or_non_numeric_column_naming_it() -> None:

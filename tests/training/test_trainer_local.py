@@ -98,6 +98,9 @@ def test_local_evaluation_and_the_pair_classifier(tmp_path, pairs) -> None:
     for key in ("eval_knn_loo_accuracy", "eval_class_orthogonality"):
         assert 0.0 <= metrics[key] <= 1.0, key
     assert "eval_loss" in metrics
+    # the names it says before an evaluation (checked against `metric_for_best_model`): those it reports
+    said = ["loss", *trainer.compute_metrics.possible_metrics()]
+    assert [key.removeprefix("eval_") for key in metrics if key.removeprefix("eval_") in said] == said
     # predict: the pair representation z = n(n(e_pre) - n(e_post)) of every row
     output = trainer.predict(pairs)
     z = output.predictions[0]
