@@ -30,6 +30,7 @@ import transformers
 from hf_contrast.errors import InputError, InputTypeError
 from hf_contrast.hub.layout import HUB_SUBFOLDER
 from hf_contrast.models.configuration import ContrastiveEncoderConfig
+from hf_contrast.models.inputs import position_limit
 from hf_contrast.models.st_layout import write_st_modules
 from hf_contrast.tensor_checks import check_folder_path
 
@@ -179,11 +180,12 @@ def export_transformers(
 
 
 def text_max_seq_length(encoder: Any) -> int | None:
-    """``config.max_seq_length``, else the smaller of the position limit and the tokenizer's ``model_max_length``."""
+    """``config.max_seq_length``, else the smaller of the position limit (:func:`~hf_contrast.models.inputs.
+    position_limit`, else the config's ``max_position_embeddings``) and the tokenizer's ``model_max_length``."""
     if encoder.config.max_seq_length is not None:
         return int(encoder.config.max_seq_length)
     limits = [
-        getattr(encoder.backbone.config, "max_position_embeddings", None),
+        position_limit(encoder.backbone) or getattr(encoder.backbone.config, "max_position_embeddings", None),
         getattr(encoder.tokenizer, "model_max_length", None),
     ]
     valid = [int(limit) for limit in limits if isinstance(limit, int) and 0 < limit < 1_000_000]

@@ -5,9 +5,11 @@ Without them a wrong input fails deep inside torch (``expected input to have 3 c
 channel``) or, worse, gives an embedding: a 2×2 image, NaN pixels, a row whose attention mask is
 all 0. Each check raises ``ValueError`` naming the argument, the value and the fix.
 
-Shape and dtype checks are free. Checks that read tensor *values* (NaN pixels, token ids, empty
-masks) follow :func:`~hf_contrast.tensor_checks.value_checks_enabled`: CPU tensors only (no device
-sync), and not inside the trainer's training loss; NaN pixels are checked in eval mode only.
+Shape and dtype checks are free (among them a token sequence longer than the backbone's position
+embeddings, :func:`position_limit`: torch said "The size of tensor a (702) must match the size of tensor b
+(512)"). Checks that read tensor *values* (NaN pixels, token ids, empty masks) follow
+:func:`~hf_contrast.tensor_checks.value_checks_enabled`: CPU tensors only (no device sync), and not inside
+the trainer's training loss; NaN pixels are checked in eval mode only.
 
 Deliberate behaviours:
 
@@ -35,6 +37,7 @@ __all__ = [
     "check_pixel_values",
     "check_token_inputs",
     "check_training_batch",
+    "position_limit",
 ]
 
 _BATCH_NORMS = (nn.BatchNorm1d, nn.BatchNorm2d, nn.BatchNorm3d, nn.SyncBatchNorm)
@@ -178,12 +181,23 @@ def check_pixel_values(
     return pixel_values
 
 
+def position_limit(backbone: nn.Module) -> int | None:
+    """The longest token sequence a BERT-style backbone takes: the rows of its absolute position embeddings
+    (``embeddings.position_embeddings``), less the ``padding_idx + 1`` positions that RoBERTa-style models skip
+    (514 rows: 512 tokens). ``None`` for a backbone without such a table (relative or rotary positions)."""
+    table = getattr(getattr(backbone, "embeddings", None), "position_embeddings", None)
+    if not isinstance(table, nn.Embedding):
+        return None
+    return table.num_embeddings - (table.padding_idx + 1 if table.padding_idx is not None else 0)
+
+
 def check_token_inputs(
     input_ids: Tensor,
     attention_mask: Tensor | None,
     *,
     vocab_size: int,
     backbone: str,
+    max_tokens: int | None = None,
 ) -> None:
     """Check the token inputs of a text backbone (shapes are checked by the caller).
 
@@ -192,11 +206,18 @@ def check_token_inputs(
         attention_mask: 1 for tokens, 0 for padding, or ``None``. Shape: ``(B, L)``.
         vocab_size: Rows of the backbone's input embedding.
         backbone: The backbone's name, for the messages.
+        max_tokens: The longest sequence the backbone's position embeddings take (``None``: no limit known).
 
     Raises:
-        ValueError: on non-integer ids, an id outside the vocabulary or a row whose attention mask
-            is all 0 (values: CPU, outside the training loss).
+        ValueError: on non-integer ids, sequences longer than ``max_tokens``, an id outside the vocabulary or a
+            row whose attention mask is all 0 (values: CPU, outside the training loss).
     """
+    if max_tokens is not None and input_ids.shape[1] > max_tokens:
+        raise InputError(
+            f"`input_ids` holds sequences of {input_ids.shape[1]} tokens, but `{backbone}` has position embeddings "
+            f"for {max_tokens}: tokenize with `truncation=True, max_length={max_tokens}` or less (the trainer's and "
+            f"the evaluators' `max_length`, the encoder's `max_seq_length`)."
+        )
     if input_ids.is_floating_point() or input_ids.is_complex() or input_ids.dtype == torch.bool:
         raise InputError(
             f"`input_ids` must hold integer token ids (torch.long), got dtype {input_ids.dtype}: pass the tokenizer's "

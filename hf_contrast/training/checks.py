@@ -57,6 +57,7 @@ from hf_contrast.data.checks import (
 )
 from hf_contrast.data.columns import CANONICAL_COLUMNS
 from hf_contrast.errors import InputError, InputTypeError
+from hf_contrast.models.inputs import position_limit
 from hf_contrast.views import BadImageError, input_modality_of, scan_images
 from hf_contrast.views.image_scan import image_columns, scan_depth
 
@@ -68,6 +69,7 @@ __all__ = [
     "check_evaluation_fits",
     "check_image_files",
     "check_objective_fits",
+    "check_text_length",
     "check_trainer_arguments",
     "check_trainer_columns",
     "column_kinds",
@@ -141,6 +143,34 @@ def check_trainer_columns(trainer: Any) -> None:
     eval_sets = trainer.eval_dataset if isinstance(trainer.eval_dataset, dict) else {"": trainer.eval_dataset}
     for key, dataset in eval_sets.items():
         check_column_kinds(dataset, kinds, name=f"eval_dataset[{key!r}]" if key else "eval_dataset")
+
+
+def check_text_length(trainer: Any) -> None:
+    """A text run truncates at no more tokens than the backbone's position embeddings take
+    (:func:`~hf_contrast.models.inputs.position_limit`): a longer text would stop training at its batch.
+    Called by ``ContrastiveTrainer.__init__`` once the views exist.
+
+    Raises:
+        InputError: naming ``max_length`` (or where its default came from), the value and the limit.
+    """
+    if input_modality_of(trainer.model) != "text":
+        return
+    limit = position_limit(getattr(trainer.model, "backbone", None))
+    length = trainer.views.max_length()
+    if limit is None or length <= limit:
+        return
+    given = trainer.args.max_length is not None
+    what = (
+        f"`max_length`={length}"
+        if given
+        else f"`max_length` is unset, so the texts are cut at {length} tokens (the encoder's `max_seq_length`, else "
+        "the tokenizer's `model_max_length`, else 128), and this"
+    )
+    raise InputError(
+        f"{what} is more than the {limit} tokens the position embeddings of `{trainer.model.config.backbone}` take: "
+        f"a longer text would stop training at its batch. Set `max_length` to {limit} or less (`--max_length` in "
+        "the examples)."
+    )
 
 
 # ==================== setup checks ====================================================================

@@ -78,6 +78,7 @@ from hf_contrast.training.checks import (
     check_evaluation_fits,
     check_image_files,
     check_objective_fits,
+    check_text_length,
     check_trainer_arguments,
     check_trainer_columns,
 )
@@ -249,6 +250,7 @@ class ContrastiveTrainer(SafeCheckpointing, HubPublishingMixin, Trainer):
         self.views = views_for(self.model, self.args, self.processing_class, epoch=lambda: self.state.epoch)
         check_objective_fits(self.args, self.objective)
         check_trainer_columns(self)  # columns present and of the right kind, before the objective reads them
+        check_text_length(self)  # a text cut longer than the position embeddings would stop at its batch
         self.objective.setup(self.views, train_dataset)
         check_evaluation_fits(self.args, self.objective, self.eval_dataset)
         self.objective.to(self.args.device)

@@ -9,6 +9,8 @@ import torch
 from _errors import assert_message
 from _tiny import tiny_text_encoder, tiny_timm_encoder
 from distributed_scripts.trainer_utils import vit_encoder
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 IMAGE_CASES = [
     ("one channel", lambda: torch.randn(2, 1, 32, 32),
@@ -79,3 +81,52 @@ def test_bad_token_inputs_name_the_problem_and_the_fix(text_encoder, name, input
     with pytest.raises(ValueError) as caught:
         text_encoder(**inputs)
     assert_message(caught, *pieces)
+
+
+_POSITIONED: dict[str, object] = {}
+
+
+def _positioned(family: str):  # noqa: ANN202
+    """A tiny BERT (64 absolute positions) or RoBERTa (66 rows, 2 of them skipped: padding_idx = 1) encoder."""
+    from _tiny import TINY_VOCAB, tiny_bert_config
+    from transformers import RobertaConfig
+
+    from hf_contrast.models import ContrastiveEncoder
+
+    if family not in _POSITIONED:
+        config = tiny_bert_config()
+        if family == "roberta":
+            config = RobertaConfig(**{**config.to_diff_dict(), "max_position_embeddings": 66, "pad_token_id": 1})
+            config.vocab_size = len(TINY_VOCAB)
+        _POSITIONED[family] = ContrastiveEncoder.from_text_config(config, projection_dim=8).eval()
+    return _POSITIONED[family]
+
+
+@settings(max_examples=40, deadline=None)
+@given(family=st.sampled_from(["bert", "roberta"]), length=st.integers(1, 70))
+def test_a_token_sequence_longer_than_the_position_embeddings_is_named(family: str, length: int) -> None:
+    """Both families take 64 tokens: exactly the sequences their backbone runs on are accepted (position_limit is
+    exact), a longer one is named with the limit and the fix, not torch's 'size of tensor a must match'."""
+    from hf_contrast.models.inputs import position_limit
+
+    encoder = _positioned(family)
+    assert position_limit(encoder.backbone) == 64
+    input_ids = torch.full((2, length), 7)
+    if length <= 64:
+        encoder.backbone(input_ids=input_ids)  # the backbone itself runs
+        assert encoder(input_ids=input_ids).embeddings.shape == (2, 32)
+    else:
+        with pytest.raises(RuntimeError):  # what the backbone alone says
+            encoder.backbone(input_ids=input_ids)
+        with pytest.raises(ValueError) as caught:
+            encoder(input_ids=input_ids)
+        assert_message(caught, "`input_ids`", f"{length} tokens", "position embeddings for 64", "max_length=64")
+
+
+def test_the_exported_max_seq_length_is_the_position_limit() -> None:
+    """Without a configured length, the sentence-transformers export writes what the backbone takes: a RoBERTa
+    table of 66 rows takes 64 tokens (the export wrote 66, which sentence-transformers then tokenized up to)."""
+    from hf_contrast.models.export import text_max_seq_length
+
+    for family in ("bert", "roberta"):
+        assert text_max_seq_length(_positioned(family)) == 64

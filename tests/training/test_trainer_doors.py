@@ -217,3 +217,36 @@ def test_an_image_size_the_encoder_cannot_take_is_refused_before_training(size: 
     else:
         assert build().image_size_choice.size == (size, size)
     assert _resnet.training  # the dry forward leaves the model as it found it
+
+
+_text_encoder = None
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(max_length=st.one_of(st.none(), st.integers(2, 200)), max_seq_length=st.one_of(st.none(), st.integers(2, 200)))
+def test_a_text_cut_longer_than_the_position_embeddings_is_refused_before_training(
+    max_length: int | None, max_seq_length: int | None, tmp_path
+) -> None:
+    """The tiny BERT has 64 positions: a text run that truncates at more tokens (`max_length`, else the encoder's
+    `max_seq_length`, else the tokenizer's 64) is refused when the trainer is built (a longer text stopped training
+    at its batch with torch's 'The size of tensor a (702) must match the size of tensor b (512)')."""
+    from _tiny import tiny_text_encoder
+
+    global _text_encoder
+    _text_encoder = _text_encoder or tiny_text_encoder()
+    _text_encoder.config.max_seq_length = max_seq_length
+    data = datasets.Dataset.from_dict({"text": ["a b", "c d", "e f", "g h"]})
+    build = lambda: SimCLRTrainer(  # noqa: E731
+        model=_text_encoder, args=training_args(tmp_path, max_length=max_length, per_device_train_batch_size=4),
+        train_dataset=data,
+    )  # fmt: skip
+    length = max_length or max_seq_length or 64
+    if length > 64:
+        given_length = (
+            f"`max_length`={length} is" if max_length else f"`max_length` is unset, so the texts are cut at {length}"
+        )
+        with pytest.raises(InputError, match="the 64 tokens the position embeddings") as error:
+            build()
+        assert given_length in str(error.value) and "Set `max_length` to 64 or less" in str(error.value)
+    else:
+        assert build().views.max_length() == length

@@ -20,7 +20,7 @@ from hf_contrast.models.backbones import load_text_backbone
 from hf_contrast.models.configuration import ContrastiveEncoderConfig
 from hf_contrast.models.encode import text_batch
 from hf_contrast.models.export import export_sentence_transformers, text_max_seq_length
-from hf_contrast.models.inputs import check_token_inputs, check_training_batch
+from hf_contrast.models.inputs import check_token_inputs, check_training_batch, position_limit
 from hf_contrast.models.pooling import pool_tokens
 from hf_contrast.models.st_layout import (
     SentenceTransformerLayout,
@@ -157,6 +157,7 @@ class TransformersTextAdapter(BackboneAdapter):
             attention_mask,
             vocab_size=backbone.get_input_embeddings().num_embeddings,
             backbone=config.backbone,
+            max_tokens=position_limit(backbone),
         )
         check_training_batch("input_ids", encoder, input_ids.shape[0])
         extra = {"token_type_ids": token_type_ids} if token_type_ids is not None else {}
