@@ -5,6 +5,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import datasets
+import pyarrow
+import pyarrow.compute
+
 from hf_contrast.errors import InputError, InputTypeError
 
 from ..tensor_checks import check_int, check_name
@@ -15,6 +19,7 @@ __all__ = [
     "check_columns",
     "check_dataset",
     "check_dataset_type",
+    "check_no_missing_values",
     "dataset_classes",
     "dataset_columns",
 ]
@@ -369,3 +374,27 @@ def check_column_kinds(dataset: Any, kinds: Sequence[tuple[str, str, str]], *, n
                 f"{COLUMN_KINDS[kind]}; set `{argument}` to the column that holds them (columns: "
                 f"{dataset_columns(dataset)})."
             )
+        if kind != "image":  # a missing image is the image scan's: named, or skipped with `on_bad_image="skip"`
+            check_no_missing_values(dataset, column, argument, name)
+
+
+def check_no_missing_values(dataset: Any, column: str, argument: str, name: str) -> None:
+    """A ``datasets.Dataset``'s text or label column holds no missing value (``None``): the batch holding one
+    would stop training there. Read from arrow's null count (nothing decoded); other datasets are not read.
+
+    Raises:
+        InputError: naming the argument, the column, how many rows miss a value, the first, and the fix.
+    """
+    if not isinstance(dataset, datasets.Dataset) or column not in dataset.column_names:
+        return
+    values = dataset.with_format("arrow")[column]
+    if not values.null_count:
+        return
+    first = pyarrow.compute.index(pyarrow.compute.is_null(values), True).as_py()
+    count = values.null_count
+    rows = f"{count:,} rows of the {len(dataset):,} in `{name}` have" if count > 1 else f"1 row of `{name}` has"
+    raise InputError(
+        f"`{argument}`={column!r}: {rows} no value (None; the first is row {first}), and a batch holding one "
+        "would stop training there. Remove them "
+        f"(`dataset = dataset.filter(lambda row: row[{column!r}] is not None)`) or fill them."
+    )

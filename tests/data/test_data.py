@@ -27,6 +27,7 @@ from hf_contrast.data import (
     make_long_tailed,
 )
 from hf_contrast.data.naming import loader_notes
+from hf_contrast.errors import InputError
 
 
 @pytest.fixture(scope="module")
@@ -454,3 +455,36 @@ def test_the_shipped_sentence_pairs_have_one_name_however_they_are_loaded(tmp_pa
     copy = tmp_path / "my_pairs.tsv"
     copy.write_bytes(SENTENCE_PAIRS_PATH.read_bytes())
     assert load_text_dataset(copy, text_column="sentence1", cache_dir=cache).info.dataset_name == "my_pairs"
+
+
+@given(
+    missing=st.sets(st.integers(0, 29), max_size=4),
+    kept=st.one_of(st.none(), st.lists(st.integers(0, 29), min_size=1, max_size=30, unique=True)),
+    kind=st.sampled_from(["text", "label"]),
+)
+def test_a_text_or_label_column_with_missing_values_is_named_with_its_first_row(missing, kept, kind) -> None:
+    """Read from arrow's null count, over the rows a selection keeps (in its order): refused exactly when a kept row
+    is None, naming the argument, the count and the first such row of the dataset as given."""
+    from hf_contrast.data.checks import check_column_kinds
+
+    values = [None if i in missing else (f"text {i}" if kind == "text" else i % 3) for i in range(30)]
+    data = datasets.Dataset.from_dict(
+        {"column": values},
+        features=datasets.Features({"column": datasets.Value("string" if kind == "text" else "int64")}),
+    )
+    if kept is not None:
+        data = data.select(kept)
+    rows = list(range(30)) if kept is None else kept
+    absent = [position for position, row in enumerate(rows) if row in missing]
+    argument = f"{kind}_column"
+    check = lambda: check_column_kinds(data, [("column", kind, argument)], name="eval_dataset")  # noqa: E731
+    if not absent:
+        check()
+        return
+    with pytest.raises(InputError) as error:
+        check()
+    message = str(error.value)
+    assert message.startswith(f"`{argument}`='column': ")
+    count = f"{len(absent)} rows of the {len(rows)} in `eval_dataset` have" if len(absent) > 1 else "1 row of"
+    assert count in message and f"the first is row {absent[0]})" in message
+    assert "dataset.filter(lambda row: row['column'] is not None)" in message

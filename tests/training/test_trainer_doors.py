@@ -250,3 +250,21 @@ def test_a_text_cut_longer_than_the_position_embeddings_is_refused_before_traini
         assert given_length in str(error.value) and "Set `max_length` to 64 or less" in str(error.value)
     else:
         assert build().views.max_length() == length
+
+
+def test_missing_texts_or_labels_are_refused_when_the_trainer_is_built(tmp_path, images) -> None:
+    """A None text (or label) stopped training at the batch that held it (the collator's error); the trainer now
+    refuses it when built, for the training and the evaluation sets."""
+    from _tiny import tiny_text_encoder
+
+    texts = datasets.Dataset.from_dict({"text": ["a b", "c d", None, "g h"]})
+    good = datasets.Dataset.from_dict({"text": ["a b", "c d", "e f", "g h"]})
+    args = training_args(tmp_path, per_device_train_batch_size=4)
+    for train, evaluation, where in ((texts, None, "train_dataset"), (good, texts, "eval_dataset")):
+        with pytest.raises(InputError, match=rf"`text_column`='text': 1 row of `{where}` has no value .* row 2\)"):
+            SimCLRTrainer(model=tiny_text_encoder(), args=args, train_dataset=train, eval_dataset=evaluation)
+    labels = images.cast_column("label", datasets.Value("int64")).map(
+        lambda row, i: {"label": None if i == 5 else row["label"]}, with_indices=True
+    )
+    with pytest.raises(InputError, match=r"`label_column`='label': 1 row of `train_dataset` has no value"):
+        SupConTrainer(model=vit_encoder(), args=args, train_dataset=labels)
