@@ -51,13 +51,18 @@ def dataset_columns(dataset: Any) -> list[str] | None:
 def dataset_classes(dataset: Any, column: str) -> list[Any] | None:
     """The distinct values of a label column, or ``None`` when they cannot be read cheaply.
 
-    ``datasets.Dataset``: ``dataset.unique(column)`` (Arrow, no image is decoded); a list or
+    ``datasets.Dataset``: the unique values of the column's Arrow array, over the rows a ``select`` kept (no image
+    is decoded, and no other column copied: ``Dataset.unique`` copies the whole selected dataset first); a list or
     tuple of mappings: the values of its rows. ``IterableDataset`` s, other torch datasets and a
     missing column give ``None`` (reading them would mean decoding every row).
 
     >>> dataset_classes([{"label": 1}, {"label": 0}, {"label": 1}], "label")
     [0, 1]
     """
+    if isinstance(dataset, datasets.Dataset):
+        if column not in dataset.column_names:
+            return None
+        return sorted(dataset.with_format("arrow")[column].unique().to_pylist(), key=repr)
     names = getattr(dataset, "column_names", None)
     if names is not None and hasattr(dataset, "unique"):
         return sorted(dataset.unique(column), key=repr) if column in names else None

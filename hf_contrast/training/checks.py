@@ -53,6 +53,7 @@ from hf_contrast.data.checks import (
     check_columns,
     check_dataset,
     check_dataset_type,
+    dataset_classes,
     dataset_columns,
 )
 from hf_contrast.data.columns import CANONICAL_COLUMNS
@@ -68,6 +69,7 @@ __all__ = [
     "check_distributed_engine",
     "check_evaluation_fits",
     "check_image_files",
+    "check_label_values",
     "check_objective_fits",
     "check_text_length",
     "check_trainer_arguments",
@@ -143,6 +145,41 @@ def check_trainer_columns(trainer: Any) -> None:
     eval_sets = trainer.eval_dataset if isinstance(trainer.eval_dataset, dict) else {"": trainer.eval_dataset}
     for key, dataset in eval_sets.items():
         check_column_kinds(dataset, kinds, name=f"eval_dataset[{key!r}]" if key else "eval_dataset")
+
+
+def check_label_values(trainer: Any) -> None:
+    """Negative labels mark unlabelled rows (-1, as a ``ClassLabel`` writes a missing label, or -100; how the
+    embedding metrics read them): a method that learns from classes needs a class on every training row (it would
+    make the unlabelled rows one class), and an evaluation set has labels on all its rows or on none (the metrics
+    refuse a mix at the first evaluation). Read with :func:`~hf_contrast.data.checks.dataset_classes` (arrow), said
+    when the trainer is built.
+
+    Raises:
+        InputError: naming the dataset, ``label_column``, the negative values and the fix.
+    """
+    column, objective = trainer.args.label_column, trainer.objective
+    fix = f"`dataset = dataset.filter(lambda row: row[{column!r}] >= 0)`"
+    if objective.needs_labels and trainer.train_dataset is not None:
+        negative = sorted(
+            c for c in dataset_classes(trainer.train_dataset, column) or () if isinstance(c, int) and c < 0
+        )
+        if negative:
+            raise InputError(
+                f"`train_dataset`'s `label_column`={column!r} holds the negative labels {negative}, which mark "
+                f"unlabelled rows: {type(objective).__name__} learns from classes and would train those rows as one "
+                f"class. Keep the labelled rows ({fix}), or train without labels (e.g. objective='simclr')."
+            )
+    for name, dataset in _eval_sets(trainer.eval_dataset).items():
+        values = dataset_classes(dataset, column) if dataset is not None else None
+        classes = [c for c in values or () if isinstance(c, int)]
+        negative = sorted(c for c in classes if c < 0)
+        if negative and len(negative) < len(classes):
+            raise InputError(
+                f"`{name}`'s `label_column`={column!r} mixes the negative labels {negative}, which mark unlabelled "
+                "rows, with classes: its embedding metrics take labels on every row or on none, and the first "
+                f"evaluation would stop training. Keep the labelled rows ({fix}), or drop the label column "
+                f"(`dataset.remove_columns({column!r})`)."
+            )
 
 
 def check_text_length(trainer: Any) -> None:

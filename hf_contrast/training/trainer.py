@@ -77,6 +77,7 @@ from hf_contrast.training.checks import (
     check_distributed_engine,
     check_evaluation_fits,
     check_image_files,
+    check_label_values,
     check_objective_fits,
     check_text_length,
     check_trainer_arguments,
@@ -251,6 +252,7 @@ class ContrastiveTrainer(SafeCheckpointing, HubPublishingMixin, Trainer):
         check_objective_fits(self.args, self.objective)
         check_trainer_columns(self)  # columns present and of the right kind, before the objective reads them
         check_text_length(self)  # a text cut longer than the position embeddings would stop at its batch
+        check_label_values(self)  # negative labels (unlabelled rows) where classes are learned, or mixed in evaluation
         self.objective.setup(self.views, train_dataset)
         check_evaluation_fits(self.args, self.objective, self.eval_dataset)
         self.objective.to(self.args.device)

@@ -268,3 +268,29 @@ def test_missing_texts_or_labels_are_refused_when_the_trainer_is_built(tmp_path,
     )
     with pytest.raises(InputError, match=r"`label_column`='label': 1 row of `train_dataset` has no value"):
         SupConTrainer(model=vit_encoder(), args=args, train_dataset=labels)
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(labels=st.lists(st.sampled_from([-100, -1, 0, 1, 2]), min_size=8, max_size=8))
+def test_negative_labels_are_unlabelled_rows_said_when_the_trainer_is_built(labels, model, tmp_path) -> None:
+    """-1 / -100 mark unlabelled rows (as the embedding metrics read them): SupCon trained them as one more class, and
+    an evaluation set mixing them with classes stopped training at its first evaluation ('`label_ids` mixes
+    negative ... and class labels')."""
+    data = image_dataset(n=8, size=16, labels=labels)
+    classes = {label for label in labels if label >= 0}
+    negative = sorted({label for label in labels if label < 0})
+    args = training_args(tmp_path, per_device_train_batch_size=4)
+    if negative:
+        said = (
+            rf"`train_dataset`'s `label_column`='label' holds the negative labels \[{', '.join(map(str, negative))}\]"
+        )
+        with pytest.raises(InputError, match=said + ", which mark unlabelled rows: SupConObjective"):
+            SupConTrainer(model=model, args=args, train_dataset=data)
+    elif len(classes) > 1:
+        SupConTrainer(model=model, args=args, train_dataset=data)
+    evaluated = lambda: SimCLRTrainer(model=model, args=args, train_dataset=data, eval_dataset=data)  # noqa: E731
+    if negative and classes:
+        with pytest.raises(InputError, match="`eval_dataset`'s `label_column`='label' mixes the negative labels"):
+            evaluated()
+    else:
+        evaluated()  # all labelled, or all unlabelled (-1 everywhere: the metrics leave the label ones out)
