@@ -66,6 +66,7 @@ __all__ = [
     "EVALUATION_RUN_METRICS",
     "check_best_metric",
     "check_datasets",
+    "check_default_metrics_fit",
     "check_distributed_engine",
     "check_evaluation_fits",
     "check_image_files",
@@ -145,6 +146,22 @@ def check_trainer_columns(trainer: Any) -> None:
     eval_sets = trainer.eval_dataset if isinstance(trainer.eval_dataset, dict) else {"": trainer.eval_dataset}
     for key, dataset in eval_sets.items():
         check_column_kinds(dataset, kinds, name=f"eval_dataset[{key!r}]" if key else "eval_dataset")
+
+
+def check_default_metrics_fit(args: Any) -> None:
+    """The trainer's default ``compute_metrics`` (the objective's embedding metrics) scores the whole evaluation set
+    at once: ``eval_do_concat_batches=False`` would hand it one array per batch, refused at the first evaluation.
+
+    Raises:
+        InputError: naming ``eval_do_concat_batches`` and the fix.
+    """
+    if not args.eval_do_concat_batches:
+        raise InputError(
+            "`eval_do_concat_batches=False` hands `compute_metrics` one array per evaluation batch, but the default "
+            "embedding metrics compare the whole evaluation set (kNN, probe, uniformity), and the first evaluation "
+            "would stop training. Leave it True (the default), or pass a `compute_metrics` of yours that takes "
+            "per-batch predictions."
+        )
 
 
 def check_label_values(trainer: Any) -> None:

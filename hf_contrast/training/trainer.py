@@ -74,6 +74,7 @@ from hf_contrast.training.checkpointing import SafeCheckpointing, first_nonfinit
 from hf_contrast.training.checks import (
     check_best_metric,
     check_datasets,
+    check_default_metrics_fit,
     check_distributed_engine,
     check_evaluation_fits,
     check_image_files,
@@ -208,6 +209,7 @@ class ContrastiveTrainer(SafeCheckpointing, HubPublishingMixin, Trainer):
         if processing_class is None and model is not None:
             processing_class = getattr(model, "tokenizer", None)
         if compute_metrics is None:
+            check_default_metrics_fit(args)  # they score the whole evaluation set at once
             compute_metrics = self.objective.compute_metrics(args)
         try:
             super().__init__(

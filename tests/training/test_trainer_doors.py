@@ -294,3 +294,21 @@ def test_negative_labels_are_unlabelled_rows_said_when_the_trainer_is_built(labe
             evaluated()
     else:
         evaluated()  # all labelled, or all unlabelled (-1 everywhere: the metrics leave the label ones out)
+
+
+def test_per_batch_predictions_are_refused_for_the_default_metrics_only(model, images, tmp_path) -> None:
+    """`eval_do_concat_batches=False` stopped training at the first evaluation (the embedding metrics got a list of
+    batches); a compute_metrics of the user's may take them, and does."""
+    args = training_args(tmp_path, eval_do_concat_batches=False, per_device_eval_batch_size=8)
+    with pytest.raises(InputError, match=r"`eval_do_concat_batches=False` hands `compute_metrics` one array per"):
+        SimCLRTrainer(model=model, args=args, train_dataset=images, eval_dataset=images)
+    batches: list[int] = []
+
+    def per_batch(prediction) -> dict[str, float]:  # noqa: ANN001
+        batches.extend(len(embeddings) for embeddings, *_ in prediction.predictions)
+        return {"batches": float(len(prediction.predictions))}
+
+    trainer = SimCLRTrainer(
+        model=model, args=args, train_dataset=images, eval_dataset=images, compute_metrics=per_batch
+    )
+    assert trainer.evaluate()["eval_batches"] == 2.0 and batches == [8, 8]
