@@ -189,6 +189,18 @@ class ContrastiveTrainer(SafeCheckpointing, HubPublishingMixin, Trainer):
                 "those the objective reads (its `required_columns`: the image or text column, and the label column "
                 "for supervised methods)."
             )
+        if getattr(args, "label_smoothing_factor", 0):  # Trainer.compute_loss's smoother: the objective replaces it
+            raise InputError(
+                f"`label_smoothing_factor`={args.label_smoothing_factor} is not used by a ContrastiveTrainer: it "
+                "smooths the cross-entropy that `Trainer.compute_loss` takes over `labels`, and the objective's loss "
+                "replaces that. Set it to 0 (the default)."
+            )
+        if getattr(args, "neftune_noise_alpha", None) is not None:
+            raise InputError(
+                f"`neftune_noise_alpha`={args.neftune_noise_alpha}: NEFTune adds noise to a language model's input "
+                "embeddings for instruction fine-tuning; a ContrastiveTrainer does not apply it (training stopped at "
+                "its start). Leave it unset; a text method's own noise is its views (e.g. SimCSE's dropout)."
+            )
         if kwargs.get("compute_loss_func") is not None:
             raise InputError(
                 "`compute_loss_func` is not used by a ContrastiveTrainer: the objective computes the loss from the "

@@ -4,6 +4,8 @@ SimO's sampler options are reachable and its batch size is the product of its cl
 
 from __future__ import annotations
 
+import re
+
 import datasets
 import numpy as np
 import pytest
@@ -312,3 +314,19 @@ def test_per_batch_predictions_are_refused_for_the_default_metrics_only(model, i
         model=model, args=args, train_dataset=images, eval_dataset=images, compute_metrics=per_batch
     )
     assert trainer.evaluate()["eval_batches"] == 2.0 and batches == [8, 8]
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "said"),
+    [
+        ("label_smoothing_factor", 0.1, "`label_smoothing_factor`=0.1 is not used by a ContrastiveTrainer"),
+        ("neftune_noise_alpha", 5.0, "`neftune_noise_alpha`=5.0: NEFTune adds noise"),
+    ],
+)
+def test_trainer_features_a_contrastive_trainer_cannot_honour_are_refused(model, images, tmp_path, field, value, said):  # noqa: ANN001, ANN201
+    """label_smoothing_factor trained as if unset (the objective replaces Trainer.compute_loss, whose smoother it is);
+    neftune_noise_alpha stopped train() with 'get_input_embeddings not auto-handled for ContrastiveEncoder'."""
+    with pytest.raises(InputError, match=re.escape(said)):
+        SimCLRTrainer(model=model, args=training_args(tmp_path, **{field: value}), train_dataset=images)
+    SimCLRTrainer(model=model, args=training_args(tmp_path, **{field: 0.0 if field.startswith("label") else None}),
+                  train_dataset=images)  # fmt: skip
