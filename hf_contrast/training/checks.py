@@ -357,6 +357,12 @@ def check_best_metric(trainer: Any) -> None:
         return
     close = difflib.get_close_matches(key, reported, n=1)
     hint = f" Did you mean {close[0]!r}?" if close else ""
+    if wanted in ("loss", "eval_loss") and not trainer.objective.has_eval_loss:  # often transformers' default
+        hint = (
+            f" {type(trainer.objective).__name__} has no `eval_loss`; transformers sets 'loss' when "
+            "`load_best_model_at_end=True` or `lr_scheduler_type='reduce_lr_on_plateau'` comes without a "
+            "`metric_for_best_model`: set one."
+        )
     raise InputError(
         f"`metric_for_best_model`={wanted!r}: the evaluations of this run report no {key!r}, so the first one "
         f"would end the run (transformers looks the name up only then).{hint} Its evaluations can report: "

@@ -75,6 +75,13 @@ def test_a_method_without_eval_loss_is_not_offered_one(tmp_path) -> None:
     with pytest.raises(InputError, match="no 'eval_loss'") as error:
         check_best_metric(trainer)
     assert "eval_loss," not in str(error.value)  # not in the list it offers either
+    assert "SimOObjective has no `eval_loss`; transformers sets 'loss' when" in str(error.value)
+    args = training_args(tmp_path, per_device_train_batch_size=4, eval_strategy="steps",
+                         lr_scheduler_type="reduce_lr_on_plateau")  # fmt: skip
+    assert args.metric_for_best_model == "loss"  # transformers' choice: its plateau steps on it at each evaluation
+    trainer = SimOTrainer(model=vit_encoder(), args=args, train_dataset=data, eval_dataset=data, objective=simo)
+    with pytest.raises(InputError, match="`metric_for_best_model`='loss'.*SimOObjective has no `eval_loss`"):
+        trainer.train()
 
 
 def test_names_the_run_cannot_know_before_an_evaluation_are_left_to_transformers(tmp_path) -> None:
