@@ -330,3 +330,21 @@ def test_trainer_features_a_contrastive_trainer_cannot_honour_are_refused(model,
         SimCLRTrainer(model=model, args=training_args(tmp_path, **{field: value}), train_dataset=images)
     SimCLRTrainer(model=model, args=training_args(tmp_path, **{field: 0.0 if field.startswith("label") else None}),
                   train_dataset=images)  # fmt: skip
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(num_labels=st.integers(1, 5), labels=st.lists(st.integers(-2, 5), min_size=8, max_size=8))
+def test_labels_the_task_head_has_no_logit_for_are_refused_before_training(num_labels, labels, tmp_path) -> None:
+    """align_uniform with a task head (`num_labels` > 0) trains a cross-entropy over the labels: one outside
+    0..num_labels - 1 stopped training at its batch (torch's 'Target 2 is out of bounds'; on a GPU a device assert)."""
+    data = image_dataset(n=8, size=16, labels=labels)
+    build = lambda: ContrastiveTrainer(  # noqa: E731
+        model=vit_encoder(num_labels=num_labels), args=training_args(tmp_path, per_device_train_batch_size=4),
+        train_dataset=data, objective="align_uniform",
+    )  # fmt: skip
+    outside = [label for label in sorted(set(labels)) if not 0 <= label < num_labels]
+    if outside:
+        with pytest.raises(InputError, match=re.escape(f"holds the labels {outside}, which the encoder's task head")):
+            build()
+    else:
+        build().train()  # every label has a logit: the cross-entropy trains
