@@ -18,7 +18,6 @@ from torch import Tensor, nn
 
 from hf_contrast.errors import InputError
 
-from ..data.checks import dataset_classes
 from ..losses import AlignUniformLoss, InfoNCELoss
 from ..losses.align_uniform import AlignUniformHyperparameters
 from ..losses.info_nce import InfoNCEHyperparameters
@@ -69,29 +68,8 @@ class AlignUniformObjective(Objective):
             if c.simcse_weight > 0
             else None
         )
-        num_labels = int(getattr(getattr(views.model, "config", None), "num_labels", 0) or 0)
-        self.has_task_head = num_labels > 0
-        if self.has_task_head and train_dataset is not None:
-            self.check_task_classes(train_dataset, views.args.label_column, num_labels)
-
-    @staticmethod
-    def check_task_classes(train_dataset: Any, column: str, num_labels: int) -> None:
-        """The training labels are classes of the task head (``0 .. num_labels - 1``), when they can be read cheaply
-        (:func:`~hf_contrast.data.checks.dataset_classes`): another label stopped training at its batch (torch's
-        "Target 2 is out of bounds"; on a GPU a device-side assert).
-
-        Raises:
-            InputError: naming ``label_column``, the labels outside the head, ``num_labels`` and the fix.
-        """
-        classes = [c for c in dataset_classes(train_dataset, column) or () if isinstance(c, int)]
-        outside = sorted(c for c in classes if not 0 <= c < num_labels)
-        if outside:
-            raise InputError(
-                f"`train_dataset`'s `label_column`={column!r} holds the labels {outside[:8]}, which the encoder's "
-                f"task head (`num_labels`={num_labels}: classes 0..{num_labels - 1}) has no logit for. Build the "
-                f"encoder with `num_labels={max(classes) + 1}` (the examples' `--task_head` counts the classes), or "
-                f"keep the rows of its classes (`dataset.filter(lambda row: 0 <= row[{column!r}] < {num_labels})`)."
-            )
+        # the labels are the head's classes (0..num_labels - 1): checked for every dataset when the trainer is built
+        self.has_task_head = int(getattr(getattr(views.model, "config", None), "num_labels", 0) or 0) > 0
 
     def forward(self, model: nn.Module, inputs: Mapping[str, Any], views: ViewBuilder) -> dict[str, Tensor]:
         out1, out2 = views.encode(model, views.augmented(inputs, 2))

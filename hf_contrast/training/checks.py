@@ -72,6 +72,7 @@ __all__ = [
     "check_image_files",
     "check_label_values",
     "check_objective_fits",
+    "check_task_classes",
     "check_text_length",
     "check_trainer_arguments",
     "check_trainer_columns",
@@ -165,14 +166,16 @@ def check_default_metrics_fit(args: Any) -> None:
 
 
 def check_label_values(trainer: Any) -> None:
-    """Negative labels mark unlabelled rows (-1, as a ``ClassLabel`` writes a missing label, or -100; how the
-    embedding metrics read them): a method that learns from classes needs a class on every training row (it would
-    make the unlabelled rows one class), and an evaluation set has labels on all its rows or on none (the metrics
-    refuse a mix at the first evaluation). Read with :func:`~hf_contrast.data.checks.dataset_classes` (arrow), said
-    when the trainer is built.
+    """The label values each dataset's use needs, said when the trainer is built (read with
+    :func:`~hf_contrast.data.checks.dataset_classes`, arrow). Negative labels mark unlabelled rows (-1, as a
+    ``ClassLabel`` writes a missing label, or -100; how the embedding metrics read them): a method that learns from
+    classes needs a class on every training row (it would make the unlabelled rows one class), and an evaluation set
+    has labels on all its rows or on none (the metrics refuse a mix at the first evaluation). A task head the method
+    trains (align/uniform with ``num_labels`` > 0) has a logit for every label of every set
+    (:func:`check_task_classes`).
 
     Raises:
-        InputError: naming the dataset, ``label_column``, the negative values and the fix.
+        InputError: naming the dataset, ``label_column``, the values and the fix.
     """
     column, objective = trainer.args.label_column, trainer.objective
     fix = f"`dataset = dataset.filter(lambda row: row[{column!r}] >= 0)`"
@@ -186,6 +189,12 @@ def check_label_values(trainer: Any) -> None:
                 f"unlabelled rows: {type(objective).__name__} learns from classes and would train those rows as one "
                 f"class. Keep the labelled rows ({fix}), or train without labels (e.g. objective='simclr')."
             )
+    num_labels = int(getattr(getattr(trainer.model, "config", None), "num_labels", 0) or 0)
+    if objective.trains_task_head and num_labels > 0:  # its cross-entropy, in training and in `eval_loss`
+        sets = {"train_dataset": trainer.train_dataset, **_eval_sets(trainer.eval_dataset)}
+        for name, dataset in sets.items():
+            if dataset is not None:
+                check_task_classes(dataset, column, num_labels, name)
     for name, dataset in _eval_sets(trainer.eval_dataset).items():
         values = dataset_classes(dataset, column) if dataset is not None else None
         classes = [c for c in values or () if isinstance(c, int)]
@@ -197,6 +206,25 @@ def check_label_values(trainer: Any) -> None:
                 f"evaluation would stop training. Keep the labelled rows ({fix}), or drop the label column "
                 f"(`dataset.remove_columns({column!r})`)."
             )
+
+
+def check_task_classes(dataset: Any, column: str, num_labels: int, name: str = "train_dataset") -> None:
+    """The labels of ``dataset`` are classes of the encoder's task head (``0 .. num_labels - 1``), when they can be
+    read cheaply (:func:`~hf_contrast.data.checks.dataset_classes`): another label stopped training at its batch, or
+    at the first evaluation (torch's "Target 2 is out of bounds"; on a GPU a device-side assert).
+
+    Raises:
+        InputError: naming the dataset, ``label_column``, the labels outside the head, ``num_labels`` and the fix.
+    """
+    classes = [c for c in dataset_classes(dataset, column) or () if isinstance(c, int)]
+    outside = sorted(c for c in classes if not 0 <= c < num_labels)
+    if outside:
+        raise InputError(
+            f"`{name}`'s `label_column`={column!r} holds the labels {outside[:8]}, which the encoder's task head "
+            f"(`num_labels`={num_labels}: classes 0..{num_labels - 1}) has no logit for. Build the encoder with "
+            f"`num_labels={max(classes) + 1}` (the examples' `--task_head` counts the classes), or keep the rows of "
+            f"its classes (`dataset.filter(lambda row: 0 <= row[{column!r}] < {num_labels})`)."
+        )
 
 
 def check_text_length(trainer: Any) -> None:

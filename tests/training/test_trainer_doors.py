@@ -348,3 +348,14 @@ def test_labels_the_task_head_has_no_logit_for_are_refused_before_training(num_l
             build()
     else:
         build().train()  # every label has a logit: the cross-entropy trains
+    # an evaluation set's labels too: its `eval_loss` is the same cross-entropy (it stopped the first evaluation)
+    inside = image_dataset(n=8, size=16, n_classes=num_labels)
+    evaluated = lambda: ContrastiveTrainer(  # noqa: E731
+        model=vit_encoder(num_labels=num_labels), args=training_args(tmp_path, per_device_train_batch_size=4),
+        train_dataset=inside, eval_dataset={"held_out": data}, objective="align_uniform",
+    )  # fmt: skip
+    if outside:
+        with pytest.raises(InputError, match=re.escape("`eval_dataset['held_out']`'s `label_column`='label' holds")):
+            evaluated()
+    else:
+        evaluated()
