@@ -2,12 +2,9 @@
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
-
-import datasets
-import pyarrow
-import pyarrow.compute
 
 from hf_contrast.errors import InputError, InputTypeError
 
@@ -22,6 +19,7 @@ __all__ = [
     "check_no_missing_values",
     "dataset_classes",
     "dataset_columns",
+    "is_arrow_dataset",
 ]
 
 
@@ -48,6 +46,13 @@ def dataset_columns(dataset: Any) -> list[str] | None:
     return None
 
 
+def is_arrow_dataset(dataset: Any) -> bool:
+    """Whether ``dataset`` is a ``datasets.Dataset`` (an Arrow table), without importing ``datasets``: the package
+    runs without it, and no such dataset exists before it is imported."""
+    module = sys.modules.get("datasets")
+    return module is not None and isinstance(dataset, module.Dataset)
+
+
 def dataset_classes(dataset: Any, column: str) -> list[Any] | None:
     """The distinct values of a label column, or ``None`` when they cannot be read cheaply.
 
@@ -59,7 +64,7 @@ def dataset_classes(dataset: Any, column: str) -> list[Any] | None:
     >>> dataset_classes([{"label": 1}, {"label": 0}, {"label": 1}], "label")
     [0, 1]
     """
-    if isinstance(dataset, datasets.Dataset):
+    if is_arrow_dataset(dataset):
         if column not in dataset.column_names:
             return None
         return sorted(dataset.with_format("arrow")[column].unique().to_pylist(), key=repr)
@@ -390,11 +395,13 @@ def check_no_missing_values(dataset: Any, column: str, argument: str, name: str)
     Raises:
         InputError: naming the argument, the column, how many rows miss a value, the first, and the fix.
     """
-    if not isinstance(dataset, datasets.Dataset) or column not in dataset.column_names:
+    if not is_arrow_dataset(dataset) or column not in dataset.column_names:
         return
     values = dataset.with_format("arrow")[column]
     if not values.null_count:
         return
+    import pyarrow.compute  # a `datasets` dependency, imported with it
+
     first = pyarrow.compute.index(pyarrow.compute.is_null(values), True).as_py()
     count = values.null_count
     rows = f"{count:,} rows of the {len(dataset):,} in `{name}` have" if count > 1 else f"1 row of `{name}` has"
