@@ -266,7 +266,7 @@ class ContrastiveTrainer(SafeCheckpointing, HubPublishingMixin, Trainer):
         check_objective_fits(self.args, self.objective)
         check_trainer_columns(self)  # columns present and of the right kind, before the objective reads them
         check_text_length(self)  # a text cut longer than the position embeddings would stop at its batch
-        check_label_values(self)  # negative labels (unlabelled rows) where classes are learned, or mixed in evaluation
+        check_label_values(self)  # unlabelled rows where classes are learned or mixed in evaluation; a task head's
         self.objective.setup(self.views, train_dataset)
         check_evaluation_fits(self.args, self.objective, self.eval_dataset)
         self.objective.to(self.args.device)
