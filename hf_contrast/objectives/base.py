@@ -23,10 +23,12 @@ Its ``state_dict`` (parameters, buffers, ``get_extra_state``) is saved in every 
 from __future__ import annotations
 
 import dataclasses
+import warnings
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from torch import Tensor, nn
+from transformers.utils import logging
 
 from hf_contrast.errors import InputError
 
@@ -39,6 +41,8 @@ if TYPE_CHECKING:
     from ..views import ViewBuilder
 
 __all__ = ["Objective", "ObjectiveConfig"]
+
+logger = logging.get_logger(__name__)  # follows the Trainer's log level (hf_contrast.progress)
 
 
 class Objective(nn.Module):
@@ -62,6 +66,10 @@ class Objective(nn.Module):
     trains_task_head: ClassVar[bool] = False
     #: Whether ``forward`` can score any evaluation batch (``eval_loss``).
     has_eval_loss: ClassVar[bool] = True
+    #: Whether the loss reads ``gather_distributed`` (negatives from every process's batch). ``False``: it scores each
+    #: process's batch alone (SimO's class groups, LOCAL's pairs, VICReg, binary NCE) or has negatives of its own
+    #: (CARE-MoCo's queue, filled from every process); the flag is then ignored, with a warning.
+    gathers_negatives: ClassVar[bool] = True
     #: Whether the batches hold pairs of inputs whose random geometry is drawn per pair in the collator (LOCAL):
     #: such views are never made on the device, so ``views_on_device`` defaults to False for them.
     paired_inputs: ClassVar[bool] = False
@@ -143,6 +151,13 @@ class Objective(nn.Module):
         a per-device batch of 1 sample when there is training data (every method compares the
         samples of a batch; SimCLR's loss is then 0 with a zero gradient, and BatchNorm fails).
         """
+        if views.gather_distributed and not self.gathers_negatives and views.args.should_log:  # said once
+            message = (
+                f"`gather_distributed=True` does not apply to {type(self).__name__}, whose loss never compares across "
+                "processes (its own batches or queue): ignored."
+            )
+            logger.warning(message)
+            warnings.warn(message, UserWarning, stacklevel=3)
         batch = views.args.per_device_train_batch_size
         if train_dataset is not None and batch < 2:
             raise InputError(

@@ -249,6 +249,7 @@ class CAREMoCoObjective(_ChunkedObjective):
 
     config_class = CAREMoCoConfig
     config: CAREMoCoConfig
+    gathers_negatives = False  # its negatives are the queue, filled with every process's keys
 
     def build_loss(self, n_splits: int, views: ViewBuilder) -> nn.Module:
         c = self.config

@@ -92,6 +92,7 @@ class LOCALObjective(Objective):
     config: LOCALConfig
     needs_labels = True
     paired_inputs = True
+    gathers_negatives = False  # each process scores its own pairs
 
     def setup(self, views: ViewBuilder, train_dataset: Any) -> None:
         super().setup(views, train_dataset)

@@ -73,6 +73,12 @@ class PairObjective(Objective):
         super().__init__(config, **hyperparameters)
         self.loss = loss
 
+    @property
+    def gathers_negatives(self) -> bool:  # type: ignore[override]
+        """Whether ``loss_class`` takes ``gather_distributed`` (InfoNCE, spectral; not VICReg or binary NCE, which
+        score each process's batch); a ``loss=`` module without a ``loss_class`` is yours, built as you chose."""
+        return self.loss_class is None or _takes_gather_distributed(self.loss_class)
+
     def build_loss(self, views: ViewBuilder) -> nn.Module:
         """``loss_class`` with the config's hyperparameters (and ``views.gather_distributed`` where it takes it)."""
         if self.loss_class is None:

@@ -67,6 +67,7 @@ class SimOObjective(Objective):
     config: SimOConfig
     needs_labels = True
     has_eval_loss = False
+    gathers_negatives = False  # each process scores its own batch
 
     def __init__(self, config: ObjectiveConfig | None = None, **hyperparameters: Any) -> None:
         super().__init__(config, **hyperparameters)

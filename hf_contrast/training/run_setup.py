@@ -204,6 +204,17 @@ def describe_run(trainer: Any) -> dict[str, str]:
             f"each per-device batch of {per_device} is cut into {chunks} chunks of m = {per_device // chunks} "
             f"({type(objective).__name__})"
         )
+    if args.world_size > 1 or args.gather_distributed:  # how many negatives the loss sees
+        name = type(objective).__name__
+        if not objective.gathers_negatives:
+            setup["negatives"] = f"each process's own (`gather_distributed` does not apply to {name})"
+        elif args.gather_distributed:
+            setup["negatives"] = f"from the batches of all {args.world_size} process(es) (`gather_distributed`)"
+        else:
+            setup["negatives"] = (
+                f"each process's own batch of {per_device} (`gather_distributed=False`; True compares with all "
+                f"{args.world_size} processes' batches)"
+            )
     if args.gradient_cache_size is not None:
         setup["gradient cache"] = f"the encoder runs in mini-batches of {args.gradient_cache_size} rows"
     if choice is not None:

@@ -383,3 +383,49 @@ def test_a_decision_made_before_the_trainer_is_the_trainers(tmp_path) -> None:
     trainer = ContrastiveTrainer(model=encoder, args=args, objective="simclr", train_dataset=data)
     assert trainer.image_size_choice is choice and choice.rule == "data"
     assert tuple(trainer.views.data_config()["input_size"][1:]) == (20, 20)
+
+
+# ---- negatives across processes ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("objective", "gathers"),
+    [
+        ("simclr", True),
+        ("spectral", True),
+        ("supcon", True),
+        ("care", True),
+        ("vicreg", False),
+        ("binary_nce", False),
+        ("simo", False),
+        ("care_moco", False),
+    ],  # fmt: skip
+)
+def test_gather_distributed_is_said_where_it_applies_and_warned_where_it_does_not(tmp_path, objective, gathers):  # noqa: ANN001, ANN201
+    """SimO, LOCAL and CARE-MoCo never compare across processes: `gather_distributed=True` did nothing, silently. It
+    is now warned about when the trainer is built, and the run set-up (log and card) says where negatives come from."""
+    from distributed_scripts.trainer_utils import image_dataset, training_args, vit_encoder
+
+    from hf_contrast.objectives import SimOObjective
+    from hf_contrast.training.run_setup import describe_run
+
+    chosen = SimOObjective(classes_per_batch=2, samples_per_class=8) if objective == "simo" else objective
+    build = lambda: ContrastiveTrainer(  # noqa: E731
+        model=vit_encoder(), args=training_args(tmp_path, gather_distributed=True, per_device_train_batch_size=16),
+        objective=chosen,
+        train_dataset=image_dataset(n=64, size=16, n_classes=8),
+    )  # fmt: skip
+    if gathers:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", UserWarning)  # nothing said: the flag applies
+            trainer = build()
+        assert describe_run(trainer)["negatives"] == "from the batches of all 1 process(es) (`gather_distributed`)"
+    else:
+        with pytest.warns(UserWarning, match=r"`gather_distributed=True` does not apply to \w+Objective.*ignored"):
+            trainer = build()
+        name = type(trainer.objective).__name__
+        assert (
+            describe_run(trainer)["negatives"] == f"each process's own (`gather_distributed` does not apply to {name})"
+        )
+    trainer.args.gather_distributed = False
+    assert "negatives" not in describe_run(trainer)  # one process, no flag: nothing to say
