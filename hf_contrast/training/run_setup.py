@@ -7,9 +7,10 @@ The defaults that shape a run's result, said once: checked at the trainer's ``__
 ``train()`` (main process) and written in the model card's training section.
 
 :func:`describe_run` gives ``{label: value}`` for: the image size and the rule that chose it
-(:mod:`~hf_contrast.training.run_setup`), the precision actually used, processes × CPU threads and the
-devices, the global batch, how a chunked objective cuts it (CARE's ``n_splits`` → chunk size ``m``), where the
-views are made, and what the evaluation scores (the metrics' and evaluators' sample caps).
+(:mod:`~hf_contrast.training.run_setup`), or a text run's token limit and where it came from, the precision
+actually used, processes × CPU threads and the devices, the global batch, where a multi-process run's negatives
+come from (``gather_distributed``), how a chunked objective cuts it (CARE's ``n_splits`` → chunk size ``m``), where
+the views are made, and what the evaluation scores (the metrics' and evaluators' sample caps).
 
 The one rule for the image size a run trains at, used by the trainer and the example scripts.
 
@@ -183,6 +184,10 @@ def describe_run(trainer: Any) -> dict[str, str]:
     choice = getattr(trainer, "image_size_choice", None)
     if choice is not None:
         setup["image size"] = choice.describe()
+    length = getattr(getattr(trainer, "views", None), "max_length_choice", None)
+    if length is not None:  # text: the tokens kept of each text
+        tokens, why = length()
+        setup["text length"] = f"at most {tokens} tokens, longer texts cut ({why})"
     setup["precision"] = precision(trainer)
     device = args.device
     setup["processes"] = (

@@ -43,13 +43,19 @@ class TextViews(ViewBuilder):
     def max_length(self) -> int:
         """Text truncation: ``args.max_length``, else the encoder's ``max_seq_length``, else the tokenizer's
         ``model_max_length`` (when it is a real limit), else 128."""
+        return self.max_length_choice()[0]
+
+    def max_length_choice(self) -> tuple[int, str]:
+        """:meth:`max_length` and why, in words (the run set-up says it)."""
         if self.args.max_length is not None:
-            return int(self.args.max_length)
+            return int(self.args.max_length), "`max_length` was given"
         configured = getattr(getattr(self.model, "config", None), "max_seq_length", None)
         if configured:
-            return int(configured)
+            return int(configured), "the encoder's `max_seq_length`"
         limit = getattr(self.processing_class, "model_max_length", None)
-        return int(limit) if isinstance(limit, int) and 2 <= limit <= 100_000 else 128
+        if isinstance(limit, int) and 2 <= limit <= 100_000:
+            return int(limit), "the tokenizer's `model_max_length`"
+        return 128, "the default: neither the encoder nor the tokenizer sets a length"
 
     def collator(
         self, n_views: int = 2, deterministic: bool = False, raw: bool = False, whole_rows: WholeRows | None = None

@@ -429,3 +429,40 @@ def test_gather_distributed_is_said_where_it_applies_and_warned_where_it_does_no
         )
     trainer.args.gather_distributed = False
     assert "negatives" not in describe_run(trainer)  # one process, no flag: nothing to say
+
+
+# ---- text length --------------------------------------------------------------------------------
+
+
+def test_the_text_length_and_where_it_came_from_are_said(tmp_path) -> None:
+    """A text run's truncation shapes its result as an image run's size does: the run set-up (log and card) says it,
+    and which rule chose it (it said nothing; MiniLM's 256 came from its sentence-transformers config, unseen)."""
+    from _tiny import TINY_VOCAB, tiny_bert_config
+    from transformers import BertTokenizerFast
+
+    from hf_contrast.models import ContrastiveEncoder
+    from hf_contrast.training.run_setup import describe_run
+
+    texts = datasets.Dataset.from_dict({"text": ["a b", "c d", "e f", "g h"]})
+    unlimited = BertTokenizerFast(vocab={t: i for i, t in enumerate(TINY_VOCAB)}, model_max_length=int(1e30))
+    cut = "at most {} tokens, longer texts cut ({})"
+    cases = [
+        (dict(max_length=20), {}, tiny_tokenizer(), cut.format(20, "`max_length` was given")),
+        ({}, dict(max_seq_length=30), tiny_tokenizer(), cut.format(30, "the encoder's `max_seq_length`")),
+        ({}, {}, tiny_tokenizer(), cut.format(64, "the tokenizer's `model_max_length`")),
+        ({}, {}, unlimited, cut.format(128, "the default: neither the encoder nor the tokenizer sets a length")),
+    ]
+    for arguments, config, tokenizer, said in cases:
+        encoder = ContrastiveEncoder.from_text_config(
+            tiny_bert_config(max_position_embeddings=256), tokenizer=tokenizer, projection_dim=8, **config
+        )
+        trainer = ContrastiveTrainer(
+            model=encoder, args=_args(tmp_path, per_device_train_batch_size=4, **arguments), objective="simclr",
+            train_dataset=texts,
+        )  # fmt: skip
+        assert describe_run(trainer)["text length"] == said
+        assert trainer.views.max_length() == int(said.split()[2])
+    image_trainer = ContrastiveTrainer(
+        model=tiny_timm_encoder(), args=_args(tmp_path), objective="simclr", train_dataset=_images([(32, 32)] * 4)
+    )
+    assert "text length" not in describe_run(image_trainer)
