@@ -58,7 +58,7 @@ def dataset_classes(dataset: Any, column: str) -> list[Any] | None:
 
     ``datasets.Dataset``: the unique values of the column's Arrow array, over the rows a ``select`` kept (no image
     is decoded, and no other column copied: ``Dataset.unique`` copies the whole selected dataset first); a list or
-    tuple of mappings: the values of its rows. ``IterableDataset`` s, other torch datasets and a
+    tuple of mappings: the values of its rows. ``IterableDataset`` s, ``DatasetDict`` s, other torch datasets and a
     missing column give ``None`` (reading them would mean decoding every row).
 
     >>> dataset_classes([{"label": 1}, {"label": 0}, {"label": 1}], "label")
@@ -68,9 +68,6 @@ def dataset_classes(dataset: Any, column: str) -> list[Any] | None:
         if column not in dataset.column_names:
             return None
         return sorted(dataset.with_format("arrow")[column].unique().to_pylist(), key=repr)
-    names = getattr(dataset, "column_names", None)
-    if names is not None and hasattr(dataset, "unique"):
-        return sorted(dataset.unique(column), key=repr) if column in names else None
     if isinstance(dataset, (list, tuple)) and dataset and all(isinstance(row, Mapping) for row in dataset):
         if not all(column in row for row in dataset):
             return None

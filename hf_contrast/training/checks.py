@@ -179,25 +179,29 @@ def check_label_values(trainer: Any) -> None:
     """
     column, objective = trainer.args.label_column, trainer.objective
     fix = f"`dataset = dataset.filter(lambda row: row[{column!r}] >= 0)`"
-    if objective.needs_labels and trainer.train_dataset is not None:
-        negative = sorted(
-            c for c in dataset_classes(trainer.train_dataset, column) or () if isinstance(c, int) and c < 0
-        )
-        if negative:
+    num_labels = int(getattr(getattr(trainer.model, "config", None), "num_labels", 0) or 0)
+    head = num_labels if objective.trains_task_head else 0  # its cross-entropy, in training and in `eval_loss`
+
+    def classes_of(dataset: Any) -> list[int]:  # each dataset's labels are read once
+        return [c for c in dataset_classes(dataset, column) or () if isinstance(c, int)]
+
+    if trainer.train_dataset is not None and (objective.needs_labels or head):
+        classes = classes_of(trainer.train_dataset)
+        negative = sorted(c for c in classes if c < 0)
+        if objective.needs_labels and negative:
             raise InputError(
                 f"`train_dataset`'s `label_column`={column!r} holds the negative labels {negative}, which mark "
                 f"unlabelled rows: {type(objective).__name__} learns from classes and would train those rows as one "
                 f"class. Keep the labelled rows ({fix}), or train without labels (e.g. objective='simclr')."
             )
-    num_labels = int(getattr(getattr(trainer.model, "config", None), "num_labels", 0) or 0)
-    if objective.trains_task_head and num_labels > 0:  # its cross-entropy, in training and in `eval_loss`
-        sets = {"train_dataset": trainer.train_dataset, **_eval_sets(trainer.eval_dataset)}
-        for name, dataset in sets.items():
-            if dataset is not None:
-                check_task_classes(dataset, column, num_labels, name)
+        if head:
+            check_task_classes(classes, column, head, "train_dataset")
     for name, dataset in _eval_sets(trainer.eval_dataset).items():
-        values = dataset_classes(dataset, column) if dataset is not None else None
-        classes = [c for c in values or () if isinstance(c, int)]
+        if dataset is None:
+            continue
+        classes = classes_of(dataset)
+        if head:
+            check_task_classes(classes, column, head, name)
         negative = sorted(c for c in classes if c < 0)
         if negative and len(negative) < len(classes):
             raise InputError(
@@ -208,15 +212,15 @@ def check_label_values(trainer: Any) -> None:
             )
 
 
-def check_task_classes(dataset: Any, column: str, num_labels: int, name: str = "train_dataset") -> None:
-    """The labels of ``dataset`` are classes of the encoder's task head (``0 .. num_labels - 1``), when they can be
-    read cheaply (:func:`~hf_contrast.data.checks.dataset_classes`): another label stopped training at its batch, or
-    at the first evaluation (torch's "Target 2 is out of bounds"; on a GPU a device-side assert).
+def check_task_classes(classes: list[int], column: str, num_labels: int, name: str = "train_dataset") -> None:
+    """The labels ``classes`` of a dataset (its distinct integer labels, :func:`~hf_contrast.data.checks.
+    dataset_classes`) are classes of the encoder's task head (``0 .. num_labels - 1``): another label stopped training
+    at its batch, or at the first evaluation (torch's "Target 2 is out of bounds"; on a GPU a device-side assert).
 
     Raises:
-        InputError: naming the dataset, ``label_column``, the labels outside the head, ``num_labels`` and the fix.
+        InputError: naming the dataset ``name``, ``label_column``, the labels outside the head, ``num_labels`` and
+            the fix.
     """
-    classes = [c for c in dataset_classes(dataset, column) or () if isinstance(c, int)]
     outside = sorted(c for c in classes if not 0 <= c < num_labels)
     if outside:
         raise InputError(
@@ -375,7 +379,7 @@ def check_best_metric(trainer: Any) -> None:
     if None in said:
         return
     loss = ["loss"] if trainer.objective.has_eval_loss else []
-    names = [*loss, *(name for names in said for name in names), *EVALUATION_RUN_METRICS]
+    names = [*loss, *(name for keys in said for name in keys), *EVALUATION_RUN_METRICS]
     sets = list(trainer.eval_dataset) if isinstance(trainer.eval_dataset, dict) else [None]
     prefixes = [f"eval_{key}" if key is not None else "eval" for key in sets]
     reported = [f"{prefix}_{name}" for prefix in prefixes for name in names]
