@@ -66,11 +66,11 @@ class PairClassifierMetrics:
     def __init__(self, embedding_metrics: Callable[[Any], dict[str, float]]) -> None:
         self.embedding_metrics = embedding_metrics
 
-    def possible_metrics(self) -> tuple[str, ...] | None:
-        """The embedding metrics' names (``None`` when not known) and ``accuracy``, ``macro_f1``."""
+    def possible_metrics(self, labels: bool = True) -> tuple[str, ...] | None:
+        """The embedding metrics' names (``None`` when not known) and, with ``labels``, ``accuracy``, ``macro_f1``."""
         names = getattr(self.embedding_metrics, "possible_metrics", None)
-        known = names(views=False) if names is not None else None
-        return None if known is None else (*known, "accuracy", "macro_f1")
+        known = names(views=False, labels=labels) if names is not None else None
+        return None if known is None else (*known, *(("accuracy", "macro_f1") if labels else ()))
 
     def __call__(self, eval_pred: Any) -> dict[str, float]:
         z, logits = eval_pred.predictions

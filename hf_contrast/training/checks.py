@@ -78,6 +78,7 @@ __all__ = [
     "check_trainer_columns",
     "column_kinds",
     "requested_engine",
+    "visibly_unlabelled",
 ]
 
 
@@ -361,12 +362,24 @@ EVALUATION_RUN_METRICS = (
 )
 
 
+def visibly_unlabelled(dataset: Any, column: str) -> bool:
+    """Whether an evaluation set has no labels its metrics could score, as far as it can be read cheaply: no
+    ``column`` (nor ``labels``) among its columns, or only negative labels (unlabelled rows)."""
+    columns = dataset_columns(dataset)
+    if columns is not None and column not in columns and "labels" not in columns:
+        return True
+    classes = [c for c in dataset_classes(dataset, column) or () if isinstance(c, int)]
+    return bool(classes) and all(c < 0 for c in classes)
+
+
 def check_best_metric(trainer: Any) -> None:
     """``metric_for_best_model`` names a metric the run's evaluations can report, said before training:
     ``Trainer`` looks it up only after the first evaluation (a ``KeyError`` that ends the run there, before that
     step's checkpoint). Checked when every source of metrics says its names (the trainer's default
     ``compute_metrics`` and the package's evaluators do; a ``compute_metrics`` or evaluator of the user's
-    that does not have ``possible_metrics`` leaves the name unchecked) and the run evaluates.
+    that does not have ``possible_metrics`` leaves the name unchecked) and the run evaluates. ``compute_metrics``
+    is asked for the names of each evaluation set, labelled or not (:func:`visibly_unlabelled`): an unlabelled set
+    reports no kNN, probe or class metric.
 
     Raises:
         InputError: naming ``metric_for_best_model``, its value, the closest name and every name the run reports.
@@ -374,15 +387,22 @@ def check_best_metric(trainer: Any) -> None:
     args = trainer.args
     if args.metric_for_best_model is None or args.eval_strategy == "no":
         return
-    known = [trainer.compute_metrics] + ([trainer.evaluator] if trainer.evaluator is not None else [])
-    said = [source.possible_metrics() if hasattr(source, "possible_metrics") else None for source in known]
-    if None in said:
+    metric_names = getattr(trainer.compute_metrics, "possible_metrics", None)
+    evaluator_names: tuple[str, ...] | None = ()
+    if trainer.evaluator is not None:
+        evaluator_names = (
+            trainer.evaluator.possible_metrics() if hasattr(trainer.evaluator, "possible_metrics") else None
+        )
+    if metric_names is None or evaluator_names is None:
         return
     loss = ["loss"] if trainer.objective.has_eval_loss else []
-    names = [*loss, *(name for keys in said for name in keys), *EVALUATION_RUN_METRICS]
-    sets = list(trainer.eval_dataset) if isinstance(trainer.eval_dataset, dict) else [None]
-    prefixes = [f"eval_{key}" if key is not None else "eval" for key in sets]
-    reported = [f"{prefix}_{name}" for prefix in prefixes for name in names]
+    sets = trainer.eval_dataset if isinstance(trainer.eval_dataset, dict) else {None: trainer.eval_dataset}
+    reported = []
+    for set_name, dataset in sets.items():  # an unlabelled set reports no kNN or probe
+        labelled = dataset is None or not visibly_unlabelled(dataset, args.label_column)
+        names = [*loss, *metric_names(labels=labelled), *evaluator_names, *EVALUATION_RUN_METRICS]
+        prefix = f"eval_{set_name}" if set_name is not None else "eval"
+        reported += [f"{prefix}_{name}" for name in names]
     wanted = args.metric_for_best_model
     key = wanted if wanted.startswith("eval_") else f"eval_{wanted}"  # what the Trainer looks up
     if key in reported:

@@ -34,9 +34,14 @@ def _evaluators():  # noqa: ANN202
     ])  # fmt: skip
 
 
-@pytest.mark.parametrize("sets", [None, ("a", "b")])
+@pytest.mark.parametrize("sets", [None, ("a", "b"), ("a", "unlabelled")])
 def test_every_metric_an_evaluation_reports_is_accepted(tmp_path, sets) -> None:  # noqa: ANN001
-    eval_dataset = None if sets is None else {name: image_dataset(n=16, size=16, n_classes=2) for name in sets}
+    labelled = image_dataset(n=16, size=16, n_classes=2)
+    eval_dataset = (
+        None
+        if sets is None
+        else {name: labelled.remove_columns("label") if name == "unlabelled" else labelled for name in sets}
+    )
     trainer = _trainer(tmp_path, "eval_loss" if sets is None else "eval_a_loss", _evaluators(), eval_dataset)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # a random encoder's representation may have collapsed, and say so
@@ -46,6 +51,28 @@ def test_every_metric_an_evaluation_reports_is_accepted(tmp_path, sets) -> None:
         for name in (key, key.removeprefix("eval_")):  # transformers adds a missing `eval_`
             trainer.args.metric_for_best_model = name
             check_best_metric(trainer)
+    if sets and "unlabelled" in sets:  # what an unlabelled set cannot report is refused, the labelled set's is not
+        assert "eval_a_knn_loo_accuracy" in reported and "eval_unlabelled_knn_loo_accuracy" not in reported
+        trainer.args.metric_for_best_model = "eval_unlabelled_knn_loo_accuracy"
+        with pytest.raises(InputError, match="no 'eval_unlabelled_knn_loo_accuracy'"):
+            check_best_metric(trainer)
+
+
+@pytest.mark.parametrize("unlabel", ["no label column", "only -1 labels"])
+def test_a_labelled_metric_of_an_unlabelled_evaluation_set_is_refused(tmp_path, unlabel) -> None:  # noqa: ANN001
+    """An evaluation set without labels reports no kNN, probe or class metric: asking for one stopped the run at
+    its first evaluation (transformers' KeyError), past the start-up check, which took every set as labelled."""
+    data = image_dataset(n=16, size=16, n_classes=2)
+    if unlabel == "no label column":
+        unlabelled = data.remove_columns("label")
+    else:
+        unlabelled = data.map(lambda row: {"label": -1})
+    trainer = _trainer(tmp_path, "knn_loo_accuracy", eval_dataset=unlabelled)
+    with pytest.raises(InputError, match="no 'eval_knn_loo_accuracy'.*can report: eval_loss, eval_alignment"):
+        trainer.train()
+    assert trainer.state.global_step == 0
+    trainer.args.metric_for_best_model = "uniformity"
+    check_best_metric(trainer)
 
 
 def test_a_metric_no_evaluation_reports_is_refused_before_training(tmp_path) -> None:
