@@ -48,7 +48,7 @@ class TextViews(ViewBuilder):
     def max_length_choice(self) -> tuple[int, str]:
         """:meth:`max_length` and why, in words (the run set-up says it)."""
         if self.args.max_length is not None:
-            return int(self.args.max_length), "`max_length` was given"
+            return int(self.args.max_length), "the training arguments' `max_length`"  # the user's, or a script's
         configured = getattr(getattr(self.model, "config", None), "max_seq_length", None)
         if configured:
             return int(configured), "the encoder's `max_seq_length`"

@@ -447,7 +447,7 @@ def test_the_text_length_and_where_it_came_from_are_said(tmp_path) -> None:
     unlimited = BertTokenizerFast(vocab={t: i for i, t in enumerate(TINY_VOCAB)}, model_max_length=int(1e30))
     cut = "at most {} tokens, longer texts cut ({})"
     cases = [
-        (dict(max_length=20), {}, tiny_tokenizer(), cut.format(20, "`max_length` was given")),
+        (dict(max_length=20), {}, tiny_tokenizer(), cut.format(20, "the training arguments' `max_length`")),
         ({}, dict(max_seq_length=30), tiny_tokenizer(), cut.format(30, "the encoder's `max_seq_length`")),
         ({}, {}, tiny_tokenizer(), cut.format(64, "the tokenizer's `model_max_length`")),
         ({}, {}, unlimited, cut.format(128, "the default: neither the encoder nor the tokenizer sets a length")),
