@@ -175,6 +175,12 @@ class Objective(nn.Module):
         """Evaluation collator: what :meth:`forward` needs plus a deterministic view."""
         return views.collator(n_views=2, deterministic=True)
 
+    def classifier_classes(self) -> int | None:
+        """The classes ``0 .. K - 1`` of the objective's own classifier, known once it is set up (LOCAL's pair
+        classifier), or ``None`` when it has none: every evaluation set's labels must be among them (the trainer
+        checks when it is built)."""
+        return None
+
     def train_batch_sampler(self, dataset: Any, views: ViewBuilder) -> Any:
         """A batch sampler for training (e.g. class-major AFCL batches), or ``None`` for the Trainer's."""
         return None

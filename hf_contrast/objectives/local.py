@@ -108,13 +108,24 @@ class LOCALObjective(Objective):
                 "(the class weights are 1/frequency over it)."
             )
         labels = list(train_dataset[column])
-        num_labels = self.config.num_labels
+        num_labels, source = self.config.num_labels, "`num_labels`"
         if num_labels is None:
             feature = getattr(train_dataset, "features", {}).get(column)
-            num_labels = getattr(feature, "num_classes", None) or max(labels) + 1
+            num_labels = getattr(feature, "num_classes", None)
+            source = "its `ClassLabel`"
+            if not num_labels:
+                num_labels, source = max(labels) + 1, "its largest label + 1"
         counts = torch.bincount(torch.tensor(labels, dtype=torch.long), minlength=num_labels)
         if counts.numel() != num_labels:
             raise InputError(f"`num_labels`={num_labels} is smaller than the largest training label {max(labels)}.")
+        empty = (counts == 0).nonzero().flatten().tolist()
+        if empty:  # LOCALLoss weights each class by 1/its training frequency
+            raise InputError(
+                f"`train_dataset`'s `label_column`={column!r} has no rows of the classes {empty[:8]} of "
+                f"0..{num_labels - 1} ({source}); LOCAL weights each class by 1/its training frequency and its "
+                "classifier learns only the classes it trains on. Add training pairs of those classes, or renumber "
+                "the labels 0..K-1 without gaps."
+            )
         c = self.config
         self.loss = LOCALLoss(
             embedding_dim=views.model.embedding_dim,
@@ -124,6 +135,12 @@ class LOCALObjective(Objective):
             temperature=c.temperature,
             contrastive=c.contrastive,
         )
+
+    def classifier_classes(self) -> int | None:
+        """The pair classifier's classes: ``num_labels``, or counted from the training set (``None`` before
+        :meth:`setup`)."""
+        loss = getattr(self, "loss", None)
+        return None if loss is None else loss.num_classes
 
     def required_columns(self, views: ViewBuilder) -> list[str | tuple[str, ...]]:
         return [self.config.pre_column, self.config.post_column, (views.args.label_column, "labels")]

@@ -65,6 +65,7 @@ from hf_contrast.views.image_scan import image_columns, scan_depth
 __all__ = [
     "EVALUATION_RUN_METRICS",
     "check_best_metric",
+    "check_classifier_classes",
     "check_datasets",
     "check_default_metrics_fit",
     "check_distributed_engine",
@@ -166,7 +167,7 @@ def check_default_metrics_fit(args: Any) -> None:
         )
 
 
-def check_label_values(trainer: Any) -> None:
+def check_label_values(trainer: Any) -> dict[str, list[int]]:
     """The label values each dataset's use needs, said when the trainer is built (read with
     :func:`~hf_contrast.data.checks.dataset_classes`, arrow). Negative labels mark unlabelled rows (-1, as a
     ``ClassLabel`` writes a missing label, or -100; how the embedding metrics read them): a method that learns from
@@ -175,10 +176,15 @@ def check_label_values(trainer: Any) -> None:
     trains (align/uniform with ``num_labels`` > 0) has a logit for every label of every set
     (:func:`check_task_classes`).
 
+    Returns:
+        ``{name: classes}``: each evaluation set's distinct integer labels, by the name the errors give it (for
+        :func:`check_classifier_classes`, once the objective is set up).
+
     Raises:
         InputError: naming the dataset, ``label_column``, the values and the fix.
     """
     column, objective = trainer.args.label_column, trainer.objective
+    eval_classes: dict[str, list[int]] = {}
     fix = f"`dataset = dataset.filter(lambda row: row[{column!r}] >= 0)`"
     num_labels = int(getattr(getattr(trainer.model, "config", None), "num_labels", 0) or 0)
     head = num_labels if objective.trains_task_head else 0  # its cross-entropy, in training and in `eval_loss`
@@ -200,7 +206,7 @@ def check_label_values(trainer: Any) -> None:
     for name, dataset in _eval_sets(trainer.eval_dataset).items():
         if dataset is None:
             continue
-        classes = classes_of(dataset)
+        classes = eval_classes[name] = classes_of(dataset)
         if head:
             check_task_classes(classes, column, head, name)
         negative = sorted(c for c in classes if c < 0)
@@ -210,6 +216,34 @@ def check_label_values(trainer: Any) -> None:
                 "rows, with classes: its embedding metrics take labels on every row or on none, and the first "
                 f"evaluation would stop training. Keep the labelled rows ({fix}), or drop the label column "
                 f"(`dataset.remove_columns({column!r})`)."
+            )
+    return eval_classes
+
+
+def check_classifier_classes(objective: Any, eval_classes: dict[str, list[int]], column: str) -> None:
+    """The labels of every evaluation set are classes of the objective's own classifier
+    (:meth:`~hf_contrast.objectives.Objective.classifier_classes`, e.g. LOCAL's pair classifier, as wide as its
+    ``num_labels`` or the training set's classes): another label stopped training at the first evaluation (its
+    ``eval_loss``). Called once the objective is set up, with :func:`check_label_values`' classes.
+
+    Raises:
+        InputError: naming the evaluation set, ``label_column``, the labels outside the classifier and the fix.
+    """
+    width = objective.classifier_classes()
+    if width is None:
+        return
+    counted = getattr(objective.config, "num_labels", None) is None
+    for name, classes in eval_classes.items():
+        outside = sorted(c for c in classes if not 0 <= c < width)
+        if outside:
+            source = ", from `train_dataset`" if counted else ""
+            owner = type(objective).__name__
+            raise InputError(
+                f"`{name}`'s `label_column`={column!r} holds the labels {outside[:8]}, which {owner}'s "
+                f"classifier (`num_labels`={width}{source}: classes 0..{width - 1}) has no logit for; its first "
+                "evaluation would stop training. Add training rows of those classes (a classifier learns only the "
+                "classes it trains on), or keep the evaluation rows of the training classes "
+                f"(`dataset.filter(lambda row: 0 <= row[{column!r}] < {width})`)."
             )
 
 

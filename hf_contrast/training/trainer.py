@@ -73,6 +73,7 @@ from hf_contrast.training.callbacks import (
 from hf_contrast.training.checkpointing import SafeCheckpointing, first_nonfinite_tensor, run_settings
 from hf_contrast.training.checks import (
     check_best_metric,
+    check_classifier_classes,
     check_datasets,
     check_default_metrics_fit,
     check_distributed_engine,
@@ -266,8 +267,11 @@ class ContrastiveTrainer(SafeCheckpointing, HubPublishingMixin, Trainer):
         check_objective_fits(self.args, self.objective)
         check_trainer_columns(self)  # columns present and of the right kind, before the objective reads them
         check_text_length(self)  # a text cut longer than the position embeddings would stop at its batch
-        check_label_values(self)  # unlabelled rows where classes are learned or mixed in evaluation; a task head's
+        # unlabelled rows where classes are learned or mixed in evaluation; a task head's classes; then the classes
+        # of the objective's own classifier (known once it is set up)
+        eval_classes = check_label_values(self)
         self.objective.setup(self.views, train_dataset)
+        check_classifier_classes(self.objective, eval_classes, self.args.label_column)
         check_evaluation_fits(self.args, self.objective, self.eval_dataset)
         self.objective.to(self.args.device)
         self.loss_terms = LossTermTracker(defer=self.args.nonfinite_policy == "skip")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import sys
 from pathlib import Path
 
@@ -9,7 +10,10 @@ import numpy as np
 import pytest
 import torch
 from distributed_scripts.trainer_utils import parameters, training_args
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
+from hf_contrast.errors import InputError
 from hf_contrast.losses.local import LOCALLoss, inverse_frequency_weights, pair_difference
 from hf_contrast.objectives import LOCALObjective
 from hf_contrast.training import LOCALTrainer
@@ -155,3 +159,67 @@ def test_local_rejects_bad_configurations(tmp_path, pairs) -> None:
         LOCALTrainer(model=tiny_text_encoder(), args=training_args(tmp_path), train_dataset=pairs)
     with pytest.raises(ValueError, match="`num_labels`=2 is smaller"):
         _trainer(tmp_path, pairs, num_labels=2)
+
+
+def _pairs_labelled(pairs, labels):  # noqa: ANN001, ANN202
+    """``pairs``' first ``len(labels)`` rows relabelled, as plain integers (no ``ClassLabel``)."""
+    import datasets
+
+    rows = pairs.select(range(len(labels))).cast_column("label", datasets.Value("int64"))
+    return rows.remove_columns("label").add_column("label", labels)
+
+
+@settings(max_examples=16, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    train_labels=st.lists(st.integers(0, 3), min_size=8, max_size=8).filter(lambda labels: len(set(labels)) > 1),
+    eval_labels=st.lists(st.integers(0, 5), min_size=2, max_size=6),
+    num_labels=st.one_of(st.none(), st.integers(4, 5)),
+)
+def test_local_classifier_classes_cover_the_training_and_evaluation_labels(
+    tmp_path, pairs, train_labels, eval_labels, num_labels
+) -> None:
+    """The pair classifier's classes (`num_labels`, else the training set's largest label + 1) each need training
+    rows (class weights 1/frequency), and every evaluation label needs a logit: otherwise the trainer refuses when it
+    is built, naming the dataset, the classes and the fix (the first stopped in `LOCALLoss`, naming its internal
+    `class_counts`; the second at the first evaluation). Anything else is accepted."""
+    width = num_labels or max(train_labels) + 1
+    untrained = sorted(set(range(width)) - set(train_labels))
+    outside = sorted({label for label in eval_labels if label >= width})
+    build = functools.partial(
+        LOCALTrainer,
+        model=tiny_timm_encoder(),
+        args=training_args(tmp_path, image_size=32),
+        train_dataset=_pairs_labelled(pairs, train_labels),
+        eval_dataset={"held_out": _pairs_labelled(pairs, eval_labels)},
+        objective=LOCALObjective(beta=0.0, num_labels=num_labels),
+    )
+    source = "`num_labels`" if num_labels else "its largest label + 1"
+    if untrained:
+        expected = (
+            f"`train_dataset`'s `label_column`='label' has no rows of the classes {untrained} of 0..{width - 1} "
+            f"({source}); LOCAL weights each class by 1/its training frequency"
+        )
+    elif outside:
+        expected = (
+            f"`eval_dataset['held_out']`'s `label_column`='label' holds the labels {outside}, which LOCALObjective's "
+            f"classifier (`num_labels`={width}{', from `train_dataset`' if num_labels is None else ''}: classes "
+            f"0..{width - 1}) has no logit for; its first evaluation would stop training."
+        )
+    else:
+        assert build().objective.classifier_classes() == width
+        return
+    with pytest.raises(InputError) as raised:
+        build()
+    assert str(raised.value).startswith(expected)
+
+
+def test_local_evaluates_every_class_of_its_classifier(tmp_path, pairs) -> None:
+    """At the boundary the check draws, an evaluation set holding the largest class the classifier has runs its
+    evaluations (no label outside it reaches the loss)."""
+    trainer = _trainer(
+        tmp_path, _pairs_labelled(pairs, [0, 1, 2, 0] * 2), args={"eval_strategy": "steps", "eval_steps": 1}
+    )
+    trainer.eval_dataset = _pairs_labelled(pairs, [2, 2, 1, 0])
+    trainer.train()
+    evaluated = [h for h in trainer.state.log_history if "eval_loss" in h]
+    assert len(evaluated) == 2 and all(np.isfinite(h["eval_loss"]) and 0 <= h["eval_accuracy"] <= 1 for h in evaluated)
