@@ -81,6 +81,7 @@ from hf_contrast.training.checks import (
     check_image_files,
     check_label_values,
     check_objective_fits,
+    check_sampling_strategy,
     check_text_length,
     check_trainer_arguments,
     check_trainer_columns,
@@ -273,6 +274,7 @@ class ContrastiveTrainer(SafeCheckpointing, HubPublishingMixin, Trainer):
         self.objective.setup(self.views, train_dataset)
         check_classifier_classes(self.objective, eval_classes, self.args.label_column)
         check_evaluation_fits(self.args, self.objective, self.eval_dataset)
+        check_sampling_strategy(self)  # an order the objective ignores, or lengths the rows do not have
         self.objective.to(self.args.device)
         self.loss_terms = LossTermTracker(defer=self.args.nonfinite_policy == "skip")
         #: The ``nonfinite_policy`` and its state (:mod:`hf_contrast.training.callbacks`).

@@ -13,6 +13,7 @@ import torch
 from distributed_scripts.trainer_utils import image_dataset, training_args, vit_encoder
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from transformers import __version__ as transformers_version
 
 from hf_contrast.errors import InputError, InputTypeError
 from hf_contrast.objectives import SimOConfig, SimOObjective
@@ -359,3 +360,67 @@ def test_labels_the_task_head_has_no_logit_for_are_refused_before_training(num_l
             evaluated()
     else:
         evaluated()
+
+
+def _ordered(strategy: str) -> dict[str, object]:
+    """The `TrainingArguments` field asking for ``strategy`` (``group_by_length=True`` before transformers 5.2)."""
+    from transformers import TrainingArguments
+
+    if "train_sampling_strategy" in TrainingArguments.__dataclass_fields__:
+        return {"train_sampling_strategy": strategy}
+    if strategy != "group_by_length":
+        pytest.skip(f"transformers {transformers_version} has no train_sampling_strategy={strategy!r}")
+    return {"group_by_length": True}
+
+
+@pytest.mark.parametrize("strategy", ["group_by_length", "batch_rebalance"])
+def test_a_text_run_grouped_by_length_needs_the_length_column_of_every_set_it_orders(strategy, tmp_path) -> None:
+    """The rows hold raw text, so the Trainer finds no `input_ids` to measure: it stopped train() ('Can only
+    automatically infer lengths ...'), or the first evaluation for an evaluation set without the column. Refused when
+    the trainer is built; with the column the run trains and evaluates in the order asked."""
+    from _tiny import tiny_text_encoder
+
+    texts = datasets.Dataset.from_dict({"text": [("word " * (i % 5 + 1)) + str(i) for i in range(16)]})
+    measured = texts.map(lambda row: {"length": len(row["text"])})
+    args = training_args(tmp_path, max_steps=1, eval_strategy="steps", eval_steps=1, **_ordered(strategy))
+    asked = (
+        "`group_by_length`=True"
+        if "group_by_length" in _ordered(strategy)
+        else f"`train_sampling_strategy`={strategy!r}"
+    )
+    build = lambda train, evaluation: SimCLRTrainer(  # noqa: E731
+        model=tiny_text_encoder(), args=args, train_dataset=train, eval_dataset=evaluation
+    )
+    with pytest.raises(InputError) as raised:
+        build(texts, measured)
+    assert str(raised.value).startswith(
+        f"{asked} needs each row's length, and `train_dataset` has no `length_column_name`='length'"
+    )
+    assert "`dataset = dataset.map(lambda row: {'length': len(row['text'])})`" in str(raised.value)
+    if strategy == "group_by_length":  # the Trainer orders the evaluation sets too
+        with pytest.raises(InputError, match=re.escape("and `eval_dataset` has no `length_column_name`='length'")):
+            build(measured, texts)
+    trainer = build(measured, measured if strategy == "group_by_length" else texts)
+    trainer.train()
+    assert "eval_loss" in trainer.state.log_history[-2]
+
+
+@pytest.mark.parametrize("strategy", ["group_by_length", "sequential"])
+def test_a_training_order_the_run_cannot_follow_is_refused(model, images, tmp_path, strategy) -> None:
+    """SimO draws its own class-major batches: any other order was ignored without a word. Image rows have no
+    length to group by (the Trainer stopped train())."""
+    ordered = _ordered(strategy)
+    with pytest.raises(InputError, match=r"would be ignored: SimOObjective draws its own training batches"):
+        SimOTrainer(
+            model=model, args=training_args(tmp_path, per_device_train_batch_size=8, **ordered),
+            train_dataset=_small_class_images(),
+            objective=SimOObjective(classes_per_batch=2, samples_per_class=4, replacement=True),
+        )  # fmt: skip
+    if strategy == "group_by_length":
+        with pytest.raises(InputError, match=r"groups rows of similar token length; image rows have none"):
+            SimCLRTrainer(model=model, args=training_args(tmp_path, **ordered), train_dataset=images)
+    else:  # an order an image run follows
+        trainer = SimCLRTrainer(
+            model=model, args=training_args(tmp_path, max_steps=1, **ordered), train_dataset=images
+        )
+        trainer.train()
