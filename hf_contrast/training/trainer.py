@@ -209,6 +209,13 @@ class ContrastiveTrainer(SafeCheckpointing, HubPublishingMixin, Trainer):
                 "views. Drop it, and pass `objective=` a method name or an Objective (a new pair method is one "
                 "`@register_pair_loss` module, docs/training.md)."
             )
+        if kwargs.get("model_init") is not None:
+            raise InputError(
+                "`model_init` is not supported by a ContrastiveTrainer: the objective, its views and the start-up "
+                "checks are built for one model when the trainer is built, and `train()` would replace it with a new "
+                "one. Pass `model=` (e.g. `model=model_init()`); for a search over settings (`hyperparameter_search` "
+                "needs `model_init`), build one trainer per trial."
+            )
         check_trainer_arguments(model, train_dataset, eval_dataset)  # types, before any work
         objective = objective if objective is not None else self.default_objective
         if objective is None:

@@ -192,6 +192,16 @@ def test_a_compute_loss_func_is_refused_not_ignored(model, images, args) -> None
         SimCLRTrainer(model=model, args=args, train_dataset=images, compute_loss_func=lambda *a, **k: 0.0)
 
 
+def test_a_model_init_is_refused_not_half_honoured(model, images, args) -> None:
+    """`model_init` made `model` None ('`model` is None; a trainer takes a model object'), and with a model too,
+    `train()` would have replaced the model the objective and its views were built for."""
+    for also in ({}, {"model": model}):
+        with pytest.raises(
+            InputError, match=r"^`model_init` is not supported by a ContrastiveTrainer.*model_init\(\)"
+        ):
+            SimCLRTrainer(args=args, train_dataset=images, model_init=lambda: model, **also)
+
+
 def test_good_inputs_still_pass(model, images, tmp_path) -> None:
     rows = [{"image": np.zeros((16, 16, 3), dtype=np.uint8), "label": i % 2} for i in range(8)]
     ContrastiveTrainer(model=model, args=training_args(tmp_path), train_dataset=rows, objective="simclr")
