@@ -12,7 +12,8 @@
 # Launch:
 #   one CPU or GPU   python examples/run_simo.py [--dataset <image folder>]
 #   several GPUs     accelerate launch --multi_gpu --num_processes 4 examples/run_simo.py
-#                    (each process draws its own C × k batch; the sampler's batches are sharded)
+#                    (each process draws its own C × k batch; the sampler's batches are sharded; with
+#                    --gather_distributed the processes' groups are one batch of 4·C distinct classes)
 # Options: --classes_per_batch, --samples_per_class (the batch size is their product; a
 #          --per_device_train_batch_size that differs is an error naming both), --replacement (draw a class's
 #          samples with replacement: for classes with fewer than --samples_per_class images), --olean,

@@ -22,8 +22,12 @@ AFCL batches are ``C`` classes × ``k`` samples, class-major::
     L_mean = simo(mean_k E, olean)      # the C class means: dissimilar
     L_diff = Σ_j simo(E[:, j], olean)   # the j-th sample of every class: dissimilar
 
-Under data parallelism every process scores its own ``C × k`` batch (no gather: the groups are
-built per batch by the sampler); DDP then averages the gradients.
+Under data parallelism every process scores its own ``C × k`` batch, and DDP averages the gradients; with
+``gather_distributed=True`` the processes' class groups form one batch of ``R·C`` groups (``R`` processes: the
+batches of one step must then hold distinct classes, as :class:`~hf_contrast.views.AFCLBatchSampler` draws them
+with ``distinct_across=R``), which every process scores whole. Its gather's backward sums each process's
+gradient to its owner, so the DDP-averaged gradients equal one process's on the concatenated batch
+(docs/methods.md §5, §8).
 """
 
 from __future__ import annotations
@@ -34,9 +38,11 @@ from functools import partial
 import torch
 from torch import Tensor
 
+import hf_contrast.distributed as distributed
 from hf_contrast.errors import InputError
 
 from ..tensor_checks import (
+    check_bool,
     check_embeddings,
     check_finite_result,
     check_int,
@@ -147,10 +153,12 @@ def simo_loss(e: Tensor, y: float | Tensor, eps: float = 1e-6) -> Tensor:
     return out if grouped else out.squeeze(0)
 
 
-def _afcl_terms(e: Tensor, n_classes: int, olean: float, eps: float) -> tuple[Tensor, Tensor, Tensor]:
+def _afcl_terms(
+    e: Tensor, n_classes: int, olean: float, eps: float, gather_distributed: bool = False
+) -> tuple[Tensor, Tensor, Tensor]:
     """Checked AFCL terms ``(L_same, L_mean, L_diff)`` shared by :func:`afcl_loss` and :class:`AFCLLoss`."""
     check_embeddings("e", e, ndim=(2, 3), shape_doc="(C*k, D) class-major or (C, k, D)")
-    checked = AFCLHyperparameters(n_classes, olean, eps)
+    checked = AFCLHyperparameters(n_classes, olean, eps, gather_distributed)
     n_classes, olean, eps = checked.n_classes, checked.olean, checked.eps
     if e.ndim == 2:
         if e.shape[0] % n_classes != 0:
@@ -167,6 +175,8 @@ def _afcl_terms(e: Tensor, n_classes: int, olean: float, eps: float) -> tuple[Te
             f"for `n_classes`={n_classes} ({n_classes * e.shape[1]} rows): give at least {2 * n_classes} rows, or "
             "fewer classes."
         )
+    if checked.gather_distributed and distributed.world_size() > 1:  # (R·C, k, D): every process's groups
+        e = distributed.gather(e)
     with float32_math(e.device.type):
         e = e.to(compute_dtype(e))
         same = _simo(e, 1.0, eps).sum()
@@ -177,7 +187,9 @@ def _afcl_terms(e: Tensor, n_classes: int, olean: float, eps: float) -> tuple[Te
     return same, mean, diff
 
 
-def afcl_loss(e: Tensor, n_classes: int, olean: float = 0.01, eps: float = 1e-6) -> Tensor:
+def afcl_loss(
+    e: Tensor, n_classes: int, olean: float = 0.01, eps: float = 1e-6, gather_distributed: bool = False
+) -> Tensor:
     """Anchor-free contrastive learning objective ``L_same + L_mean + L_diff`` (docs/methods.md §5).
 
     Paper: https://arxiv.org/abs/2410.05233 (Algorithm 2).
@@ -188,6 +200,9 @@ def afcl_loss(e: Tensor, n_classes: int, olean: float = 0.01, eps: float = 1e-6)
         n_classes: ``C >= 2``, the number of classes in the batch.
         olean: Orthogonality leaning in ``[0, 1]``, the soft label of the two dissimilarity terms.
         eps: ε > 0 of :func:`simo_loss`.
+        gather_distributed: Score the class groups of every process as one batch of ``R·C`` classes (the
+            processes' classes must be distinct), with gradients that reach each process's own rows; the loss is
+            then the same on every process. Ignored when not distributed.
 
     Returns:
         The scalar total.
@@ -200,7 +215,7 @@ def afcl_loss(e: Tensor, n_classes: int, olean: float = 0.01, eps: float = 1e-6)
     >>> afcl_loss(torch.randn(3 * 4, 8), n_classes=3).shape
     torch.Size([])
     """
-    same, mean, diff = _afcl_terms(e, n_classes, olean, eps)
+    same, mean, diff = _afcl_terms(e, n_classes, olean, eps, gather_distributed)
     return same + mean + diff
 
 
@@ -243,6 +258,7 @@ class AFCLHyperparameters(Hyperparameters):
     n_classes: int = hyperparameter(MISSING, partial(check_int, minimum=2, fix="L_mean and L_diff need 2 classes."))
     olean: float = hyperparameter(0.01, check_unit_interval, help="SimO/AFCL: orthogonality leaning in [0, 1].")
     eps: float = hyperparameter(1e-6, check_positive)
+    gather_distributed: bool = hyperparameter(False, check_bool)
 
 
 class AFCLLoss(HyperparameterModule):
@@ -254,6 +270,7 @@ class AFCLLoss(HyperparameterModule):
         n_classes: ``C >= 2`` classes per batch (the batch is ``C × k``, class-major).
         olean: Orthogonality leaning in ``[0, 1]`` (paper: small, default 0.01).
         eps: ε > 0 of :func:`simo_loss`.
+        gather_distributed: One batch of the class groups of every process (see :func:`afcl_loss`).
 
     Shape:
         ``e``: ``(C*k, D)`` class-major or ``(C, k, D)``, raw (not normalised) embeddings.
@@ -267,5 +284,5 @@ class AFCLLoss(HyperparameterModule):
     hyperparameters_class = AFCLHyperparameters
 
     def forward(self, e: Tensor) -> dict[str, Tensor]:
-        same, mean, diff = _afcl_terms(e, self.n_classes, self.olean, self.eps)
+        same, mean, diff = _afcl_terms(e, self.n_classes, self.olean, self.eps, self.gather_distributed)
         return {"same": same, "mean": mean, "diff": diff, "loss": same + mean + diff}

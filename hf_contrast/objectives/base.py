@@ -67,7 +67,7 @@ class Objective(nn.Module):
     #: Whether ``forward`` can score any evaluation batch (``eval_loss``).
     has_eval_loss: ClassVar[bool] = True
     #: Whether the loss reads ``gather_distributed`` (negatives from every process's batch). ``False``: it scores each
-    #: process's batch alone (SimO's class groups, LOCAL's pairs, VICReg, binary NCE) or has negatives of its own
+    #: process's batch alone (LOCAL's pairs, VICReg, binary NCE) or has negatives of its own
     #: (CARE-MoCo's queue, filled from every process); the flag is then ignored, with a warning.
     gathers_negatives: ClassVar[bool] = True
     #: Whether the batches hold pairs of inputs whose random geometry is drawn per pair in the collator (LOCAL):

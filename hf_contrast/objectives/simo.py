@@ -6,8 +6,10 @@ classes × ``k = samples_per_class`` samples, class-major, ``2C <`` the number o
 (``on_bad_image="skip"``) keeps ``C`` groups of its smallest group's size (``dropped_rows`` counts the rest).
 The raw projections (SimO does not normalise) of
 ``n_views`` views (default 1; with 2 the views of a class form a group of ``2k``) go to
-:class:`~hf_contrast.losses.AFCLLoss`, which logs ``same``, ``mean`` and ``diff``. ``gather_distributed``
-does not apply: each process's AFCL batch is its own set of groups. Training logs carry
+:class:`~hf_contrast.losses.AFCLLoss`, which logs ``same``, ``mean`` and ``diff``. Each process scores its own
+AFCL batch; with ``gather_distributed=True`` the ``R`` processes' batches of a step hold ``R·C`` distinct classes
+(:class:`~hf_contrast.views.AFCLBatchSampler`'s ``distinct_across``) and every process scores them as one batch
+(docs/methods.md §5), so ``2·R·C`` must be fewer than the classes. Training logs carry
 ``class_mean_abs_cos``, the mean ``|cos|`` between the class means of the training batches (0: orthogonal
 classes, what AFCL aims at; :mod:`hf_contrast.objectives.geometry`). There is no ``eval_loss`` (evaluation
 batches are not class-major): choose the best checkpoint with a metric (``metric_for_best_model``).
@@ -67,7 +69,6 @@ class SimOObjective(Objective):
     config: SimOConfig
     needs_labels = True
     has_eval_loss = False
-    gathers_negatives = False  # each process scores its own batch
 
     def __init__(self, config: ObjectiveConfig | None = None, **hyperparameters: Any) -> None:
         super().__init__(config, **hyperparameters)
@@ -97,9 +98,25 @@ class SimOObjective(Objective):
                 f"{c} × {k} = {self.batch_size} (AFCL batches are class-major); set `per_device_train_batch_size`="
                 f"{self.batch_size}, or `classes_per_batch` / `samples_per_class` whose product is {per_device}."
             )
+        if self.gathered_batches(views) > 1 and views.args.on_bad_image == "skip":
+            raise InputError(
+                "`gather_distributed=True` makes the processes' class groups one AFCL batch, whose groups need one "
+                "size; `on_bad_image='skip'` would shrink the groups of a process whose batch held an unreadable "
+                "image. Use `on_bad_image='raise'` (the start-up scan names every bad file), or "
+                "`gather_distributed=False`."
+            )
         if train_dataset is not None and hasattr(train_dataset, "column_names"):
             self.train_batch_sampler(train_dataset, views)  # its checks (classes, class sizes) before any work
-        self.loss = AFCLLoss(n_classes=self.config.classes_per_batch, olean=self.config.olean)
+        self.loss = AFCLLoss(
+            n_classes=self.config.classes_per_batch,
+            olean=self.config.olean,
+            gather_distributed=views.gather_distributed,
+        )
+
+    @staticmethod
+    def gathered_batches(views: ViewBuilder) -> int:
+        """``R``, the batches scored as one: every process's with ``gather_distributed=True``, else 1."""
+        return views.args.world_size if views.gather_distributed else 1
 
     def train_collator(self, views: ViewBuilder) -> Any:
         """``n_views`` views per sample; a batch that lost unreadable rows (``on_bad_image="skip"``) keeps ``C``
@@ -132,11 +149,21 @@ class SimOObjective(Objective):
                 replacement=self.config.replacement,
                 num_replicas=1,
                 rank=0,
+                distinct_across=self.gathered_batches(
+                    views
+                ),  # Accelerate gives the R batches of a step to R processes
             )
         except InputError as error:  # name SimO's own options (the sampler's are not passed by the user)
+            gathered = self.gathered_batches(views)
+            across = (
+                f" `distinct_across`={gathered}: `gather_distributed=True` on {gathered} processes scores their "
+                f"batches as one (or set it to False)."
+                if gathered > 1
+                else ""
+            )
             raise InputError(
-                f"SimO's class-major batches of the training set (`label_column`={column!r}): {error} These are "
-                "SimOObjective's options: `SimOObjective(classes_per_batch=..., samples_per_class=..., "
+                f"SimO's class-major batches of the training set (`label_column`={column!r}): {error}{across} These "
+                "are SimOObjective's options: `SimOObjective(classes_per_batch=..., samples_per_class=..., "
                 "replacement=True)`, or the flags `--classes_per_batch`, `--samples_per_class`, `--replacement` of "
                 "examples/run_simo.py."
             ) from error

@@ -79,6 +79,10 @@ class AFCLBatchSampler(Sampler[list[int]]):
         rank: This process's index in ``[0, num_replicas)``; default ``rank()``.
         batches_per_epoch: Optional fixed number of batches per replica and epoch, replacing
             the ``N / (C·k·R)`` default (e.g. to define epochs by iterations).
+        distinct_across: ``A``, the consecutive batches of the stream that hold ``A·C`` distinct classes (batches
+            ``0 .. A-1``, ``A .. 2A-1``, …): the batches one step gives ``A`` processes, which SimO with
+            ``gather_distributed=True`` scores as one batch. The stream's length is then a multiple of ``A`` (its
+            last batches are dropped) and ``2·A·C`` must be fewer than the classes. Default 1: each batch alone.
 
     Raises:
         ValueError: if ``labels`` is not a non-empty 1-D int sequence, ``C`` or ``k`` is not a
@@ -105,9 +109,11 @@ class AFCLBatchSampler(Sampler[list[int]]):
         num_replicas: int | None = None,
         rank: int | None = None,
         batches_per_epoch: int | None = None,
+        distinct_across: int = 1,
     ) -> None:
         label_tensor = _check_labels_1d(labels)
         self.classes_per_batch = check_int("classes_per_batch", classes_per_batch, 1)
+        self.distinct_across = check_int("distinct_across", distinct_across, 1)
         self.samples_per_class = check_int("samples_per_class", samples_per_class, 1)
         self.batch_size = self.classes_per_batch * self.samples_per_class
         if batch_size is not None and batch_size != self.batch_size:
@@ -117,10 +123,19 @@ class AFCLBatchSampler(Sampler[list[int]]):
             )
         classes, counts = torch.unique(label_tensor, return_counts=True)
         n_classes = classes.numel()
-        if 2 * self.classes_per_batch >= n_classes:
+        if 2 * self.classes_per_batch * self.distinct_across >= n_classes:
+            if self.distinct_across == 1:
+                raise InputError(
+                    f"`classes_per_batch`={self.classes_per_batch} must be fewer than half the number of classes "
+                    f"({n_classes} in `labels`), i.e. at most {(n_classes - 1) // 2} (SimO's stability fix)."
+                )
+            most = (n_classes - 1) // (2 * self.distinct_across)
+            fix = f"use `classes_per_batch` ≤ {most}" if most else "too few classes for that many batches"
             raise InputError(
-                f"`classes_per_batch`={self.classes_per_batch} must be fewer than half the number of classes "
-                f"({n_classes} in `labels`), i.e. at most {(n_classes - 1) // 2} (SimO's stability fix)."
+                f"`classes_per_batch`={self.classes_per_batch} × `distinct_across`={self.distinct_across} = "
+                f"{self.classes_per_batch * self.distinct_across} classes, in {self.distinct_across} batches "
+                f"scored as one, must be fewer than half the number of classes ({n_classes} in `labels`): {fix} "
+                "(SimO's stability fix)."
             )
         if not replacement:
             small = [(int(c), int(n)) for c, n in zip(classes, counts) if n < self.samples_per_class]
@@ -143,6 +158,8 @@ class AFCLBatchSampler(Sampler[list[int]]):
             self.num_batches = check_int("batches_per_epoch", batches_per_epoch, 1)
         else:
             self.num_batches = n_items // per_round if drop_last else math.ceil(n_items / per_round)
+        whole = self.distinct_across // math.gcd(self.distinct_across, self.num_replicas)  # replica batches per window
+        self.num_batches -= self.num_batches % whole  # the stream ends with a whole window
         if self.num_batches == 0:
             raise InputError(
                 f"`labels` has {n_items} items, fewer than one batch of {self.batch_size} for each of "
@@ -191,12 +208,14 @@ class AFCLBatchSampler(Sampler[list[int]]):
             return [queues[cls].pop() for _ in range(k)]
 
         batches = []
-        for b in range(self.num_batches * self.num_replicas):
+        window = self.distinct_across  # batches drawn together: distinct classes across them
+        for w in range(self.num_batches * self.num_replicas // window):
             if self.shuffle:
-                chosen = torch.randperm(n_classes, generator=generator)[:c].tolist()
+                chosen = torch.randperm(n_classes, generator=generator)[: c * window].tolist()
             else:
-                chosen = [(b * c + j) % n_classes for j in range(c)]
-            batches.append([index for cls in chosen for index in take(cls)])
+                chosen = [(w * c * window + j) % n_classes for j in range(c * window)]
+            for b in range(window):
+                batches.append([index for cls in chosen[b * c : (b + 1) * c] for index in take(cls)])
         return batches
 
     def __iter__(self) -> Iterator[list[int]]:
@@ -209,5 +228,6 @@ class AFCLBatchSampler(Sampler[list[int]]):
         return (
             f"{type(self).__name__}(classes_per_batch={self.classes_per_batch}, "
             f"samples_per_class={self.samples_per_class}, num_batches={self.num_batches}, shuffle={self.shuffle}, "
-            f"replacement={self.replacement}, num_replicas={self.num_replicas}, rank={self.rank})"
+            f"replacement={self.replacement}, num_replicas={self.num_replicas}, rank={self.rank}"
+            + (f", distinct_across={self.distinct_across})" if self.distinct_across > 1 else ")")
         )

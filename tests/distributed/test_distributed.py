@@ -42,8 +42,10 @@ def rank_results(tmp_path_factory: pytest.TempPathFactory) -> list[dict[str, dic
     return [torch.load(out_dir / f"rank{r}.pt") for r in range(WORLD_SIZE)]
 
 
-@pytest.mark.parametrize("split", ["equal", "unequal"])
-@pytest.mark.parametrize("loss_name", ["info_nce", "supcon", "ocl"])
+@pytest.mark.parametrize(
+    ("loss_name", "split"),
+    [(name, split) for name in ("info_nce", "supcon", "ocl") for split in ("equal", "unequal")] + [("afcl", "equal")],
+)
 def test_two_processes_equal_one_process_on_the_global_batch(
     rank_results: list[dict[str, dict[str, object]]], loss_name: str, split: str
 ) -> None:

@@ -3,7 +3,8 @@
 Launches ``tests/distributed_scripts/trainer_distributed.py`` with ``accelerate launch --multi_gpu
 --num_processes 2`` (``transformers.Trainer`` picks the process group up from the environment) and compares,
 after a few SGD steps on fixed views, the parameters of CARETrainer and OCLTrainer with a single process trained on
-batches of twice the size (and twice the CARE splits, so chunks keep their size), to 1e-5.
+batches of twice the size (and twice the CARE splits, so chunks keep their size), to 1e-5; and SimOTrainer with one
+process on batches of twice the classes.
 """
 
 from __future__ import annotations
@@ -74,6 +75,22 @@ def test_two_processes_train_like_one_process_on_the_global_batch(runs, method: 
         ):
             assert a["loss_invariance"] == pytest.approx(b["loss_invariance"], rel=1e-5)
             assert a["loss_equivariance"] == pytest.approx(b["loss_equivariance"], rel=1e-4, abs=1e-7)
+
+
+def test_simo_on_two_processes_trains_like_one_process_on_their_classes(runs) -> None:
+    """SimO with `gather_distributed=True`: the 2 processes' class groups (2 classes each, distinct within a step) are
+    one AFCL batch, so they train like one process on batches of 4 classes (docs/methods.md §5). Without the gather
+    SimO scored each process's 2 classes alone (and ignored the flag)."""
+    out_dir, _ = runs
+    two = torch.load(out_dir / "simo.pt", weights_only=False)
+    one = _load_script().run_simo(out_dir / "single", classes_per_batch=4)
+    initial = _load_script().vit_encoder().state_dict()
+    assert any(not torch.equal(one["parameters"][k], initial[k]) for k in one["parameters"])  # it trained
+    for name, value in two["parameters"].items():
+        torch.testing.assert_close(value, one["parameters"][name], atol=1e-5, rtol=1e-5, msg=name)
+    for a, b in zip((h for h in two["log_history"] if "loss" in h), (h for h in one["log_history"] if "loss" in h)):
+        for key in ("loss", "loss_same", "loss_mean", "loss_diff"):
+            assert a[key] == pytest.approx(b[key], rel=1e-5, abs=1e-7), key
 
 
 def test_loss_owned_parameters_stay_identical_across_processes(runs) -> None:

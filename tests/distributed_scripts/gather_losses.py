@@ -5,7 +5,8 @@ Launch (2 CPU processes, gloo):
 
 Every rank builds the same tiny model (``nn.Linear``, no batch statistics) and the same global
 batch, takes its slice, computes each loss with ``gather_distributed=True``, back-propagates and
-all-reduce-averages the parameter gradients (what DDP does). It saves the loss values and the
+all-reduce-averages the parameter gradients (what DDP does). SimO's AFCL scores every process's class groups as
+one batch: each rank's loss is the global one. It saves the loss values and the
 averaged gradients to ``OUT_DIR/rank{r}.pt``. The test imports :func:`build_problem` and
 :func:`loss_and_grads` to compute the single-process reference on the concatenated batch.
 """
@@ -25,7 +26,7 @@ from loss_problem import linear_problem, loss_and_grads  # noqa: E402
 # Local batch sizes of rank 0 and rank 1: the equal split is the spec's invariant; the unequal one
 # checks that each process's share is scaled so that the plain mean over processes still matches.
 SPLITS = {"equal": (6, 6), "unequal": (4, 8)}
-LOSSES = ("info_nce", "supcon", "ocl")
+LOSSES = ("info_nce", "supcon", "ocl", "afcl")  # afcl: 2 classes x 3 rows per rank, the equal split only
 
 
 def build_problem() -> tuple[nn.Module, Tensor, Tensor, Tensor]:
@@ -44,6 +45,8 @@ def main(out_dir: Path) -> None:
         start = sum(sizes[:rank])
         rows = slice(start, start + sizes[rank])
         for name in LOSSES:
+            if name == "afcl" and split_name != "equal":  # AFCL batches are C x k on every process
+                continue
             loss, grads = loss_and_grads(name, model, x1[rows], x2[rows], labels[rows], gather_distributed=True)
             for grad in grads:  # DDP: all-reduce, then divide by the number of processes
                 dist.all_reduce(grad, op=dist.ReduceOp.SUM)

@@ -1,4 +1,4 @@
-"""CARETrainer / OCLTrainer with ``gather_distributed=True``: 2 processes vs one on the global batch.
+"""CARETrainer / OCLTrainer / SimOTrainer with ``gather_distributed=True``: 2 processes vs one on the global batch.
 
 Launched by ``tests/distributed/test_trainer_distributed.py`` as::
 
@@ -32,8 +32,8 @@ from trainer_utils import (  # noqa: E402
 )
 
 from hf_contrast import distributed  # noqa: E402
-from hf_contrast.objectives import BinaryNCEObjective, CAREObjective, OCLObjective  # noqa: E402
-from hf_contrast.training import CARETrainer, OCLTrainer, SimCLRTrainer  # noqa: E402
+from hf_contrast.objectives import BinaryNCEObjective, CAREObjective, OCLObjective, SimOObjective  # noqa: E402
+from hf_contrast.training import CARETrainer, OCLTrainer, SimCLRTrainer, SimOTrainer  # noqa: E402
 
 STEPS = 3
 LOCAL_BATCH = 4
@@ -70,6 +70,23 @@ def run(method: str, out_dir: Path, batch_size: int, n_splits: int) -> dict[str,
     }
 
 
+def run_simo(out_dir: Path, classes_per_batch: int) -> dict[str, Any]:
+    """SimO with ``gather_distributed=True`` and ``classes_per_batch`` classes of 2 samples per process, on 10
+    classes: on 2 processes the sampler deals each step's 2 batches 2 + 2 distinct classes, drawn as one process's
+    batch of 4 classes is (same seed), so both runs score the same global AFCL batch."""
+    data = image_dataset(n=N_SAMPLES, size=16, n_classes=10)
+    args = training_args(
+        out_dir / "run_simo", max_steps=STEPS, per_device_train_batch_size=2 * classes_per_batch,
+        optim="sgd", learning_rate=1e-5, max_grad_norm=0.0, gather_distributed=True,  # raw embeddings: a small rate
+    )  # fmt: skip
+    objective = SimOObjective(classes_per_batch=classes_per_batch, samples_per_class=2, olean=0.3)
+    trainer = SimOTrainer(
+        model=vit_encoder(), args=args, train_dataset=data, data_collator=fixed_views_collator, objective=objective
+    )
+    trainer.train()
+    return {"parameters": parameters(trainer.model), "log_history": trainer.state.log_history}
+
+
 def run_learnable_loss(out_dir: Path) -> dict[str, torch.Tensor]:
     """A learnable BinaryNCE run: the objective-owned parameters must stay identical on every process."""
     data = image_dataset(n=N_SAMPLES, size=16)
@@ -90,6 +107,9 @@ def main() -> None:
         result = run(method, out_dir, LOCAL_BATCH, LOCAL_SPLITS)
         if distributed.rank() == 0:
             torch.save(result, out_dir / f"{method}.pt")
+    simo = run_simo(out_dir, classes_per_batch=2)
+    if distributed.rank() == 0:
+        torch.save(simo, out_dir / "simo.pt")
     torch.save(run_learnable_loss(out_dir), out_dir / f"binary_nce_rank{distributed.rank()}.pt")
     finish_process()
 

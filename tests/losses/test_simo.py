@@ -154,7 +154,7 @@ def test_afcl_module_equals_functional(gen: torch.Generator) -> None:
     e = torch.randn(12, 5, generator=gen)
     module = AFCLLoss(n_classes=4, olean=0.05, eps=1e-5)
     torch.testing.assert_close(module(e)["loss"], afcl_loss(e, 4, olean=0.05, eps=1e-5))
-    assert module.get_config_dict() == {"n_classes": 4, "olean": 0.05, "eps": 1e-5}
+    assert module.get_config_dict() == {"n_classes": 4, "olean": 0.05, "eps": 1e-5, "gather_distributed": False}
     assert AFCLLoss.citation == SimOLoss.citation
 
 

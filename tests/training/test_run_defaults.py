@@ -397,13 +397,14 @@ def test_a_decision_made_before_the_trainer_is_the_trainers(tmp_path) -> None:
         ("care", True),
         ("vicreg", False),
         ("binary_nce", False),
-        ("simo", False),
+        ("simo", True),
         ("care_moco", False),
     ],  # fmt: skip
 )
 def test_gather_distributed_is_said_where_it_applies_and_warned_where_it_does_not(tmp_path, objective, gathers):  # noqa: ANN001, ANN201
-    """SimO, LOCAL and CARE-MoCo never compare across processes: `gather_distributed=True` did nothing, silently. It
-    is now warned about when the trainer is built, and the run set-up (log and card) says where negatives come from."""
+    """VICReg, binary NCE, LOCAL and CARE-MoCo never compare across processes: `gather_distributed=True` did nothing,
+    silently. It is warned about when the trainer is built, and the run set-up (log and card) says where negatives come
+    from. SimO scores the class groups of every process as one batch (docs/methods.md §5)."""
     from distributed_scripts.trainer_utils import image_dataset, training_args, vit_encoder
 
     from hf_contrast.objectives import SimOObjective

@@ -434,3 +434,27 @@ def test_a_training_order_the_run_cannot_follow_is_refused(model, images, tmp_pa
             model=model, args=training_args(tmp_path, max_steps=1, **ordered), train_dataset=images
         )
         trainer.train()
+
+
+def test_simo_gathered_over_processes_is_checked_for_the_batch_the_loss_sees(model, tmp_path, monkeypatch) -> None:
+    """With `gather_distributed=True` on 2 processes SimO scores the 2 processes' batches as one: C = 4 classes per
+    process make 8 of 10 classes, against the paper's fewer-than-half (refused, naming the flag); with
+    `on_bad_image='skip'` a process could shrink its class groups, which a joint batch cannot take (refused)."""
+    from hf_contrast.training import ContrastiveTrainingArguments
+
+    monkeypatch.setattr(ContrastiveTrainingArguments, "world_size", property(lambda self: 2))  # as if launched on 2
+    data = image_dataset(n=60, size=16, labels=[c for c in range(10) for _ in range(6)])
+    build = lambda c, **args: SimOTrainer(  # noqa: E731
+        model=model, args=training_args(tmp_path, per_device_train_batch_size=2 * c, gather_distributed=True, **args),
+        train_dataset=data, objective=SimOObjective(classes_per_batch=c, samples_per_class=2),
+    )  # fmt: skip
+    with pytest.raises(InputError) as raised:
+        build(3)
+    said = str(raised.value)
+    assert "`classes_per_batch`=3 × `distinct_across`=2 = 6 classes, in 2 batches scored as one" in said
+    assert "use `classes_per_batch` ≤ 2" in said and "`gather_distributed=True` on 2 processes" in said
+    with pytest.raises(InputError, match=r"`on_bad_image='skip'` would shrink the groups"):
+        build(2, on_bad_image="skip")
+    trainer = build(2)
+    assert trainer.objective.train_batch_sampler(data, trainer.views).distinct_across == 2
+    assert trainer.objective.loss.gather_distributed

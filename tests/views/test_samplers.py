@@ -12,6 +12,8 @@ import numpy as np
 import pytest
 import torch
 from _launch import free_port
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from torch.utils.data import DataLoader, TensorDataset
 
 from hf_contrast.views import AFCLBatchSampler
@@ -225,3 +227,45 @@ def test_replacement_allows_small_classes() -> None:
     labels = [0] * 4 + [1] * 4 + [2] * 4 + [3] * 4 + [4] * 2
     batches = list(AFCLBatchSampler(labels, 2, 4, replacement=True, num_replicas=1, rank=0, seed=0))
     assert batches and all(_class_major_ok(b, labels, 2, 4) for b in batches)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    n_classes=st.integers(3, 12),
+    per_class=st.integers(2, 9),
+    c=st.integers(1, 3),
+    k=st.integers(1, 3),
+    across=st.integers(1, 4),
+    replicas=st.integers(1, 3),
+    shuffle=st.booleans(),
+    replacement=st.booleans(),
+    seed=st.integers(0, 1000),
+)
+def test_batches_scored_as_one_hold_distinct_classes(
+    n_classes, per_class, c, k, across, replicas, shuffle, replacement, seed
+) -> None:
+    """`distinct_across=A` (SimO with `gather_distributed=True` on A processes): each aligned window of A batches of
+    the stream holds A·C distinct classes, class-major, k samples each; the stream ends with a whole window; and the
+    window's batches, joined, are the batch a sampler of A·C classes per batch draws (the same seed): A processes
+    score what one process on A times the classes would."""
+    labels = _labels(n_classes, per_class, seed)
+    options = dict(shuffle=shuffle, replacement=replacement, seed=seed)
+    if 2 * c * across >= n_classes or (not replacement and per_class < k):
+        with pytest.raises(ValueError):
+            AFCLBatchSampler(labels, c, k, distinct_across=across, num_replicas=1, rank=0, **options)
+        return
+    try:
+        sampler = AFCLBatchSampler(labels, c, k, distinct_across=across, num_replicas=replicas, rank=0, **options)
+    except ValueError as error:  # too little data for one whole window
+        assert "fewer than one batch" in str(error)
+        return
+    stream = sampler._global_batches(0)
+    assert len(stream) % across == 0 and len(stream) == len(sampler) * replicas
+    one = AFCLBatchSampler(labels, c * across, k, num_replicas=1, rank=0, **options)._global_batches(0)
+    for w in range(len(stream) // across):
+        window = stream[w * across : (w + 1) * across]
+        assert all(_class_major_ok(batch, labels, c, k) for batch in window)
+        joined = [index for batch in window for index in batch]
+        assert _class_major_ok(joined, labels, c * across, k)  # A·C distinct classes
+        if w < len(one):
+            assert joined == one[w]
