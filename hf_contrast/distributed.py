@@ -18,7 +18,7 @@ import torch
 import torch.distributed as dist
 from torch import Tensor
 
-__all__ = ["is_distributed", "rank", "world_size", "gather", "gather_with_offset"]
+__all__ = ["is_distributed", "rank", "world_size", "gather", "gather_equal", "gather_with_offset"]
 
 
 def is_distributed() -> bool:
@@ -95,3 +95,12 @@ def gather(x: Tensor) -> Tensor:
     Shape: ``(B_local, ...)`` -> ``(sum of B_local, ...)``. Identity when not distributed.
     """
     return gather_with_offset(x)[0]
+
+
+def gather_equal(x: Tensor) -> Tensor:
+    """:func:`gather` for a tensor of the same shape on every process (e.g. a per-process sum, SimO's ``C`` class
+    groups): no exchange of sizes first. Shape: ``(n, ...)`` -> ``(world_size · n, ...)``; identity when not
+    distributed. The caller promises equal shapes (``all_gather`` fails or hangs otherwise)."""
+    if world_size() == 1:
+        return x
+    return _GatherWithGrad.apply(x, [x.shape[0]] * world_size())

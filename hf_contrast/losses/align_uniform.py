@@ -18,7 +18,7 @@ from torch import Tensor
 
 from hf_contrast.errors import InputError
 
-from ..distributed import gather_with_offset
+from ..distributed import gather_equal, gather_with_offset
 from ..tensor_checks import (
     check_bool,
     check_embeddings,
@@ -119,10 +119,10 @@ def uniformity_loss(
     ``torch.pdist(x).pow(2).mul(-t).exp().mean().log()`` (the authors' code) on normalised ``x``.
 
     With ``gather_distributed=True`` the local rows are compared with the rows gathered from
-    every process: the pair set is (local sample, any other global sample), i.e. the mean runs
-    over ``B_local × (B_global - 1)`` ordered pairs. Each process thus sees all its pairs, but
-    the average over processes of this log-mean is *not* exactly the single-process value on the
-    global batch (the log sits outside the mean); it is the usual distributed estimate.
+    every process, (local sample, any other global sample), and the processes' sums over those
+    pairs are gathered too: every process gets the log-mean over all ``B_global × (B_global - 1)``
+    ordered pairs, the single-process value on the global batch, and the DDP-averaged gradients
+    equal that process's (docs/methods.md §8).
 
     Paper: https://arxiv.org/abs/2005.10242
 
@@ -190,14 +190,19 @@ def _uniformity(
                 row_lse = tiled_symmetric_uniformity_logsumexp(a, sq_local, t, tile)
             else:  # local rows × gathered columns: the general form
                 row_lse = tiled_uniformity_logsumexp(a, candidates, sq_local, sq_all, offset, t, tile)
-            return torch.logsumexp(row_lse, dim=0) - math.log(n_local * (n_all - 1))
-        sq_norms = sq_local[:, None] + sq_all[None, :]
-        sq_dist = torch.addmm(sq_norms, a, candidates.T, alpha=-2.0).clamp_min(0.0)
-        rows = torch.arange(n_local, device=a.device)
-        is_self = torch.zeros(n_local, n_all, dtype=torch.bool, device=a.device)
-        is_self[rows, rows + offset] = True
-        logits = (-t * sq_dist).masked_fill(is_self, -math.inf)
-        return torch.logsumexp(logits.flatten(), dim=0) - math.log(n_local * (n_all - 1))
+            lse = torch.logsumexp(row_lse, dim=0)
+        else:
+            sq_norms = sq_local[:, None] + sq_all[None, :]
+            sq_dist = torch.addmm(sq_norms, a, candidates.T, alpha=-2.0).clamp_min(0.0)
+            rows = torch.arange(n_local, device=a.device)
+            is_self = torch.zeros(n_local, n_all, dtype=torch.bool, device=a.device)
+            is_self[rows, rows + offset] = True
+            logits = (-t * sq_dist).masked_fill(is_self, -math.inf)
+            lse = torch.logsumexp(logits.flatten(), dim=0)
+        if candidates is a:
+            return lse - math.log(n_local * (n_all - 1))
+        # every process's (local row, other global row) sums: the global batch's log-mean, the same on every process
+        return torch.logsumexp(gather_equal(lse.reshape(1)), dim=0) - math.log(n_all * (n_all - 1))
 
 
 @dataclass

@@ -176,7 +176,7 @@ def _afcl_terms(
             "fewer classes."
         )
     if checked.gather_distributed and distributed.world_size() > 1:  # (R·C, k, D): every process's groups
-        e = distributed.gather(e)
+        e = distributed.gather_equal(e)  # C groups on every process (the sampler's)
     with float32_math(e.device.type):
         e = e.to(compute_dtype(e))
         same = _simo(e, 1.0, eps).sum()
