@@ -44,7 +44,11 @@ def rank_results(tmp_path_factory: pytest.TempPathFactory) -> list[dict[str, dic
 
 @pytest.mark.parametrize(
     ("loss_name", "split"),
-    [(name, split) for name in ("info_nce", "supcon", "ocl", "uniformity") for split in ("equal", "unequal")]
+    [
+        (name, split)
+        for name in ("info_nce", "supcon", "ocl", "uniformity", "spectral")
+        for split in ("equal", "unequal")
+    ]
     + [("afcl", "equal")],
 )
 def test_two_processes_equal_one_process_on_the_global_batch(

@@ -26,7 +26,14 @@ from loss_problem import linear_problem, loss_and_grads  # noqa: E402
 # Local batch sizes of rank 0 and rank 1: the equal split is the spec's invariant; the unequal one
 # checks that each process's share is scaled so that the plain mean over processes still matches.
 SPLITS = {"equal": (6, 6), "unequal": (4, 8)}
-LOSSES = ("info_nce", "supcon", "ocl", "uniformity", "afcl")  # afcl: 2 classes x 3 rows per rank, equal split only
+LOSSES = (
+    "info_nce",
+    "supcon",
+    "ocl",
+    "uniformity",
+    "spectral",
+    "afcl",
+)  # afcl: 2 classes x 3 rows per rank, equal split only
 
 
 def build_problem() -> tuple[nn.Module, Tensor, Tensor, Tensor]:

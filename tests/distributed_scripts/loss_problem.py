@@ -11,7 +11,14 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from hf_contrast.losses import afcl_loss, info_nce_loss, ocl_loss, supcon_loss, uniformity_loss
+from hf_contrast.losses import (
+    afcl_loss,
+    info_nce_loss,
+    ocl_loss,
+    spectral_contrastive_loss,
+    supcon_loss,
+    uniformity_loss,
+)
 
 
 def linear_problem(labels: Tensor) -> tuple[nn.Module, Tensor, Tensor, Tensor]:
@@ -28,9 +35,9 @@ def linear_problem(labels: Tensor) -> tuple[nn.Module, Tensor, Tensor, Tensor]:
 def loss_and_grads(
     name: str, model: nn.Module, x1: Tensor, x2: Tensor, labels: Tensor, **loss_kwargs: Any
 ) -> tuple[Tensor, list[Tensor]]:
-    """One loss (``info_nce``, ``supcon``, ``ocl``, ``uniformity`` or ``afcl``: SimO's, on the rows as class-major
-    groups of 3) on the given rows with ``loss_kwargs`` (``gather_distributed``, ``tile_size``), its backward, and the
-    parameter gradients (not yet averaged)."""
+    """One loss (``info_nce``, ``supcon``, ``ocl``, ``uniformity``, ``spectral`` or ``afcl``: SimO's, on the rows as
+    class-major groups of 3) on the given rows with ``loss_kwargs`` (``gather_distributed``, ``tile_size``), its
+    backward, and the parameter gradients (not yet averaged)."""
     model.zero_grad(set_to_none=True)
     if name == "info_nce":
         loss = info_nce_loss(model(x1), model(x2), temperature=0.5, **loss_kwargs)
@@ -38,6 +45,8 @@ def loss_and_grads(
         loss = supcon_loss(model(x1), labels, temperature=0.1, **loss_kwargs)
     elif name == "ocl":
         loss = ocl_loss(model(x1), labels, temperature=0.1, **loss_kwargs)
+    elif name == "spectral":
+        loss = spectral_contrastive_loss(model(x1), model(x2), **loss_kwargs)
     elif name == "afcl":
         loss = afcl_loss(model(x1), n_classes=len(x1) // 3, olean=0.3, **loss_kwargs)
     else:
