@@ -55,6 +55,19 @@ def test_the_package_bars_follow_transformers_progress_switch(capfd) -> None:
     assert "Encoding" in capfd.readouterr().err
 
 
+def test_the_package_bars_show_in_the_main_process_only(capfd, monkeypatch) -> None:
+    """`accelerate launch --num_processes 2 run_bert.py` drew every "Encoding" bar twice, interleaved: the other
+    processes' bars are off, as the Trainer's own are (here a launcher's `RANK`, before any process group)."""
+    data = image_dataset(n=8)
+    model = vit_encoder()
+    monkeypatch.setenv("RANK", "1")
+    encode_dataset(model, data, batch_size=4, progress=True)
+    assert "Encoding" not in capfd.readouterr().err
+    monkeypatch.setenv("RANK", "0")
+    encode_dataset(model, data, batch_size=4, progress=True)
+    assert "Encoding" in capfd.readouterr().err
+
+
 def test_the_package_loggers_follow_the_trainers_log_level(tmp_path) -> None:
     package = logging.getLogger("hf_contrast")
     previous = package.level
