@@ -249,7 +249,9 @@ def main() -> None:
         why_not = best_checkpoint_unavailable(training_args)
         training_args.load_best_model_at_end = why_not is None
         if why_not and training_args.should_log:  # said once, by the main process
-            logger.warning(f"The last model is saved, not the best `eval_sts_spearman` checkpoint: {why_not}.")
+            logger.warning(
+                f"The last model is saved, not the best `eval_sts_spearman` checkpoint: {why_not.rstrip('.')}."
+            )
     check_sample_caps(script)  # before any data is read
     check_task_head(script.method, script.task_head)
     check_text_backbone(script.model)  # a timm name is an image model: said before any data or Hub request
