@@ -631,6 +631,10 @@ TRAINING_KEYS = (
     "lr_scheduler_type", "warmup_steps", "weight_decay", "max_grad_norm", "optim", "adam_beta1", "adam_beta2",
     "adam_epsilon", "seed", "image_size", "bf16", "fp16",
 )  # fmt: skip
+#: Settings recorded since after checkpoints were first written, by group: a checkpoint without one predates it
+#: (its value unknown), so it is not compared. ``gather_distributed``: whether the loss compared with every
+#: process's batch (False where the method ignores the flag, or on one process).
+LATER_KEYS = {"training": ("gather_distributed",)}
 #: The encoder's architecture, from its config (a model without one of them has ``None``).
 MODEL_KEYS = (
     "backbone", "backbone_type", "small_image_stem", "embedding_dim", "projection_dim", "projection_layers",
@@ -645,26 +649,34 @@ def _plain(value: Any) -> Any:
 
 def run_settings(objective: Any, model: Any, args: Any) -> dict[str, dict[str, Any]]:
     """``{"method": {...}, "model": {...}, "training": {...}}``: the objective's name and hyperparameters, the
-    encoder's architecture (:data:`MODEL_KEYS`) and the weight-shaping training arguments (:data:`TRAINING_KEYS`)."""
+    encoder's architecture (:data:`MODEL_KEYS`) and the weight-shaping training arguments (:data:`TRAINING_KEYS`, and
+    whether the loss gathered every process's batch: `gather_distributed` where the method reads it)."""
     config = getattr(objective, "config", None)
     hyperparameters = dataclasses.asdict(config) if dataclasses.is_dataclass(config) else {}
     model_config = getattr(model, "config", None)
+    gathered = (  # the flag changes the loss only where the method reads it, on more than one process
+        bool(getattr(args, "gather_distributed", False))
+        and getattr(objective, "gathers_negatives", True)
+        and (getattr(args, "world_size", 1) or 1) > 1
+    )
     return _plain(
         {
             "method": {"name": getattr(objective, "name", type(objective).__name__), **hyperparameters},
             "model": {key: getattr(model_config, key, None) for key in MODEL_KEYS},
-            "training": {key: getattr(args, key, None) for key in TRAINING_KEYS},
+            "training": {**{key: getattr(args, key, None) for key in TRAINING_KEYS}, "gather_distributed": gathered},
         }
     )
 
 
 def changed_settings(saved: dict[str, dict[str, Any]], current: dict[str, dict[str, Any]]) -> list[str]:
     """Each setting whose value differs, as ``"`name` (group): saved → current"`` (a setting one side lacks is
-    compared as ``None``; for another method, only its name)."""
+    compared as ``None``, but for :data:`LATER_KEYS` a checkpoint that predates them; for another method, only its
+    name)."""
     changes = []
     for group, values in current.items():
         before = saved.get(group, {})
         keys = sorted(set(values) | set(before))
+        keys = [key for key in keys if key in before or key not in LATER_KEYS.get(group, ())]
         if group == "method" and before.get("name") != values.get("name"):
             keys = ["name"]  # another method: its hyperparameters are another method's, not changes
         for key in keys:

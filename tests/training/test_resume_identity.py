@@ -95,6 +95,31 @@ def test_resume_with_changes_continues_logs_and_cards_them(tmp_path: Path, image
     )
 
 
+def test_where_negatives_come_from_is_a_setting_of_the_run_and_older_checkpoints_resume() -> None:
+    """Multi-process runs record whether the loss compared with every process's batch: resuming with the flag
+    toggled changes the method's negatives mid-run (refused, like another batch size). One process, or a method that
+    ignores the flag, records False either way; a checkpoint written before the setting was recorded resumes."""
+    from types import SimpleNamespace
+
+    from hf_contrast.objectives import VICRegObjective
+    from hf_contrast.training.checkpointing import run_settings
+
+    def settings(gather: bool, world_size: int = 2, objective=None):  # noqa: ANN001, ANN202
+        args = SimpleNamespace(gather_distributed=gather, world_size=world_size)
+        return run_settings(objective or SimCLRObjective(), vit_encoder(), args)
+
+    assert settings(True)["training"]["gather_distributed"] is True
+    assert changed_settings(settings(False), settings(True)) == [
+        "`gather_distributed` (training): False in the checkpoint, True now"
+    ]
+    assert changed_settings(settings(False, world_size=1), settings(True, world_size=1)) == []  # nothing to gather
+    vicreg = VICRegObjective()  # its loss never gathers: the flag is ignored (with a warning)
+    assert changed_settings(settings(False, objective=vicreg), settings(True, objective=vicreg)) == []
+    older = settings(False)
+    del older["training"]["gather_distributed"]  # a checkpoint of a version that did not record it
+    assert changed_settings(older, settings(True)) == []
+
+
 def test_a_checkpoint_written_without_the_settings_resumes_as_before(tmp_path: Path, images) -> None:
     first_run(tmp_path, images)
     (tmp_path / "checkpoint-2" / RUN_SETTINGS_NAME).unlink()
