@@ -138,6 +138,7 @@ class SimOObjective(Objective):
             )
         if column not in dataset.column_names:
             raise InputError(f"SimO needs class labels: the training dataset has no `label_column`={column!r}.")
+        gathered = self.gathered_batches(views)
         try:
             return AFCLBatchSampler(
                 list(dataset[column]),
@@ -149,12 +150,9 @@ class SimOObjective(Objective):
                 replacement=self.config.replacement,
                 num_replicas=1,
                 rank=0,
-                distinct_across=self.gathered_batches(
-                    views
-                ),  # Accelerate gives the R batches of a step to R processes
+                distinct_across=gathered,  # Accelerate deals a step's R batches to R processes
             )
         except InputError as error:  # name SimO's own options (the sampler's are not passed by the user)
-            gathered = self.gathered_batches(views)
             across = (
                 f" `distinct_across`={gathered}: `gather_distributed=True` on {gathered} processes scores their "
                 f"batches as one (or set it to False)."

@@ -159,6 +159,11 @@ class AFCLBatchSampler(Sampler[list[int]]):
         else:
             self.num_batches = n_items // per_round if drop_last else math.ceil(n_items / per_round)
         whole = self.distinct_across // math.gcd(self.distinct_across, self.num_replicas)  # replica batches per window
+        if batches_per_epoch is not None and self.num_batches % whole:
+            raise InputError(
+                f"`batches_per_epoch`={batches_per_epoch} must be a multiple of {whole}: with `distinct_across`="
+                f"{self.distinct_across} over {self.num_replicas} replica(s) the stream ends on a whole window."
+            )
         self.num_batches -= self.num_batches % whole  # the stream ends with a whole window
         if self.num_batches == 0:
             raise InputError(

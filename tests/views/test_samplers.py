@@ -213,6 +213,13 @@ def test_two_real_processes_get_distinct_batches(tmp_path) -> None:
         (_labels(), {"classes_per_batch": 1.5}, "`classes_per_batch` must be an integer >= 1"),
         (_labels(), {"rank": 2, "num_replicas": 2}, "`rank` must be an int in \\[0, 2\\), got 2"),
         (_labels(per_class=4), {"num_replicas": 8, "rank": 0}, "fewer than one batch of 8 for each of 8 replicas"),
+        (_labels(), {"distinct_across": 0}, "`distinct_across` must be an integer >= 1, got 0"),
+        (
+            _labels(),
+            {"distinct_across": 2, "batches_per_epoch": 3},
+            "`batches_per_epoch`=3 must be a multiple of 2: with `distinct_across`=2 over 1 replica",
+        ),
+        (_labels(), {"distinct_across": 3}, "`classes_per_batch`=2 × `distinct_across`=3 = 6 classes"),
     ],
 )
 def test_errors(labels: object, kwargs: dict, match: str) -> None:
