@@ -366,9 +366,12 @@ def plot_loss_curves(
     _check_title(title)
     curves = _curves(log_history, lambda key: key.startswith(prefixes))
     if not curves:
+        steps = [e["step"] for e in log_history if isinstance(e.get("step"), int)]
+        until = f", up to step {max(steps)}" if steps else ""
         raise InputError(
-            f"`log_history` has no finite value under a key starting with {prefixes} "
-            f"({len(log_history)} entries); pass `trainer.state.log_history` after training with logging on."
+            f"`log_history` has no finite value under a key starting with {prefixes} ({len(log_history)} "
+            f"entries{until}): a run shorter than its `logging_steps` logs no loss (log more often, e.g. "
+            "`--logging_steps 1`), and `eval_loss` needs evaluations; pass `trainer.state.log_history` after training."
         )
     panels: dict[str, list[str]] = {}
     for key in sorted(curves, key=lambda k: (k.removeprefix("eval_"), k.startswith("eval_"))):

@@ -179,8 +179,10 @@ def test_plot_errors(tmp_path: Path, clusters: tuple[torch.Tensor, torch.Tensor]
         plot_augmentation_cosine_histogram([z, z], [z], tmp_path / "x.png")
     with pytest.raises(ValueError, match=r"`f` and `f_a` \(augmentation 0\) must have the same shape"):
         plot_augmentation_cosine_histogram(z, z[:, :3], tmp_path / "x.png")
-    with pytest.raises(ValueError, match="`log_history` has no finite value"):
-        plot_loss_curves([{"learning_rate": 0.1, "step": 1}], tmp_path / "x.png")
+    # a run shorter than its logging_steps (run_simo.py --max_steps 7 logs every 10): the advice names the flag
+    said = r"no finite value .*\(2 entries, up to step 7\): a run shorter than its `logging_steps` logs no loss"
+    with pytest.raises(ValueError, match=said + r" .*`--logging_steps 1`"):
+        plot_loss_curves([{"learning_rate": 0.1, "step": 1}, {"train_runtime": 3.9, "step": 7}], tmp_path / "x.png")
     assert not (tmp_path / "x.png").exists()
 
 
