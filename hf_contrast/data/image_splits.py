@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import warnings
 from collections import Counter
@@ -10,6 +11,8 @@ from typing import Any
 from hf_contrast.errors import InputError
 
 from ..tensor_checks import check_int, check_positive, check_unit_interval
+
+logger = logging.getLogger(__name__)
 
 __all__ = ["load_image_splits"]
 
@@ -128,6 +131,14 @@ def load_image_splits(
         data = datasets.DatasetDict(
             {"train": data["train"].select(train_rows.tolist()), "test": data["train"].select(test_rows.tolist())}
         )
+        # a default that shapes the result: said at start-up and in the card, beside each split
+        share = f"{test_fraction:.0%} of each class"
+        logger.info(
+            f"{os.fspath(dataset) if dataset is not None else 'The data'} has no test split: {share} is held out for "
+            f"evaluation (seed {seed}): {len(train_rows):,} training / {len(test_rows):,} test rows."
+        )
+        add_loader_note(data["train"], f"{share} held out for evaluation (no test split; seed {seed})")
+        add_loader_note(data["test"], f"the {share} held out of the training split (no test split; seed {seed})")
         if single:  # on both splits: the card lists the note with the training and the evaluation data
             add_loader_note(data, one_image_note)
     data = datasets.DatasetDict({"train": data["train"], "test": data["test"]})

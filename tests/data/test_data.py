@@ -310,7 +310,7 @@ def test_a_column_already_named_like_the_canonical_one_is_kept(tmp_path: Path, c
     assert swapped["text"] == ["the long body"] and swapped["text_pair"] == ["short title"]
 
 
-def test_load_image_splits_holds_out_a_stratified_split_of_a_folder_without_one(tmp_path: Path) -> None:
+def test_load_image_splits_holds_out_a_stratified_split_of_a_folder_without_one(tmp_path: Path, caplog) -> None:
     from PIL import Image
 
     from hf_contrast.data import load_image_splits
@@ -319,11 +319,17 @@ def test_load_image_splits_holds_out_a_stratified_split_of_a_folder_without_one(
         (tmp_path / label).mkdir()
         for i in range(10):
             Image.new("RGB", (12, 12), (i * 20, 0, 0)).save(tmp_path / label / f"{i}.png")
-    data = load_image_splits(str(tmp_path), max_eval_samples=2)
+    with caplog.at_level("INFO", logger="hf_contrast.data.image_splits"):
+        data = load_image_splits(str(tmp_path), max_eval_samples=2)
     assert len(data["train"]) == 16 and sorted(data["test"]["label"]) == [0, 1]  # 20 % per class, then balanced
-    # the subset is said beside the evaluation data, and only there (the held-out rows share the folder's info)
+    # the held-out split shapes the result: said at start-up, and beside each split in the card; the subset beside
+    # the evaluation data only
+    said = f"{tmp_path} has no test split: 20% of each class is held out for evaluation (seed 0): 16 training / 4 test"
+    assert said in caplog.text
     subset = "a class-balanced subset of 2 of the split's 4 rows (`max_eval_samples`, seed 0)"
-    assert loader_notes(data["test"]) == [subset] and loader_notes(data["train"]) == []
+    held_out = "the 20% of each class held out of the training split (no test split; seed 0)"
+    assert loader_notes(data["test"]) == [held_out, subset]
+    assert loader_notes(data["train"]) == ["20% of each class held out for evaluation (no test split; seed 0)"]
     assert data["train"].features["label"].names == ["cat", "dog"]
     row = data["train"][0]["image"]  # undecoded: the collators decode and can name the file
     assert set(row) == {"bytes", "path"} and row["path"].endswith(".png")

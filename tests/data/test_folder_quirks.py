@@ -83,12 +83,16 @@ def test_the_folder_quirks_said_at_load_time_are_in_the_model_card_too(tmp_path:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         data = load_image_splits(str(root))
-    notes = [
+    folder = [
         "the class folder(s) ['empty'] hold no image and are left out of the classes",
         "the class folders 'Cat' and 'cat' differ only in case and are separate classes",
-        "1 class(es) of a single image, in training only: ['owl']",
     ]
-    assert loader_notes(data["train"]) == loader_notes(data["test"]) == notes
+    single = "1 class(es) of a single image, in training only: ['owl']"
+    notes = {  # and the held-out split, said beside each split
+        "train": [*folder, "20% of each class held out for evaluation (no test split; seed 0)", single],
+        "test": [*folder, "the 20% of each class held out of the training split (no test split; seed 0)", single],
+    }
+    assert {split: loader_notes(data[split]) for split in notes} == notes
     trainer = ContrastiveTrainer(
         model=vit_encoder(),
         args=training_args(tmp_path / "run", per_device_train_batch_size=4, max_steps=1),
@@ -100,4 +104,5 @@ def test_the_folder_quirks_said_at_load_time_are_in_the_model_card_too(tmp_path:
     trainer.create_model_card()
     card = (tmp_path / "run" / "README.md").read_text()
     lines = [line for line in card.splitlines() if line.startswith("- images, ")]  # training, evaluation
-    assert len(lines) == 2 and all(line.endswith("; note: ".join(["", *notes])) for line in lines), lines
+    assert len(lines) == 2, lines
+    assert [line.endswith("; note: ".join(["", *notes[split]])) for line, split in zip(lines, notes)] == [True, True]
