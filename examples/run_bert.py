@@ -38,7 +38,7 @@ import torch
 import transformers
 from transformers.trainer_utils import set_seed
 
-from hf_contrast.data import SENTENCE_PAIRS_PATH, load_sts_pairs, load_text_dataset, take_subset
+from hf_contrast.data import SENTENCE_PAIRS_PATH, hold_out, load_sts_pairs, load_text_dataset, take_subset
 from hf_contrast.errors import InputError
 from hf_contrast.evaluation import (
     EquivarianceEvaluator,
@@ -46,7 +46,6 @@ from hf_contrast.evaluation import (
     SequentialEvaluator,
     STSEvaluator,
     TaskHeadEvaluator,
-    balanced_split,
     encode_dataset,
 )
 from hf_contrast.models import ContrastiveEncoder, HubUnavailableError
@@ -280,18 +279,12 @@ def main() -> None:
         training_args.text_pair_column = "text_pair"
     train_dataset = data["train"]
     eval_dataset = next((data[s] for s in ("validation", "test") if s in data), None)
-    if eval_dataset is None:  # seeded split (stratified when labelled)
-        n = len(train_dataset)
-        labels = (
-            list(train_dataset[training_args.label_column])
-            if training_args.label_column in train_dataset.column_names
-            else [0] * n
-        )
-        train_rows, test_rows = balanced_split(labels, script.eval_fraction, training_args.seed)
-        train_dataset, eval_dataset = (
-            train_dataset.select(train_rows.tolist()),
-            train_dataset.select(test_rows.tolist()),
-        )
+    if eval_dataset is None:  # a seeded split (stratified when labelled), said at start-up and in the card
+        labelled = training_args.label_column in train_dataset.column_names
+        train_dataset, eval_dataset = hold_out(
+            train_dataset, script.eval_fraction, argument="eval_fraction", seed=training_args.seed,
+            label_column=training_args.label_column if labelled else None, name=script.dataset,
+        )  # fmt: skip
     seed = training_args.seed  # a seeded random subset each, said in the card
     train_dataset = take_subset(train_dataset, script.max_train_samples, argument="max_train_samples", seed=seed)
     eval_dataset = take_subset(eval_dataset, script.max_eval_samples, argument="max_eval_samples", seed=seed)

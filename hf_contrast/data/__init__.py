@@ -10,7 +10,8 @@ Nothing here downloads anything unless given a Hub id.
 - :func:`make_long_tailed` — a long-tailed subset (or the data as is);
 - embedded sets: :func:`load_digits_dataset`, :func:`load_sentence_pairs`, :func:`make_change_pairs`;
 - :func:`balanced_subset` / :func:`balanced_split` — seeded class-balanced rows (:mod:`~hf_contrast.data.sampling`);
-  :func:`take_subset` — at most N rows of a split, said in the model card;
+  :func:`take_subset` — at most N rows of a split, :func:`hold_out` — an evaluation split of a dataset without one,
+  each said in the model card;
 - :mod:`~hf_contrast.data.decode` — any PIL mode / path / bytes to the encoder's channels; :class:`BadImageError`.
 """
 
@@ -24,7 +25,7 @@ from .digits import load_digits_dataset
 from .image_splits import load_image_splits
 from .images import defer_image_decoding, empty_class_folders, load_image_dataset
 from .long_tail import long_tailed_counts, make_long_tailed
-from .sampling import balanced_split, balanced_subset, take_subset
+from .sampling import balanced_split, balanced_subset, hold_out, take_subset
 from .sentences import SENTENCE_PAIRS_PATH, TOPIC_NAMES, load_sentence_pairs
 from .text import load_sts_pairs, load_text_dataset
 
@@ -35,6 +36,7 @@ __all__ = [
     "SENTENCE_PAIRS_PATH",
     "TOPIC_NAMES",
     "balanced_split",
+    "hold_out",
     "balanced_subset",
     "check_dataset",
     "dataset_columns",

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 import os
 import warnings
 from collections import Counter
@@ -11,8 +10,6 @@ from typing import Any
 from hf_contrast.errors import InputError
 
 from ..tensor_checks import check_int, check_positive, check_unit_interval
-
-logger = logging.getLogger(__name__)
 
 __all__ = ["load_image_splits"]
 
@@ -38,10 +35,11 @@ def load_image_splits(
       the folders, a warning for a class folder without images).
 
     Data without a ``test`` split takes its ``validation`` split, else a seeded stratified
-    ``test_fraction`` of ``train`` is held out (:func:`~hf_contrast.evaluation.balanced_split`: a
-    folder sorted by class is fine, nothing takes "the first rows"). ``max_*_samples`` keep a seeded
-    class-balanced subset of a split (:func:`~hf_contrast.evaluation.balanced_subset`), said in the model card
-    (a loader note: "a class-balanced subset of 2,000 of the split's 10,000 rows").
+    ``test_fraction`` of ``train`` is held out (:func:`~hf_contrast.data.hold_out`: a folder sorted by class is
+    fine, nothing takes "the first rows"; said at start-up and beside each split in the model card).
+    ``max_*_samples`` keep a seeded class-balanced subset of a split
+    (:func:`~hf_contrast.evaluation.balanced_subset`), said in the model card (a loader note: "a class-balanced
+    subset of 2,000 of the split's 10,000 rows").
 
     By default the image column stays undecoded (``decode=False``,
     :func:`~hf_contrast.data.defer_image_decoding`): the collators and evaluators decode each image and
@@ -76,7 +74,7 @@ def load_image_splits(
     from .digits import load_digits_dataset
     from .images import defer_image_decoding, prepare_image_splits, read_image_source
     from .naming import add_loader_note, name_dataset
-    from .sampling import balanced_split, take_subset
+    from .sampling import hold_out, take_subset
 
     check_unit_interval("test_fraction", check_positive("test_fraction", test_fraction), include_one=False)
     check_int("max_train_samples", max_train_samples, 1, allow_none=True)
@@ -114,7 +112,6 @@ def load_image_splits(
         data["test"] = data.pop("validation")
     if "test" not in data:
         labels = list(data["train"][label_column])
-        train_rows, test_rows = balanced_split(labels, test_fraction, seed)
         single = sorted(label for label, count in Counter(labels).items() if count == 1)
         if single:
             names = getattr(data["train"].features.get(label_column), "names", None)
@@ -128,17 +125,11 @@ def load_image_splits(
                 UserWarning,
                 stacklevel=2,
             )
-        data = datasets.DatasetDict(
-            {"train": data["train"].select(train_rows.tolist()), "test": data["train"].select(test_rows.tolist())}
-        )
-        # a default that shapes the result: said at start-up and in the card, beside each split
-        share = f"{test_fraction:.0%} of each class"
-        logger.info(
-            f"{os.fspath(dataset) if dataset is not None else 'The data'} has no test split: {share} is held out for "
-            f"evaluation (seed {seed}): {len(train_rows):,} training / {len(test_rows):,} test rows."
-        )
-        add_loader_note(data["train"], f"{share} held out for evaluation (no test split; seed {seed})")
-        add_loader_note(data["test"], f"the {share} held out of the training split (no test split; seed {seed})")
+        train, held_out = hold_out(  # said at start-up and, beside each split, in the card
+            data["train"], test_fraction, argument="test_fraction", seed=seed, label_column=label_column,
+            name=os.fspath(dataset) if dataset is not None else None,
+        )  # fmt: skip
+        data = datasets.DatasetDict({"train": train, "test": held_out})
         if single:  # on both splits: the card lists the note with the training and the evaluation data
             add_loader_note(data, one_image_note)
     data = datasets.DatasetDict({"train": data["train"], "test": data["test"]})

@@ -6,6 +6,7 @@ helpers take every class in turn instead.
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import numpy as np
@@ -16,7 +17,9 @@ from hf_contrast.errors import InputError
 
 from ..tensor_checks import MAX_SEED, check_int
 
-__all__ = ["balanced_subset", "balanced_split", "sample_rows", "take_subset"]
+__all__ = ["balanced_subset", "balanced_split", "hold_out", "sample_rows", "take_subset"]
+
+logger = logging.getLogger(__name__)
 
 
 def _labels(labels: object) -> Tensor:
@@ -167,3 +170,47 @@ def take_subset(
     return add_loader_note(
         subset, f"a {kind} subset of {limit:,} of the split's {rows:,} rows (`{argument}`, seed {seed})"
     )
+
+
+def hold_out(
+    dataset: Any,
+    fraction: float,
+    *,
+    argument: str,
+    seed: int = 0,
+    label_column: str | None = None,
+    name: str | None = None,
+) -> tuple[Any, Any]:
+    """``(train, held_out)``: a seeded split of a ``datasets.Dataset`` that has no evaluation split, said at start-up
+    and in the model card (a default that shapes every number the run reports).
+
+    Stratified by ``label_column`` (:func:`balanced_split`: ``round(fraction · n_c)`` rows of each class ``c``), else
+    a seeded ``fraction`` of the rows. Logged once on this module's logger ("./pets has no test split: 20% of each
+    class is held out for evaluation (`test_fraction`, seed 0): 144 training / 36 evaluation rows.") and kept as a
+    loader note on each part (:func:`~hf_contrast.data.naming.add_loader_note`), which the card prints beside it.
+
+    Args:
+        dataset: The split to divide.
+        fraction: The share held out, in ``(0, 1)``.
+        argument: The option that set ``fraction``, named in the log and the notes (``test_fraction``).
+        seed: Seed of the draw.
+        label_column: Column of the integer classes to stratify by (``None``: the rows alike).
+        name: The data's name in the log (a folder, a Hub id).
+    """
+    from .naming import add_loader_note
+
+    labels = list(dataset[label_column]) if label_column is not None else [0] * len(dataset)
+    train_rows, test_rows = balanced_split(labels, fraction, seed)
+    share = f"{fraction:.0%} of {'each class' if label_column is not None else 'the rows'}"
+    how = f"`{argument}`, seed {seed}"
+    logger.info(
+        f"{name or 'The data'} has no test split: {share} is held out for evaluation ({how}): "
+        f"{len(train_rows):,} training / {len(test_rows):,} evaluation rows."
+    )
+    train = add_loader_note(
+        dataset.select(train_rows.tolist()), f"{share} held out for evaluation (no test split; {how})"
+    )
+    held_out = add_loader_note(
+        dataset.select(test_rows.tolist()), f"the {share} held out of the training split (no test split; {how})"
+    )
+    return train, held_out

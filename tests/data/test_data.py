@@ -319,17 +319,19 @@ def test_load_image_splits_holds_out_a_stratified_split_of_a_folder_without_one(
         (tmp_path / label).mkdir()
         for i in range(10):
             Image.new("RGB", (12, 12), (i * 20, 0, 0)).save(tmp_path / label / f"{i}.png")
-    with caplog.at_level("INFO", logger="hf_contrast.data.image_splits"):
+    with caplog.at_level("INFO", logger="hf_contrast.data.sampling"):
         data = load_image_splits(str(tmp_path), max_eval_samples=2)
     assert len(data["train"]) == 16 and sorted(data["test"]["label"]) == [0, 1]  # 20 % per class, then balanced
     # the held-out split shapes the result: said at start-up, and beside each split in the card; the subset beside
     # the evaluation data only
-    said = f"{tmp_path} has no test split: 20% of each class is held out for evaluation (seed 0): 16 training / 4 test"
-    assert said in caplog.text
+    said = "has no test split: 20% of each class is held out for evaluation (`test_fraction`, seed 0): 16 training / 4"
+    assert f"{tmp_path} {said} evaluation rows." in caplog.text
     subset = "a class-balanced subset of 2 of the split's 4 rows (`max_eval_samples`, seed 0)"
-    held_out = "the 20% of each class held out of the training split (no test split; seed 0)"
+    held_out = "the 20% of each class held out of the training split (no test split; `test_fraction`, seed 0)"
     assert loader_notes(data["test"]) == [held_out, subset]
-    assert loader_notes(data["train"]) == ["20% of each class held out for evaluation (no test split; seed 0)"]
+    assert loader_notes(data["train"]) == [
+        "20% of each class held out for evaluation (no test split; `test_fraction`, seed 0)"
+    ]
     assert data["train"].features["label"].names == ["cat", "dog"]
     row = data["train"][0]["image"]  # undecoded: the collators decode and can name the file
     assert set(row) == {"bytes", "path"} and row["path"].endswith(".png")

@@ -89,8 +89,16 @@ def test_the_folder_quirks_said_at_load_time_are_in_the_model_card_too(tmp_path:
     ]
     single = "1 class(es) of a single image, in training only: ['owl']"
     notes = {  # and the held-out split, said beside each split
-        "train": [*folder, "20% of each class held out for evaluation (no test split; seed 0)", single],
-        "test": [*folder, "the 20% of each class held out of the training split (no test split; seed 0)", single],
+        "train": [
+            *folder,
+            "20% of each class held out for evaluation (no test split; `test_fraction`, seed 0)",
+            single,
+        ],
+        "test": [
+            *folder,
+            "the 20% of each class held out of the training split (no test split; `test_fraction`, seed 0)",
+            single,
+        ],  # fmt: skip
     }
     assert {split: loader_notes(data[split]) for split in notes} == notes
     trainer = ContrastiveTrainer(
