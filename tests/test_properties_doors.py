@@ -80,6 +80,8 @@ def test_text_encode(text_encoder: ContrastiveEncoder, inputs: Any) -> None:
 @example(argument="progress", value=torch.tensor([]))  # torch's RuntimeError from the progress bar's `bool(progress)`
 @example(argument="texts", value=torch.tensor(1.5))  # TypeError: iteration over a 0-d tensor
 @example(argument="texts", value=("a cat", "the dog"))  # a tuple is a sequence of strings: encoded
+@example(argument="texts", value={"a": 1})  # a dict: its keys were encoded as one row, its values lost
+@example(argument="texts", value={"a cat", "the dog"})  # a set: rows in no order the caller could match
 def test_encode_texts(text_encoder: ContrastiveEncoder, argument: str, value: Any) -> None:
     """``texts=None`` raised TypeError; an empty list was named `dataset`, a list holding an int `text`."""
     options = {"texts": ["a cat", "the dog"], "batch_size": 2, argument: value}

@@ -321,8 +321,13 @@ def encode_texts(
     def refused() -> InputTypeError:  # built only when raised: the repr of a million sentences is no free check
         return InputTypeError(f"`texts` must be a list of strings, got {texts!r:.80} of type {type(texts).__name__}.")
 
-    if isinstance(texts, (str, bytes)) or not isinstance(texts, Iterable):
+    if isinstance(texts, (str, bytes, Mapping)) or not isinstance(texts, Iterable):  # a dict: its keys, values lost
         raise refused()
+    if isinstance(texts, (set, frozenset)):
+        raise InputTypeError(
+            f"`texts` is a {type(texts).__name__}: its rows would come back in no order you could match to the "
+            "sentences; pass a list (e.g. `sorted(texts)`)."
+        )
     try:
         texts = list(texts)
     except TypeError:  # an iterable type that cannot iterate this value (a 0-d tensor or array)
