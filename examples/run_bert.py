@@ -283,7 +283,8 @@ def main() -> None:
         labelled = training_args.label_column in train_dataset.column_names
         train_dataset, eval_dataset = hold_out(
             train_dataset, script.eval_fraction, argument="eval_fraction", seed=training_args.seed,
-            label_column=training_args.label_column if labelled else None, name=script.dataset,
+            label_column=training_args.label_column if labelled else None,
+            name=script.dataset or "The shipped sentence pairs",
         )  # fmt: skip
     seed = training_args.seed  # a seeded random subset each, said in the card
     train_dataset = take_subset(train_dataset, script.max_train_samples, argument="max_train_samples", seed=seed)

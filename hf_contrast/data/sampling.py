@@ -196,9 +196,18 @@ def hold_out(
         seed: Seed of the draw.
         label_column: Column of the integer classes to stratify by (``None``: the rows alike).
         name: The data's name in the log (a folder, a Hub id).
+
+    Raises:
+        InputError: ``label_column`` is not a column of ``dataset``; bad labels, ``fraction`` or ``seed``
+            (:func:`balanced_split`).
     """
     from .naming import add_loader_note
 
+    if label_column is not None and label_column not in dataset.column_names:
+        raise InputError(
+            f"`label_column`={label_column!r} is not a column of the dataset (its columns: {dataset.column_names}); "
+            "pass one of them, or None to hold out rows without regard to class."
+        )
     labels = list(dataset[label_column]) if label_column is not None else [0] * len(dataset)
     train_rows, test_rows = balanced_split(labels, fraction, seed)
     share = f"{fraction:.0%} of {'each class' if label_column is not None else 'the rows'}"

@@ -14,6 +14,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from hf_contrast.data.sampling import balanced_split, balanced_subset, sample_rows
+from hf_contrast.errors import InputError
 
 LABELS = st.one_of(
     wrong_types,
@@ -62,3 +63,29 @@ def test_balanced_split_returns_a_partition_or_names_the_argument(labels, fracti
 def test_bad_labels_and_seeds_are_named(call, match: str) -> None:
     with pytest.raises(ValueError, match=match):
         call()
+
+
+def test_hold_out_divides_every_row_once_and_says_so(caplog) -> None:
+    """The evaluation split of data without one: stratified by the label column (or not), each row in one part,
+    logged once and noted beside each part for the model card; a label column the data lacks is named."""
+    import datasets
+
+    from hf_contrast.data import hold_out
+    from hf_contrast.data.naming import loader_notes
+
+    data = datasets.Dataset.from_dict({"text": [str(i) for i in range(20)], "label": [0] * 10 + [1] * 6 + [2] * 4})
+    with caplog.at_level("INFO", logger="hf_contrast.data.sampling"):
+        train, held = hold_out(data, 0.5, argument="eval_fraction", seed=3, label_column="label", name="toy")
+    assert sorted([*train["text"], *held["text"]]) == sorted(data["text"])
+    assert sorted(held["label"]) == [0] * 5 + [1] * 3 + [2] * 2  # half of each class
+    assert "toy has no test split: 50% of each class is held out for evaluation (`eval_fraction`, seed 3): 10 " in (
+        caplog.text
+    )
+    assert loader_notes(train) == [
+        "50% of each class held out for evaluation (no test split; `eval_fraction`, seed 3)"
+    ]
+    assert loader_notes(held)[0].startswith("the 50% of each class held out of the training split")
+    train, held = hold_out(data, 0.25, argument="eval_fraction")  # no classes: a share of the rows
+    assert len(held) == 5 and loader_notes(train)[0].startswith("25% of the rows held out")
+    with pytest.raises(InputError, match=r"`label_column`='labels' is not a column of the dataset"):
+        hold_out(data, 0.5, argument="eval_fraction", label_column="labels")
