@@ -437,8 +437,8 @@ def test_a_training_order_the_run_cannot_follow_is_refused(model, images, tmp_pa
 
 
 def test_simo_gathered_over_processes_is_checked_for_the_batch_the_loss_sees(model, tmp_path, monkeypatch) -> None:
-    """With `gather_distributed=True` on 2 processes SimO scores the 2 processes' batches as one: C = 4 classes per
-    process make 8 of 10 classes, against the paper's fewer-than-half (refused, naming the flag); with
+    """With `gather_distributed=True` on 2 processes SimO scores the 2 processes' batches as one: C = 3 classes per
+    process make 6 of 10 classes, against the paper's fewer-than-half (refused, naming the flag); with
     `on_bad_image='skip'` a process could shrink its class groups, which a joint batch cannot take (refused)."""
     from hf_contrast.training import ContrastiveTrainingArguments
 
