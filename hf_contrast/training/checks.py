@@ -55,7 +55,6 @@ from hf_contrast.data.checks import (
     check_dataset_type,
     dataset_classes,
     dataset_columns,
-    is_arrow_dataset,
 )
 from hf_contrast.data.columns import CANONICAL_COLUMNS
 from hf_contrast.errors import InputError, InputTypeError
@@ -82,6 +81,7 @@ __all__ = [
     "check_trainer_columns",
     "column_kinds",
     "requested_engine",
+    "sampling_strategy",
     "visibly_unlabelled",
 ]
 
@@ -311,53 +311,42 @@ def _eval_sets(eval_dataset: Any) -> dict[str, Any]:
     return {f"eval_dataset[{key!r}]" if key else "eval_dataset": dataset for key, dataset in sets.items()}
 
 
+def sampling_strategy(args: Any) -> tuple[str, str]:
+    """``(argument, strategy)``: the training order asked of the Trainer and the argument that asked for it
+    (``train_sampling_strategy``; ``group_by_length=True`` before transformers 5.2 is ``"group_by_length"``)."""
+    if getattr(args, "group_by_length", False):  # transformers < 5.2
+        return "group_by_length", "group_by_length"
+    return "train_sampling_strategy", getattr(args, "train_sampling_strategy", "random")
+
+
 def check_sampling_strategy(trainer: Any) -> None:
-    """The training order asked of the Trainer (``train_sampling_strategy``; ``group_by_length`` before
-    transformers 5.2) is one the run can follow:
+    """The training order asked of the Trainer (:func:`sampling_strategy`) is one the run can follow:
 
     - an objective that draws its own batches (a :meth:`~hf_contrast.objectives.Objective.train_batch_sampler` of its
       own: SimO's class-major batches) follows no other order: anything but ``"random"`` was ignored;
-    - grouping by length (``"group_by_length"``, ``"batch_rebalance"``) needs each row's length: the rows hold raw text
-      (tokenized per batch), so the Trainer, finding no ``input_ids`` to measure, stopped ``train()`` (and, for an
-      evaluation set without the column, the first evaluation) unless the set has ``length_column_name``; image rows
-      have no length.
+    - grouping by length (``"group_by_length"``, ``"batch_rebalance"``) needs token lengths: image rows have none
+      (a text run's are measured when the trainer is built: :func:`~hf_contrast.training.run_setup.
+      measure_token_lengths`).
 
     Raises:
-        InputError: naming the argument, its value, the dataset and the fix.
+        InputError: naming the argument, its value and the fix.
     """
-    args, objective = trainer.args, trainer.objective
-    if getattr(args, "group_by_length", False):  # transformers < 5.2
-        name, strategy = "group_by_length", "group_by_length"
-    else:
-        name, strategy = "train_sampling_strategy", getattr(args, "train_sampling_strategy", "random")
+    name, strategy = sampling_strategy(trainer.args)
     if strategy == "random":
         return
     asked = f"`{name}`={True if name == 'group_by_length' else strategy!r}"
+    objective = trainer.objective
     if type(objective).train_batch_sampler is not Objective.train_batch_sampler:
         raise InputError(
             f"{asked} would be ignored: {type(objective).__name__} draws its own training batches (its "
             "`train_batch_sampler`, e.g. SimO's class-major batches) and follows no other order. Leave "
             f"`{name}` at its default."
         )
-    if strategy not in ("group_by_length", "batch_rebalance"):
-        return
-    if input_modality_of(trainer.model) != "text":
+    if strategy in ("group_by_length", "batch_rebalance") and input_modality_of(trainer.model) != "text":
         raise InputError(
             f"{asked} groups rows of similar token length; image rows have none (every view is `image_size`). Leave "
             f"`{name}` at its default."
         )
-    column, text = args.length_column_name, args.text_column
-    sets = {"train_dataset": trainer.train_dataset}
-    if strategy == "group_by_length":  # the Trainer orders the evaluation sets by length too
-        sets.update(_eval_sets(trainer.eval_dataset))
-    for dataset_name, dataset in sets.items():
-        if is_arrow_dataset(dataset) and column not in dataset.column_names:
-            raise InputError(
-                f"{asked} needs each row's length, and `{dataset_name}` has no `length_column_name`={column!r}: its "
-                "rows hold raw text, tokenized per batch, so the Trainer finds no `input_ids` to measure. Add the "
-                f"column, e.g. `dataset = dataset.map(lambda row: {{{column!r}: len(row[{text!r}])}})` (characters "
-                f"stand for tokens), or leave `{name}` at its default."
-            )
 
 
 def check_objective_fits(args: Any, objective: Any) -> None:

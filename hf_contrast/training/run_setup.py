@@ -58,6 +58,7 @@ __all__ = [
     "launched_fewer_processes",
     "log_run_setup",
     "MAX_RESIZE_FACTOR",
+    "measure_token_lengths",
     "MAX_ROWS_READ",
     "precision",
     "resolve_image_size",
@@ -539,3 +540,56 @@ def check_image_size_fits(model: Any, choice: ImageSizeChoice | None) -> None:
         ) from error
     finally:
         model.train(training)
+
+
+# ==================== length-grouped sampling =========================================================
+
+
+def measure_token_lengths(trainer: Any) -> None:
+    """A text run grouped by length (``train_sampling_strategy="group_by_length"`` / ``"batch_rebalance"``,
+    ``group_by_length=True`` before transformers 5.2): the sets the Trainer orders (the training set; for
+    ``"group_by_length"`` the evaluation sets too) get ``length_column_name``, each row's token count under the run's
+    tokenizer and truncation (:func:`~hf_contrast.data.lengths.with_token_lengths`), unless they have it. The rows
+    hold raw text, tokenized per batch: the Trainer, finding neither the column nor ``input_ids``, stopped
+    ``train()`` ("Can only automatically infer lengths ..."). Said once in the log. Called by
+    ``ContrastiveTrainer.__init__`` once the views exist (refusals: :func:`~hf_contrast.training.checks.
+    check_sampling_strategy`)."""
+    from hf_contrast.data.checks import is_arrow_dataset
+    from hf_contrast.data.lengths import with_token_lengths
+    from hf_contrast.training.checks import sampling_strategy
+
+    name, strategy = sampling_strategy(trainer.args)
+    if strategy not in ("group_by_length", "batch_rebalance") or trainer.processing_class is None:
+        return  # images were refused (check_sampling_strategy); without a tokenizer the collator refuses the run
+    args = trainer.args
+    columns = [c for c in (args.text_column, args.text_pair_column) if c is not None]
+    column, max_length = args.length_column_name, trainer.views.max_length()
+
+    def measured(dataset: Any) -> Any:
+        if not is_arrow_dataset(dataset) or column in dataset.column_names:
+            return dataset
+        progress = not args.disable_tqdm and trainer.is_world_process_zero()
+        return with_token_lengths(dataset, trainer.processing_class, columns, max_length, column, progress=progress)
+
+    before = (trainer.train_dataset, trainer.eval_dataset)
+    trainer.train_dataset = measured(trainer.train_dataset)
+    if strategy == "group_by_length":  # the Trainer orders the evaluation sets by length too
+        evaluation = trainer.eval_dataset
+        trainer.eval_dataset = (
+            {key: measured(part) for key, part in evaluation.items()}
+            if isinstance(evaluation, dict)
+            else measured(evaluation)
+        )
+    changed = [
+        label
+        for label, old, new in (
+            ("train_dataset", before[0], trainer.train_dataset),
+            ("eval_dataset", before[1], trainer.eval_dataset),
+        )
+        if old is not new and new is not None
+    ]
+    if changed and trainer.is_world_process_zero():
+        logger.info(
+            f"`{name}`: the token length of every row of {' and '.join(changed)} (at most {max_length} tokens, the "
+            f"run's truncation) is in a {column!r} column, which the Trainer groups the rows by."
+        )

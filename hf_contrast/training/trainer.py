@@ -92,6 +92,7 @@ from hf_contrast.training.run_setup import (
     check_launch,
     check_precision,
     log_run_setup,
+    measure_token_lengths,
     resolve_image_size,
 )
 from hf_contrast.views import pop_view_batch_index, views_for
@@ -281,7 +282,8 @@ class ContrastiveTrainer(SafeCheckpointing, HubPublishingMixin, Trainer):
         self.objective.setup(self.views, train_dataset)
         check_classifier_classes(self.objective, eval_classes, self.args.label_column)
         check_evaluation_fits(self.args, self.objective, self.eval_dataset)
-        check_sampling_strategy(self)  # an order the objective ignores, or lengths the rows do not have
+        check_sampling_strategy(self)  # an order the objective ignores, or lengths image rows do not have
+        measure_token_lengths(self)  # a text run grouped by length: the rows' token lengths, measured once
         self.objective.to(self.args.device)
         self.loss_terms = LossTermTracker(defer=self.args.nonfinite_policy == "skip")
         #: The ``nonfinite_policy`` and its state (:mod:`hf_contrast.training.callbacks`).

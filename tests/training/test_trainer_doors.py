@@ -384,33 +384,27 @@ def _ordered(strategy: str) -> dict[str, object]:
 
 
 @pytest.mark.parametrize("strategy", ["group_by_length", "batch_rebalance"])
-def test_a_text_run_grouped_by_length_needs_the_length_column_of_every_set_it_orders(strategy, tmp_path) -> None:
-    """The rows hold raw text, so the Trainer finds no `input_ids` to measure: it stopped train() ('Can only
-    automatically infer lengths ...'), or the first evaluation for an evaluation set without the column. Refused when
-    the trainer is built; with the column the run trains and evaluates in the order asked."""
+def test_a_text_run_grouped_by_length_measures_its_rows_token_lengths(strategy, tmp_path, caplog, capfd) -> None:
+    """The rows hold raw text, tokenized per batch, so the Trainer found no `input_ids` to measure and stopped train()
+    ('Can only automatically infer lengths ...'), or the first evaluation for an evaluation set without the column.
+    The trainer measures each row's tokens once (the run's tokenizer and truncation) into `length_column_name`; a
+    set that has the column keeps it."""
     from _tiny import tiny_text_encoder
 
-    texts = datasets.Dataset.from_dict({"text": [("word " * (i % 5 + 1)) + str(i) for i in range(16)]})
-    measured = texts.map(lambda row: {"length": len(row["text"])})
-    args = training_args(tmp_path, max_steps=1, eval_strategy="steps", eval_steps=1, **_ordered(strategy))
-    asked = (
-        "`group_by_length`=True"
-        if "group_by_length" in _ordered(strategy)
-        else f"`train_sampling_strategy`={strategy!r}"
-    )
-    build = lambda train, evaluation: SimCLRTrainer(  # noqa: E731
-        model=tiny_text_encoder(), args=args, train_dataset=train, eval_dataset=evaluation
-    )
-    with pytest.raises(InputError) as raised:
-        build(texts, measured)
-    assert str(raised.value).startswith(
-        f"{asked} needs each row's length, and `train_dataset` has no `length_column_name`='length'"
-    )
-    assert "`dataset = dataset.map(lambda row: {'length': len(row['text'])})`" in str(raised.value)
-    if strategy == "group_by_length":  # the Trainer orders the evaluation sets too
-        with pytest.raises(InputError, match=re.escape("and `eval_dataset` has no `length_column_name`='length'")):
-            build(measured, texts)
-    trainer = build(measured, measured if strategy == "group_by_length" else texts)
+    texts = datasets.Dataset.from_dict({"text": [("word " * (i % 7 + 1)) + str(i) for i in range(16)]})
+    mine = texts.map(lambda row: {"length": 3})  # a user's own lengths are theirs
+    grouped = _ordered(strategy)
+    args = training_args(tmp_path, max_steps=1, eval_strategy="steps", eval_steps=1, max_length=8, **grouped)
+    with caplog.at_level("INFO", logger="hf_contrast.training.run_setup"):
+        trainer = SimCLRTrainer(model=tiny_text_encoder(), args=args, train_dataset=texts, eval_dataset=mine)
+    tokens = trainer.processing_class(list(texts["text"]), truncation=True, max_length=8)["input_ids"]
+    lengths = list(trainer.train_dataset["length"])
+    assert lengths == [len(ids) for ids in tokens] and min(lengths) < 8 == max(lengths)  # truncated as the collator
+    assert trainer.eval_dataset is mine and "the token length of every row of train_dataset" in caplog.text
+    assert "Token lengths" not in capfd.readouterr().err  # `disable_tqdm=True` (these arguments) silences its bar
+    if strategy == "group_by_length":  # the Trainer orders the evaluation sets too: measured as well
+        other = SimCLRTrainer(model=tiny_text_encoder(), args=args, train_dataset=mine, eval_dataset={"held": texts})
+        assert list(other.eval_dataset["held"]["length"]) == lengths and other.train_dataset is mine
     trainer.train()
     assert "eval_loss" in trainer.state.log_history[-2]
 
