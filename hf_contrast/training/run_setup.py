@@ -565,31 +565,25 @@ def measure_token_lengths(trainer: Any) -> None:
     columns = [c for c in (args.text_column, args.text_pair_column) if c is not None]
     column, max_length = args.length_column_name, trainer.views.max_length()
 
-    def measured(dataset: Any) -> Any:
+    changed: list[str] = []
+
+    def measured(dataset: Any, label: str) -> Any:
         if not is_arrow_dataset(dataset) or column in dataset.column_names:
             return dataset
+        changed.append(label)
         progress = not args.disable_tqdm and trainer.is_world_process_zero()
         return with_token_lengths(dataset, trainer.processing_class, columns, max_length, column, progress=progress)
 
-    before = (trainer.train_dataset, trainer.eval_dataset)
-    trainer.train_dataset = measured(trainer.train_dataset)
+    trainer.train_dataset = measured(trainer.train_dataset, "train_dataset")
     if strategy == "group_by_length":  # the Trainer orders the evaluation sets by length too
         evaluation = trainer.eval_dataset
         trainer.eval_dataset = (
-            {key: measured(part) for key, part in evaluation.items()}
+            {key: measured(part, f"eval_dataset[{key!r}]") for key, part in evaluation.items()}
             if isinstance(evaluation, dict)
-            else measured(evaluation)
+            else measured(evaluation, "eval_dataset")
         )
-    changed = [
-        label
-        for label, old, new in (
-            ("train_dataset", before[0], trainer.train_dataset),
-            ("eval_dataset", before[1], trainer.eval_dataset),
-        )
-        if old is not new and new is not None
-    ]
     if changed and trainer.is_world_process_zero():
         logger.info(
-            f"`{name}`: the token length of every row of {' and '.join(changed)} (at most {max_length} tokens, the "
+            f"`{name}`: the token length of every row of {', '.join(changed)} (at most {max_length} tokens, the "
             f"run's truncation) is in a {column!r} column, which the Trainer groups the rows by."
         )
