@@ -278,18 +278,17 @@ def main() -> None:
     if training_args.text_pair_column is not None:
         training_args.text_pair_column = "text_pair"
     train_dataset = data["train"]
+    has_labels = training_args.label_column in train_dataset.column_names
     eval_dataset = next((data[s] for s in ("validation", "test") if s in data), None)
     if eval_dataset is None:  # a seeded split (stratified when labelled), said at start-up and in the card
-        labelled = training_args.label_column in train_dataset.column_names
         train_dataset, eval_dataset = hold_out(
             train_dataset, script.eval_fraction, argument="eval_fraction", seed=training_args.seed,
-            label_column=training_args.label_column if labelled else None,
+            label_column=training_args.label_column if has_labels else None,
             name=script.dataset or "The shipped sentence pairs",
         )  # fmt: skip
     seed = training_args.seed  # a seeded random subset each, said in the card
     train_dataset = take_subset(train_dataset, script.max_train_samples, argument="max_train_samples", seed=seed)
     eval_dataset = take_subset(eval_dataset, script.max_eval_samples, argument="max_eval_samples", seed=seed)
-    has_labels = training_args.label_column in train_dataset.column_names
     label_feature = train_dataset.features.get(training_args.label_column) if has_labels else None
     class_names = list(label_feature.names) if hasattr(label_feature, "names") else None
     sts_pairs = load_sts(script, training_args.seed)
