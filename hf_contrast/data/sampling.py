@@ -15,7 +15,7 @@ from torch import Tensor
 
 from hf_contrast.errors import InputError
 
-from ..tensor_checks import MAX_SEED, check_int
+from ..tensor_checks import MAX_SEED, check_int, check_positive, check_unit_interval
 
 __all__ = ["balanced_subset", "balanced_split", "hold_out", "sample_rows", "take_subset"]
 
@@ -198,11 +198,12 @@ def hold_out(
         name: The data's name in the log (a folder, a Hub id).
 
     Raises:
-        InputError: ``label_column`` is not a column of ``dataset``; bad labels, ``fraction`` or ``seed``
-            (:func:`balanced_split`).
+        InputError: ``fraction`` is not in ``(0, 1)`` (named as ``argument``); ``label_column`` is not a column of
+            ``dataset``; bad labels or ``seed`` (:func:`balanced_split`).
     """
     from .naming import add_loader_note
 
+    fraction = check_unit_interval(argument, check_positive(argument, fraction), include_one=False)
     if label_column is not None and label_column not in dataset.column_names:
         raise InputError(
             f"`label_column`={label_column!r} is not a column of the dataset (its columns: {dataset.column_names}); "

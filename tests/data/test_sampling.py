@@ -89,3 +89,6 @@ def test_hold_out_divides_every_row_once_and_says_so(caplog) -> None:
     assert len(held) == 5 and loader_notes(train)[0].startswith("25% of the rows held out")
     with pytest.raises(InputError, match=r"`label_column`='labels' is not a column of the dataset"):
         hold_out(data, 0.5, argument="eval_fraction", label_column="labels")
+    # the share is named as the option that set it (run_bert.py's --eval_fraction 1.5 was called `test_fraction`)
+    with pytest.raises(InputError, match=r"^`eval_fraction` must be in \[0, 1\), got 1.5"):
+        hold_out(data, 1.5, argument="eval_fraction", label_column="label")
