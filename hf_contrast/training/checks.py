@@ -70,7 +70,9 @@ __all__ = [
     "check_datasets",
     "check_default_metrics_fit",
     "check_distributed_engine",
+    "check_evaluation_columns",
     "check_evaluation_fits",
+    "check_evaluation_set",
     "check_image_files",
     "check_label_values",
     "check_objective_fits",
@@ -80,8 +82,10 @@ __all__ = [
     "check_trainer_arguments",
     "check_trainer_columns",
     "column_kinds",
+    "needed_columns",
     "requested_engine",
     "sampling_strategy",
+    "trainer_column_kinds",
     "visibly_unlabelled",
 ]
 
@@ -134,24 +138,101 @@ def column_kinds(args: Any, text: bool, extra_images: tuple[str, ...] = ()) -> l
     return kinds
 
 
-def check_trainer_columns(trainer: Any) -> None:
-    """The training set has the columns the objective needs; every dataset's named columns hold the right kind
-    of data. Called by ``ContrastiveTrainer.__init__`` before the objective's ``setup`` reads the data."""
+def trainer_column_kinds(trainer: Any) -> list[tuple[str, str, str]]:
+    """:func:`column_kinds` of a trainer: its arguments' columns and, for images, the objective's own image columns
+    (e.g. LOCAL's pair)."""
     args, objective, views = trainer.args, trainer.objective, trainer.views
     text = input_modality_of(trainer.model) == "text"
-    required = objective.required_columns(views)
     inputs = set(views.input_columns())
     label_options = {args.label_column, "labels"}
     extra = tuple(
-        entry for entry in required if isinstance(entry, str) and entry not in inputs and entry not in label_options
+        entry
+        for entry in objective.required_columns(views)
+        if isinstance(entry, str) and entry not in inputs and entry not in label_options
     )
-    kinds = column_kinds(args, text, extra if not text else ())
+    return column_kinds(args, text, extra if not text else ())
+
+
+def needed_columns(trainer: Any, *, evaluation: bool = False) -> list[str | tuple[str, ...]]:
+    """The columns (a tuple: any one of them) a training set, or an evaluation set (``evaluation=True``), must have:
+    the objective's :meth:`~hf_contrast.objectives.Objective.required_columns` and ``text_pair_column`` when one is
+    set (the text collator tokenises it in every batch). An evaluation set needs the label column only when the
+    objective's ``eval_loss`` reads it (SupCon, OCL, LOCAL: :attr:`~hf_contrast.objectives.Objective.has_eval_loss`
+    and labels required); otherwise its embedding metrics run without labels."""
+    args, objective = trainer.args, trainer.objective
+    columns = list(objective.required_columns(trainer.views))
+    if evaluation and not objective.has_eval_loss:
+        columns = [entry for entry in columns if entry != (args.label_column, "labels")]
+    if input_modality_of(trainer.model) == "text" and args.text_pair_column is not None:
+        columns.append(args.text_pair_column)
+    return columns
+
+
+def check_evaluation_columns(trainer: Any, dataset: Any, name: str, why: str) -> None:
+    """An evaluation set has the columns its evaluation reads (:func:`needed_columns`); the labels' absence is said
+    with the reason (the objective's ``eval_loss``), the others as :func:`~hf_contrast.data.checks.check_columns`
+    says them.
+
+    Raises:
+        InputError: naming the set, the column, its columns and the fix; ``why`` says when the evaluation would
+            have failed (e.g. "the first evaluation would stop training").
+    """
+    labels = (trainer.args.label_column, "labels")
+    columns = needed_columns(trainer, evaluation=True)
+    check_columns(dataset, [entry for entry in columns if entry != labels], name=name)
+    known = dataset_columns(dataset)
+    if labels in columns and known is not None and not set(labels) & set(known):
+        raise InputError(
+            f"`{name}` has no `label_column`={labels[0]!r} (its columns: {known}): "
+            f"{type(trainer.objective).__name__}'s `eval_loss` compares the samples of a batch by class, and {why}. "
+            "Add the labels (or set `label_column` to the column that holds them), or evaluate a labelled set."
+        )
+
+
+def check_trainer_columns(trainer: Any) -> None:
+    """The training set has the columns the objective needs, every evaluation set those its evaluation reads
+    (:func:`needed_columns`); every dataset's named columns hold the right kind of data. Called by
+    ``ContrastiveTrainer.__init__`` before the objective's ``setup`` reads the data."""
+    kinds = trainer_column_kinds(trainer)
     if trainer.train_dataset is not None:
-        check_columns(trainer.train_dataset, required, name="train_dataset")
+        check_columns(trainer.train_dataset, needed_columns(trainer), name="train_dataset")
         check_column_kinds(trainer.train_dataset, kinds, name="train_dataset")
-    eval_sets = trainer.eval_dataset if isinstance(trainer.eval_dataset, dict) else {"": trainer.eval_dataset}
-    for key, dataset in eval_sets.items():
-        check_column_kinds(dataset, kinds, name=f"eval_dataset[{key!r}]" if key else "eval_dataset")
+    for name, dataset in _eval_sets(trainer.eval_dataset).items():
+        if dataset is not None:
+            check_evaluation_columns(trainer, dataset, name, "the first evaluation would stop training")
+        check_column_kinds(dataset, kinds, name=name)
+
+
+def check_evaluation_set(trainer: Any, dataset: Any, name: str, caller: str) -> None:
+    """What the trainer checked of its own evaluation sets when it was built, for a set given later to ``evaluate``
+    (``name="eval_dataset"``) or ``predict`` (``"test_dataset"``), before its first batch: a dataset of rows, large
+    enough for the ``eval_loss``, with the columns its evaluation reads and of their kinds, labels on every row or on
+    none, and of the classes of the encoder's task head and of the objective's classifier. ``caller`` (``"evaluate"``,
+    ``"predict"``) is named in the errors. ``None``, a name of the trainer's ``eval_dataset`` dict and one of its own
+    sets were checked when it was built: nothing to do.
+
+    Raises:
+        InputError, InputTypeError: naming ``name``, the value and the fix.
+    """
+    own = trainer.eval_dataset.values() if isinstance(trainer.eval_dataset, dict) else (trainer.eval_dataset,)
+    if dataset is None or isinstance(dataset, str) or any(dataset is checked for checked in own):
+        return
+    objective, column = trainer.objective, trainer.args.label_column
+    check_dataset_type(dataset, name=name)
+    scored = objective.has_eval_loss
+    check_dataset(
+        dataset,
+        name=name,
+        min_rows=objective.min_eval_batch_size if scored else 1,
+        why=f"{type(objective).__name__}'s `eval_loss` compares the samples of an evaluation batch"
+        if scored
+        else None,
+    )
+    why = f"`{caller}` would fail on it"
+    check_evaluation_columns(trainer, dataset, name, why)
+    check_column_kinds(dataset, trainer_column_kinds(trainer), name=name)
+    classes = _evaluation_classes(dataset, name, column, _task_head_width(trainer), why)
+    check_classifier_classes(objective, {name: classes}, column, why=why)
 
 
 def check_default_metrics_fit(args: Any) -> None:
@@ -187,43 +268,72 @@ def check_label_values(trainer: Any) -> dict[str, list[int]]:
         InputError: naming the dataset, ``label_column``, the values and the fix.
     """
     column, objective = trainer.args.label_column, trainer.objective
-    eval_classes: dict[str, list[int]] = {}
-    fix = f"`dataset = dataset.filter(lambda row: row[{column!r}] >= 0)`"
-    num_labels = int(getattr(getattr(trainer.model, "config", None), "num_labels", 0) or 0)
-    head = num_labels if objective.trains_task_head else 0  # its cross-entropy, in training and in `eval_loss`
-
-    def classes_of(dataset: Any) -> list[int]:  # each dataset's labels are read once
-        return [c for c in dataset_classes(dataset, column) or () if isinstance(c, int)]
-
+    head = _task_head_width(trainer)
     if trainer.train_dataset is not None and (objective.needs_labels or head):
-        classes = classes_of(trainer.train_dataset)
+        classes = _integer_classes(trainer.train_dataset, column)
         negative = sorted(c for c in classes if c < 0)
         if objective.needs_labels and negative:
             raise InputError(
                 f"`train_dataset`'s `label_column`={column!r} holds the negative labels {negative}, which mark "
                 f"unlabelled rows: {type(objective).__name__} learns from classes and would train those rows as one "
-                f"class. Keep the labelled rows ({fix}), or train without labels (e.g. objective='simclr')."
+                f"class. Keep the labelled rows ({_keep_labelled(column)}), or train without labels (e.g. "
+                "objective='simclr')."
             )
         if head:
             check_task_classes(classes, column, head, "train_dataset")
-    for name, dataset in _eval_sets(trainer.eval_dataset).items():
-        if dataset is None:
-            continue
-        classes = eval_classes[name] = classes_of(dataset)
-        if head:
-            check_task_classes(classes, column, head, name)
-        negative = sorted(c for c in classes if c < 0)
-        if negative and len(negative) < len(classes):
-            raise InputError(
-                f"`{name}`'s `label_column`={column!r} mixes the negative labels {negative}, which mark unlabelled "
-                "rows, with classes: its embedding metrics take labels on every row or on none, and the first "
-                f"evaluation would stop training. Keep the labelled rows ({fix}), or drop the label column "
-                f"(`dataset.remove_columns({column!r})`)."
-            )
-    return eval_classes
+    return {
+        name: _evaluation_classes(dataset, name, column, head)
+        for name, dataset in _eval_sets(trainer.eval_dataset).items()
+        if dataset is not None
+    }
 
 
-def check_classifier_classes(objective: Any, eval_classes: dict[str, list[int]], column: str) -> None:
+def _task_head_width(trainer: Any) -> int:
+    """The classes of the encoder's task head that the objective trains (its cross-entropy, in training and in
+    ``eval_loss``); 0 when it trains none."""
+    num_labels = int(getattr(getattr(trainer.model, "config", None), "num_labels", 0) or 0)
+    return num_labels if trainer.objective.trains_task_head else 0
+
+
+def _integer_classes(dataset: Any, column: str) -> list[int]:
+    """A dataset's distinct integer labels (:func:`~hf_contrast.data.checks.dataset_classes`), read once."""
+    return [c for c in dataset_classes(dataset, column) or () if isinstance(c, int)]
+
+
+def _keep_labelled(column: str) -> str:
+    return f"`dataset = dataset.filter(lambda row: row[{column!r}] >= 0)`"
+
+
+def _evaluation_classes(
+    dataset: Any, name: str, column: str, head: int, why: str = "the first evaluation would stop training"
+) -> list[int]:
+    """An evaluation set's distinct integer labels, checked: classes of a task head of ``head`` classes (when there
+    is one), and labels on every row or on none.
+
+    Raises:
+        InputError: naming the set, ``label_column``, the labels and the fix.
+    """
+    classes = _integer_classes(dataset, column)
+    if head:
+        check_task_classes(classes, column, head, name)
+    negative = sorted(c for c in classes if c < 0)
+    if negative and len(negative) < len(classes):
+        raise InputError(
+            f"`{name}`'s `label_column`={column!r} mixes the negative labels {negative}, which mark unlabelled "
+            f"rows, with classes: its embedding metrics take labels on every row or on none, and {why}. Keep the "
+            f"labelled rows ({_keep_labelled(column)}), or drop the label "
+            f"column (`dataset.remove_columns({column!r})`)."
+        )
+    return classes
+
+
+def check_classifier_classes(
+    objective: Any,
+    eval_classes: dict[str, list[int]],
+    column: str,
+    *,
+    why: str = "its first evaluation would stop training",
+) -> None:
     """The labels of every evaluation set are classes of the objective's own classifier
     (:meth:`~hf_contrast.objectives.Objective.classifier_classes`, e.g. LOCAL's pair classifier, as wide as its
     ``num_labels`` or the training set's classes): another label stopped training at the first evaluation (its
@@ -243,8 +353,8 @@ def check_classifier_classes(objective: Any, eval_classes: dict[str, list[int]],
             owner = type(objective).__name__
             raise InputError(
                 f"`{name}`'s `label_column`={column!r} holds the labels {outside[:8]}, which {owner}'s "
-                f"classifier (`num_labels`={width}{source}: classes 0..{width - 1}) has no logit for; its first "
-                "evaluation would stop training. Add training rows of those classes (a classifier learns only the "
+                f"classifier (`num_labels`={width}{source}: classes 0..{width - 1}) has no logit for; {why}. "
+                "Add training rows of those classes (a classifier learns only the "
                 "classes it trains on), or keep the evaluation rows of the training classes "
                 f"(`dataset.filter(lambda row: 0 <= row[{column!r}] < {width})`)."
             )

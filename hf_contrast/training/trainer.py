@@ -78,6 +78,7 @@ from hf_contrast.training.checks import (
     check_default_metrics_fit,
     check_distributed_engine,
     check_evaluation_fits,
+    check_evaluation_set,
     check_image_files,
     check_label_values,
     check_objective_fits,
@@ -598,12 +599,16 @@ class ContrastiveTrainer(SafeCheckpointing, HubPublishingMixin, Trainer):
             self.data_collator = train_collator
 
     def get_eval_dataloader(self, eval_dataset: Any = None) -> DataLoader:
-        """The Trainer's evaluation loader with the objective's evaluation collator."""
+        """The Trainer's evaluation loader with the objective's evaluation collator. A dataset given here (by
+        ``evaluate(eval_dataset=...)``) that is not one of the trainer's own evaluation sets is checked first as
+        those were when the trainer was built (:func:`~hf_contrast.training.checks.check_evaluation_set`)."""
+        check_evaluation_set(self, eval_dataset, "eval_dataset", "evaluate")
         with self._eval_collation():
             return super().get_eval_dataloader(eval_dataset)
 
     def get_test_dataloader(self, test_dataset: Any) -> DataLoader:
-        """As :meth:`get_eval_dataloader`, for ``predict``."""
+        """As :meth:`get_eval_dataloader`, for ``predict`` (its ``test_dataset`` checked the same way)."""
+        check_evaluation_set(self, test_dataset, "test_dataset", "predict")
         with self._eval_collation():
             return super().get_test_dataloader(test_dataset)
 

@@ -283,6 +283,20 @@ def test_missing_texts_or_labels_are_refused_when_the_trainer_is_built(tmp_path,
         SupConTrainer(model=vit_encoder(), args=args, train_dataset=labels)
 
 
+def test_a_text_pair_column_every_set_lacks_is_refused_when_the_trainer_is_built(tmp_path) -> None:
+    """The text collator tokenises ``text_pair_column`` in every batch: a training set without it stopped at its first
+    batch, an evaluation set at the first evaluation ("'pair' is not a column of the dataset")."""
+    from _tiny import tiny_text_encoder
+
+    pairs = datasets.Dataset.from_dict({"text": ["a b", "c d", "e f", "g h"], "pair": ["b a", "d c", "f e", "h g"]})
+    alone = pairs.remove_columns("pair")
+    args = training_args(tmp_path, per_device_train_batch_size=4, text_pair_column="pair")
+    for train, evaluation, where in ((alone, None, "train_dataset"), (pairs, alone, "eval_dataset")):
+        with pytest.raises(InputError, match=rf"^`{where}` has no column 'pair' \(its columns: \['text'\]\)"):
+            SimCLRTrainer(model=tiny_text_encoder(), args=args, train_dataset=train, eval_dataset=evaluation)
+    SimCLRTrainer(model=tiny_text_encoder(), args=args, train_dataset=pairs, eval_dataset=pairs)
+
+
 @settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(labels=st.lists(st.sampled_from([-100, -1, 0, 1, 2]), min_size=8, max_size=8))
 def test_negative_labels_are_unlabelled_rows_said_when_the_trainer_is_built(labels, model, tmp_path) -> None:
@@ -452,3 +466,67 @@ def test_simo_gathered_over_processes_is_checked_for_the_batch_the_loss_sees(mod
     trainer = build(2)
     assert trainer.objective.train_batch_sampler(data, trainer.views).distinct_across == 2
     assert trainer.objective.loss.gather_distributed
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    objective=st.sampled_from(["simclr", "supcon", "ocl"]),
+    dropped=st.sets(st.sampled_from(["image", "label"])),
+    where=st.sampled_from(["built", "evaluate", "predict"]),
+)
+def test_an_evaluation_set_without_the_columns_its_evaluation_reads_is_refused_before_its_first_batch(
+    objective, dropped, where, model, tmp_path
+) -> None:
+    """An evaluation set without its image column, or without labels where the objective's ``eval_loss`` compares by
+    class (SupCon, OCL), stopped training at the first evaluation (the collator's "`image_column`='image' is not a
+    column", the objective's "needs class labels"); one given to ``evaluate`` or ``predict`` stopped at its first
+    batch, and one with labels outside LOCAL's classifier told a trainer's user to build ``LOCALLoss``. Each is now
+    refused by the trainer's own checks, naming the set; a set its evaluation can read still evaluates."""
+    data = image_dataset(n=16, size=16).add_column("id", list(range(16)))  # a set without both keeps its rows
+    bad = data.remove_columns(sorted(dropped)) if dropped else data.select(range(16))  # a new object either way
+    args = training_args(tmp_path, per_device_train_batch_size=8, eval_strategy="steps", eval_steps=1)
+    refused = "image" in dropped or ("label" in dropped and objective != "simclr")
+    name = {"built": "eval_dataset", "evaluate": "eval_dataset", "predict": "test_dataset"}[where]
+    said = rf"^`{name}` has no " + (
+        "column of 'image'" if "image" in dropped else r"`label_column`='label' .*`eval_loss` compares"
+    )
+    build = lambda evaluation: ContrastiveTrainer(  # noqa: E731
+        model=model, args=args, train_dataset=data, eval_dataset=evaluation, objective=objective
+    )
+    if where == "built":
+        if refused:
+            with pytest.raises(InputError, match=said):
+                build(bad)
+        else:
+            build(bad)
+        return
+    trainer = build(data)
+    run = (lambda: trainer.evaluate(eval_dataset=bad)) if where == "evaluate" else (lambda: trainer.predict(bad))
+    if refused:
+        with pytest.raises(InputError, match=said):
+            run()
+    else:
+        metrics = run() if where == "evaluate" else run().metrics
+        prefix = "eval" if where == "evaluate" else "test"
+        assert np.isfinite(metrics[f"{prefix}_loss"])
+
+
+def test_labels_outside_the_classifier_given_to_evaluate_name_the_objective_option(tmp_path) -> None:
+    """LOCAL trained on classes 0..1 and evaluated on a set holding class 2 said "build `LOCALLoss` with
+    `num_classes`", a class a trainer's user never builds; it is refused before the first batch as the trainer's own
+    evaluation sets are."""
+    pairs = lambda labels: datasets.Dataset.from_dict(  # noqa: E731
+        {"image_pre": image_dataset(n=len(labels), size=16)["image"], "label": labels}
+    ).map(lambda row: {"image_post": row["image_pre"]})
+    trainer = ContrastiveTrainer(
+        model=vit_encoder(),
+        args=training_args(tmp_path, per_device_train_batch_size=8),
+        train_dataset=pairs([0, 1] * 8),
+        eval_dataset=pairs([0, 1] * 4),
+        objective="local",
+    )
+    with pytest.raises(InputError, match=re.escape("`eval_dataset`'s `label_column`='label' holds the labels [2]")):
+        trainer.evaluate(eval_dataset=pairs([0, 1, 2, 1] * 2))
+    with pytest.raises(InputError, match="`predict` would fail on it"):
+        trainer.predict(pairs([0, 1, 2, 1] * 2))
+    assert np.isfinite(trainer.evaluate(eval_dataset=pairs([1, 0] * 4))["eval_loss"])
