@@ -185,7 +185,13 @@ def check_evaluation_columns(trainer: Any, dataset: Any, name: str, why: str) ->
         raise InputError(
             f"`{name}` has no `label_column`={labels[0]!r} (its columns: {known}): "
             f"{type(trainer.objective).__name__}'s `eval_loss` compares the samples of a batch by class, and {why}. "
-            "Add the labels (or set `label_column` to the column that holds them), or evaluate a labelled set."
+            "Add the labels (or set `label_column` to the column that holds them), or evaluate a labelled set"
+            + (
+                "; for the embeddings of unlabelled rows, `trainer.model.encode(images or texts)` or "
+                "`hf_contrast.evaluation.encode_dataset(trainer.model, dataset)`."
+                if "predict" in why
+                else "."
+            )
         )
 
 

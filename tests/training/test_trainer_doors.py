@@ -503,8 +503,10 @@ def test_an_evaluation_set_without_the_columns_its_evaluation_reads_is_refused_b
     trainer = build(data)
     run = (lambda: trainer.evaluate(eval_dataset=bad)) if where == "evaluate" else (lambda: trainer.predict(bad))
     if refused:
-        with pytest.raises(InputError, match=said):
+        with pytest.raises(InputError, match=said) as error:
             run()
+        labels_only = "image" not in dropped
+        assert ("encode_dataset(trainer.model, dataset)" in str(error.value)) == (labels_only and where == "predict")
     else:
         metrics = run() if where == "evaluate" else run().metrics
         prefix = "eval" if where == "evaluate" else "test"
