@@ -243,11 +243,19 @@ def check_evaluation_set(trainer: Any, dataset: Any, name: str, caller: str) -> 
 
 def check_default_metrics_fit(args: Any) -> None:
     """The trainer's default ``compute_metrics`` (the objective's embedding metrics) scores the whole evaluation set
-    at once: ``eval_do_concat_batches=False`` would hand it one array per batch, refused at the first evaluation.
+    at once: ``eval_do_concat_batches=False`` would hand it one array per batch, refused at the first evaluation;
+    ``batch_eval_metrics=True`` would call it after every batch (transformers refused it as "your ``compute_metrics``
+    function must take a ``compute_result`` argument", of a function the user never passed).
 
     Raises:
-        InputError: naming ``eval_do_concat_batches`` and the fix.
+        InputError: naming ``eval_do_concat_batches`` or ``batch_eval_metrics`` and the fix.
     """
+    if getattr(args, "batch_eval_metrics", False):
+        raise InputError(
+            "`batch_eval_metrics=True` scores each evaluation batch alone, but the default embedding metrics compare "
+            "the whole evaluation set (kNN, probe, uniformity). Leave it False (the default), or pass a "
+            "`compute_metrics(eval_prediction, compute_result)` of yours."
+        )
     if not args.eval_do_concat_batches:
         raise InputError(
             "`eval_do_concat_batches=False` hands `compute_metrics` one array per evaluation batch, but the default "

@@ -341,6 +341,26 @@ def test_per_batch_predictions_are_refused_for_the_default_metrics_only(model, i
     assert trainer.evaluate()["eval_batches"] == 2.0 and batches == [8, 8]
 
 
+def test_metrics_per_batch_are_refused_for_the_default_metrics_and_work_with_yours(model, images, tmp_path) -> None:
+    """`batch_eval_metrics=True` was refused by transformers as "your `compute_metrics` function must take a
+    `compute_result` boolean argument", of a function the user never passed (the trainer's default metrics); it is
+    refused naming the argument, and a `compute_metrics(eval_prediction, compute_result)` of the user's gets each
+    batch."""
+    args = training_args(tmp_path, batch_eval_metrics=True, per_device_eval_batch_size=8)
+    with pytest.raises(InputError, match=r"^`batch_eval_metrics=True` scores each evaluation batch alone"):
+        SimCLRTrainer(model=model, args=args, train_dataset=images, eval_dataset=images)
+    rows: list[int] = []
+
+    def per_batch(prediction, compute_result: bool) -> dict[str, float]:  # noqa: ANN001
+        rows.append(len(prediction.predictions[0]))
+        return {"rows": float(sum(rows))} if compute_result else {}
+
+    trainer = SimCLRTrainer(
+        model=model, args=args, train_dataset=images, eval_dataset=images, compute_metrics=per_batch
+    )
+    assert trainer.evaluate()["eval_rows"] == len(images) and rows == [8] * (len(images) // 8)
+
+
 @pytest.mark.parametrize(
     ("field", "value", "said"),
     [
