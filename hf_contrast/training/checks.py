@@ -168,14 +168,14 @@ def needed_columns(trainer: Any, *, evaluation: bool = False) -> list[str | tupl
     return columns
 
 
-def check_evaluation_columns(trainer: Any, dataset: Any, name: str, why: str) -> None:
+def check_evaluation_columns(trainer: Any, dataset: Any, name: str, caller: str | None = None) -> None:
     """An evaluation set has the columns its evaluation reads (:func:`needed_columns`); the labels' absence is said
     with the reason (the objective's ``eval_loss``), the others as :func:`~hf_contrast.data.checks.check_columns`
-    says them.
+    says them. ``caller``: the call the set was given to (``"evaluate"``, ``"predict"``); ``None`` for the trainer's
+    own evaluation sets.
 
     Raises:
-        InputError: naming the set, the column, its columns and the fix; ``why`` says when the evaluation would
-            have failed (e.g. "the first evaluation would stop training").
+        InputError: naming the set, the column, its columns and the fix.
     """
     labels = (trainer.args.label_column, "labels")
     columns = needed_columns(trainer, evaluation=True)
@@ -184,12 +184,13 @@ def check_evaluation_columns(trainer: Any, dataset: Any, name: str, why: str) ->
     if labels in columns and known is not None and not set(labels) & set(known):
         raise InputError(
             f"`{name}` has no `label_column`={labels[0]!r} (its columns: {known}): "
-            f"{type(trainer.objective).__name__}'s `eval_loss` compares the samples of a batch by class, and {why}. "
+            f"{type(trainer.objective).__name__}'s `eval_loss` compares the samples of a batch by class, and "
+            f"{_consequence(caller)}. "
             "Add the labels (or set `label_column` to the column that holds them), or evaluate a labelled set"
             + (
                 "; for the embeddings of unlabelled rows, `trainer.model.encode(images or texts)` or "
                 "`hf_contrast.evaluation.encode_dataset(trainer.model, dataset)`."
-                if "predict" in why
+                if caller == "predict"
                 else "."
             )
         )
@@ -205,7 +206,7 @@ def check_trainer_columns(trainer: Any) -> None:
         check_column_kinds(trainer.train_dataset, kinds, name="train_dataset")
     for name, dataset in _eval_sets(trainer.eval_dataset).items():
         if dataset is not None:
-            check_evaluation_columns(trainer, dataset, name, "the first evaluation would stop training")
+            check_evaluation_columns(trainer, dataset, name)
         check_column_kinds(dataset, kinds, name=name)
 
 
@@ -234,11 +235,10 @@ def check_evaluation_set(trainer: Any, dataset: Any, name: str, caller: str) -> 
         if scored
         else None,
     )
-    why = f"`{caller}` would fail on it"
-    check_evaluation_columns(trainer, dataset, name, why)
+    check_evaluation_columns(trainer, dataset, name, caller)
     check_column_kinds(dataset, trainer_column_kinds(trainer), name=name)
-    classes = _evaluation_classes(dataset, name, column, _task_head_width(trainer), why)
-    check_classifier_classes(objective, {name: classes}, column, why=why)
+    classes = _evaluation_classes(dataset, name, column, _task_head_width(trainer), caller)
+    check_classifier_classes(objective, {name: classes}, column, caller=caller)
 
 
 def check_default_metrics_fit(args: Any) -> None:
@@ -318,9 +318,13 @@ def _keep_labelled(column: str) -> str:
     return f"`dataset = dataset.filter(lambda row: row[{column!r}] >= 0)`"
 
 
-def _evaluation_classes(
-    dataset: Any, name: str, column: str, head: int, why: str = "the first evaluation would stop training"
-) -> list[int]:
+def _consequence(caller: str | None) -> str:
+    """What a bad evaluation set would have done: to the run (``caller=None``: the trainer's own sets), or to the call
+    it was given to."""
+    return "the first evaluation would stop training" if caller is None else f"`{caller}` would fail on it"
+
+
+def _evaluation_classes(dataset: Any, name: str, column: str, head: int, caller: str | None = None) -> list[int]:
     """An evaluation set's distinct integer labels, checked: classes of a task head of ``head`` classes (when there
     is one), and labels on every row or on none.
 
@@ -334,9 +338,9 @@ def _evaluation_classes(
     if negative and len(negative) < len(classes):
         raise InputError(
             f"`{name}`'s `label_column`={column!r} mixes the negative labels {negative}, which mark unlabelled "
-            f"rows, with classes: its embedding metrics take labels on every row or on none, and {why}. Keep the "
-            f"labelled rows ({_keep_labelled(column)}), or drop the label "
-            f"column (`dataset.remove_columns({column!r})`)."
+            "rows, with classes: its embedding metrics take labels on every row or on none, and "
+            f"{_consequence(caller)}. Keep the labelled rows ({_keep_labelled(column)}), or drop the label column "
+            f"(`dataset.remove_columns({column!r})`)."
         )
     return classes
 
@@ -346,12 +350,13 @@ def check_classifier_classes(
     eval_classes: dict[str, list[int]],
     column: str,
     *,
-    why: str = "its first evaluation would stop training",
+    caller: str | None = None,
 ) -> None:
     """The labels of every evaluation set are classes of the objective's own classifier
     (:meth:`~hf_contrast.objectives.Objective.classifier_classes`, e.g. LOCAL's pair classifier, as wide as its
     ``num_labels`` or the training set's classes): another label stopped training at the first evaluation (its
-    ``eval_loss``). Called once the objective is set up, with :func:`check_label_values`' classes.
+    ``eval_loss``). Called once the objective is set up, with :func:`check_label_values`' classes; and by
+    :func:`check_evaluation_set` for a set given to ``caller`` (named in the error).
 
     Raises:
         InputError: naming the evaluation set, ``label_column``, the labels outside the classifier and the fix.
@@ -367,7 +372,8 @@ def check_classifier_classes(
             owner = type(objective).__name__
             raise InputError(
                 f"`{name}`'s `label_column`={column!r} holds the labels {outside[:8]}, which {owner}'s "
-                f"classifier (`num_labels`={width}{source}: classes 0..{width - 1}) has no logit for; {why}. "
+                f"classifier (`num_labels`={width}{source}: classes 0..{width - 1}) has no logit for; "
+                f"{_consequence(caller)}. "
                 "Add training rows of those classes (a classifier learns only the "
                 "classes it trains on), or keep the evaluation rows of the training classes "
                 f"(`dataset.filter(lambda row: 0 <= row[{column!r}] < {width})`)."

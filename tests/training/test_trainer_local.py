@@ -203,7 +203,7 @@ def test_local_classifier_classes_cover_the_training_and_evaluation_labels(
         expected = (
             f"`eval_dataset['held_out']`'s `label_column`='label' holds the labels {outside}, which LOCALObjective's "
             f"classifier (`num_labels`={width}{', from `train_dataset`' if num_labels is None else ''}: classes "
-            f"0..{width - 1}) has no logit for; its first evaluation would stop training."
+            f"0..{width - 1}) has no logit for; the first evaluation would stop training."
         )
     else:
         assert build().objective.classifier_classes() == width
