@@ -31,7 +31,7 @@ from transformers import HfArgumentParser
 from hf_contrast.data import SENTENCE_PAIRS_PATH, load_image_splits, load_text_dataset, take_subset
 from hf_contrast.data.naming import loader_notes
 from hf_contrast.errors import InputError
-from hf_contrast.evaluation import ProbeEvaluator, balanced_split, encode_dataset
+from hf_contrast.evaluation import ProbeEvaluator, balanced_split
 from hf_contrast.models import ContrastiveEncoder
 from hf_contrast.plots import save_training_plots
 from hf_contrast.training import run_main
@@ -157,7 +157,8 @@ def main() -> None:
     probe = ProbeEvaluator(
         data["train"], data["test"], knn_k=min(args.knn_k, len(data["train"])), seed=args.seed, **encode
     )
-    metrics = {**probe(encoder, on_error="raise"), "num_train": len(data["train"]), "num_test": len(data["test"])}
+    fit_z, fit_y, test_z, test_y = probe.encode(encoder)  # each split encoded once: the test split's for the picture
+    metrics = {**probe.score(fit_z, fit_y, test_z, test_y), "num_train": len(fit_y), "num_test": len(test_y)}
     output_dir = args.output_dir or (
         os.path.join(args.model, "linear_probe") if os.path.isdir(args.model) else "outputs/linear_probe"
     )
@@ -171,7 +172,6 @@ def main() -> None:
         for key, value in metrics.items()
     )
     logger.info(f"***** probe metrics (written to {path}) *****\n" + "\n".join(lines))
-    test_z, test_y = encode_dataset(encoder, data["test"], **encode)  # for the picture
     label_feature = data["train"].features.get(args.label_column)
     name = os.path.basename(os.path.normpath(args.model))
     class_names = list(label_feature.names) if hasattr(label_feature, "names") else None

@@ -171,8 +171,27 @@ class ProbeEvaluator(Evaluator):
             warnings.warn(f"ProbeEvaluator: {message}", UnseenClassWarning, stacklevel=3)
 
     def compute(self, model: nn.Module) -> dict[str, float]:
+        return self.score(*self.encode(model))
+
+    def encode(self, model: nn.Module) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+        """``(fit_z, fit_y, score_z, score_y)``: both splits through :func:`encode_dataset` with this evaluator's
+        options (eval mode, no gradient), e.g. to draw the score split's embeddings without encoding it again
+        (``examples/run_linear_probe.py``). Shapes: ``(N, D)``, ``(N,)``, ``(M, D)``, ``(M,)``.
+
+        Raises:
+            InputError: when a split has no labels.
+        """
         fit_z, fit_y = self._encode(model, self.fit_dataset, "fit_dataset")
         score_z, score_y = self._encode(model, self.score_dataset, "score_dataset")
+        return fit_z, fit_y, score_z, score_y
+
+    def score(self, fit_z: Tensor, fit_y: Tensor, score_z: Tensor, score_y: Tensor) -> dict[str, float]:
+        """The unprefixed metrics of :meth:`encode`'s features (what :meth:`compute` returns): the probes fitted on
+        the fit split, scored on the score split (:func:`~hf_contrast.metrics.probe_scores`).
+
+        Raises:
+            InputError: when the fit split holds fewer than two classes.
+        """
         names = _class_names(self.score_dataset, self.encode_kwargs["label_column"])
         self._check_classes(fit_y.tolist(), score_y.tolist(), names)
         with warnings.catch_warnings():  # said once, by _check_classes, with the evaluator's argument names

@@ -360,6 +360,11 @@ def test_probe_evaluator_equals_scikit_learn_on_the_encoded_splits() -> None:
         predicted = estimator.fit(fit_z, fit_y).predict(score_z)
         assert out[f"{name}_accuracy"] == pytest.approx(accuracy_score(score_y, predicted)), name
         assert out[f"{name}_macro_f1"] == pytest.approx(f1_score(score_y, predicted, average="macro")), name
+    encoded = evaluator.encode(encoder)  # the splits as the evaluator encodes them, and its numbers from them
+    assert encoder.training  # mode restored
+    for features, expected in zip(encoded, (fit_z, fit_y, score_z, score_y), strict=True):
+        assert np.allclose(np.asarray(features), np.asarray(expected), atol=1e-6)
+    assert evaluator.score(*encoded) == out
     named = ProbeEvaluator(fit, score, name="topics", knn_k=3, knn_temperature=0.5, seed=1, progress=False)
     assert named(encoder) == pytest.approx({f"topics_{k}": v for k, v in out.items()})
     assert named.primary_metric == "topics_knn_accuracy" and evaluator.primary_metric == "knn_accuracy"
