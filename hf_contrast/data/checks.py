@@ -387,7 +387,7 @@ def check_column_kinds(dataset: Any, kinds: Sequence[tuple[str, str, str]], *, n
 
 def check_no_missing_values(dataset: Any, column: str, argument: str, name: str) -> None:
     """A ``datasets.Dataset``'s text or label column holds no missing value (``None``): the batch holding one
-    would stop training there. Read from arrow's null count (nothing decoded); other datasets are not read.
+    would fail there (stopping training). Read from arrow's null count (nothing decoded); other datasets are not read.
 
     Raises:
         InputError: naming the argument, the column, how many rows miss a value, the first, and the fix.
@@ -404,6 +404,6 @@ def check_no_missing_values(dataset: Any, column: str, argument: str, name: str)
     rows = f"{count:,} rows of the {len(dataset):,} in `{name}` have" if count > 1 else f"1 row of `{name}` has"
     raise InputError(
         f"`{argument}`={column!r}: {rows} no value (None; the first is row {first}), and a batch holding one "
-        "would stop training there. Remove them "
+        "would fail there. Remove them "
         f"(`dataset = dataset.filter(lambda row: row[{column!r}] is not None)`) or fill them."
     )
