@@ -163,8 +163,8 @@ def check_dataset(
         if rows < min_rows:
             reason = f" ({why})" if why else ""
             raise InputError(
-                f"`{name}` has {rows} rows, fewer than the {min_rows} needed{reason}; add data or lower the batch "
-                "size (`per_device_train_batch_size` / `per_device_eval_batch_size`)."
+                f"`{name}` has {rows} row{'s' if rows != 1 else ''}, fewer than the {min_rows} needed{reason}; add "
+                "data or lower the batch size (`per_device_train_batch_size` / `per_device_eval_batch_size`)."
             )
     check_columns(dataset, columns, name=name)
     return rows

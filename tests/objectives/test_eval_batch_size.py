@@ -166,7 +166,7 @@ def test_an_eval_batch_of_one_sample_is_refused_naming_the_argument(tmp_path, me
 
 def test_an_eval_set_too_small_for_eval_loss_is_refused_naming_it(tmp_path) -> None:
     args = training_args(tmp_path, eval_strategy="steps", eval_steps=1)
-    with pytest.raises(ValueError, match=r"`eval_dataset` has 1 rows, fewer than the 2 needed"):
+    with pytest.raises(ValueError, match=r"`eval_dataset` has 1 row, fewer than the 2 needed"):
         ContrastiveTrainer(
             model=vit_encoder(),
             args=args,
