@@ -62,6 +62,7 @@ __all__ = [
     "MAX_ROWS_READ",
     "precision",
     "resolve_image_size",
+    "with_evaluation_lengths",
 ]
 
 
@@ -553,37 +554,79 @@ def measure_token_lengths(trainer: Any) -> None:
     hold raw text, tokenized per batch: the Trainer, finding neither the column nor ``input_ids``, stopped
     ``train()`` ("Can only automatically infer lengths ..."). Said once in the log. Called by
     ``ContrastiveTrainer.__init__`` once the views exist (refusals: :func:`~hf_contrast.training.checks.
-    check_sampling_strategy`)."""
-    from hf_contrast.data.checks import is_arrow_dataset
-    from hf_contrast.data.lengths import with_token_lengths
-    from hf_contrast.training.checks import sampling_strategy
-
-    name, strategy = sampling_strategy(trainer.args)
-    if strategy not in ("group_by_length", "batch_rebalance") or trainer.processing_class is None:
-        return  # images were refused (check_sampling_strategy); without a tokenizer the collator refuses the run
-    args = trainer.args
-    columns = [c for c in (args.text_column, args.text_pair_column) if c is not None]
-    column, max_length = args.length_column_name, trainer.views.max_length()
-
+    check_sampling_strategy`); a set given later to ``evaluate`` / ``predict``: :func:`with_evaluation_lengths`."""
     changed: list[str] = []
 
     def measured(dataset: Any, label: str) -> Any:
-        if not is_arrow_dataset(dataset) or column in dataset.column_names:
-            return dataset
-        changed.append(label)
-        progress = not args.disable_tqdm and trainer.is_world_process_zero()
-        return with_token_lengths(dataset, trainer.processing_class, columns, max_length, column, progress=progress)
+        result = _with_lengths(trainer, dataset)
+        if result is not dataset:
+            changed.append(label)
+        return result
 
     trainer.train_dataset = measured(trainer.train_dataset, "train_dataset")
-    if strategy == "group_by_length":  # the Trainer orders the evaluation sets by length too
+    if _grouped_by_length(trainer.args) == "group_by_length":  # the Trainer orders the evaluation sets by length too
         evaluation = trainer.eval_dataset
         trainer.eval_dataset = (
             {key: measured(part, f"eval_dataset[{key!r}]") for key, part in evaluation.items()}
             if isinstance(evaluation, dict)
             else measured(evaluation, "eval_dataset")
         )
-    if changed and trainer.is_world_process_zero():
+    _say_lengths(trainer, changed)
+
+
+def with_evaluation_lengths(trainer: Any, dataset: Any, name: str) -> Any:
+    """A set given to ``evaluate`` (``name="eval_dataset"``) or ``predict`` (``"test_dataset"``) with
+    ``length_column_name`` measured as :func:`measure_token_lengths` measures the trainer's own, when the Trainer
+    orders it by length (``"group_by_length"`` on text) and it lacks the column; else ``dataset`` itself (``None`` and
+    a name of ``eval_dataset``'s dict: the trainer's own sets, measured when it was built)."""
+    if dataset is None or isinstance(dataset, str) or _grouped_by_length(trainer.args) != "group_by_length":
+        return dataset
+    measured = _with_lengths(trainer, dataset)
+    if measured is not dataset:
+        _say_lengths(trainer, [f"the `{name}` given"])
+    return measured
+
+
+def _grouped_by_length(args: Any) -> str | None:
+    """The length-grouped order the Trainer was asked for (``"group_by_length"``, ``"batch_rebalance"``), or None."""
+    from hf_contrast.training.checks import sampling_strategy
+
+    strategy = sampling_strategy(args)[1]
+    return strategy if strategy in ("group_by_length", "batch_rebalance") else None
+
+
+def _with_lengths(trainer: Any, dataset: Any) -> Any:
+    """``dataset`` with the token lengths of its rows in ``length_column_name`` when the run groups text by length
+    and an arrow dataset lacks the column; else ``dataset`` itself. Images were refused
+    (:func:`~hf_contrast.training.checks.check_sampling_strategy`); without a tokenizer the collator refuses the
+    run."""
+    from hf_contrast.data.checks import is_arrow_dataset
+    from hf_contrast.data.lengths import with_token_lengths
+
+    args = trainer.args
+    column = args.length_column_name
+    if (
+        _grouped_by_length(args) is None
+        or trainer.processing_class is None
+        or not is_arrow_dataset(dataset)
+        or column in dataset.column_names
+    ):
+        return dataset
+    columns = [c for c in (args.text_column, args.text_pair_column) if c is not None]
+    progress = not args.disable_tqdm and trainer.is_world_process_zero()
+    return with_token_lengths(
+        dataset, trainer.processing_class, columns, trainer.views.max_length(), column, progress=progress
+    )
+
+
+def _say_lengths(trainer: Any, measured: list[str]) -> None:
+    """Log, once and on the main process, which sets got their rows' token lengths."""
+    from hf_contrast.training.checks import sampling_strategy
+
+    if measured and trainer.is_world_process_zero():
+        name = sampling_strategy(trainer.args)[0]
         logger.info(
-            f"`{name}`: the token length of every row of {', '.join(changed)} (at most {max_length} tokens, the "
-            f"run's truncation) is in a {column!r} column, which the Trainer groups the rows by."
+            f"`{name}`: the token length of every row of {', '.join(measured)} (at most {trainer.views.max_length()} "
+            f"tokens, the run's truncation) is in a {trainer.args.length_column_name!r} column, which the Trainer "
+            "groups the rows by."
         )

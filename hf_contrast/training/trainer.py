@@ -95,6 +95,7 @@ from hf_contrast.training.run_setup import (
     log_run_setup,
     measure_token_lengths,
     resolve_image_size,
+    with_evaluation_lengths,
 )
 from hf_contrast.views import pop_view_batch_index, views_for
 from hf_contrast.views.image_cache import DecodedImageCache
@@ -601,14 +602,18 @@ class ContrastiveTrainer(SafeCheckpointing, HubPublishingMixin, Trainer):
     def get_eval_dataloader(self, eval_dataset: Any = None) -> DataLoader:
         """The Trainer's evaluation loader with the objective's evaluation collator. A dataset given here (by
         ``evaluate(eval_dataset=...)``) that is not one of the trainer's own evaluation sets is checked first as
-        those were when the trainer was built (:func:`~hf_contrast.training.checks.check_evaluation_set`)."""
+        those were when the trainer was built (:func:`~hf_contrast.training.checks.check_evaluation_set`), and on a
+        text run grouped by length gets its rows' token lengths as they did
+        (:func:`~hf_contrast.training.run_setup.with_evaluation_lengths`)."""
         check_evaluation_set(self, eval_dataset, "eval_dataset", "evaluate")
+        eval_dataset = with_evaluation_lengths(self, eval_dataset, "eval_dataset")  # grouped by length: measured
         with self._eval_collation():
             return super().get_eval_dataloader(eval_dataset)
 
     def get_test_dataloader(self, test_dataset: Any) -> DataLoader:
         """As :meth:`get_eval_dataloader`, for ``predict`` (its ``test_dataset`` checked the same way)."""
         check_evaluation_set(self, test_dataset, "test_dataset", "predict")
+        test_dataset = with_evaluation_lengths(self, test_dataset, "test_dataset")
         with self._eval_collation():
             return super().get_test_dataloader(test_dataset)
 

@@ -441,6 +441,12 @@ def test_a_text_run_grouped_by_length_measures_its_rows_token_lengths(strategy, 
         assert list(other.eval_dataset["held"]["length"]) == lengths and other.train_dataset is mine
     trainer.train()
     assert "eval_loss" in trainer.state.log_history[-2]
+    # a set given to evaluate / predict (ordered by length under "group_by_length") is measured as the trainer's own
+    with caplog.at_level("INFO", logger="hf_contrast.training.run_setup"):
+        assert np.isfinite(trainer.evaluate(eval_dataset=texts.select(range(8)))["eval_loss"])
+        assert np.isfinite(trainer.predict(texts.select(range(4, 12))).metrics["test_loss"])
+    if strategy == "group_by_length":
+        assert "of the `eval_dataset` given" in caplog.text and "of the `test_dataset` given" in caplog.text
 
 
 @pytest.mark.parametrize("strategy", ["group_by_length", "sequential"])
