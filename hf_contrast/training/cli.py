@@ -35,6 +35,7 @@ import json
 import logging
 import math
 import os
+import re
 import sys
 import typing
 from collections.abc import Iterator, Mapping, Sequence
@@ -92,7 +93,9 @@ def parse_args_with_objective(
     ``defaults`` change the default of any of these fields (a default naming a field the chosen method
     does not have is dropped); every flag overrides them. For a method with class-major batches (SimO's
     ``classes_per_batch`` × ``samples_per_class``) the batch size is that product unless
-    ``--per_device_train_batch_size`` is given. Flags are spelled out in full (no argparse abbreviations: a
+    ``--per_device_train_batch_size`` is given; with ``--load_best_model_at_end`` a default ``save_total_limit`` of
+    1 becomes 2 (the last checkpoint kept beside the best, so that a larger ``--max_steps`` continues the run)
+    unless ``--save_total_limit`` is given. Flags are spelled out in full (no argparse abbreviations: a
     script must see which fields the user named). A single ``.json`` argument is read as a
     config file of field values (its ``"method"`` picks the method), as ``transformers`` examples do.
 
@@ -153,7 +156,9 @@ def parse_args_with_objective(
                 f"unrecognized arguments: {' '.join(rest)} (flags are spelled out in full; the hyperparameters of "
                 f"--method {method} are {fields})"
             )
-    _derive_class_major_batch_size(parsed, set(given) if given is not None else given_arguments(argv))
+    named = set(given) if given is not None else given_arguments(argv)
+    _derive_class_major_batch_size(parsed, named)
+    _keep_last_checkpoint(parsed, named)
     return tuple(parsed)
 
 
@@ -294,6 +299,17 @@ def _derive_class_major_batch_size(parsed: Sequence[Any], named: set[str]) -> No
             values.per_device_train_batch_size = classes * samples
 
 
+def _keep_last_checkpoint(parsed: Sequence[Any], named: set[str]) -> None:
+    """With ``load_best_model_at_end`` and a script's default ``save_total_limit`` of 1, keep 2 checkpoints: at the
+    end of such a run the Trainer deletes every checkpoint but the best, and a larger ``--max_steps`` could then not
+    continue the run (:func:`detect_last_checkpoint` refuses). A ``--save_total_limit`` the user gives is kept."""
+    if "save_total_limit" in named:
+        return
+    for values in parsed[:-1]:
+        if getattr(values, "load_best_model_at_end", False) and getattr(values, "save_total_limit", None) == 1:
+            values.save_total_limit = 2
+
+
 # ==================== scripts =========================================================================
 
 
@@ -341,8 +357,12 @@ def detect_last_checkpoint(training_args: TrainingArguments, overwrite_output_di
 
     Raises:
         ValueError: if ``output_dir`` holds files but no checkpoint and ``overwrite_output_dir`` is false
-            (nothing of an earlier run is overwritten unasked), or if ``overwrite_output_dir`` and
-            ``resume_from_checkpoint`` are both given (opposite requests).
+            (nothing of an earlier run is overwritten unasked), if ``overwrite_output_dir`` and
+            ``resume_from_checkpoint`` are both given (opposite requests), or if ``output_dir`` holds a finished run
+            whose newest checkpoint is older than its last step (the Trainer keeps only the best checkpoint at the
+            end of a run with ``save_total_limit=1`` and ``load_best_model_at_end``): resuming from it would train
+            the run's last steps again and replace its model, so a larger ``max_steps`` is refused there, naming
+            ``--resume_from_checkpoint`` as the way to branch from that checkpoint on purpose.
     """
     output_dir = training_args.output_dir
     if overwrite_output_dir and training_args.resume_from_checkpoint:
@@ -360,6 +380,9 @@ def detect_last_checkpoint(training_args: TrainingArguments, overwrite_output_di
         )
     resuming = last_checkpoint is not None and training_args.resume_from_checkpoint is None
     if resuming and finished_run(training_args, last_checkpoint) is None:  # a finished run is said by the script
+        behind = _checkpoint_behind_run(output_dir, last_checkpoint)
+        if behind is not None:
+            raise InputError(behind)
         logger.info(
             f"Checkpoint detected, resuming training at {last_checkpoint}. To avoid this behavior, change the "
             "`--output_dir` or add `--overwrite_output_dir` to train from scratch."
@@ -487,15 +510,13 @@ def finished_run(
     if last_checkpoint is None or training_args.resume_from_checkpoint is not None:
         return None
     output_dir = training_args.output_dir
-    state_file = os.path.join(output_dir, "trainer_state.json")
-    if not (os.path.isfile(state_file) and os.path.isfile(os.path.join(output_dir, "train_results.json"))):
+    state = _finished_state(output_dir)
+    if state is None:
         return None
     try:
-        with open(state_file, encoding="utf-8") as handle:
-            state = json.load(handle)
         done, planned = int(state["global_step"]), int(state["max_steps"])
         epochs = float(state.get("num_train_epochs", training_args.num_train_epochs))
-    except (OSError, ValueError, KeyError, TypeError):  # unreadable: let the resume say what is wrong
+    except (ValueError, KeyError, TypeError):  # unreadable: let the resume say what is wrong
         return None
     if training_args.max_steps > 0:
         wanted, unit = training_args.max_steps, "steps"
@@ -514,6 +535,56 @@ def finished_run(
         f"(trainer_state.json, train_results.json). {other}Nothing was trained and nothing changed. Pass a larger "
         f"--{'max_steps' if unit == 'steps' else 'num_train_epochs'} to continue this run, --overwrite_output_dir to "
         "train again from scratch, or another --output_dir."
+    )
+
+
+def _finished_state(output_dir: str) -> dict[str, Any] | None:
+    """The ``trainer_state.json`` a script wrote at the end of a finished run in ``output_dir`` (``None``: no finished
+    run there, its ``trainer_state.json`` or ``train_results.json`` missing, or unreadable)."""
+    state_file = os.path.join(output_dir, "trainer_state.json")
+    if not (os.path.isfile(state_file) and os.path.isfile(os.path.join(output_dir, "train_results.json"))):
+        return None
+    try:
+        with open(state_file, encoding="utf-8") as handle:
+            state = json.load(handle)
+    except (OSError, ValueError):
+        return None
+    return state if isinstance(state, dict) else None
+
+
+def _checkpoint_behind_run(output_dir: str, last_checkpoint: str) -> str | None:
+    """Why resuming ``last_checkpoint`` would not continue the finished run of ``output_dir``, or ``None``.
+
+    At the end of a run with ``save_total_limit=1`` and ``load_best_model_at_end`` the Trainer deletes every
+    checkpoint but the best one, so the newest checkpoint left can be older than the run's last step: resuming it
+    would train those steps again, from the best weights, and replace the finished run's model and results.
+    """
+    state = _finished_state(output_dir)
+    step = re.search(r"-(\d+)$", os.path.basename(os.path.normpath(last_checkpoint)))
+    try:
+        done = int(state["global_step"]) if state is not None else None
+    except (KeyError, TypeError, ValueError):
+        return None
+    if done is None or step is None or int(step.group(1)) >= done:
+        return None
+    at = int(step.group(1))
+    best = state.get("best_model_checkpoint")
+    best_kept = isinstance(best, str) and os.path.basename(os.path.normpath(best)) == os.path.basename(
+        os.path.normpath(last_checkpoint)
+    )
+    why = (
+        "the Trainer keeps only the best checkpoint at the end of a run with `save_total_limit=1` and "
+        "`load_best_model_at_end`"
+        if best_kept
+        else "it is not in the folder"
+    )
+    return (
+        f"{output_dir} holds a run that finished at step {done}, but its newest checkpoint is {last_checkpoint} "
+        f"(step {at}): the checkpoint of step {done} is gone ({why}). Resuming would train steps {at + 1}-{done} "
+        f"again from step {at}'s weights and replace this run's model and results with another run's. To branch "
+        f"from step {at} on purpose, pass --resume_from_checkpoint {last_checkpoint}; to train again from scratch, "
+        "--overwrite_output_dir; or pick another --output_dir. (--save_total_limit 2 keeps the last checkpoint "
+        "beside the best, so that a larger --max_steps continues a run.)"
     )
 
 

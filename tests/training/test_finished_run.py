@@ -83,6 +83,51 @@ def test_not_a_finished_run(tmp_path: Path, case: str) -> None:
     assert finished_run(args, last) is None
 
 
+@settings(max_examples=40, deadline=None)
+@given(kept=st.integers(1, 200), more=st.integers(1, 200), asked=st.integers(1, 600), best=st.booleans())
+def test_a_finished_run_whose_last_checkpoint_is_gone_is_not_resumed_from_an_older_one(
+    tmp_path_factory, kept: int, more: int, asked: int, best: bool
+) -> None:
+    """A run finished at step ``done`` whose newest checkpoint left is step ``kept < done`` (the Trainer keeps only
+    the best at the end of a run with ``save_total_limit=1`` and ``load_best_model_at_end``): a larger ``max_steps``
+    would resume at ``kept``, train ``kept+1..done`` again and replace the finished model, so it is refused, naming
+    both steps and ``--resume_from_checkpoint``; the steps asked for already done: the finished-run message; the
+    checkpoint named on purpose: resumed."""
+    done = kept + more
+    root = tmp_path_factory.mktemp("run")
+    state = {"global_step": done, "max_steps": done, "num_train_epochs": 3.0, "log_history": []}
+    if best:
+        state["best_model_checkpoint"] = str(root / f"checkpoint-{kept}")
+    (root / f"checkpoint-{kept}").mkdir()
+    (root / "trainer_state.json").write_text(json.dumps(state))
+    (root / "train_results.json").write_text(json.dumps({"train_loss": 1.0}))
+    args = _args(root, max_steps=asked)
+    if asked <= done:
+        message = finished_run(args, detect_last_checkpoint(args, overwrite_output_dir=False))
+        assert message is not None and "Nothing was trained and nothing changed" in message
+    else:
+        with pytest.raises(ValueError) as refused:
+            detect_last_checkpoint(args, overwrite_output_dir=False)
+        message = str(refused.value)
+        assert f"finished at step {done}" in message and f"checkpoint-{kept} (step {kept})" in message
+        assert f"train steps {kept + 1}-{done} again" in message
+        assert f"--resume_from_checkpoint {root / f'checkpoint-{kept}'}" in message
+        assert ("keeps only the best checkpoint" in message) is best
+    named = _args(root, max_steps=asked, resume_from_checkpoint=str(root / f"checkpoint-{kept}"))
+    assert detect_last_checkpoint(named, overwrite_output_dir=False) == str(root / f"checkpoint-{kept}")
+    assert finished_run(named, str(root / f"checkpoint-{kept}")) is None
+    assert detect_last_checkpoint(_args(root, max_steps=asked), overwrite_output_dir=True) is None
+
+
+def test_a_finished_runs_last_checkpoint_continues_it(tmp_path: Path) -> None:
+    """The checkpoint of the last step kept (beside an older best one): a larger ``max_steps`` resumes it."""
+    root = _run_dir(tmp_path / "run", steps=30, planned=30)
+    (root / "checkpoint-10").mkdir()
+    args = _args(root, max_steps=40)
+    last = detect_last_checkpoint(args, overwrite_output_dir=False)
+    assert last == str(root / "checkpoint-30") and finished_run(args, last) is None
+
+
 class _Trainer:
     """What ``evaluate_final`` reads of a Trainer: its state, its arguments, and ``evaluate``."""
 
@@ -195,3 +240,34 @@ def test_a_resumed_run_reports_the_whole_run(tmp_path: Path, how: str) -> None:
     assert metrics["train_samples_per_second"] == pytest.approx(4 * metrics["train_steps_per_second"], rel=1e-2)
     sessions = second_trainer.run_sessions.sessions
     assert [s["start_step"] for s in sessions] == [0, output.global_step - session_steps]
+
+
+@pytest.mark.parametrize(
+    ("flags", "limit"),
+    [
+        (["--load_best_model_at_end"], 2),  # the script's 1 would leave only the best checkpoint at the end
+        (["--load_best_model_at_end", "--save_total_limit", "1"], 1),  # the user's choice is kept
+        (["--load_best_model_at_end", "--save_total_limit=3"], 3),
+        ([], 1),  # no best model: the newest checkpoint is the last step's
+    ],
+)
+def test_a_script_keeps_the_last_checkpoint_beside_the_best(tmp_path: Path, flags: list[str], limit: int) -> None:
+    from hf_contrast.training import parse_args_with_objective
+
+    common = ["--output_dir", str(tmp_path), "--eval_strategy", "steps", "--save_strategy", "steps"]
+    defaults = {"save_total_limit": 1, "use_cpu": True, "report_to": "none"}
+    args, _ = parse_args_with_objective(
+        (ContrastiveTrainingArguments,), method="simclr", defaults=defaults, args=[*common, *flags]
+    )
+    assert args.save_total_limit == limit
+    config = tmp_path / "args.json"  # the same from a config file's keys
+    keys = {"output_dir": str(tmp_path), "eval_strategy": "steps", "save_strategy": "steps"}
+    if "--load_best_model_at_end" in flags:
+        keys["load_best_model_at_end"] = True
+    if limit != 2 and flags:
+        keys["save_total_limit"] = limit
+    config.write_text(json.dumps(keys))
+    args, _ = parse_args_with_objective(
+        (ContrastiveTrainingArguments,), method="simclr", defaults=defaults, args=[str(config)]
+    )
+    assert args.save_total_limit == limit
