@@ -206,6 +206,13 @@ class ContrastiveTrainer(SafeCheckpointing, HubPublishingMixin, Trainer):
                 "embeddings for instruction fine-tuning; a ContrastiveTrainer does not apply it (training stopped at "
                 "its start). Leave it unset; a text method's own noise is its views (e.g. SimCSE's dropout)."
             )
+        tokens = getattr(args, "include_num_input_tokens_seen", "no")
+        if tokens not in ("no", False, None) and getattr(model, "main_input_name", None) == "pixel_values":
+            raise InputError(
+                f"`include_num_input_tokens_seen`={tokens!r} counts a text model's tokens (its `input_ids`); an image "
+                "encoder has none, so the Trainer would warn at every step and log 0. Leave it 'no' (the default); "
+                "the images a run saw are in its `train_samples_per_second` and `train_runtime`."
+            )
         if kwargs.get("compute_loss_func") is not None:
             raise InputError(
                 "`compute_loss_func` is not used by a ContrastiveTrainer: the objective computes the loss from the "

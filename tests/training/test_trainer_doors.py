@@ -377,6 +377,28 @@ def test_trainer_features_a_contrastive_trainer_cannot_honour_are_refused(model,
                   train_dataset=images)  # fmt: skip
 
 
+@pytest.mark.parametrize("counted", [True, "all", "non_padding"])
+def test_input_tokens_are_counted_for_text_and_refused_for_images(model, images, tmp_path, counted) -> None:
+    """`include_num_input_tokens_seen` on an image encoder warned "Tried to track the number of tokens seen, however
+    the current model is not configured properly" at every step and logged `num_input_tokens_seen` 0; a text
+    encoder's batches hold `input_ids`, and their tokens are counted."""
+    from _tiny import tiny_text_encoder
+
+    with pytest.raises(InputError, match=r"`include_num_input_tokens_seen`=.* counts a text model's tokens"):
+        SimCLRTrainer(model=model, args=training_args(tmp_path, include_num_input_tokens_seen=counted),
+                      train_dataset=images)  # fmt: skip
+    texts = datasets.Dataset.from_dict({"text": [("word " * (i % 5 + 1)) + str(i) for i in range(8)]})
+    args = training_args(tmp_path, max_steps=2, per_device_train_batch_size=4, include_num_input_tokens_seen=counted)
+    trainer = SimCLRTrainer(model=tiny_text_encoder(), args=args, train_dataset=texts)
+    trainer.train()  # one epoch: two batches of 4 that hold the 8 rows between them, in a seeded random order
+    lengths = [len(ids) for ids in trainer.processing_class(list(texts["text"]), truncation=True)["input_ids"]]
+    seen = trainer.state.num_input_tokens_seen
+    if counted == "non_padding":  # the attention masks' ones: every row's own tokens, whatever the order
+        assert seen == sum(lengths)
+    else:  # every position of the padded batches: 4 rows × the longest of each batch
+        assert sum(lengths) < seen <= 8 * max(lengths) and seen % 4 == 0
+
+
 @settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(num_labels=st.integers(1, 5), labels=st.lists(st.integers(-2, 5), min_size=8, max_size=8))
 def test_labels_the_task_head_has_no_logit_for_are_refused_before_training(num_labels, labels, tmp_path) -> None:
