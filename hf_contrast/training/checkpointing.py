@@ -346,7 +346,28 @@ class SafeCheckpointing:
         self._remove_interrupted_saves(resume)
         if resume is not None and hasattr(self, "run_settings"):
             self._check_resumed_run(resume)
+        if resume is not None and not Path(resume, OPTIMIZER_NAME).is_file():
+            self._note_model_only_resume(resume)
         return resume
+
+    def _note_model_only_resume(self, checkpoint: str) -> None:
+        """Say (once, and in the model card's run set-up) that ``checkpoint`` holds the model only
+        (``save_only_model=True``): the Trainer resumes its weights and step count, but builds the optimizer and the
+        learning-rate scheduler afresh and has no random states to restore."""
+        step = checkpoint_step(checkpoint)
+        if self.is_world_process_zero():
+            logger.warning(
+                f"Resuming {checkpoint}, which holds the model only (`save_only_model=True`): its weights and step "
+                f"count ({step}) continue, but the optimizer's state starts afresh, the learning-rate schedule starts "
+                "again from its first step (its warm-up too) and the random views do not continue the saved run's. "
+                "The result differs from an uninterrupted run's (the model card says so); save full checkpoints "
+                "(`save_only_model=False`, the default) to resume exactly."
+            )
+        setup = getattr(self, "run_setup", None)
+        if isinstance(setup, dict):  # the model card's run set-up
+            setup["resumed from a model-only checkpoint"] = (
+                f"at step {step}: the optimizer and the learning-rate schedule started afresh (`save_only_model=True`)"
+            )
 
     def _check_resumed_run(self, checkpoint: str) -> None:
         """Refuse to continue ``checkpoint`` with another method, model or weight-shaping setting

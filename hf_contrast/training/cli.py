@@ -35,7 +35,6 @@ import json
 import logging
 import math
 import os
-import re
 import sys
 import typing
 from collections.abc import Iterator, Mapping, Sequence
@@ -51,7 +50,7 @@ from hf_contrast.hub.card_callback import is_evaluation_log
 from hf_contrast.models.backbones import backbone_type_of, close_timm_names
 from hf_contrast.models.stems import SMALL_IMAGE_STEM, supports_small_image_stem
 from hf_contrast.objectives import available_objectives, get_objective
-from hf_contrast.training.checkpointing import read_run_settings
+from hf_contrast.training.checkpointing import checkpoint_step, read_run_settings
 from hf_contrast.training.run_setup import choose_image_size, cpu_threads_source, launched_by_accelerate, usable_cores
 
 __all__ = [
@@ -560,14 +559,13 @@ def _checkpoint_behind_run(output_dir: str, last_checkpoint: str) -> str | None:
     would train those steps again, from the best weights, and replace the finished run's model and results.
     """
     state = _finished_state(output_dir)
-    step = re.search(r"-(\d+)$", os.path.basename(os.path.normpath(last_checkpoint)))
+    at = checkpoint_step(os.path.normpath(last_checkpoint))
     try:
         done = int(state["global_step"]) if state is not None else None
     except (KeyError, TypeError, ValueError):
         return None
-    if done is None or step is None or int(step.group(1)) >= done:
+    if done is None or at is None or at >= done:
         return None
-    at = int(step.group(1))
     best = state.get("best_model_checkpoint")
     best_kept = isinstance(best, str) and os.path.basename(os.path.normpath(best)) == os.path.basename(
         os.path.normpath(last_checkpoint)

@@ -95,6 +95,33 @@ def test_resume_with_changes_continues_logs_and_cards_them(tmp_path: Path, image
     )
 
 
+def test_a_model_only_checkpoint_resumes_with_a_fresh_optimizer_said_in_the_log_and_the_card(
+    tmp_path: Path, images, caplog
+) -> None:
+    """`save_only_model=True` checkpoints hold no optimizer, scheduler or random states: the Trainer resumed one
+    silently, restarting the learning-rate schedule (its warm-up at the resumed step) with fresh Adam moments. Said
+    once, and in the model card; a full checkpoint's resume says nothing of it."""
+    schedule = dict(save_only_model=True, warmup_steps=2, lr_scheduler_type="linear", logging_steps=1)
+    first_run(tmp_path, images, **schedule)
+    assert not (tmp_path / "checkpoint-2" / "optimizer.pt").exists()
+    with caplog.at_level("WARNING", logger="hf_contrast.training.checkpointing"):
+        trainer = resume(tmp_path, images, **schedule)
+    assert trainer.state.global_step == 4
+    assert "holds the model only (`save_only_model=True`)" in caplog.text
+    assert "learning-rate schedule starts again from its first step" in caplog.text
+    rates = {h["step"]: h["learning_rate"] for h in trainer.state.log_history if "learning_rate" in h}
+    assert rates[3] == 0.0  # the warm-up began again at the resumed step: what the message says
+    assert trainer.run_setup["resumed from a model-only checkpoint"].startswith("at step 2: the optimizer and")
+    trainer.create_model_card()
+    assert "- **Resumed from a model-only checkpoint:** at step 2" in (tmp_path / "README.md").read_text()
+    caplog.clear()
+    full = tmp_path / "full"
+    first_run(full, images)
+    with caplog.at_level("WARNING", logger="hf_contrast.training.checkpointing"):
+        trainer = resume(full, images)
+    assert "model only" not in caplog.text and "resumed from a model-only checkpoint" not in trainer.run_setup
+
+
 def test_where_negatives_come_from_is_a_setting_of_the_run_and_older_checkpoints_resume() -> None:
     """Multi-process runs record whether the loss compared with every process's batch: resuming with the flag
     toggled changes the method's negatives mid-run (refused, like another batch size). One process, or a method that
