@@ -359,7 +359,8 @@ def detect_last_checkpoint(training_args: TrainingArguments, overwrite_output_di
             (nothing of an earlier run is overwritten unasked), if ``overwrite_output_dir`` and
             ``resume_from_checkpoint`` are both given (opposite requests), or if ``output_dir`` holds a finished run
             whose newest checkpoint is older than its last step (the Trainer keeps only the best checkpoint at the
-            end of a run with ``save_total_limit=1`` and ``load_best_model_at_end``): resuming from it would train
+            end of a run with ``save_total_limit=1`` and ``load_best_model_at_end``, and ``save_strategy="best"``
+            saves only the steps whose metric improved): resuming from it would train
             the run's last steps again and replace its model, so a larger ``max_steps`` is refused there, naming
             ``--resume_from_checkpoint`` as the way to branch from that checkpoint on purpose.
     """
@@ -379,7 +380,7 @@ def detect_last_checkpoint(training_args: TrainingArguments, overwrite_output_di
         )
     resuming = last_checkpoint is not None and training_args.resume_from_checkpoint is None
     if resuming and finished_run(training_args, last_checkpoint) is None:  # a finished run is said by the script
-        behind = _checkpoint_behind_run(output_dir, last_checkpoint)
+        behind = _checkpoint_behind_run(training_args, last_checkpoint)
         if behind is not None:
             raise InputError(behind)
         logger.info(
@@ -551,13 +552,15 @@ def _finished_state(output_dir: str) -> dict[str, Any] | None:
     return state if isinstance(state, dict) else None
 
 
-def _checkpoint_behind_run(output_dir: str, last_checkpoint: str) -> str | None:
+def _checkpoint_behind_run(training_args: TrainingArguments, last_checkpoint: str) -> str | None:
     """Why resuming ``last_checkpoint`` would not continue the finished run of ``output_dir``, or ``None``.
 
-    At the end of a run with ``save_total_limit=1`` and ``load_best_model_at_end`` the Trainer deletes every
-    checkpoint but the best one, so the newest checkpoint left can be older than the run's last step: resuming it
-    would train those steps again, from the best weights, and replace the finished run's model and results.
+    The newest checkpoint left can be older than the run's last step: at the end of a run with
+    ``save_total_limit=1`` and ``load_best_model_at_end`` the Trainer deletes every checkpoint but the best, and
+    ``save_strategy="best"`` saves only the steps whose metric improved. Resuming it would train the later steps
+    again, from older weights, and replace the finished run's model and results.
     """
+    output_dir = training_args.output_dir
     state = _finished_state(output_dir)
     at = checkpoint_step(os.path.normpath(last_checkpoint))
     try:
@@ -567,22 +570,23 @@ def _checkpoint_behind_run(output_dir: str, last_checkpoint: str) -> str | None:
     if done is None or at is None or at >= done:
         return None
     best = state.get("best_model_checkpoint")
-    best_kept = isinstance(best, str) and os.path.basename(os.path.normpath(best)) == os.path.basename(
-        os.path.normpath(last_checkpoint)
-    )
-    why = (
-        "the Trainer keeps only the best checkpoint at the end of a run with `save_total_limit=1` and "
-        "`load_best_model_at_end`"
-        if best_kept
-        else "it is not in the folder"
-    )
+    name = os.path.basename(os.path.normpath(last_checkpoint))
+    if str(getattr(training_args.save_strategy, "value", training_args.save_strategy)) == "best":
+        why = "`save_strategy='best'` saves a checkpoint only at a step whose `metric_for_best_model` improved"
+        keep = "--save_strategy steps saves the last step too"
+    elif isinstance(best, str) and os.path.basename(os.path.normpath(best)) == name:
+        why = "the Trainer keeps only the best checkpoint at the end of a run with `save_total_limit=1` and "
+        why += "`load_best_model_at_end`"
+        keep = "--save_total_limit 2 keeps the last checkpoint beside the best"
+    else:
+        why, keep = "it is not in the folder", None
     return (
         f"{output_dir} holds a run that finished at step {done}, but its newest checkpoint is {last_checkpoint} "
         f"(step {at}): the checkpoint of step {done} is gone ({why}). Resuming would train steps {at + 1}-{done} "
         f"again from step {at}'s weights and replace this run's model and results with another run's. To branch "
         f"from step {at} on purpose, pass --resume_from_checkpoint {last_checkpoint}; to train again from scratch, "
-        "--overwrite_output_dir; or pick another --output_dir. (--save_total_limit 2 keeps the last checkpoint "
-        "beside the best, so that a larger --max_steps continues a run.)"
+        "--overwrite_output_dir; or pick another --output_dir."
+        + (f" ({keep}, so that a larger --max_steps continues a run.)" if keep else "")
     )
 
 

@@ -113,6 +113,12 @@ def test_a_finished_run_whose_last_checkpoint_is_gone_is_not_resumed_from_an_old
         assert f"train steps {kept + 1}-{done} again" in message
         assert f"--resume_from_checkpoint {root / f'checkpoint-{kept}'}" in message
         assert ("keeps only the best checkpoint" in message) is best
+        assert ("--save_total_limit 2 keeps the last checkpoint" in message) is best
+        assert best or "(it is not in the folder)" in message
+        best_only = _args(root, max_steps=asked, save_strategy="best", metric_for_best_model="knn_accuracy",
+                          eval_strategy="steps")  # fmt: skip
+        with pytest.raises(ValueError, match=r"`save_strategy='best'` saves a checkpoint only at a step whose"):
+            detect_last_checkpoint(best_only, overwrite_output_dir=False)
     named = _args(root, max_steps=asked, resume_from_checkpoint=str(root / f"checkpoint-{kept}"))
     assert detect_last_checkpoint(named, overwrite_output_dir=False) == str(root / f"checkpoint-{kept}")
     assert finished_run(named, str(root / f"checkpoint-{kept}")) is None
