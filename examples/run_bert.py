@@ -55,6 +55,7 @@ from hf_contrast.training import (
     ContrastiveTrainer,
     ContrastiveTrainingArguments,
     check_sample_caps,
+    check_script_phases,
     check_task_head,
     check_text_backbone,
     detect_last_checkpoint,
@@ -252,6 +253,7 @@ def main() -> None:
                 f"The last model is saved, not the best `eval_sts_spearman` checkpoint: {why_not.rstrip('.')}."
             )
     check_sample_caps(script)  # before any data is read
+    check_script_phases()  # --do_train false / --do_eval false / --do_predict: not what it does
     check_task_head(script.method, script.task_head)
     check_text_backbone(script.model)  # a timm name is an image model: said before any data or Hub request
     last_checkpoint = detect_last_checkpoint(training_args, script.overwrite_output_dir)

@@ -42,6 +42,7 @@ from hf_contrast.training import (
     ContrastiveTrainingArguments,
     check_image_backbone,
     check_sample_caps,
+    check_script_phases,
     detect_last_checkpoint,
     evaluate_final,
     finished_run,
@@ -125,6 +126,7 @@ def main() -> None:
     setup_logging(training_args, __name__)
     check_image_backbone(script.model)  # a timm model, said before any data is read
     check_sample_caps(script)  # before any data is read
+    check_script_phases()  # --do_train false / --do_eval false / --do_predict: not what it does
     last_checkpoint = detect_last_checkpoint(training_args, script.overwrite_output_dir)
     if (finished := finished_run(training_args, last_checkpoint, script.method)) is not None:
         logger.warning(finished)  # run again: nothing to do, nothing changed

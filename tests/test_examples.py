@@ -348,6 +348,15 @@ def test_task_head_refused_by_a_method_without_a_task_term(script: str, tmp_path
     assert not (tmp_path / "x").exists()  # refused before anything is read or written
 
 
+@pytest.mark.parametrize("script", ["run_care.py", "run_simo.py", "run_ocl.py", "run_local.py", "run_bert.py"])
+def test_phase_flags_the_script_would_ignore_are_refused(script: str, tmp_path: Path) -> None:
+    """`--do_train false` trained anyway, `--do_eval false` evaluated anyway, `--do_predict` did nothing: refused
+    before anything is read or written; `--do_train --do_eval` (a transformers habit) is what the script does."""
+    with pytest.raises(SystemExit, match=rf"--do_train false, --do_predict true: {script} always trains"):
+        run_example(script, "--do_train", "false", "--do_eval", "--do_predict", output_dir=tmp_path / "x")
+    assert not (tmp_path / "x").exists()
+
+
 # ---- argument parsing: the registry resolves the method -------------------------------------------
 
 

@@ -23,6 +23,7 @@ from .callbacks import NonFiniteLossError
 from .cli import (
     check_image_backbone,
     check_sample_caps,
+    check_script_phases,
     check_task_head,
     check_text_backbone,
     detect_last_checkpoint,
@@ -65,6 +66,7 @@ __all__ = [
     "choose_image_size",
     "resolve_image_size",
     "check_sample_caps",
+    "check_script_phases",
     "check_image_backbone",
     "check_task_head",
     "check_text_backbone",

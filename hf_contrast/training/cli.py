@@ -56,6 +56,7 @@ from hf_contrast.training.run_setup import choose_image_size, cpu_threads_source
 __all__ = [
     "check_image_backbone",
     "check_sample_caps",
+    "check_script_phases",
     "check_task_head",
     "check_text_backbone",
     "cpu_threads_source",
@@ -443,6 +444,54 @@ def check_sample_caps(script: Any) -> None:
         value = getattr(script, name, None)
         if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < least):
             raise InputError(f"`--{name}` must be {what}, got {value!r}.")
+
+
+#: transformers' phase flags (its Trainer never reads them; scripts do) and what an example script does: it always
+#: trains, then evaluates the final encoder, and has no prediction phase.
+_SCRIPT_PHASES = {"do_train": True, "do_eval": True, "do_predict": False}
+
+
+def check_script_phases(args: Sequence[str] | None = None) -> None:
+    """``--do_train`` / ``--do_eval`` / ``--do_predict``, which transformers leaves to the scripts: an example script
+    always trains and then evaluates the final encoder, so ``--do_train`` and ``--do_eval`` (a transformers habit)
+    are what it does, and ``--do_train false``, ``--do_eval false`` or ``--do_predict``, which ask for something
+    else, are refused instead of being ignored. The values are read as given (``TrainingArguments`` turns
+    ``do_eval`` on by itself when ``eval_strategy`` is not ``"no"``).
+
+    Args:
+        args: The command line (default ``sys.argv[1:]``; a single ``.json`` file: its keys).
+
+    Raises:
+        InputError: naming each flag and what the script does instead, before any data is read.
+    """
+    argv = list(sys.argv[1:] if args is None else args)
+    if _is_config_file(argv):
+        given = {name: value for name, value in _read_config_file(argv[0]).items() if name in _SCRIPT_PHASES}
+    else:
+        parser = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
+        for name in _SCRIPT_PHASES:  # as HfArgumentParser reads a bool flag (it has checked the values already)
+            parser.add_argument(f"--{name}", nargs="?", const="true", default=argparse.SUPPRESS)
+        given = vars(parser.parse_known_args(argv)[0])
+    asked = {name: _as_bool(value) for name, value in given.items()}
+    wrong = [
+        f"--{name} {str(asked[name]).lower()}"
+        for name, does in _SCRIPT_PHASES.items()
+        if asked.get(name, does) != does
+    ]
+    if wrong:
+        script = os.path.basename(sys.argv[0]) or "this script"
+        raise InputError(
+            f"{', '.join(wrong)}: {script} always trains, then evaluates the final encoder (its metrics, probes and "
+            "pictures), and has no prediction phase; transformers leaves these flags to each script, and this one "
+            "would ignore them. Drop them. To evaluate a saved encoder without training, run "
+            "examples/run_linear_probe.py --model <folder> (or `ProbeEvaluator` / `EmbeddingMetrics` in Python); to "
+            "embed new data, `ContrastiveEncoder.from_pretrained(<folder>).encode(...)`."
+        )
+
+
+def _as_bool(value: Any) -> bool:
+    """A bool flag's value as ``HfArgumentParser`` reads it (``yes/no``, ``true/false``, ``t/f``, ``y/n``, ``1/0``)."""
+    return value if isinstance(value, bool) else str(value).lower() in ("yes", "true", "t", "y", "1")
 
 
 def check_image_backbone(model: str) -> None:

@@ -17,7 +17,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hf_contrast.errors import InputError
-from hf_contrast.training import ContrastiveTrainingArguments, check_sample_caps, parse_args_with_objective, run_main
+from hf_contrast.training import (
+    ContrastiveTrainingArguments,
+    check_sample_caps,
+    check_script_phases,
+    parse_args_with_objective,
+    run_main,
+)
 
 
 @dataclass
@@ -170,3 +176,48 @@ def test_an_image_script_refuses_a_model_that_is_not_timm_at_once(model: str, cl
     assert ("Close timm names: " + (close or "")) in str(caught.value) if close else "Close" not in str(caught.value)
     for good in ("resnet18", "hf-hub:timm/resnet18.a1_in1k", "local-dir:/anywhere", "test_resnet"):
         check_image_backbone(good)  # timm names and sources pass without reading anything
+
+
+_PHASES = ("do_train", "do_eval", "do_predict")
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    flags=st.dictionaries(st.sampled_from(_PHASES), st.sampled_from([None, "true", "false", "True", "0", "yes"])),
+    as_file=st.booleans(),
+)
+def test_phase_flags_are_accepted_where_the_script_does_that_and_refused_otherwise(
+    tmp_path_factory, flags: dict, as_file: bool
+) -> None:
+    """The example scripts always train and then evaluate, with no prediction phase: a phase flag asking for that
+    (``--do_train``, ``--do_eval true``, ``--do_predict false``) passes; one asking for anything else is refused, named
+    with its value, whether from the command line or a config file; a flag not given is never named."""
+    root = tmp_path_factory.mktemp("phases")
+    argv = ["--output_dir", str(root)]
+    for name, value in flags.items():
+        argv += [f"--{name}"] + ([] if value is None else [value])
+    args = parse_args_with_objective((_Script, ContrastiveTrainingArguments), method="simclr", args=argv)[1]
+    typed = {n: args.do_train if n == "do_train" else getattr(args, n) for n in flags}  # the values as parsed
+    if as_file:
+        config = root / "args.json"
+        config.write_text(json.dumps({"output_dir": str(root), **typed}))
+        argv = [str(config)]
+    wrong = [n for n in _PHASES if n in flags and typed[n] != (n != "do_predict")]
+    if not wrong:
+        check_script_phases(argv)
+        return
+    with pytest.raises(InputError) as refused:
+        check_script_phases(argv)
+    said = str(refused.value)
+    assert said.startswith(", ".join(f"--{n} {str(typed[n]).lower()}" for n in wrong) + ": ")
+    assert "always trains, then evaluates the final encoder" in said and "run_linear_probe.py" in said
+
+
+def test_do_eval_false_is_refused_though_transformers_turns_it_back_on() -> None:
+    """`TrainingArguments` sets `do_eval=True` whenever `eval_strategy` is not "no" (the scripts evaluate during
+    training): the check reads the flag as typed, so `--do_eval false` is still refused, not silently undone."""
+    argv = ["--output_dir", "out", "--eval_strategy", "steps", "--do_eval", "false"]
+    args = parse_args_with_objective((_Script, ContrastiveTrainingArguments), method="simclr", args=argv)[1]
+    assert args.do_eval is True
+    with pytest.raises(InputError, match=r"^--do_eval false: "):
+        check_script_phases(argv)
