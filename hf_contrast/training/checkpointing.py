@@ -346,7 +346,7 @@ class SafeCheckpointing:
         self._remove_interrupted_saves(resume)
         if resume is not None and hasattr(self, "run_settings"):
             self._check_resumed_run(resume)
-        if resume is not None and not Path(resume, OPTIMIZER_NAME).is_file():
+        if resume is not None and self.args.save_only_model and not Path(resume, OPTIMIZER_NAME).is_file():
             self._note_model_only_resume(resume)
         return resume
 
