@@ -215,8 +215,12 @@ def read_image_source(
                 stacklevel=3,
             )
         location = {"data_dir": str(local)} if files is None else {"data_files": files}
+        if files is not None and labelled:  # the layout is checked: every split labelled from its class folders
+            # (datasets infers labels split by split, from the classes seen so far: a first split with one class
+            # folder got no labels, its rows None, e.g. test/<cat> read before train/<cat, dog>)
+            location["drop_labels"] = False
         try:
-            loaded = datasets.load_dataset("imagefolder", **location, **load_kwargs)
+            loaded = datasets.load_dataset("imagefolder", **{**location, **load_kwargs})
         except (FileNotFoundError, datasets.exceptions.DataFilesNotFoundError, ValueError) as error:
             raise InputError(
                 f"No images found in the folder {source!r} ({error}); put them in one sub-folder per class "
