@@ -43,6 +43,7 @@ from typing import Any
 import torch
 import transformers
 from transformers import HfArgumentParser, TrainingArguments
+from transformers.hf_argparser import string_to_bool
 from transformers.trainer_utils import get_last_checkpoint
 
 from hf_contrast.errors import InputError, InputTypeError
@@ -469,14 +470,13 @@ def check_script_phases(args: Sequence[str] | None = None) -> None:
         given = {name: value for name, value in _read_config_file(argv[0]).items() if name in _SCRIPT_PHASES}
     else:
         parser = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
-        for name in _SCRIPT_PHASES:  # as HfArgumentParser reads a bool flag (it has checked the values already)
-            parser.add_argument(f"--{name}", nargs="?", const="true", default=argparse.SUPPRESS)
-        given = vars(parser.parse_known_args(argv)[0])
-    asked = {name: _as_bool(value) for name, value in given.items()}
+        for name in _SCRIPT_PHASES:  # read as HfArgumentParser reads a bool flag (it has checked the values already)
+            parser.add_argument(f"--{name}", type=string_to_bool, nargs="?", const=True, default=argparse.SUPPRESS)
+        given = vars(parser.parse_known_args(argv)[0])  # a config file's values are bools (checked when parsed)
     wrong = [
-        f"--{name} {str(asked[name]).lower()}"
+        f"--{name} {str(given[name]).lower()}"
         for name, does in _SCRIPT_PHASES.items()
-        if asked.get(name, does) != does
+        if given.get(name, does) != does
     ]
     if wrong:
         script = os.path.basename(sys.argv[0]) or "this script"
@@ -487,11 +487,6 @@ def check_script_phases(args: Sequence[str] | None = None) -> None:
             "examples/run_linear_probe.py --model <folder> (or `ProbeEvaluator` / `EmbeddingMetrics` in Python); to "
             "embed new data, `ContrastiveEncoder.from_pretrained(<folder>).encode(...)`."
         )
-
-
-def _as_bool(value: Any) -> bool:
-    """A bool flag's value as ``HfArgumentParser`` reads it (``yes/no``, ``true/false``, ``t/f``, ``y/n``, ``1/0``)."""
-    return value if isinstance(value, bool) else str(value).lower() in ("yes", "true", "t", "y", "1")
 
 
 def check_image_backbone(model: str) -> None:
@@ -611,7 +606,7 @@ def _checkpoint_behind_run(training_args: TrainingArguments, last_checkpoint: st
     """
     output_dir = training_args.output_dir
     state = _finished_state(output_dir)
-    at = checkpoint_step(os.path.normpath(last_checkpoint))
+    at = checkpoint_step(last_checkpoint)
     try:
         done = int(state["global_step"]) if state is not None else None
     except (KeyError, TypeError, ValueError):
@@ -619,11 +614,10 @@ def _checkpoint_behind_run(training_args: TrainingArguments, last_checkpoint: st
     if done is None or at is None or at >= done:
         return None
     best = state.get("best_model_checkpoint")
-    name = os.path.basename(os.path.normpath(last_checkpoint))
-    if str(getattr(training_args.save_strategy, "value", training_args.save_strategy)) == "best":
+    if training_args.save_strategy == "best":
         why = "`save_strategy='best'` saves a checkpoint only at a step whose `metric_for_best_model` improved"
         keep = "--save_strategy steps saves the last step too"
-    elif isinstance(best, str) and os.path.basename(os.path.normpath(best)) == name:
+    elif isinstance(best, str) and checkpoint_step(best) == at:
         why = "the Trainer keeps only the best checkpoint at the end of a run with `save_total_limit=1` and "
         why += "`load_best_model_at_end`"
         keep = "--save_total_limit 2 keeps the last checkpoint beside the best"
