@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import importlib.util
 import inspect
+import os
 import socket
 import sys
 from pathlib import Path
 from types import ModuleType
 
-__all__ = ["free_port", "load_script", "trainer_resumes_across_processes_on_cpu"]
+__all__ = ["free_port", "launch_env", "load_script", "trainer_resumes_across_processes_on_cpu"]
+
+DISTRIBUTED_SCRIPTS = Path(__file__).parent / "distributed_scripts"
 
 
 def free_port() -> int:
@@ -17,6 +20,14 @@ def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
+
+
+def launch_env() -> dict[str, str]:
+    """The environment for a launched worker: this one, one BLAS thread per process (two processes share this
+    machine's cores), and ``tests/distributed_scripts`` first on ``PYTHONPATH`` so that an inline worker written to a
+    temporary folder can end with ``from process_end import finish_process``."""
+    path = os.pathsep.join(p for p in (str(DISTRIBUTED_SCRIPTS), os.environ.get("PYTHONPATH", "")) if p)
+    return {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": path}
 
 
 def load_script(name: str, path: str | Path) -> ModuleType:

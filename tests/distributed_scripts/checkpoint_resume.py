@@ -21,7 +21,8 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
-from trainer_utils import finish_process, image_dataset, parameters, training_args, vit_encoder  # noqa: E402
+from process_end import finish_process  # noqa: E402
+from trainer_utils import image_dataset, parameters, training_args, vit_encoder  # noqa: E402
 
 from hf_contrast import distributed  # noqa: E402
 from hf_contrast.training import SimCLRTrainer  # noqa: E402

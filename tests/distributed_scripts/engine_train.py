@@ -43,8 +43,8 @@ import torch
 sys.path.insert(0, str(Path(__file__).parent))
 sys.path.insert(1, str(Path(__file__).parent.parent))
 from _tiny import tiny_text_encoder, tiny_tokenizer
+from process_end import finish_process
 from trainer_utils import (
-    finish_process,
     fixed_equivariance_views,
     fixed_views_collator,
     image_dataset,

@@ -22,6 +22,7 @@ from torch import Tensor, nn
 
 sys.path.insert(0, str(Path(__file__).parent))
 from loss_problem import linear_problem, loss_and_grads  # noqa: E402
+from process_end import finish_process  # noqa: E402
 
 # Local batch sizes of rank 0 and rank 1: the equal split is the spec's invariant; the unequal one
 # checks that each process's share is scaled so that the plain mean over processes still matches.
@@ -61,8 +62,7 @@ def main(out_dir: Path) -> None:
             local_only, _ = loss_and_grads(name, model, x1[rows], x2[rows], labels[rows], gather_distributed=False)
             results[f"{split_name}/{name}"] = {"loss": loss, "grads": grads, "local_only_loss": local_only}
     torch.save(results, out_dir / f"rank{rank}.pt")
-    dist.barrier()
-    dist.destroy_process_group()
+    finish_process()
 
 
 if __name__ == "__main__":

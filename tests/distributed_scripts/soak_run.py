@@ -18,8 +18,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import psutil  # noqa: E402  (accelerate's dependency)
 import torch  # noqa: E402
+from process_end import finish_process  # noqa: E402
 from safetensors.torch import save_file  # noqa: E402
-from trainer_utils import finish_process, image_dataset, training_args, vit_encoder  # noqa: E402
+from trainer_utils import image_dataset, training_args, vit_encoder  # noqa: E402
 from transformers import TrainerCallback  # noqa: E402
 
 from hf_contrast.training import SimCLRTrainer  # noqa: E402

@@ -22,6 +22,7 @@ from torch import Tensor, nn
 
 sys.path.insert(0, str(Path(__file__).parent))
 from loss_problem import linear_problem, loss_and_grads  # noqa: E402
+from process_end import finish_process  # noqa: E402
 
 SIZES = (5, 9)  # unequal local batches: positives, negatives and tiles cross the process boundary
 LOSSES = ("info_nce", "supcon", "ocl", "uniformity")
@@ -49,8 +50,7 @@ def main(out_dir: Path, tile_size: int) -> None:
                 grad /= world
             results[f"{name}/{form}"] = {"loss": loss, "grads": grads}
     torch.save(results, out_dir / f"rank{rank}.pt")
-    dist.barrier()
-    dist.destroy_process_group()
+    finish_process()
 
 
 if __name__ == "__main__":

@@ -21,8 +21,8 @@ from typing import Any
 import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
+from process_end import finish_process  # noqa: E402
 from trainer_utils import (  # noqa: E402
-    finish_process,
     fixed_equivariance_views,
     fixed_views_collator,
     image_dataset,

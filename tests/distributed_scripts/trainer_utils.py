@@ -100,27 +100,3 @@ def fixed_equivariance_views(images: Tensor) -> tuple[Tensor, Tensor]:
 def parameters(model: torch.nn.Module) -> dict[str, Tensor]:
     """A detached CPU copy of every parameter."""
     return {name: p.detach().cpu().clone() for name, p in model.named_parameters()}
-
-
-def finish_process() -> None:
-    """End a launched script's process once its results are written: every rank waits for the others, closes
-    the process group, flushes its output and leaves with ``os._exit(0)``, skipping interpreter shutdown.
-
-    Why not a plain return: torch keeps a gloo group that DDP or FSDP wrapped a model with alive after
-    ``destroy_process_group()`` (a reference no ``del``/``gc.collect()`` releases, measured on torch 2.14), and
-    its worker threads, freed during interpreter shutdown, can abort a rank (SIGABRT, "terminate called
-    without an active exception"; pytorch/pytorch#179291, #190489) after every result was written, failing a
-    test whose results are right about one launch in a few hundred. The tests check the results, not torch's
-    shutdown.
-    """
-    import logging
-    import os
-    import sys
-
-    if torch.distributed.is_initialized():
-        torch.distributed.barrier()
-        torch.distributed.destroy_process_group()
-    logging.shutdown()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(0)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-import os
 import subprocess
 import sys
 import textwrap
@@ -12,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 import torch.nn.functional as F
-from _launch import free_port
+from _launch import free_port, launch_env
 
 from hf_contrast.losses import AlignUniformLoss, alignment_loss, uniformity_loss
 
@@ -156,6 +155,7 @@ _WORKER = textwrap.dedent(
     import sys, torch, torch.distributed as dist
     import torch.nn.functional as F
     from hf_contrast.losses import uniformity_loss
+    from process_end import finish_process
     dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
     full = torch.randn(10, 4, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
@@ -172,8 +172,9 @@ _WORKER = textwrap.dedent(
     g = torch.autograd.grad(ref, xf)[0]
     assert torch.allclose(loss.detach(), ref.detach(), atol=1e-10), (loss, ref)
     assert torch.allclose(x.grad, world * g[start:start + sizes[rank]], atol=1e-10), (x.grad, g)
-    open(f"{sys.argv[1]}.{rank}", "w").write("OK")  # a file per rank: stdout lines can interleave
-    dist.destroy_process_group()
+    with open(f"{sys.argv[1]}.{rank}", "w") as f:  # a file per rank: stdout lines can interleave
+        f.write("OK")
+    finish_process()  # every rank waits, then leaves without closing the group (see process_end.py)
     """
 )
 
@@ -188,8 +189,7 @@ def test_uniformity_gather_two_processes(tmp_path: Path) -> None:
         sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
         "--master_port", str(free_port()), str(script), str(tmp_path / "ok"),
     ]  # fmt: skip
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    result = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=env)
+    result = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=launch_env())
     assert result.returncode == 0, result.stdout + result.stderr
     assert [(tmp_path / f"ok.{rank}").read_text() for rank in (0, 1)] == ["OK", "OK"]
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from _launch import free_port
+from _launch import free_port, launch_env
 
 from hf_contrast.losses import SpectralContrastiveLoss, spectral_contrastive_loss
 
@@ -130,6 +130,7 @@ _WORKER = textwrap.dedent(
     import json, sys
     import torch, torch.distributed as dist
     from hf_contrast.losses import spectral_contrastive_loss
+    from process_end import finish_process
 
     dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
@@ -148,8 +149,9 @@ _WORKER = textwrap.dedent(
         single = spectral_contrastive_loss(model(x1), model(x2))  # one process, whole batch
         single.backward()
         diffs = [float((a - b).abs().max()) for a, b in zip(dist_values, [single, model.weight.grad, model.bias.grad])]
-        json.dump({"loss": float(single), "max_diff": max(diffs)}, open(sys.argv[1], "w"))
-    dist.destroy_process_group()
+        with open(sys.argv[1], "w") as f:
+            json.dump({"loss": float(single), "max_diff": max(diffs)}, f)
+    finish_process()  # every rank waits, then leaves without closing the group (see process_end.py)
     """
 )
 
@@ -171,7 +173,7 @@ def test_gather_distributed_equals_single_process(tmp_path: Path) -> None:
         str(worker),
         str(result_file),
     ]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=180)
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=180, env=launch_env())
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = json.loads(result_file.read_text())
     assert result["loss"] != 0.0

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import textwrap
@@ -11,7 +10,7 @@ from collections import Counter
 import numpy as np
 import pytest
 import torch
-from _launch import free_port
+from _launch import free_port, launch_env
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch.utils.data import DataLoader, TensorDataset
@@ -155,6 +154,7 @@ def test_two_real_processes_get_distinct_batches(tmp_path) -> None:
             import json, sys
             import torch.distributed as dist
             from hf_contrast.views import AFCLBatchSampler
+            from process_end import finish_process
             dist.init_process_group("gloo")
             labels = [c for c in range(10) for _ in range(30)]
             sampler = AFCLBatchSampler(labels, 3, 5, seed=4)
@@ -162,12 +162,11 @@ def test_two_real_processes_get_distinct_batches(tmp_path) -> None:
             out = {"rank": sampler.rank, "replicas": sampler.num_replicas, "batches": list(sampler)}
             with open(sys.argv[1] + f".{dist.get_rank()}", "w") as f:
                 json.dump(out, f)
-            dist.destroy_process_group()
+            finish_process()  # every rank waits, then leaves without closing the group (see process_end.py)
             """
         )
     )
     result_base = str(tmp_path / "out")
-    env = dict(os.environ, OMP_NUM_THREADS="1")
     cmd = [
         sys.executable,
         "-m",
@@ -179,7 +178,7 @@ def test_two_real_processes_get_distinct_batches(tmp_path) -> None:
         str(script),
         result_base,
     ]
-    completed = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120)
+    completed = subprocess.run(cmd, env=launch_env(), capture_output=True, text=True, timeout=120)
     assert completed.returncode == 0, completed.stderr[-2000:]
     import json
 
