@@ -231,9 +231,11 @@ def main() -> None:
         eval_dataset=eval_dataset,
         evaluator=SequentialEvaluator([probe, equivariance, *head_evaluator]),
     )
+    # the evaluation images: the data's test split, else its validation split, else a fraction held out of train
+    evaluated = str(eval_dataset.split) if str(eval_dataset.split) in ("test", "validation") else "held-out"
     logger.info(
         f"Training {script.method} on {script.dataset or 'the embedded digits'} ({len(train_dataset)} train / "
-        f"{len(eval_dataset)} test images) with {script.model} "
+        f"{len(eval_dataset)} {evaluated} images) with {script.model} "
         f"({'pretrained' if script.pretrained else 'from scratch'}) for {training_length(training_args)} (image size, "
         "precision, processes × threads: the trainer's start-up log)."
     )

@@ -18,6 +18,7 @@ import logging
 import math
 import os
 import runpy
+import shutil
 import subprocess
 import sys
 import types
@@ -617,6 +618,36 @@ def test_the_equivariance_evaluator_names_a_bad_file_before_training(tmp_path: P
     (root / "test" / "cat" / "0.png").write_bytes(b"not a png")
     with pytest.raises(SystemExit, match=r"run_care.py: error: .*EquivarianceEvaluator: row \d+ .*cat/0\.png"):
         run_example("run_care.py", "--dataset", str(root), *TINY_IMAGES[:4], output_dir=tmp_path / "care")
+
+
+@pytest.mark.parametrize(
+    ("layout", "said"), [("test", "18 test"), ("validation", "18 validation"), (None, "6 held-out")]
+)
+def test_the_start_up_line_names_where_the_evaluation_images_come_from(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, layout: str | None, said: str
+) -> None:
+    """run_care's start-up line said "test images" of a validation/ folder and of a fraction held out of train/."""
+    from hf_contrast.training import ContrastiveTrainer
+
+    class _Stop(Exception):
+        pass
+
+    def stop(*_: object, **__: object) -> None:  # the line is logged before training: stop there
+        raise _Stop
+
+    root = image_folder(tmp_path / "images")  # train/: 3 classes x 12; test/: 3 x 6
+    if layout is None:
+        shutil.rmtree(root / "test")
+    else:
+        (root / "test").rename(root / layout)
+    monkeypatch.setattr(ContrastiveTrainer, "train", stop)
+    with caplog.at_level(logging.INFO), pytest.raises(_Stop):
+        run_example("run_care.py", "--dataset", str(root), "--max_steps", "1", "--model", "test_resnet",
+                    output_dir=tmp_path / "care")  # fmt: skip
+    train = 36 if layout else 30  # `test_fraction` 0.2 holds 2 of each class's 12 out
+    assert f"Training care on {root} ({train} train / {said} images) with test_resnet (from scratch) for 1 step " in (
+        caplog.text
+    )
 
 
 # ---- text ----------------------------------------------------------------------------------------

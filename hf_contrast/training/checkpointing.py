@@ -310,6 +310,15 @@ class SafeCheckpointing:
             return found
         if resume_from_checkpoint in (None, False):
             return None
+        inside = [] if checkpoint_step(resume_from_checkpoint) else _checkpoints_newest_first(resume_from_checkpoint)
+        if inside:  # a run's output folder (it may hold a finished model too, which is not a checkpoint)
+            listed = ", ".join(path.name for path in inside[:5]) + (" …" if len(inside) > 5 else "")
+            raise InputError(
+                f"`resume_from_checkpoint`={str(resume_from_checkpoint)!r} is a run's output folder, not a checkpoint: "
+                f"it holds {listed}. Pass one of them (the newest: {str(inside[0])!r}), or `True` for the newest "
+                "complete one in `output_dir` (the example scripts do that by themselves when `--output_dir` holds "
+                "checkpoints: run them without `--resume_from_checkpoint`)."
+            )
         problem = checkpoint_problem(resume_from_checkpoint, **requirements)
         if problem is not None:
             raise InputError(

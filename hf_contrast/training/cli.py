@@ -728,6 +728,6 @@ def training_length(training_args: TrainingArguments) -> str:
     if not isinstance(training_args, TrainingArguments):
         raise InputTypeError(f"`training_args` must be a TrainingArguments, got {type(training_args).__name__}.")
     if training_args.max_steps > 0:
-        return f"{training_args.max_steps} steps"
+        return f"{training_args.max_steps} step{'' if training_args.max_steps == 1 else 's'}"
     epochs = training_args.num_train_epochs
     return f"{epochs:g} epoch{'' if epochs == 1 else 's'}"

@@ -289,6 +289,27 @@ def test_resume_from_an_explicit_incomplete_checkpoint_is_refused(tmp_path, full
         _trainer(tmp_path).train(resume_from_checkpoint=True)
 
 
+def test_resume_from_a_run_folder_names_its_checkpoints(tmp_path, full_run) -> None:
+    """The run's output folder (checkpoints and the finished model) given as the checkpoint: the error says what the
+    folder is and names its newest checkpoint, not a file a checkpoint would hold (``contrastive_state.pt is
+    missing``); nothing in it is touched."""
+    source, _, _ = full_run
+    run = tmp_path / "run"
+    shutil.copytree(source, run)
+    before = sorted(str(p.relative_to(run)) for p in run.rglob("*"))
+    trainer = _trainer(tmp_path / "out")
+    newest = str(run / "checkpoint-6")
+    with pytest.raises(ValueError) as error:
+        trainer.train(resume_from_checkpoint=str(run))
+    message = str(error.value)
+    assert f"`resume_from_checkpoint`={str(run)!r} is a run's output folder, not a checkpoint" in message
+    assert "it holds checkpoint-6, checkpoint-4, checkpoint-2." in message
+    assert f"(the newest: {newest!r})" in message and "is missing" not in message
+    assert sorted(str(p.relative_to(run)) for p in run.rglob("*")) == before
+    trainer.train(resume_from_checkpoint=str(run / "checkpoint-4"))  # a checkpoint in it resumes: steps 5 and 6
+    assert trainer.state.global_step == 6
+
+
 def test_last_complete_checkpoint_orders_by_step(tmp_path, full_run) -> None:
     source, _, _ = full_run
     for step, name in ((2, "checkpoint-2"), (4, "checkpoint-10"), (6, "tmp-checkpoint-12")):

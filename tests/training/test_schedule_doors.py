@@ -111,8 +111,8 @@ def test_no_epochs_without_max_steps_is_refused(tmp_path: Path, epochs) -> None:
 
 @pytest.mark.parametrize(
     ("overrides", "said"),
-    [({"max_steps": 150}, "150 steps"), ({"num_train_epochs": 3}, "3 epochs"), ({"num_train_epochs": 1}, "1 epoch"),
-     ({"num_train_epochs": 0.5}, "0.5 epochs")],
+    [({"max_steps": 150}, "150 steps"), ({"max_steps": 1}, "1 step"), ({"num_train_epochs": 3}, "3 epochs"),
+     ({"num_train_epochs": 1}, "1 epoch"), ({"num_train_epochs": 0.5}, "0.5 epochs")],
 )  # fmt: skip
 def test_the_start_up_line_says_epochs_when_epochs_decide(tmp_path: Path, overrides, said) -> None:
     """The scripts said "for -1 steps" when ``num_train_epochs`` decided the length."""
