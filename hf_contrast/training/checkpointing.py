@@ -314,10 +314,10 @@ class SafeCheckpointing:
         if inside:  # a run's output folder (it may hold a finished model too, which is not a checkpoint)
             listed = ", ".join(path.name for path in inside[:5]) + (" …" if len(inside) > 5 else "")
             raise InputError(
-                f"`resume_from_checkpoint`={str(resume_from_checkpoint)!r} is a run's output folder, not a checkpoint: "
-                f"it holds {listed}. Pass one of them (the newest: {str(inside[0])!r}), or `True` for the newest "
-                "complete one in `output_dir` (the example scripts do that by themselves when `--output_dir` holds "
-                "checkpoints: run them without `--resume_from_checkpoint`)."
+                f"`resume_from_checkpoint`={str(resume_from_checkpoint)!r} is a run's output folder, not a "
+                f"checkpoint: it holds {listed}. Pass one of them (the newest: {str(inside[0])!r}), or `True` for the "
+                "newest complete one in `output_dir` (the example scripts do that by themselves when `--output_dir` "
+                "holds checkpoints: run them without `--resume_from_checkpoint`)."
             )
         problem = checkpoint_problem(resume_from_checkpoint, **requirements)
         if problem is not None:
@@ -352,12 +352,35 @@ class SafeCheckpointing:
                 or a given checkpoint folder is incomplete (naming the file and the fix).
         """
         resume = self._complete_checkpoint(resume_from_checkpoint)
+        if resume is not None:
+            self._refuse_finished_checkpoint(resume)
         self._remove_interrupted_saves(resume)
         if resume is not None and hasattr(self, "run_settings"):
             self._check_resumed_run(resume)
         if resume is not None and self.args.save_only_model and not Path(resume, OPTIMIZER_NAME).is_file():
             self._note_model_only_resume(resume)
         return resume
+
+    def _refuse_finished_checkpoint(self, checkpoint: str) -> None:
+        """Refuse to resume a checkpoint at or past ``max_steps`` whose step fell inside an epoch: transformers'
+        Trainer does not stop there but trains one step past ``max_steps`` (and saves it), measured with
+        transformers 5.0 and 5.24. A checkpoint that ended an epoch is resumed as transformers does it: its state is
+        loaded and no step is trained (a script finishing an interrupted end does that; so do tests that reload a
+        run's state), and so is one of a run that epochs decide (it ends with an epoch)."""
+        try:
+            state = json.loads(Path(checkpoint, TRAINER_STATE_NAME).read_text(encoding="utf-8"))
+            done, epoch = int(state["global_step"]), float(state["epoch"])
+        except (OSError, ValueError, KeyError, TypeError):  # an older or hand-made state: let the Trainer decide
+            return
+        if not 0 < self.args.max_steps <= done or epoch.is_integer():
+            return
+        raise InputError(
+            f"`resume_from_checkpoint`: {checkpoint} is at step {done}, and this run asks for `max_steps`="
+            f"{self.args.max_steps}: there is nothing left to train, and transformers' Trainer would train step "
+            f"{done + 1} past it (the checkpoint ends inside epoch {int(epoch) + 1}). Pass a larger `max_steps` "
+            "(`--max_steps`) to continue that run; its model is in the checkpoint "
+            "(`ContrastiveEncoder.from_pretrained(<checkpoint>)` loads it)."
+        )
 
     def _note_model_only_resume(self, checkpoint: str) -> None:
         """Say (once, and in the model card's run set-up) that ``checkpoint`` holds the model only

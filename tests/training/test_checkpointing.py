@@ -16,6 +16,8 @@ import safetensors.torch
 import torch
 from _tiny import tiny_timm_encoder
 from _tiny_trainer import TOKEN, RandomImages, TinyTrainer, losses_of, tiny_args
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from transformers import PreTrainedModel, TrainerCallback, TrainerState, TrainingArguments
 
 from hf_contrast.models import HUB_SUBFOLDER, ContrastiveEncoder
@@ -128,20 +130,17 @@ def test_resume_true_skips_an_incomplete_newest_checkpoint(tmp_path, full_run, d
 )
 def test_resume_true_falls_back_past_an_unreadable_file(tmp_path, full_run, damage: str, caplog) -> None:
     """Every file the resume reads is checked: the newest checkpoint with one bad file is skipped, naming it."""
-    source, _, _ = full_run
+    source, full_losses, _ = full_run
     for step in (4, 6):
         shutil.copytree(source / f"checkpoint-{step}", tmp_path / f"checkpoint-{step}")
     _damage(tmp_path / "checkpoint-6", damage)
-    trainer = _trainer(tmp_path, seed=1, max_steps=4)  # resumes at its last step: loads checkpoint-4 and stops
+    trainer = _trainer(tmp_path, seed=1, max_steps=5)  # other initial weights: one step from checkpoint-4's state
     with caplog.at_level(logging.WARNING, logger="hf_contrast.training"):
         trainer.train(resume_from_checkpoint=True)
     skipped = [r.getMessage() for r in caplog.records if "Skipping the incomplete checkpoint" in r.getMessage()]
     assert len(skipped) == 1 and "checkpoint-6" in skipped[0] and DAMAGES[damage] in skipped[0]
-    assert trainer.state.global_step == 4 and trainer.steps.item() == 4
-    _assert_same_state(
-        trainer.model.state_dict(),
-        safetensors.torch.load_file(source / "checkpoint-4" / HUB_SUBFOLDER / "model.safetensors"),
-    )
+    assert trainer.state.global_step == 5 and trainer.steps.item() == 5
+    assert losses_of(trainer)[5] == pytest.approx(full_losses[5], rel=1e-5, abs=1e-7)  # checkpoint-4 was loaded
     assert not (tmp_path / "checkpoint-6").exists()  # an incomplete checkpoint newer than the resume point is removed
 
 
@@ -161,14 +160,15 @@ def test_leftovers_of_interrupted_saves_are_removed_at_the_next_start(tmp_path, 
     (tmp_path / "checkpoint-1" / "optimizer.pt").unlink()
     (tmp_path / "notes").mkdir()
 
-    trainer = _trainer(tmp_path, seed=1, max_steps=4)
+    trainer = _trainer(tmp_path, seed=1, max_steps=5)  # one step from checkpoint-4 (the last step is saved)
     with caplog.at_level(logging.WARNING, logger="hf_contrast.training"):
         trainer.train(resume_from_checkpoint=True)
     removed = [r.getMessage() for r in caplog.records if r.getMessage().startswith("Removing ")]
     assert len(removed) == len(leftovers) and all("interrupted save" in message for message in removed)
     assert any("checkpoint-8" in message and "optimizer.pt" in message for message in removed)
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["checkpoint-1", "checkpoint-2", "checkpoint-4", "notes"]
-    assert trainer.state.global_step == 4
+    kept = ["checkpoint-1", "checkpoint-2", "checkpoint-4", "checkpoint-5", "notes"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == kept
+    assert trainer.state.global_step == 5
 
 
 def test_rng_states_of_every_process_are_required(tmp_path, full_run) -> None:
@@ -308,6 +308,45 @@ def test_resume_from_a_run_folder_names_its_checkpoints(tmp_path, full_run) -> N
     assert sorted(str(p.relative_to(run)) for p in run.rglob("*")) == before
     trainer.train(resume_from_checkpoint=str(run / "checkpoint-4"))  # a checkpoint in it resumes: steps 5 and 6
     assert trainer.state.global_step == 6
+
+
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(at=st.sampled_from([2, 4, 6]), max_steps=st.integers(1, 9))
+def test_a_checkpoint_at_max_steps_inside_an_epoch_is_refused_not_trained_past(
+    tmp_path, full_run, at, max_steps
+) -> None:
+    """transformers' Trainer resumed a checkpoint at ``max_steps`` whose step fell inside an epoch (step 6 of 4-step
+    epochs: epoch 1.5) and trained a step 7 past it, saving checkpoint-7. Such a checkpoint is refused, naming both
+    and the fix, and the folder is left as it was; one that ended an epoch (step 4) loads and trains nothing, as
+    transformers does it; an earlier one trains to ``max_steps`` exactly."""
+    source, _, _ = full_run
+    run = tmp_path / f"run-{at}-{max_steps}"
+    shutil.copytree(source / f"checkpoint-{at}", run / f"checkpoint-{at}")
+    trainer = _trainer(run, max_steps=max_steps)
+    if at >= max_steps and at % 4:
+        with pytest.raises(ValueError) as error:
+            trainer.train(resume_from_checkpoint=str(run / f"checkpoint-{at}"))
+        message = str(error.value)
+        assert f"checkpoint-{at} is at step {at}, and this run asks for `max_steps`={max_steps}" in message
+        assert f"would train step {at + 1} past it" in message and "Pass a larger `max_steps`" in message
+        assert [p.name for p in run.iterdir()] == [f"checkpoint-{at}"]
+    else:
+        trainer.train(resume_from_checkpoint=str(run / f"checkpoint-{at}"))
+        assert trainer.state.global_step == max(at, max_steps)
+
+
+def test_the_last_checkpoint_of_a_run_that_epochs_decide_loads_and_trains_nothing(tmp_path) -> None:
+    """A run that epochs decide ends with an epoch: its last checkpoint, resumed at as many epochs, is loaded and
+    trains nothing (as transformers does it), and more epochs continue it."""
+    trainer = _trainer(tmp_path, max_steps=-1, num_train_epochs=2)
+    trainer.train()
+    assert trainer.state.global_step == 8  # 2 epochs of 4 batches
+    again = _trainer(tmp_path, max_steps=-1, num_train_epochs=2)
+    again.train(resume_from_checkpoint=True)
+    assert again.state.global_step == 8 and losses_of(again) == losses_of(trainer)
+    more = _trainer(tmp_path, max_steps=-1, num_train_epochs=3)
+    more.train(resume_from_checkpoint=True)
+    assert more.state.global_step == 12
 
 
 def test_last_complete_checkpoint_orders_by_step(tmp_path, full_run) -> None:
