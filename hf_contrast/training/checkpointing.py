@@ -19,9 +19,11 @@ previous complete checkpoint. It adds:
   trainer's ``contrastive_state_dict()``) next to the weights.
 - :meth:`~SafeCheckpointing.resume_point` (``train``'s ``resume_from_checkpoint``): ``True`` resumes from the
   newest *complete* checkpoint, warning about each newer one it skips and why; a given incomplete folder raises,
-  naming the file; staging folders and incomplete checkpoints newer than the resume point (leftovers of a killed
-  save) are removed with a warning. With a trainer's optional ``run_settings()`` hook, each checkpoint also keeps
-  ``run_settings.json`` and a resume of another run (method, model, weight-shaping settings) is refused
+  naming the file, as do a run's output folder given as a checkpoint and a checkpoint at or past ``max_steps``
+  whose step fell inside an epoch (transformers would train a step past it); staging folders and incomplete
+  checkpoints newer than the resume point (leftovers of a killed save) are removed with a warning. With a
+  trainer's optional ``run_settings()`` hook, each checkpoint also keeps ``run_settings.json`` and a resume of
+  another run (method, model, weight-shaping settings) is refused
   unless ``args.resume_with_changes`` (:mod:`~hf_contrast.training.checkpointing`).
 
 Three private ``Trainer`` methods are overridden (``_save``, ``_load_from_checkpoint``, ``_load_best_model``,
@@ -349,7 +351,8 @@ class SafeCheckpointing:
 
         Raises:
             ValueError: If ``resume_from_checkpoint=True`` finds no complete checkpoint in ``output_dir``,
-                or a given checkpoint folder is incomplete (naming the file and the fix).
+                a given checkpoint folder is incomplete (naming the file and the fix) or is a run's output folder
+                (naming its checkpoints), or the checkpoint is at or past ``max_steps`` inside an epoch.
         """
         resume = self._complete_checkpoint(resume_from_checkpoint)
         if resume is not None:
