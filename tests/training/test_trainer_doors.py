@@ -5,6 +5,7 @@ SimO's sampler options are reachable and its batch size is the product of its cl
 from __future__ import annotations
 
 import re
+import warnings
 
 import datasets
 import numpy as np
@@ -397,6 +398,30 @@ def test_input_tokens_are_counted_for_text_and_refused_for_images(model, images,
         assert seen == sum(lengths)
     else:  # every position of the padded batches: 4 rows × the longest of each batch
         assert sum(lengths) < seen <= 8 * max(lengths) and seen % 4 == 0
+
+
+def test_input_tokens_of_a_pair_column_are_said_to_be_left_out(tmp_path) -> None:
+    """transformers counts the model's main input (`input_ids`) only: with `text_pair_column` the pairs' tokens
+    (`pair_input_ids`) were left out of `num_input_tokens_seen` in silence. Said when the trainer is built, and the
+    count is what the message says: the text column's tokens."""
+    from _tiny import tiny_text_encoder
+
+    texts = datasets.Dataset.from_dict(
+        {"text": [("word " * (i % 5 + 1)) + str(i) for i in range(8)], "pair": [f"pair {i} " * 3 for i in range(8)]}
+    )
+    args = lambda **pair: training_args(  # noqa: E731
+        tmp_path, max_steps=2, per_device_train_batch_size=4, include_num_input_tokens_seen="non_padding", **pair
+    )
+    with pytest.warns(UserWarning, match=r"counts the tokens of `text_column` only .*`text_pair_column`='pair'"):
+        trainer = SimCLRTrainer(model=tiny_text_encoder(), args=args(text_pair_column="pair"), train_dataset=texts)
+    trainer.train()  # one epoch: the 8 rows in two batches
+    tokens = lambda column: sum(  # noqa: E731
+        len(ids) for ids in trainer.processing_class(list(texts[column]), truncation=True)["input_ids"]
+    )
+    assert trainer.state.num_input_tokens_seen == tokens("text") < tokens("text") + tokens("pair")
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", message=".*counts the tokens of `text_column` only")
+        SimCLRTrainer(model=tiny_text_encoder(), args=args(), train_dataset=texts.remove_columns("pair"))
 
 
 @settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
