@@ -216,9 +216,9 @@ class ContrastiveTrainer(SafeCheckpointing, HubPublishingMixin, Trainer):
         if tokens not in ("no", False, None) and getattr(args, "text_pair_column", None) is not None:
             warnings.warn(  # transformers counts the model's main input only; the pair's tokens are another key
                 f"`include_num_input_tokens_seen`={tokens!r} counts the tokens of `text_column` only (the batches' "
-                f"`input_ids`, the model's main input): the positive pairs of `text_pair_column`="
-                f"{args.text_pair_column!r} (`pair_input_ids`) are encoded too but not counted: "
-                "`num_input_tokens_seen` leaves out their tokens (about half of all, for pairs of similar length).",
+                "`input_ids`, the model's main input): the positive pairs of `text_pair_column` (`pair_input_ids`) "
+                "are encoded too but not counted: `num_input_tokens_seen` leaves out their tokens (about half of all, "
+                "for pairs of similar length).",
                 UserWarning,
                 stacklevel=2,
             )
