@@ -335,6 +335,31 @@ def test_a_checkpoint_at_max_steps_inside_an_epoch_is_refused_not_trained_past(
         assert trainer.state.global_step == max(at, max_steps)
 
 
+class _StreamedImages(torch.utils.data.IterableDataset):
+    """:class:`RandomImages`' rows as a stream (no length): transformers counts its epochs in ``max_steps``."""
+
+    def __iter__(self):  # noqa: ANN204
+        rows = RandomImages(n=64)
+        return (rows[index] for index in range(len(rows)))
+
+
+def test_a_checkpoint_at_max_steps_of_a_streaming_set_is_refused(tmp_path) -> None:
+    """A streaming training set's checkpoint at ``max_steps`` ends "epoch 1.0" as transformers counts it, yet
+    transformers trained a step 7 past ``max_steps`` from it (measured, plain Trainer): refused; more steps
+    continue it."""
+    torch.manual_seed(0)
+    build = lambda steps: TinyTrainer(  # noqa: E731
+        model=tiny_timm_encoder(), args=tiny_args(tmp_path, max_steps=steps), train_dataset=_StreamedImages()
+    )
+    build(6).train()
+    with pytest.raises(ValueError, match=r"checkpoint-6 is at step 6, .* step 7 past it \(a streaming training set\)"):
+        build(6).train(resume_from_checkpoint=True)
+    assert sorted(p.name for p in tmp_path.glob("checkpoint-*")) == ["checkpoint-2", "checkpoint-4", "checkpoint-6"]
+    more = build(8)
+    more.train(resume_from_checkpoint=True)
+    assert more.state.global_step == 8
+
+
 def test_the_last_checkpoint_of_a_run_that_epochs_decide_loads_and_trains_nothing(tmp_path) -> None:
     """A run that epochs decide ends with an epoch: its last checkpoint, resumed at as many epochs, is loaded and
     trains nothing (as transformers does it), and more epochs continue it."""
