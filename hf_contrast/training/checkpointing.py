@@ -81,7 +81,7 @@ from torch import nn
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, has_length
 from transformers.utils import logging
 
-from hf_contrast.errors import InputError
+from hf_contrast.errors import InputError, InputTypeError
 from hf_contrast.models.export import HUB_SUBFOLDER
 from hf_contrast.training.callbacks import NonFiniteLossError, all_finite
 
@@ -312,6 +312,12 @@ class SafeCheckpointing:
             return found
         if resume_from_checkpoint in (None, False):
             return None
+        if not isinstance(resume_from_checkpoint, (str, os.PathLike)):  # pathlib's "expected str, … not int" otherwise
+            raise InputTypeError(
+                "`resume_from_checkpoint` must be a checkpoint folder (a str or path), `True` for the newest "
+                f"complete one in `output_dir`, or `None`, got {resume_from_checkpoint!r} "
+                f"({type(resume_from_checkpoint).__name__})."
+            )
         inside = [] if checkpoint_step(resume_from_checkpoint) else _checkpoints_newest_first(resume_from_checkpoint)
         if inside:  # a run's output folder (it may hold a finished model too, which is not a checkpoint)
             listed = ", ".join(path.name for path in inside[:5]) + (" …" if len(inside) > 5 else "")

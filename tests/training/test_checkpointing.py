@@ -343,6 +343,14 @@ class _StreamedImages(torch.utils.data.IterableDataset):
         return (rows[index] for index in range(len(rows)))
 
 
+@pytest.mark.parametrize("value", [5, 1.0, ["checkpoint-2"]])
+def test_resume_from_checkpoint_of_another_type_is_refused_naming_it(tmp_path, value) -> None:
+    """`resume_from_checkpoint=5` raised Python's "expected str, bytes or os.PathLike object, not int"."""
+    with pytest.raises(TypeError, match=r"`resume_from_checkpoint` must be a checkpoint folder .*got "):
+        _trainer(tmp_path).train(resume_from_checkpoint=value)
+    assert not tmp_path.exists() or not any(tmp_path.iterdir())
+
+
 def test_a_checkpoint_at_max_steps_of_a_streaming_set_is_refused(tmp_path) -> None:
     """A streaming training set's checkpoint at ``max_steps`` ends "epoch 1.0" as transformers counts it, yet
     transformers trained a step 7 past ``max_steps`` from it (measured, plain Trainer): refused; more steps
