@@ -22,12 +22,15 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def launch_env() -> dict[str, str]:
+def launch_env(*paths: str | Path) -> dict[str, str]:
     """The environment for a launched worker: this one, one BLAS thread per process (two processes share this
-    machine's cores), and ``tests/distributed_scripts`` first on ``PYTHONPATH`` so that an inline worker written to a
-    temporary folder can end with ``from process_end import finish_process``."""
-    path = os.pathsep.join(p for p in (str(DISTRIBUTED_SCRIPTS), os.environ.get("PYTHONPATH", "")) if p)
-    return {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": path}
+    machine's cores), no tokenizer threads, and ``paths`` then ``tests/distributed_scripts`` first on
+    ``PYTHONPATH`` (an inline worker written to a temporary folder can end with
+    ``from process_end import finish_process``)."""
+    path = os.pathsep.join(
+        p for p in (*map(str, paths), str(DISTRIBUTED_SCRIPTS), os.environ.get("PYTHONPATH", "")) if p
+    )
+    return {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false", "PYTHONPATH": path}
 
 
 def load_script(name: str, path: str | Path) -> ModuleType:

@@ -7,7 +7,6 @@ single process on the concatenated global batch, to 1e-5.
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -15,7 +14,7 @@ from types import ModuleType
 
 import pytest
 import torch
-from _launch import free_port, load_script
+from _launch import free_port, launch_env, load_script
 
 SCRIPT = Path(__file__).parents[1] / "distributed_scripts" / "gather_losses.py"
 WORLD_SIZE = 2
@@ -35,8 +34,7 @@ def rank_results(tmp_path_factory: pytest.TempPathFactory) -> list[dict[str, dic
         "--nproc_per_node", str(WORLD_SIZE), "--master_addr", "127.0.0.1", "--master_port", str(free_port()),
         str(SCRIPT), str(out_dir),
     ]  # fmt: skip
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    done = subprocess.run(command, capture_output=True, text=True, timeout=120, env=env)
+    done = subprocess.run(command, capture_output=True, text=True, timeout=120, env=launch_env())
     if done.returncode != 0:
         pytest.fail(f"torchrun failed ({done.returncode}):\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}")
     return [torch.load(out_dir / f"rank{r}.pt") for r in range(WORLD_SIZE)]

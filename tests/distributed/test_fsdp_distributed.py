@@ -24,7 +24,6 @@ exactly like the uninterrupted run (one more pair of launches per engine, ``engi
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -33,7 +32,7 @@ from typing import Any
 
 import pytest
 import torch
-from _launch import free_port, load_script
+from _launch import free_port, launch_env, load_script
 
 SCRIPT = Path(__file__).parents[1] / "distributed_scripts" / "engine_train.py"
 WORLD_SIZE = 2
@@ -62,8 +61,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, dict
         "--nproc_per_node", str(WORLD_SIZE), "--master_addr", "127.0.0.1", "--master_port", str(free_port()),
         str(SCRIPT), str(out_dir), "two",
     ]  # fmt: skip
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
-    done = subprocess.run(command, capture_output=True, text=True, timeout=400, env=env)
+    done = subprocess.run(command, capture_output=True, text=True, timeout=400, env=launch_env())
     if done.returncode != 0:
         pytest.fail(f"torchrun failed ({done.returncode}):\n{done.stdout[-3000:]}\n{done.stderr[-5000:]}")
     script = _script()
@@ -175,8 +173,7 @@ def _launch(out_dir: Path, *args: str, killed: bool = False) -> None:
         "--nproc_per_node", str(WORLD_SIZE), "--master_addr", "127.0.0.1", "--master_port", str(free_port()),
         str(SCRIPT), str(out_dir), "resume", *args,
     ]  # fmt: skip
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
-    done = subprocess.run(command, check=False, capture_output=True, text=True, timeout=300, env=env)
+    done = subprocess.run(command, check=False, capture_output=True, text=True, timeout=300, env=launch_env())
     if killed:  # the script kills its processes with SIGKILL after the checkpoint and one more step
         assert done.returncode != 0 and "SIGKILL" in done.stderr, (done.returncode, done.stderr[-3000:])
     elif done.returncode != 0:

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from _launch import free_port, trainer_resumes_across_processes_on_cpu
+from _launch import free_port, launch_env, trainer_resumes_across_processes_on_cpu
 from safetensors.torch import load_file
 
 SCRIPT = Path(__file__).parents[1] / "distributed_scripts" / "soak_run.py"
@@ -35,12 +35,9 @@ def _launch(output_dir: Path, log, *extra: str) -> subprocess.Popen:
         str(SCRIPT), "--output_dir", str(output_dir), "--max_steps", str(MAX_STEPS), "--save_steps", str(SAVE_STEPS),
         *extra,
     ]  # fmt: skip
-    env = {
-        **os.environ,
-        "OMP_NUM_THREADS": "1",
-        "PYTHONPATH": os.pathsep.join([root, os.environ.get("PYTHONPATH", "")]),
-    }
-    return subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+    return subprocess.Popen(
+        command, stdout=log, stderr=subprocess.STDOUT, env=launch_env(root), start_new_session=True
+    )
 
 
 def _finish(process: subprocess.Popen, log_path: Path) -> None:

@@ -15,7 +15,6 @@ the reference is one process through the same ``Trainer.train`` on the global ba
 from __future__ import annotations
 
 import dataclasses
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -23,12 +22,12 @@ from typing import Any
 
 import pytest
 import torch
-from _launch import free_port, load_script
+from _launch import free_port, launch_env, load_script
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIGS = ROOT / "examples" / "accelerate_configs"
 SCRIPT = Path(__file__).parents[1] / "distributed_scripts" / "engine_train.py"
-ENV = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
+ENV = launch_env()
 
 pytestmark = pytest.mark.distributed
 

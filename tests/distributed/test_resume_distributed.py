@@ -3,14 +3,13 @@ with the parameters of the uninterrupted run (``tests/distributed_scripts/checkp
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 import torch
-from _launch import free_port, trainer_resumes_across_processes_on_cpu
+from _launch import free_port, launch_env, trainer_resumes_across_processes_on_cpu
 
 SCRIPT = Path(__file__).parents[1] / "distributed_scripts" / "checkpoint_resume.py"
 
@@ -24,8 +23,7 @@ def _launch(out_dir: Path, phase: str) -> subprocess.CompletedProcess:
         "--dynamo_backend", "no", "--main_process_port", str(free_port()),
         str(SCRIPT), str(out_dir), phase,
     ]  # fmt: skip
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
-    return subprocess.run(command, capture_output=True, text=True, timeout=300, env=env)
+    return subprocess.run(command, capture_output=True, text=True, timeout=300, env=launch_env())
 
 
 @pytest.mark.skipif(

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from _launch import launch_env
 from safetensors.torch import load_file
 
 SCRIPT = Path(__file__).parents[1] / "distributed_scripts" / "soak_run.py"
@@ -24,19 +25,16 @@ MAX_STEPS, SAVE_STEPS = 2000, 50
 pytestmark = pytest.mark.slow
 
 
-def _env() -> dict[str, str]:
-    root = str(Path(__file__).resolve().parents[2])
-    return {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join([root, os.environ.get("PYTHONPATH", "")]),
-        "OMP_NUM_THREADS": "1",
-    }
-
-
 def _start(output_dir: Path, log) -> subprocess.Popen:
     command = [sys.executable, str(SCRIPT), "--output_dir", str(output_dir), "--max_steps", str(MAX_STEPS),
                "--save_steps", str(SAVE_STEPS)]  # fmt: skip
-    return subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=_env(), start_new_session=True)
+    return subprocess.Popen(
+        command,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        env=launch_env(Path(__file__).resolve().parents[2]),
+        start_new_session=True,
+    )
 
 
 def _kill(process: subprocess.Popen) -> None:

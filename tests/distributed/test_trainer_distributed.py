@@ -9,7 +9,6 @@ process on batches of twice the classes.
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -18,7 +17,7 @@ from typing import Any
 
 import pytest
 import torch
-from _launch import free_port, load_script
+from _launch import free_port, launch_env, load_script
 
 SCRIPT = Path(__file__).parents[1] / "distributed_scripts" / "trainer_distributed.py"
 WORLD_SIZE = 2
@@ -39,8 +38,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, dict
         "--dynamo_backend", "no", "--main_process_port", str(free_port()),
         str(SCRIPT), str(out_dir),
     ]  # fmt: skip
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
-    done = subprocess.run(command, capture_output=True, text=True, timeout=300, env=env)
+    done = subprocess.run(command, capture_output=True, text=True, timeout=300, env=launch_env())
     if done.returncode != 0:
         pytest.fail(f"accelerate launch failed ({done.returncode}):\n{done.stdout[-3000:]}\n{done.stderr[-5000:]}")
     script = _load_script()

@@ -7,7 +7,6 @@ sizes that divide the batch, that leave an uneven last tile, and that are larger
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from collections.abc import Callable
@@ -15,7 +14,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from _launch import free_port, load_script
+from _launch import free_port, launch_env, load_script
 from torch import Tensor
 
 from hf_contrast.losses import (
@@ -255,8 +254,7 @@ def test_two_processes_tiled_equal_dense_and_one_process(tmp_path: Path) -> None
         "--nproc_per_node", "2", "--master_addr", "127.0.0.1", "--master_port", str(free_port()),
         str(SCRIPT), str(tmp_path), "3",
     ]  # fmt: skip
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    done = subprocess.run(command, check=False, capture_output=True, text=True, timeout=120, env=env)
+    done = subprocess.run(command, check=False, capture_output=True, text=True, timeout=120, env=launch_env())
     if done.returncode != 0:
         pytest.fail(f"torchrun failed ({done.returncode}):\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}")
     ranks = [torch.load(tmp_path / f"rank{r}.pt") for r in range(2)]
