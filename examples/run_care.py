@@ -232,7 +232,8 @@ def main() -> None:
         evaluator=SequentialEvaluator([probe, equivariance, *head_evaluator]),
     )
     # the evaluation images: the data's test split, else its validation split, else a fraction held out of train
-    evaluated = str(eval_dataset.split) if str(eval_dataset.split) in ("test", "validation") else "held-out"
+    split = str(eval_dataset.split)
+    evaluated = split if split in ("test", "validation") else "held-out"
     logger.info(
         f"Training {script.method} on {script.dataset or 'the embedded digits'} ({len(train_dataset)} train / "
         f"{len(eval_dataset)} {evaluated} images) with {script.model} "
