@@ -19,8 +19,9 @@ previous complete checkpoint. It adds:
   trainer's ``contrastive_state_dict()``) next to the weights.
 - :meth:`~SafeCheckpointing.resume_point` (``train``'s ``resume_from_checkpoint``): ``True`` resumes from the
   newest *complete* checkpoint, warning about each newer one it skips and why; a given incomplete folder raises,
-  naming the file, as do a run's output folder given as a checkpoint and a checkpoint at or past ``max_steps``
-  that transformers would train a step past (inside an epoch, or of a streaming set); staging folders and incomplete
+  naming the file, as do a run's output folder given as a checkpoint and a checkpoint at or past the run's end
+  (``max_steps``, or a fractional ``num_train_epochs``) that transformers would train a step past (inside an epoch,
+  or of a streaming set); staging folders and incomplete
   checkpoints newer than the resume point (leftovers of a killed save) are removed with a warning. With a
   trainer's optional ``run_settings()`` hook, each checkpoint also keeps ``run_settings.json`` and a resume of
   another run (method, model, weight-shaping settings) is refused
@@ -358,8 +359,8 @@ class SafeCheckpointing:
         Raises:
             ValueError: If ``resume_from_checkpoint=True`` finds no complete checkpoint in ``output_dir``,
                 a given checkpoint folder is incomplete (naming the file and the fix) or is a run's output folder
-                (naming its checkpoints), or the checkpoint is at or past ``max_steps`` inside an epoch or of a
-                streaming training set.
+                (naming its checkpoints), or the checkpoint is at or past ``max_steps`` (or a fractional
+                ``num_train_epochs``) inside an epoch, or at or past ``max_steps`` of a streaming training set.
         """
         resume = self._complete_checkpoint(resume_from_checkpoint)
         if resume is not None:
@@ -372,26 +373,34 @@ class SafeCheckpointing:
         return resume
 
     def _refuse_finished_checkpoint(self, checkpoint: str) -> None:
-        """Refuse to resume a checkpoint at or past ``max_steps`` from which transformers' Trainer would train one
-        step past ``max_steps`` (and save it), measured with transformers 5.0 and 5.24: one whose step fell inside
-        an epoch, and any of a streaming (unsized) training set, whose epochs transformers counts in ``max_steps``.
-        A checkpoint that ended an epoch of a sized set is resumed as transformers does it: its state is loaded and
-        no step is trained (a script finishing an interrupted end does that; so do tests that reload a run's state),
-        and so is one of a run that epochs decide (it ends with an epoch)."""
+        """Refuse to resume a checkpoint at or past the run's end from which transformers' Trainer would train one
+        step past it (and save it), measured with transformers 5.0 and 5.24: one whose step fell inside an epoch
+        and is at or past ``max_steps`` (or, when epochs decide, whose epoch is at or past a fractional
+        ``num_train_epochs``: the run's end is ``ceil(num_train_epochs × steps per epoch)``), and any at or past
+        ``max_steps`` of a streaming (unsized) training set, whose epochs transformers counts in ``max_steps``. A
+        checkpoint that ended an epoch of a sized set is resumed as transformers does it: its state is loaded and no
+        step is trained (a script finishing an interrupted end does that; so do tests that reload a run's state)."""
         try:
             state = json.loads(Path(checkpoint, TRAINER_STATE_NAME).read_text(encoding="utf-8"))
             done, epoch = int(state["global_step"]), float(state["epoch"])
         except (OSError, ValueError, KeyError, TypeError):  # an older or hand-made state: let the Trainer decide
             return
         streaming = self.train_dataset is not None and not has_length(self.train_dataset)
-        if not 0 < self.args.max_steps <= done or (epoch.is_integer() and not streaming):
-            return
+        if self.args.max_steps > 0:
+            if self.args.max_steps > done or (epoch.is_integer() and not streaming):
+                return
+            at, asked, length = f"step {done}", f"`max_steps`={self.args.max_steps}", "max_steps"
+        else:  # epochs decide: step `done` is the run's end or past it exactly when its epoch is
+            if epoch.is_integer() or epoch < self.args.num_train_epochs:
+                return
+            at, asked = f"step {done} (epoch {epoch:g})", f"`num_train_epochs`={self.args.num_train_epochs:g}"
+            length = "num_train_epochs"
         why = "a streaming training set" if streaming else f"the checkpoint ends inside epoch {int(epoch) + 1}"
         raise InputError(
-            f"`resume_from_checkpoint`: {checkpoint} is at step {done}, and this run asks for `max_steps`="
-            f"{self.args.max_steps}: there is nothing left to train, and transformers' Trainer would train step "
-            f"{done + 1} past it ({why}). Pass a larger `max_steps` (`--max_steps`) to continue that run; its model "
-            "is in the checkpoint (`ContrastiveEncoder.from_pretrained(<checkpoint>)` loads it)."
+            f"`resume_from_checkpoint`: {checkpoint} is at {at}, and this run asks for {asked}: there is nothing "
+            f"left to train, and transformers' Trainer would train step {done + 1} past it ({why}). Pass a larger "
+            f"`{length}` (`--{length}`) to continue that run; its model is in the checkpoint "
+            "(`ContrastiveEncoder.from_pretrained(<checkpoint>)` loads it)."
         )
 
     def _note_model_only_resume(self, checkpoint: str) -> None:

@@ -6,6 +6,7 @@ import dataclasses
 import io
 import json
 import logging
+import math
 import os
 import shutil
 from pathlib import Path
@@ -333,6 +334,35 @@ def test_a_checkpoint_at_max_steps_inside_an_epoch_is_refused_not_trained_past(
     else:
         trainer.train(resume_from_checkpoint=str(run / f"checkpoint-{at}"))
         assert trainer.state.global_step == max(at, max_steps)
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(at=st.sampled_from([2, 4, 6]), epochs=st.sampled_from([0.25, 0.5, 0.75, 1.0, 1.25, 1.5, 1.75, 2.0]))
+def test_a_checkpoint_at_the_end_of_fractional_epochs_is_refused_not_trained_past(
+    tmp_path, full_run, at, epochs
+) -> None:
+    """Epochs decide (``num_train_epochs=1.5``, ``max_steps=-1``): transformers' Trainer (5.24, measured with a plain
+    one) resumed the last checkpoint of such a run (step 6 of 4-step epochs: epoch 1.5) and trained a step 7 past
+    the run's end, saving checkpoint-7. A checkpoint inside an epoch at or past ``num_train_epochs`` is refused,
+    naming both and the fix, the folder left as it was; an earlier one trains to ``ceil(epochs × 4)`` steps; one
+    that ended an epoch loads and trains nothing when the epochs asked for are done."""
+    source, _, _ = full_run
+    run = tmp_path / f"run-{at}-{epochs}"
+    shutil.rmtree(run, ignore_errors=True)  # hypothesis replays a failing example
+    shutil.copytree(source / f"checkpoint-{at}", run / f"checkpoint-{at}")
+    trainer = _trainer(run, max_steps=-1, num_train_epochs=epochs)
+    reached = at / 4  # the checkpoint's epoch
+    if at % 4 and reached >= epochs:
+        with pytest.raises(ValueError) as error:
+            trainer.train(resume_from_checkpoint=str(run / f"checkpoint-{at}"))
+        message = str(error.value)
+        asked = f"`num_train_epochs`={epochs:g}"
+        assert f"checkpoint-{at} is at step {at} (epoch {reached:g}), and this run asks for {asked}" in message
+        assert f"would train step {at + 1} past it" in message and "Pass a larger `num_train_epochs`" in message
+        assert [p.name for p in run.iterdir()] == [f"checkpoint-{at}"]
+    else:
+        trainer.train(resume_from_checkpoint=str(run / f"checkpoint-{at}"))
+        assert trainer.state.global_step == max(at, math.ceil(epochs * 4))
 
 
 class _StreamedImages(torch.utils.data.IterableDataset):
