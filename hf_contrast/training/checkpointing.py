@@ -68,6 +68,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import json
+import math
 import os
 import re
 import shutil
@@ -390,10 +391,10 @@ class SafeCheckpointing:
             if self.args.max_steps > done or (epoch.is_integer() and not streaming):
                 return
             at, asked, length = f"step {done}", f"`max_steps`={self.args.max_steps}", "max_steps"
-        else:  # epochs decide: step `done` is the run's end or past it exactly when its epoch is
-            if epoch.is_integer() or epoch < self.args.num_train_epochs:
+        else:  # epochs decide; an epoch is at least its share of the optimizer steps: before it, before the end
+            if epoch.is_integer() or epoch < self.args.num_train_epochs or done < self._planned_steps():
                 return
-            at, asked = f"step {done} (epoch {epoch:g})", f"`num_train_epochs`={self.args.num_train_epochs:g}"
+            at, asked = f"step {done} (epoch {epoch:.4g})", f"`num_train_epochs`={self.args.num_train_epochs:g}"
             length = "num_train_epochs"
         why = "a streaming training set" if streaming else f"the checkpoint ends inside epoch {int(epoch) + 1}"
         raise InputError(
@@ -402,6 +403,16 @@ class SafeCheckpointing:
             f"`{length}` (`--{length}`) to continue that run; its model is in the checkpoint "
             "(`ContrastiveEncoder.from_pretrained(<checkpoint>)` loads it)."
         )
+
+    def _planned_steps(self) -> int:
+        """The optimizer steps a run that epochs decide trains, as transformers' ``Trainer.train`` counts them
+        (``set_initial_training_values``, 5.0 to 5.24): ``ceil(num_train_epochs × steps per epoch)``, an epoch's
+        steps its training loader's batches over ``gradient_accumulation_steps``, a partial step counted (the loader
+        built here, not iterated)."""
+        batches = len(self.get_train_dataloader())
+        accumulation = self.args.gradient_accumulation_steps
+        per_epoch = max(batches // accumulation + int(batches % accumulation > 0), 1)
+        return math.ceil(self.args.num_train_epochs * per_epoch)
 
     def _note_model_only_resume(self, checkpoint: str) -> None:
         """Say (once, and in the model card's run set-up) that ``checkpoint`` holds the model only

@@ -559,23 +559,25 @@ def finished_run(
         return None
     try:
         done, planned = int(state["global_step"]), int(state["max_steps"])
-        epochs = float(state.get("num_train_epochs", training_args.num_train_epochs))
+        # the epochs it trained (transformers records `num_train_epochs` rounded up: 1.5 epochs as 2)
+        reached = float(state.get("epoch", state.get("num_train_epochs", training_args.num_train_epochs)))
     except (ValueError, KeyError, TypeError):  # unreadable: let the resume say what is wrong
         return None
     if training_args.max_steps > 0:
         wanted, unit = training_args.max_steps, "steps"
         finished = done >= training_args.max_steps
-    else:
+    else:  # an epoch is its share of the steps (a ragged last accumulation step makes it a little more)
         wanted, unit = training_args.num_train_epochs, "epochs"
-        finished = done >= planned and training_args.num_train_epochs <= epochs
+        finished = done >= planned and training_args.num_train_epochs <= reached
     if not finished:
         return None
     other = ""
     ran = _checkpoint_method(last_checkpoint)
     if method is not None and ran is not None and ran != method:
         other = f"It is a {ran} run, not the --method {method} asked for. "
+    trained = f"{done} training steps" + ("" if unit == "steps" else f" ({reached:.4g} epochs)")
     return (
-        f"{output_dir} holds a finished run: {done} training steps, which is the {wanted:g} {unit} asked for "
+        f"{output_dir} holds a finished run: {trained}, which is the {wanted:g} {unit} asked for "
         f"(trainer_state.json, train_results.json). {other}Nothing was trained and nothing changed. Pass a larger "
         f"--{'max_steps' if unit == 'steps' else 'num_train_epochs'} to continue this run, --overwrite_output_dir to "
         "train again from scratch, or another --output_dir."

@@ -365,6 +365,39 @@ def test_a_checkpoint_at_the_end_of_fractional_epochs_is_refused_not_trained_pas
         assert trainer.state.global_step == max(at, math.ceil(epochs * 4))
 
 
+@pytest.fixture(scope="module")
+def accumulated_run(tmp_path_factory) -> Path:
+    """One epoch of 5 batches of 4 in optimizer steps of 2 batches: 3 steps (2, 2 and 1 batches), checkpoints at
+    epochs 0.4, 0.8 and 1.0."""
+    output_dir = tmp_path_factory.mktemp("accumulated")
+    torch.manual_seed(0)
+    args = tiny_args(output_dir, max_steps=-1, num_train_epochs=1, gradient_accumulation_steps=2, save_steps=1)
+    TinyTrainer(model=tiny_timm_encoder(), args=args, train_dataset=RandomImages(n=20)).train()
+    return output_dir
+
+
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(at=st.sampled_from([1, 2]), epochs=st.sampled_from([0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9]))
+def test_the_run_end_of_fractional_epochs_counts_optimizer_steps(tmp_path, accumulated_run, at, epochs) -> None:
+    """With gradient accumulation an epoch's last optimizer step takes fewer batches, so a checkpoint's epoch is not
+    its share of the steps: checkpoint-2 is at epoch 0.8, yet `num_train_epochs=0.7` asks for ``ceil(0.7 × 3)`` = 3
+    steps. Refused only when the steps transformers plans are done; otherwise trained to them."""
+    run = tmp_path / f"run-{at}-{epochs}"
+    shutil.rmtree(run, ignore_errors=True)  # hypothesis replays a failing example
+    shutil.copytree(accumulated_run / f"checkpoint-{at}", run / f"checkpoint-{at}")
+    torch.manual_seed(0)
+    args = tiny_args(run, max_steps=-1, num_train_epochs=epochs, gradient_accumulation_steps=2, save_steps=1)
+    trainer = TinyTrainer(model=tiny_timm_encoder(), args=args, train_dataset=RandomImages(n=20))
+    planned = math.ceil(epochs * 3)
+    if at >= planned:
+        with pytest.raises(ValueError, match=rf"checkpoint-{at} is at step {at} \(epoch {at * 0.4:g}\)"):
+            trainer.train(resume_from_checkpoint=str(run / f"checkpoint-{at}"))
+        assert [p.name for p in run.iterdir()] == [f"checkpoint-{at}"]
+    else:
+        trainer.train(resume_from_checkpoint=str(run / f"checkpoint-{at}"))
+        assert trainer.state.global_step == planned
+
+
 class _StreamedImages(torch.utils.data.IterableDataset):
     """:class:`RandomImages`' rows as a stream (no length): transformers counts its epochs in ``max_steps``."""
 

@@ -23,10 +23,15 @@ from hf_contrast.training import (
 from hf_contrast.training.callbacks import whole_run_loss
 
 
-def _run_dir(root: Path, steps: int, planned: int, epochs: float = 3.0, results: bool = True) -> Path:
-    """An output folder as a script leaves it: a checkpoint, trainer_state.json and (at its end) train_results.json."""
+def _run_dir(
+    root: Path, steps: int, planned: int, epochs: float = 3.0, results: bool = True, reached: float | None = None
+) -> Path:
+    """An output folder as a script leaves it: a checkpoint, trainer_state.json (with the epoch ``reached`` if given)
+    and (at its end) train_results.json."""
     (root / f"checkpoint-{steps}").mkdir(parents=True)
     state = {"global_step": steps, "max_steps": planned, "num_train_epochs": epochs, "log_history": []}
+    if reached is not None:
+        state["epoch"] = reached
     (root / f"checkpoint-{steps}" / "trainer_state.json").write_text(json.dumps(state))
     (root / "trainer_state.json").write_text(json.dumps(state))
     if results:
@@ -72,6 +77,18 @@ def test_epoch_runs_compare_epochs(tmp_path: Path) -> None:
         assert (message is not None) is finished
         if finished:
             assert "--num_train_epochs" in message
+
+
+@pytest.mark.parametrize(("asked", "finished"), [(0.75, True), (0.5, True), (0.9, False), (1.0, False)])
+def test_a_run_of_fractional_epochs_compares_the_epochs_it_reached(tmp_path: Path, asked, finished) -> None:
+    """transformers records ``num_train_epochs=0.75`` as 1 in the state: a run of 0.75 epochs (9 steps of 12) was
+    called finished when 0.9 epochs were asked for. The epoch it reached decides."""
+    root = _run_dir(tmp_path / "run", steps=9, planned=9, epochs=1, reached=0.75)
+    args = _args(root, num_train_epochs=asked)
+    message = finished_run(args, detect_last_checkpoint(args, overwrite_output_dir=False))
+    assert (message is not None) is finished
+    if finished:
+        assert f"9 training steps (0.75 epochs), which is the {asked:g} epochs asked for" in message
 
 
 @pytest.mark.parametrize("case", ["interrupted before its results", "resume named by the user", "overwrite"])
