@@ -566,16 +566,20 @@ def finished_run(
     if training_args.max_steps > 0:
         wanted, unit = training_args.max_steps, "steps"
         finished = done >= training_args.max_steps
-    else:  # an epoch is its share of the steps (a ragged last accumulation step makes it a little more)
+    else:  # without accumulation, the epoch reached is the steps' share of an epoch's
         wanted, unit = training_args.num_train_epochs, "epochs"
         finished = done >= planned and training_args.num_train_epochs <= reached
+        if finished and not reached.is_integer() and training_args.gradient_accumulation_steps > 1:
+            # an epoch's ragged last accumulation step puts the epoch ahead of the steps (2 of 3 steps can be 0.8
+            # epochs): resuming lets the trainer decide exactly (it refuses a run that is done, trains the rest)
+            return None
     if not finished:
         return None
     other = ""
     ran = _checkpoint_method(last_checkpoint)
     if method is not None and ran is not None and ran != method:
         other = f"It is a {ran} run, not the --method {method} asked for. "
-    trained = f"{done} training steps" + ("" if unit == "steps" else f" ({reached:.4g} epochs)")
+    trained = f"{done} training steps" + ("" if unit == "steps" else f" ({reached:.4g} epoch{'s' * (reached != 1)})")
     return (
         f"{output_dir} holds a finished run: {trained}, which is the {wanted:g} {unit} asked for "
         f"(trainer_state.json, train_results.json). {other}Nothing was trained and nothing changed. Pass a larger "

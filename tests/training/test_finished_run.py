@@ -91,6 +91,19 @@ def test_a_run_of_fractional_epochs_compares_the_epochs_it_reached(tmp_path: Pat
         assert f"9 training steps (0.75 epochs), which is the {asked:g} epochs asked for" in message
 
 
+def test_a_fractional_epoch_with_accumulation_is_left_to_the_trainer(tmp_path: Path) -> None:
+    """2 of 3 accumulated steps can be 0.8 epochs (an epoch's last step takes fewer batches): 0.7 epochs may still
+    lack step 3, which only the training loader's length tells; the script resumes and the trainer decides
+    (``test_the_run_end_of_fractional_epochs_counts_optimizer_steps``). A whole epoch reached is finished."""
+    root = _run_dir(tmp_path / "run", steps=2, planned=2, epochs=1, reached=0.8)
+    args = _args(root, num_train_epochs=0.7, gradient_accumulation_steps=2)
+    assert finished_run(args, detect_last_checkpoint(args, overwrite_output_dir=False)) is None
+    whole = _run_dir(tmp_path / "whole", steps=3, planned=3, epochs=1, reached=1.0)
+    args = _args(whole, num_train_epochs=0.7, gradient_accumulation_steps=2)
+    message = finished_run(args, detect_last_checkpoint(args, overwrite_output_dir=False))
+    assert message is not None and "3 training steps (1 epoch), which is the 0.7 epochs asked for" in message
+
+
 @pytest.mark.parametrize("case", ["interrupted before its results", "resume named by the user", "overwrite"])
 def test_not_a_finished_run(tmp_path: Path, case: str) -> None:
     root = _run_dir(tmp_path / "run", steps=10, planned=10, results=case != "interrupted before its results")
