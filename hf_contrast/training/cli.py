@@ -566,13 +566,14 @@ def finished_run(
     if training_args.max_steps > 0:
         wanted, unit = training_args.max_steps, "steps"
         finished = done >= training_args.max_steps
-    else:  # without accumulation, the epoch reached is the steps' share of an epoch's
+    else:  # the steps transformers plans: ceil(num_train_epochs × steps per epoch)
         wanted, unit = training_args.num_train_epochs, "epochs"
-        finished = done >= planned and training_args.num_train_epochs <= reached
-        if finished and not reached.is_integer() and training_args.gradient_accumulation_steps > 1:
-            # an epoch's ragged last accumulation step puts the epoch ahead of the steps (2 of 3 steps can be 0.8
-            # epochs): resuming lets the trainer decide exactly (it refuses a run that is done, trains the rest)
-            return None
+        if reached.is_integer() or wanted > reached:  # an epoch's end; or short of the epochs (an epoch is at least
+            finished = done >= planned and wanted <= reached  # its share of the steps)
+        elif training_args.gradient_accumulation_steps == 1:  # an epoch's steps are its batches: the share exactly
+            finished = done >= planned and done >= math.ceil(wanted * round(done / reached))
+        else:  # an epoch's ragged last accumulation step puts the epoch ahead of the steps (2 of 3 steps can be 0.8
+            return None  # epochs): resuming lets the trainer decide from its loader (refused when done, else trained)
     if not finished:
         return None
     other = ""

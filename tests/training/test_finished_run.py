@@ -91,6 +91,15 @@ def test_a_run_of_fractional_epochs_compares_the_epochs_it_reached(tmp_path: Pat
         assert f"9 training steps (0.75 epochs), which is the {asked:g} epochs asked for" in message
 
 
+@pytest.mark.parametrize(("asked", "finished"), [(0.07, False), (0.065, True), (0.071, False), (0.06, True)])
+def test_fractional_epochs_count_the_steps_transformers_plans(tmp_path: Path, asked, finished) -> None:
+    """7 steps of 100 reach epoch 0.07, yet transformers plans ``ceil(0.07 × 100)`` = 8 steps for 0.07 epochs (the
+    product is 7.000000000000001): the script resumes, as the trainer would train step 8; 0.065 epochs are 7 steps."""
+    root = _run_dir(tmp_path / "run", steps=7, planned=7, epochs=1, reached=0.07)
+    args = _args(root, num_train_epochs=asked)
+    assert (finished_run(args, detect_last_checkpoint(args, overwrite_output_dir=False)) is not None) is finished
+
+
 def test_a_fractional_epoch_with_accumulation_is_left_to_the_trainer(tmp_path: Path) -> None:
     """2 of 3 accumulated steps can be 0.8 epochs (an epoch's last step takes fewer batches): 0.7 epochs may still
     lack step 3, which only the training loader's length tells; the script resumes and the trainer decides
