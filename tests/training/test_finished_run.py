@@ -5,6 +5,7 @@ evaluates its final weights once (a short run evaluated them at its last step an
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -98,6 +99,22 @@ def test_fractional_epochs_count_the_steps_transformers_plans(tmp_path: Path, as
     root = _run_dir(tmp_path / "run", steps=7, planned=7, epochs=1, reached=0.07)
     args = _args(root, num_train_epochs=asked)
     assert (finished_run(args, detect_last_checkpoint(args, overwrite_output_dir=False)) is not None) is finished
+
+
+@settings(max_examples=100, deadline=None)
+@given(per_epoch=st.integers(1, 150), data=st.data())
+def test_finished_exactly_when_transformers_plans_no_more_epoch_steps(tmp_path_factory, per_epoch, data) -> None:
+    """A run that epochs decide (no accumulation) is finished exactly when its steps reach the ``ceil(num_train_epochs
+    × steps per epoch)`` transformers plans for the epochs asked for; its state holds the epoch as transformers
+    computes it after the last step (``epoch index + steps into the epoch / steps per epoch``)."""
+    done = data.draw(st.integers(1, 3 * per_epoch), label="done")
+    asked = data.draw(st.integers(1, 300), label="asked (hundredths of an epoch)") / 100
+    reached = (done - 1) // per_epoch + ((done - 1) % per_epoch + 1) / per_epoch
+    root = tmp_path_factory.mktemp("run")
+    _run_dir(root, steps=done, planned=done, epochs=math.ceil(reached), reached=reached)
+    args = _args(root, num_train_epochs=asked)
+    message = finished_run(args, detect_last_checkpoint(args, overwrite_output_dir=False))
+    assert (message is not None) == (done >= math.ceil(asked * per_epoch))
 
 
 def test_a_fractional_epoch_with_accumulation_is_left_to_the_trainer(tmp_path: Path) -> None:
