@@ -376,8 +376,8 @@ class SafeCheckpointing:
     def _refuse_finished_checkpoint(self, checkpoint: str) -> None:
         """Refuse to resume a checkpoint at or past the run's end from which transformers' Trainer would train one
         step past it (and save it), measured with transformers 5.0 and 5.24: one whose step fell inside an epoch
-        and is at or past ``max_steps`` (or, when epochs decide, whose epoch is at or past a fractional
-        ``num_train_epochs``: the run's end is ``ceil(num_train_epochs × steps per epoch)``), and any at or past
+        and is at or past ``max_steps`` (or, when epochs decide, at or past the ``ceil(num_train_epochs × steps per
+        epoch)`` optimizer steps transformers plans for a fractional ``num_train_epochs``), and any at or past
         ``max_steps`` of a streaming (unsized) training set, whose epochs transformers counts in ``max_steps``. A
         checkpoint that ended an epoch of a sized set is resumed as transformers does it: its state is loaded and no
         step is trained (a script finishing an interrupted end does that; so do tests that reload a run's state)."""
