@@ -1,6 +1,7 @@
-"""Soak test (slow): 2,000 steps with a checkpoint every 50, killed with SIGKILL at random moments and resumed
-with ``resume_from_checkpoint=True`` after each kill; the final weights must equal an uninterrupted run's, no
-leftover of an interrupted save may remain, and the resident memory must stay flat.
+"""Soak test (slow): 2,000 steps with a checkpoint every 50, killed with SIGKILL 5 times (each after 1-6 of its
+leg's checkpoints, at a random moment of the next interval: a kill timed in seconds stopped landing once the run got
+faster than the delays) and resumed with ``resume_from_checkpoint=True`` after each kill; the final weights must
+equal an uninterrupted run's, no leftover of an interrupted save may remain, and the resident memory must stay flat.
 
 Run with ``pytest -m slow tests/distributed/test_soak.py -s`` (it prints the kill moments and the memory growth).
 """
@@ -12,6 +13,7 @@ import random
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -21,6 +23,7 @@ from safetensors.torch import load_file
 
 SCRIPT = Path(__file__).parents[1] / "distributed_scripts" / "soak_run.py"
 MAX_STEPS, SAVE_STEPS = 2000, 50
+KILLS = 5  # then the last leg runs to the end
 
 pytestmark = pytest.mark.slow
 
@@ -63,17 +66,25 @@ def test_soak_kills_and_resumes_to_the_uninterrupted_weights(tmp_path) -> None:
         while True:
             legs += 1
             assert legs < 40, "the soak run makes no progress"
+            saved_before = len(_rss(log_path))
             process = _start(soaked_dir, log)
-            delay = rng.uniform(20.0, 45.0)  # start-up (~10-15 s) then a few hundred steps; any moment of a save
-            try:
-                process.wait(timeout=delay)
-            except subprocess.TimeoutExpired:
-                _kill(process)
-                kills += 1
-                print(f"leg {legs}: killed after {delay:.1f} s", flush=True)
-                continue
-            assert process.returncode == 0, log_path.read_text()[-3000:]
-            break
+            if kills == KILLS:
+                assert process.wait(timeout=900) == 0, log_path.read_text()[-3000:]
+                break
+            # kill after this leg's first few checkpoints (progress whatever the machine's speed), at a random moment
+            # of the next interval: inside a step or inside a save
+            checkpoints = rng.randint(1, 6)
+            deadline = time.monotonic() + 300
+            while len(_rss(log_path)) < saved_before + checkpoints and process.poll() is None:
+                assert time.monotonic() < deadline, "the soak run makes no progress"
+                time.sleep(0.05)
+            time.sleep(rng.uniform(0.0, 1.5))
+            if process.poll() is not None:  # it finished before the kill
+                assert process.returncode == 0, log_path.read_text()[-3000:]
+                break
+            _kill(process)
+            kills += 1
+            print(f"leg {legs}: killed after {len(_rss(log_path)) - saved_before} checkpoints", flush=True)
     assert kills >= 3, f"only {kills} kills: the run was too fast for the soak to mean anything"
     soaked = load_file(str(soaked_dir / "final.safetensors"))
     assert soaked.keys() == reference.keys()
