@@ -94,6 +94,7 @@ __all__ = [
     "CheckpointingMixin",
     "SafeCheckpointing",
     "CONTRASTIVE_STATE_NAME",
+    "epoch_run_steps",
     "first_nonfinite_tensor",
     "interrupted_save_leftovers",
     "last_complete_checkpoint",
@@ -337,13 +338,9 @@ class SafeCheckpointing:
             )
         return str(resume_from_checkpoint)
 
-    def _remove_interrupted_saves(self, resume_from_checkpoint: str | None) -> None:
-        """Remove the leftovers of killed saves newer than the resume point (main process), then sync."""
+    def _remove_interrupted_saves(self, step: int) -> None:
+        """Remove the leftovers of killed saves newer than the resume point's ``step`` (main process), then sync."""
         if self.args.should_save:
-            step = 0
-            if resume_from_checkpoint is not None:
-                state = json.loads(Path(resume_from_checkpoint, TRAINER_STATE_NAME).read_text(encoding="utf-8"))
-                step = int(state.get("global_step", 0))
             for path, reason in interrupted_save_leftovers(
                 self.args.output_dir, step, **self.checkpoint_requirements()
             ):
@@ -364,35 +361,40 @@ class SafeCheckpointing:
                 ``num_train_epochs``) inside an epoch, or at or past ``max_steps`` of a streaming training set.
         """
         resume = self._complete_checkpoint(resume_from_checkpoint)
+        # a complete checkpoint's state is a JSON object (checkpoint_problem): read once
+        state = {} if resume is None else json.loads(Path(resume, TRAINER_STATE_NAME).read_text(encoding="utf-8"))
         if resume is not None:
-            self._refuse_finished_checkpoint(resume)
-        self._remove_interrupted_saves(resume)
+            self._refuse_finished_checkpoint(resume, state)
+        self._remove_interrupted_saves(int(state.get("global_step", 0)))
         if resume is not None and hasattr(self, "run_settings"):
             self._check_resumed_run(resume)
         if resume is not None and self.args.save_only_model and not Path(resume, OPTIMIZER_NAME).is_file():
             self._note_model_only_resume(resume)
         return resume
 
-    def _refuse_finished_checkpoint(self, checkpoint: str) -> None:
+    def _refuse_finished_checkpoint(self, checkpoint: str, state: dict[str, Any]) -> None:
         """Refuse to resume a checkpoint at or past the run's end from which transformers' Trainer would train one
         step past it (and save it), measured with transformers 5.0 and 5.24: one whose step fell inside an epoch
         and is at or past ``max_steps`` (or, when epochs decide, at or past the ``ceil(num_train_epochs × steps per
         epoch)`` optimizer steps transformers plans for a fractional ``num_train_epochs``), and any at or past
         ``max_steps`` of a streaming (unsized) training set, whose epochs transformers counts in ``max_steps``. A
         checkpoint that ended an epoch of a sized set is resumed as transformers does it: its state is loaded and no
-        step is trained (a script finishing an interrupted end does that; so do tests that reload a run's state)."""
+        step is trained (a script finishing an interrupted end does that; so do tests that reload a run's state).
+        ``state`` is the checkpoint's ``trainer_state.json``."""
         try:
-            state = json.loads(Path(checkpoint, TRAINER_STATE_NAME).read_text(encoding="utf-8"))
             done, epoch = int(state["global_step"]), float(state["epoch"])
-        except (OSError, ValueError, KeyError, TypeError):  # an older or hand-made state: let the Trainer decide
+        except (ValueError, KeyError, TypeError):  # an older or hand-made state: let the Trainer decide
             return
         streaming = self.train_dataset is not None and not has_length(self.train_dataset)
         if self.args.max_steps > 0:
             if self.args.max_steps > done or (epoch.is_integer() and not streaming):
                 return
             at, asked, length = f"step {done}", f"`max_steps`={self.args.max_steps}", "max_steps"
-        else:  # epochs decide; an epoch is at least its share of the optimizer steps: before it, before the end
-            if epoch.is_integer() or epoch < self.args.num_train_epochs or done < self._planned_steps():
+        else:  # epochs decide; an epoch is at least its share of the optimizer steps: short of it, short of the end
+            if epoch.is_integer() or epoch < self.args.num_train_epochs:
+                return
+            batches = len(self.get_train_dataloader())  # built, not iterated
+            if done < epoch_run_steps(self.args.num_train_epochs, batches, self.args.gradient_accumulation_steps):
                 return
             at, asked = f"step {done} (epoch {epoch:.4g})", f"`num_train_epochs`={self.args.num_train_epochs:g}"
             length = "num_train_epochs"
@@ -403,16 +405,6 @@ class SafeCheckpointing:
             f"`{length}` (`--{length}`) to continue that run; its model is in the checkpoint "
             "(`ContrastiveEncoder.from_pretrained(<checkpoint>)` loads it)."
         )
-
-    def _planned_steps(self) -> int:
-        """The optimizer steps a run that epochs decide trains, as transformers' ``Trainer.train`` counts them
-        (``set_initial_training_values``, 5.0 to 5.24): ``ceil(num_train_epochs × steps per epoch)``, an epoch's
-        steps its training loader's batches over ``gradient_accumulation_steps``, a partial step counted (the loader
-        built here, not iterated)."""
-        batches = len(self.get_train_dataloader())
-        accumulation = self.args.gradient_accumulation_steps
-        per_epoch = max(batches // accumulation + int(batches % accumulation > 0), 1)
-        return math.ceil(self.args.num_train_epochs * per_epoch)
 
     def _note_model_only_resume(self, checkpoint: str) -> None:
         """Say (once, and in the model card's run set-up) that ``checkpoint`` holds the model only
@@ -493,6 +485,14 @@ _CHECKPOINT_RE = re.compile(rf"^{PREFIX_CHECKPOINT_DIR}-(\d+)$")
 _STAGING_RE = re.compile(
     rf"^(\.?tmp-(old-)?{PREFIX_CHECKPOINT_DIR}-\d+.*|\.(tmp-)?{PREFIX_CHECKPOINT_DIR}-\d+\.(staging|replaced)-.*)$"
 )
+
+
+def epoch_run_steps(num_train_epochs: float, batches_per_epoch: int, accumulation: int = 1) -> int:
+    """The optimizer steps transformers' ``Trainer.train`` plans for a run that epochs decide
+    (``set_initial_training_values``, 5.0 to 5.24): ``ceil(num_train_epochs × steps per epoch)``, an epoch's steps its
+    loader's ``batches_per_epoch`` over ``accumulation`` (gradient accumulation steps), a partial step counted."""
+    per_epoch = max(batches_per_epoch // accumulation + int(batches_per_epoch % accumulation > 0), 1)
+    return math.ceil(num_train_epochs * per_epoch)
 
 
 def checkpoint_step(folder: str | os.PathLike[str]) -> int | None:

@@ -51,7 +51,7 @@ from hf_contrast.hub.card_callback import is_evaluation_log
 from hf_contrast.models.backbones import backbone_type_of, close_timm_names
 from hf_contrast.models.stems import SMALL_IMAGE_STEM, supports_small_image_stem
 from hf_contrast.objectives import available_objectives, get_objective
-from hf_contrast.training.checkpointing import checkpoint_step, read_run_settings
+from hf_contrast.training.checkpointing import checkpoint_step, epoch_run_steps, read_run_settings
 from hf_contrast.training.run_setup import choose_image_size, cpu_threads_source, launched_by_accelerate, usable_cores
 
 __all__ = [
@@ -566,14 +566,16 @@ def finished_run(
     if training_args.max_steps > 0:
         wanted, unit = training_args.max_steps, "steps"
         finished = done >= training_args.max_steps
-    else:  # the steps transformers plans: ceil(num_train_epochs × steps per epoch)
+    else:  # the steps transformers plans for the epochs asked for (an epoch reached is at least the steps' share)
         wanted, unit = training_args.num_train_epochs, "epochs"
-        if reached.is_integer() or wanted > reached:  # an epoch's end; or short of the epochs (an epoch is at least
-            finished = done >= planned and wanted <= reached  # its share of the steps)
-        elif training_args.gradient_accumulation_steps == 1:  # an epoch's steps are its batches: the share exactly
-            finished = done >= planned and done >= math.ceil(wanted * round(done / reached))
-        else:  # an epoch's ragged last accumulation step puts the epoch ahead of the steps (2 of 3 steps can be 0.8
-            return None  # epochs): resuming lets the trainer decide from its loader (refused when done, else trained)
+        if reached.is_integer() or wanted > reached:  # ended with an epoch, or short of the epochs asked for
+            finished = done >= planned and wanted <= reached
+        elif training_args.gradient_accumulation_steps == 1:  # an epoch's steps are its batches: reached = done / n
+            finished = done >= planned and done >= epoch_run_steps(wanted, round(done / reached))
+        else:
+            # an epoch's ragged last accumulation step puts the epoch ahead of the steps (2 of 3 steps can be 0.8
+            # epochs): resuming lets the trainer decide from its loader (refused when done, else trained)
+            return None
     if not finished:
         return None
     other = ""
