@@ -4,7 +4,6 @@ fp16/bf16 on a CPU, CPU threads (hf_contrast.training.run_setup / run_setup / sc
 from __future__ import annotations
 
 import logging
-import os
 import warnings
 
 import datasets
@@ -308,7 +307,7 @@ def test_a_launch_asked_for_two_processes_that_starts_one_is_said(tmp_path) -> N
     import sys
     from pathlib import Path
 
-    from _launch import free_port
+    from _launch import free_port, launch_env
 
     script = tmp_path / "probe.py"
     script.write_text(LAUNCH_PROBE)
@@ -317,9 +316,7 @@ def test_a_launch_asked_for_two_processes_that_starts_one_is_said(tmp_path) -> N
         "--mixed_precision", "no", "--dynamo_backend", "no", "--main_process_port", str(free_port()), str(script),
         str(Path(__file__).parents[1]), str(tmp_path / "run"),
     ]  # fmt: skip
-    done = subprocess.run(
-        command, capture_output=True, text=True, timeout=240, env={**os.environ, "OMP_NUM_THREADS": "1"}
-    )
+    done = subprocess.run(command, capture_output=True, text=True, timeout=240, env=launch_env())
     assert done.returncode == 0, done.stderr[-3000:]
     assert "WARNED: True" in done.stdout, done.stdout + done.stderr[-2000:]
     assert "1 process(es)" in done.stdout and "asked for several and started one (no `--multi_gpu`)" in done.stdout
