@@ -19,21 +19,18 @@ from torch import Tensor, nn
 from hf_contrast.errors import InputError
 
 from ..losses import AlignUniformLoss, InfoNCELoss
-from ..losses.align_uniform import AlignUniformHyperparameters
 from ..losses.info_nce import InfoNCEHyperparameters
 from ..tensor_checks import check_non_negative
 from ..views import ViewBuilder
 from .base import Objective
-from .config import ObjectiveConfig, loss_field
+from .config import loss_config, loss_field
 from .registry import register_objective
 
 __all__ = ["AlignUniformConfig", "AlignUniformObjective"]
 
 
 @dataclass
-class AlignUniformConfig(ObjectiveConfig):
-    align_weight: float = loss_field(AlignUniformHyperparameters)
-    uniform_weight: float = loss_field(AlignUniformHyperparameters)
+class AlignUniformConfig(loss_config(AlignUniformLoss)):  # align_weight, uniform_weight: declared by AlignUniformLoss
     simcse_weight: float = field(
         default=0.0, metadata={"help": "Align/uniform: weight >= 0 of an extra SimCSE InfoNCE term on the two views."}
     )

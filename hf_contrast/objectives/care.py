@@ -30,11 +30,10 @@ import hf_contrast.distributed as distributed
 from hf_contrast.errors import InputError
 
 from ..losses import CARELoss, CAREMoCoLoss
-from ..losses.moco import CAREMoCoHyperparameters
 from ..tensor_checks import check_bool, check_int, check_unit_interval
 from ..views import ViewBuilder, WholeChunks
 from .base import Objective
-from .config import ObjectiveConfig, loss_config, loss_field
+from .config import ObjectiveConfig, loss_config
 from .moco import MoCoState, MomentumUpdateCallback
 from .registry import register_objective
 
@@ -231,8 +230,7 @@ class CAREObjective(_ChunkedObjective):
 
 
 @dataclass
-class CAREMoCoConfig(CAREConfig):
-    temperature: float = loss_field(CAREMoCoHyperparameters)
+class CAREMoCoConfig(loss_config(CAREMoCoLoss), CAREConfig):  # CAREMoCoLoss's temperature (0.2), care_weight, n_splits
     moco_momentum: float = field(default=0.99, metadata={"help": "CARE-MoCo: EMA momentum m in [0, 1)."})
     moco_queue_size: int = field(default=4096, metadata={"help": "CARE-MoCo: number of negative keys in the queue."})
 

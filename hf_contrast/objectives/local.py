@@ -22,12 +22,12 @@ from transformers import EvalPrediction
 
 from hf_contrast.errors import InputError
 
-from ..losses.local import LOCALHyperparameters, LOCALLoss, local_alpha, pair_difference
+from ..losses.local import LOCALLoss, local_alpha, pair_difference
 from ..metrics.probes import macro_f1
 from ..tensor_checks import check_choice, check_int, check_name, check_unit_interval
 from ..views import ViewBuilder
 from .base import Objective
-from .config import ObjectiveConfig, loss_field
+from .config import loss_config
 from .registry import register_objective
 
 __all__ = ["LOCALConfig", "LOCALObjective"]
@@ -36,14 +36,11 @@ _ALPHA_SCHEDULES = ("inverse_epoch", "constant")
 
 
 @dataclass
-class LOCALConfig(ObjectiveConfig):
-    temperature: float = loss_field(LOCALHyperparameters)
-    beta: float = loss_field(LOCALHyperparameters)
+class LOCALConfig(loss_config(LOCALLoss)):  # beta, temperature, contrastive: declared by LOCALLoss
     alpha: float = field(default=1.0, metadata={"help": "LOCAL: initial / constant α in [0, 1]."})
     alpha_schedule: str = field(
         default="inverse_epoch", metadata={"help": "LOCAL: schedule of α, 'inverse_epoch' or 'constant'."}
     )
-    contrastive: str = loss_field(LOCALHyperparameters)
     num_labels: int | None = field(
         default=None, metadata={"help": "LOCAL: pair classes; default from the training set's ClassLabel or max+1."}
     )
@@ -51,7 +48,7 @@ class LOCALConfig(ObjectiveConfig):
     post_column: str = field(default="image_post", metadata={"help": "LOCAL: column of the second image of a pair."})
 
     def validate(self) -> None:
-        super().validate()  # temperature, beta, contrastive
+        super().validate()  # beta, temperature, contrastive
         check_unit_interval("alpha", self.alpha)
         check_choice("alpha_schedule", self.alpha_schedule, _ALPHA_SCHEDULES)
         check_int("num_labels", self.num_labels, 2, allow_none=True)

@@ -27,11 +27,10 @@ from torch import Tensor, nn
 from hf_contrast.errors import InputError
 
 from ..losses import AFCLLoss
-from ..losses.simo import AFCLHyperparameters
 from ..tensor_checks import check_bool, check_choice, check_int
 from ..views import AFCLBatchSampler, ViewBuilder, WholeClassGroups
 from .base import Objective
-from .config import ObjectiveConfig, loss_field
+from .config import ObjectiveConfig, loss_config
 from .geometry import GeometryMonitor, class_mean_abs_cosine
 from .registry import register_objective
 
@@ -39,12 +38,11 @@ __all__ = ["SimOConfig", "SimOObjective"]
 
 
 @dataclass
-class SimOConfig(ObjectiveConfig):
+class SimOConfig(loss_config(AFCLLoss)):  # olean: declared by AFCLLoss
     classes_per_batch: int = field(
         default=4, metadata={"help": "SimO/AFCL: classes C per batch (fewer than half the classes)."}
     )
     samples_per_class: int = field(default=8, metadata={"help": "SimO/AFCL: samples k per class in a batch (>= 2)."})
-    olean: float = loss_field(AFCLHyperparameters)
     n_views: int = field(default=1, metadata={"help": "SimO: augmented views per sample (1 or 2)."})
     replacement: bool = field(
         default=False,

@@ -304,6 +304,34 @@ def test_loss_field_overrides_only_what_differs_from_the_loss() -> None:
             assert value != loss_value, f"{file}: loss_field({name}) repeats the loss's {keyword} {value!r}"
 
 
+def test_a_config_names_a_loss_field_only_for_a_second_loss() -> None:
+    """The fields of a method's own loss come from its ``loss_config`` base, never named again in a class body:
+    ``loss_field`` is left for a second loss the method adds (align/uniform's SimCSE term, InfoNCE's temperature at
+    SimCSE's 0.05). Fails on a config that lists its loss's fields one by one (as SimO, LOCAL, CARE-MoCo and
+    align/uniform once did)."""
+    from hf_contrast.objectives.config import ObjectiveConfig as Base
+
+    by_hand = []
+    for config_class in [c for c in _registered_configs() if c.__module__.startswith("hf_contrast.")]:
+        own_losses = {  # the hyperparameters of the losses whose loss_config the config subclasses
+            hyperparameters
+            for base in config_class.__mro__
+            if base.__name__.endswith("LossConfig") and base.__module__.startswith("hf_contrast.losses")
+            for hyperparameters in base.loss_fields.values()
+        }
+        assert own_losses, f"{config_class.__name__} is not derived from its loss (`loss_config(TheLoss)`)"
+        for base in config_class.__mro__:
+            if base is Base or not issubclass(base, Base) or base.__module__.startswith("hf_contrast.losses"):
+                continue
+            for name in inspect.get_annotations(base):
+                if name in base.loss_fields:
+                    assert base.loss_fields[name] not in own_losses, (
+                        f"{base.__name__}.{name} repeats a field of its own loss: take it from `loss_config`"
+                    )
+                    by_hand.append((base.__name__, name))
+    assert sorted(set(by_hand)) == [("AlignUniformConfig", "temperature")]
+
+
 def test_every_loss_field_default_help_and_check_comes_from_the_loss() -> None:
     for config_class in _registered_configs():
         for f in dataclasses.fields(config_class):
@@ -319,20 +347,68 @@ def test_every_loss_field_default_help_and_check_comes_from_the_loss() -> None:
 def test_a_method_config_declares_only_its_own_fields_after_its_losss() -> None:
     """``class CAREConfig(loss_config(CARELoss))``: the loss's hyperparameters with help text come from the loss
     (one base class per loss), in the loss's order, then the method's own fields; the fields, defaults and checks
-    are the ones these configs had when each was declared by hand."""
-    from hf_contrast.losses import CARELoss, SupConLoss
+    are the ones these configs had when each was declared by hand (SimO's and LOCAL's once listed the loss's
+    fields among their own: the same fields and defaults, in this order now)."""
+    from hf_contrast.losses import AFCLLoss, AlignUniformLoss, CARELoss, CAREMoCoLoss, LOCALLoss, SupConLoss
     from hf_contrast.objectives import loss_config
 
     assert loss_config(SupConLoss) is loss_config(SupConLoss)  # SupCon and OCL share one
     expected = {
         CAREConfig: (CARELoss, {"temperature": 0.5, "care_weight": 0.01, "n_splits": 8, "share_views": False}),
+        CAREMoCoConfig: (
+            CAREMoCoLoss,
+            {
+                "temperature": 0.2,  # MoCo's queue InfoNCE, not CARE's 0.5
+                "care_weight": 0.01,
+                "n_splits": 8,
+                "share_views": False,
+                "moco_momentum": 0.99,
+                "moco_queue_size": 4096,
+            },
+        ),
         SupConConfig: (SupConLoss, {"temperature": 0.1, "n_views": 2}),
+        SimOConfig: (
+            AFCLLoss,
+            {"olean": 0.01, "classes_per_batch": 4, "samples_per_class": 8, "n_views": 1, "replacement": False},
+        ),
+        LOCALConfig: (
+            LOCALLoss,
+            {
+                "beta": 1.0,
+                "temperature": 0.1,
+                "contrastive": "ocl",
+                "alpha": 1.0,
+                "alpha_schedule": "inverse_epoch",
+                "num_labels": None,
+                "pre_column": "image_pre",
+                "post_column": "image_post",
+            },
+        ),
+        AlignUniformConfig: (
+            AlignUniformLoss,
+            {
+                "align_weight": 1.0,
+                "uniform_weight": 1.0,
+                "simcse_weight": 0.0,
+                "temperature": 0.05,
+                "task_loss_weight": 1.0,
+            },
+        ),
     }
     for config_class, (loss_class, defaults) in expected.items():
         assert issubclass(config_class, loss_config(loss_class))
         assert dataclasses.asdict(config_class()) == defaults
         assert list(dataclasses.asdict(config_class())) == list(defaults)
-        assert "temperature" not in inspect.get_annotations(config_class)  # not declared a second time
+        own = inspect.get_annotations(config_class)
+        derived = {f.name for f in dataclasses.fields(loss_config(loss_class))}
+        assert not own.keys() & derived, f"{config_class.__name__} declares {own.keys() & derived} a second time"
+        for name in derived:
+            assert config_class.loss_fields[name] is loss_class.hyperparameters_class, (config_class.__name__, name)
+    assert issubclass(CAREMoCoConfig, CAREConfig)  # share_views and its check: CARE's
+    with pytest.raises(ValueError, match="`share_views` must be True or False"):
+        CAREMoCoConfig(share_views=3)
+    with pytest.raises(ValueError, match="`temperature` must be > 0"):
+        CAREMoCoConfig(temperature=0.0)
     with pytest.raises(ValueError, match="`care_weight` must be >= 0"):
         CAREConfig(care_weight=-1.0)
     with pytest.raises(ValueError, match="`share_views` must be True or False"):
