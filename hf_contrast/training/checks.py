@@ -39,10 +39,12 @@ before any step.
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import os
 import time
 import warnings
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from torch import nn
@@ -62,9 +64,12 @@ from hf_contrast.models.inputs import position_limit
 from hf_contrast.objectives import Objective
 from hf_contrast.views import BadImageError, input_modality_of, scan_images
 from hf_contrast.views.image_scan import image_columns, scan_depth
+from hf_contrast.views.labels import class_labels
 
 __all__ = [
     "EVALUATION_RUN_METRICS",
+    "BatchClassCheck",
+    "batch_class_check",
     "check_best_metric",
     "check_classifier_classes",
     "check_datasets",
@@ -75,6 +80,7 @@ __all__ = [
     "check_evaluation_set",
     "check_image_files",
     "check_label_values",
+    "check_training_classes",
     "check_objective_fits",
     "check_sampling_strategy",
     "check_task_classes",
@@ -284,22 +290,81 @@ def check_label_values(trainer: Any) -> dict[str, list[int]]:
     column, objective = trainer.args.label_column, trainer.objective
     head = _task_head_width(trainer)
     if trainer.train_dataset is not None and (objective.needs_labels or head):
-        classes = _integer_classes(trainer.train_dataset, column)
-        negative = sorted(c for c in classes if c < 0)
-        if objective.needs_labels and negative:
-            raise InputError(
-                f"`train_dataset`'s `label_column`={column!r} holds the negative labels {negative}, which mark "
-                f"unlabelled rows: {type(objective).__name__} learns from classes and would train those rows as one "
-                f"class. Keep the labelled rows ({_keep_labelled(column)}), or train without labels (e.g. "
-                "objective='simclr')."
-            )
-        if head:
-            check_task_classes(classes, column, head, "train_dataset")
+        learner = type(objective).__name__ if objective.needs_labels else None
+        check_training_classes(_integer_classes(trainer.train_dataset, column), column, learner, head)
     return {
         name: _evaluation_classes(dataset, name, column, head)
         for name, dataset in _eval_sets(trainer.eval_dataset).items()
         if dataset is not None
     }
+
+
+def check_training_classes(
+    classes: Sequence[int], column: str, learner: str | None, head: int, where: str = ""
+) -> None:
+    """The training set's class labels ``classes`` (distinct integers) fit the run: no negative label (an unlabelled
+    row) where the objective ``learner`` (its class name; ``None``: it learns no classes) learns from classes, and
+    every label a class of a task head of ``head`` classes (0: none) that the objective trains
+    (:func:`check_task_classes`). ``where`` says where the labels were read (a streamed batch).
+
+    Raises:
+        InputError: naming ``train_dataset``, ``label_column``, the labels and the fix.
+    """
+    negative = sorted(c for c in classes if c < 0)
+    if learner is not None and negative:
+        raise InputError(
+            f"`train_dataset`'s `label_column`={column!r} holds the negative labels {negative}{where}, which mark "
+            f"unlabelled rows: {learner} learns from classes and would train those rows as one class. Keep the "
+            f"labelled rows ({_keep_labelled(column)}), or train without labels (e.g. objective='simclr')."
+        )
+    if head:
+        check_task_classes(list(classes), column, head, "train_dataset", where)
+
+
+@dataclasses.dataclass
+class BatchClassCheck:
+    """A training collator that first checks each batch's class labels as :func:`check_label_values` checks a training
+    set whose labels can be read before training (:func:`check_training_classes`): for a set whose labels cannot (a
+    streaming ``IterableDataset``, a torch ``Dataset``), a negative label where classes are learned, or a label
+    outside a task head, stops training at its batch with the start-up check's error instead of being trained (as
+    one class; or, for ``-100``, ignored by the task head's cross-entropy). The labels are the rows' own values, read
+    on the host before collation: nothing is read back from a device.
+
+    Args:
+        collate: The training collator.
+        column: ``label_column``.
+        learner: The objective's class name when it learns from classes, else ``None``.
+        head: Classes of the task head the objective trains (0: none).
+    """
+
+    collate: Callable[[list[Any]], Any]
+    column: str
+    learner: str | None
+    head: int
+
+    def __call__(self, features: list[Any]) -> Any:
+        values = [row[self.column] for row in features if isinstance(row, Mapping) and self.column in row]
+        if values:
+            labels = values if all(type(v) is int for v in values) else class_labels(values, self.column).tolist()
+            check_training_classes(
+                sorted(set(labels)),
+                self.column,
+                self.learner,
+                self.head,
+                " (in a training batch: the set's labels could not be read before training)",
+            )
+        return self.collate(features)
+
+
+def batch_class_check(trainer: Any, collate: Callable[[list[Any]], Any]) -> Callable[[list[Any]], Any]:
+    """``collate`` wrapped in a :class:`BatchClassCheck` where the objective learns from classes or trains a task head
+    and the training set's labels could not be read when the trainer was built (:func:`check_label_values`);
+    ``collate`` itself otherwise."""
+    column, objective = trainer.args.label_column, trainer.objective
+    head = _task_head_width(trainer)
+    if not (objective.needs_labels or head) or dataset_classes(trainer.train_dataset, column) is not None:
+        return collate
+    return BatchClassCheck(collate, column, type(objective).__name__ if objective.needs_labels else None, head)
 
 
 def _task_head_width(trainer: Any) -> int:
@@ -380,7 +445,9 @@ def check_classifier_classes(
             )
 
 
-def check_task_classes(classes: list[int], column: str, num_labels: int, name: str = "train_dataset") -> None:
+def check_task_classes(
+    classes: list[int], column: str, num_labels: int, name: str = "train_dataset", where: str = ""
+) -> None:
     """The labels ``classes`` of a dataset (its distinct integer labels, :func:`~hf_contrast.data.checks.
     dataset_classes`) are classes of the encoder's task head (``0 .. num_labels - 1``): another label stopped training
     at its batch, or at the first evaluation (torch's "Target 2 is out of bounds"; on a GPU a device-side assert).
@@ -392,8 +459,8 @@ def check_task_classes(classes: list[int], column: str, num_labels: int, name: s
     outside = sorted(c for c in classes if not 0 <= c < num_labels)
     if outside:
         raise InputError(
-            f"`{name}`'s `label_column`={column!r} holds the labels {outside[:8]}, which the encoder's task head "
-            f"(`num_labels`={num_labels}: classes 0..{num_labels - 1}) has no logit for. Build the encoder with "
+            f"`{name}`'s `label_column`={column!r} holds the labels {outside[:8]}{where}, which the encoder's task "
+            f"head (`num_labels`={num_labels}: classes 0..{num_labels - 1}) has no logit for. Build the encoder with "
             f"`num_labels={max(classes) + 1}` (the examples' `--task_head` counts the classes), or keep the rows of "
             f"its classes (`dataset.filter(lambda row: 0 <= row[{column!r}] < {num_labels})`)."
         )

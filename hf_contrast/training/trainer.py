@@ -72,6 +72,7 @@ from hf_contrast.training.callbacks import (
 )
 from hf_contrast.training.checkpointing import SafeCheckpointing, first_nonfinite_tensor, run_settings
 from hf_contrast.training.checks import (
+    batch_class_check,
     check_best_metric,
     check_classifier_classes,
     check_datasets,
@@ -585,17 +586,18 @@ class ContrastiveTrainer(SafeCheckpointing, HubPublishingMixin, Trainer):
     def _serving(self, cache: DecodedImageCache | None) -> Iterator[None]:
         """Inside the block the training loader is built over the cache's row numbers with its one-index-op
         collate (no workers: the batch is one gather, on the cache's device), or, for images that did not fit in
-        the cache, with persistent prefetching workers (:func:`~hf_contrast.training.trainer.serving_options`)."""
+        the cache, with persistent prefetching workers (:func:`~hf_contrast.training.trainer.serving_options`). Without
+        the cache, the collator checks each batch's class labels where they could not be checked before training
+        (:func:`~hf_contrast.training.checks.batch_class_check`: a streaming training set)."""
         overrides = serving_options(self.args, cache, self._cache_plan)
-        if cache is None and not overrides:
-            yield
-            return
         saved = {name: getattr(self.args, name) for name in overrides}
         dataset, collator = self.train_dataset, self.data_collator
         for name, value in overrides.items():
             setattr(self.args, name, value)
-        if cache is not None:
+        if cache is not None:  # its labels are a datasets.Dataset's, checked when the trainer was built
             self.train_dataset, self.data_collator = cache.rows, cache.collate
+        else:  # labels not read before training (a stream): each batch's checked as they would have been
+            self.data_collator = batch_class_check(self, collator)
         try:
             yield
         finally:

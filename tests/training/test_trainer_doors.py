@@ -454,6 +454,40 @@ def test_labels_the_task_head_has_no_logit_for_are_refused_before_training(num_l
         evaluated()
 
 
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    labels=st.lists(st.sampled_from([-100, -1, 0, 1, 2, 3]), min_size=8, max_size=8),
+    method=st.sampled_from(["supcon", "align_uniform"]),
+)
+def test_a_streamed_training_sets_labels_are_checked_at_their_batch(labels, method, tmp_path) -> None:
+    """A streaming training set's labels cannot be read before training: a negative label (an unlabelled row) was
+    trained by SupCon as one more class, and a -100 was left out of a task head's cross-entropy (its ignore index),
+    both silently. Each batch's labels are now checked as a `datasets.Dataset`'s are when the trainer is built: the
+    batch that holds one stops training, before its step, with the same error."""
+    head = 3 if method == "align_uniform" else 0  # align/uniform: a task head of 3 classes; SupCon: its classes
+    data = image_dataset(n=8, size=16, labels=labels)
+    trainer = ContrastiveTrainer(
+        model=vit_encoder(num_labels=head), args=training_args(tmp_path, per_device_train_batch_size=4, max_steps=2),
+        train_dataset=data.to_iterable_dataset(), objective=method,
+    )  # fmt: skip
+    batches = [sorted(set(labels[:4])), sorted(set(labels[4:]))]
+    bad = [[c for c in batch if (c >= head if head else False) or c < 0] for batch in batches]
+    first = next((i for i, outside in enumerate(bad) if outside), None)
+    if first is None:
+        trainer.train()
+        assert trainer.state.global_step == 2
+        return
+    where = r" \(in a training batch: the set's labels could not be read before training\)"
+    said = (
+        rf"holds the labels \[{', '.join(map(str, bad[first]))}\]{where}, which the encoder's task head"
+        if head
+        else rf"holds the negative labels \[{', '.join(map(str, bad[first]))}\]{where}, which mark unlabelled rows"
+    )
+    with pytest.raises(InputError, match=rf"^`train_dataset`'s `label_column`='label' {said}"):
+        trainer.train()
+    assert trainer.state.global_step <= first  # stopped before its step (accelerate's loader reads a batch ahead)
+
+
 def _ordered(strategy: str) -> dict[str, object]:
     """The `TrainingArguments` field asking for ``strategy`` (``group_by_length=True`` before transformers 5.2)."""
     from transformers import TrainingArguments
