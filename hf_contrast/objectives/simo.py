@@ -125,9 +125,17 @@ class SimOObjective(Objective):
         """Class-major ``C × k`` batches, epoch-aware; Accelerate shards them over processes.
 
         Raises:
-            ValueError: if the dataset is not a ``datasets.Dataset`` with the label column.
+            InputError: if the dataset is streamed, or not a ``datasets.Dataset`` with the label column.
         """
         column = views.args.label_column
+        if isinstance(dataset, torch.utils.data.IterableDataset):  # its rows come in their order, none drawn by index
+            raise InputError(
+                "SimO trains on class-major batches (`classes_per_batch` classes × `samples_per_class` rows of each), "
+                "drawn by class from the training set's rows; a streaming training set gives its rows in its own "
+                "order, which cannot be drawn by class: its batches' groups would not be classes. Load the training "
+                "set as a `datasets.Dataset` (without `streaming=True`, or `datasets.Dataset.from_list(list(stream))` "
+                "for one that fits in memory)."
+            )
         if not hasattr(dataset, "column_names"):
             raise InputError(
                 "SimO builds class-major batches from the labels of a `datasets.Dataset` (it reads "

@@ -48,6 +48,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from torch import nn
+from torch.utils.data import IterableDataset as TorchIterableDataset
 from transformers.utils import logging
 
 from hf_contrast.data.checks import (
@@ -82,6 +83,7 @@ __all__ = [
     "check_label_values",
     "check_objective_fits",
     "check_sampling_strategy",
+    "check_streamed_batches",
     "check_task_classes",
     "check_text_length",
     "check_trainer_arguments",
@@ -568,6 +570,26 @@ def check_objective_fits(args: Any, objective: Any) -> None:
             f"`load_best_model_at_end=True` chooses by `eval_loss`, which {type(objective).__name__} does not "
             "report (its batches are not evaluation batches); set `metric_for_best_model`, e.g. "
             "'eval_knn_loo_accuracy'."
+        )
+
+
+def check_streamed_batches(trainer: Any) -> None:
+    """A streaming training set (a torch ``IterableDataset``) with an objective that draws its training batches with a
+    batch sampler (:meth:`~hf_contrast.objectives.Objective.train_batch_sampler`, e.g. SimO's class-major batches): a
+    stream's rows come in its own order and cannot be drawn by index, and the Trainer's loader left the sampler out,
+    so such an objective trained on batches it was not made for, silently. Called once the objective is set up.
+
+    Raises:
+        InputError: naming the objective and the fix (the objective's own error, where it refuses a stream itself).
+    """
+    dataset = trainer.train_dataset
+    if not isinstance(dataset, TorchIterableDataset):
+        return
+    if trainer.objective.train_batch_sampler(dataset, trainer.views) is not None:
+        raise InputError(
+            f"{type(trainer.objective).__name__} draws its training batches with a batch sampler (its "
+            "`train_batch_sampler`), which a streaming training set cannot serve: its rows come in its own order. "
+            "Load the training set as a `datasets.Dataset` (without `streaming=True`)."
         )
 
 

@@ -84,6 +84,7 @@ from hf_contrast.training.checks import (
     check_label_values,
     check_objective_fits,
     check_sampling_strategy,
+    check_streamed_batches,
     check_text_length,
     check_trainer_arguments,
     check_trainer_columns,
@@ -299,6 +300,7 @@ class ContrastiveTrainer(SafeCheckpointing, HubPublishingMixin, Trainer):
         # of the objective's own classifier (known once it is set up)
         eval_classes = check_label_values(self)
         self.objective.setup(self.views, train_dataset)
+        check_streamed_batches(self)  # an objective's batch sampler, which a stream cannot serve
         check_classifier_classes(self.objective, eval_classes, self.args.label_column)
         check_evaluation_fits(self.args, self.objective, self.eval_dataset)
         check_sampling_strategy(self)  # an order the objective ignores, or lengths image rows do not have

@@ -488,6 +488,32 @@ def test_a_streamed_training_sets_labels_are_checked_at_their_batch(labels, meth
     assert trainer.state.global_step <= first  # stopped before its step (accelerate's loader reads a batch ahead)
 
 
+def test_an_objective_that_samples_its_batches_refuses_a_streamed_training_set(tmp_path) -> None:
+    """SimO's class-major batches are drawn by class from the rows; the Trainer's loader of a stream left its sampler
+    out, so SimO trained on the stream's batches in their order, whose groups are not classes, silently (2 steps and
+    a finite loss here). Now refused when the trainer is built: SimO's own message, and for any objective with a
+    ``train_batch_sampler`` the trainer's."""
+    from hf_contrast.objectives import SimCLRObjective
+
+    stream = image_dataset(n=40, n_classes=8).to_iterable_dataset()
+    args = training_args(tmp_path, per_device_train_batch_size=6, max_steps=2)
+    with pytest.raises(InputError, match=r"^SimO trains on class-major batches .* a streaming training set gives"):
+        SimOTrainer(
+            model=vit_encoder(),
+            args=args,
+            train_dataset=stream,
+            objective=SimOObjective(classes_per_batch=3, samples_per_class=2),
+        )
+
+    class Sampled(SimCLRObjective):  # a user's objective with batches of its own
+        def train_batch_sampler(self, dataset, views):  # noqa: ANN001, ANN202
+            return [[0, 1, 2, 3, 4, 5]]
+
+    with pytest.raises(InputError, match=r"^Sampled draws its training batches with a batch sampler .* streaming"):
+        ContrastiveTrainer(model=vit_encoder(), args=args, train_dataset=stream, objective=Sampled())
+    ContrastiveTrainer(model=vit_encoder(), args=args, train_dataset=stream, objective=SimCLRObjective()).train()
+
+
 def _ordered(strategy: str) -> dict[str, object]:
     """The `TrainingArguments` field asking for ``strategy`` (``group_by_length=True`` before transformers 5.2)."""
     from transformers import TrainingArguments
