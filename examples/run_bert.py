@@ -30,7 +30,7 @@
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any, Literal
 
 import datasets
@@ -230,10 +230,11 @@ def best_checkpoint_unavailable(args: ContrastiveTrainingArguments) -> str | Non
             output_dir=args.output_dir, use_cpu=True, load_best_model_at_end=True,
             metric_for_best_model=args.metric_for_best_model, **schedule,
         )  # fmt: skip
-    except ValueError as error:
+    except ValueError as error:  # transformers' reason; its ", but found" ends a line whose sequel the flags say
+        reason = str(error).splitlines()[0].removesuffix(" but found").removesuffix(",")
         return (
             f"evaluations (`--eval_strategy {evaluate}`, `--eval_steps {args.eval_steps}`) do not all fall on "
-            f"checkpoints (`--save_strategy {save}`, `--save_steps {args.save_steps}`): {str(error).splitlines()[0]}"
+            f"checkpoints (`--save_strategy {save}`, `--save_steps {args.save_steps}`): {reason}"
         )
     return None
 
@@ -268,10 +269,13 @@ def main() -> None:
         split=None, text_column=training_args.text_column, text_pair_column=training_args.text_pair_column,
         dataset_name=script.dataset_name,
     )  # fmt: skip
-    try:  # with labels when the data has them (probes; the task head needs them)
+    # with labels when the data has them (probes; the task head needs them); a --label_column given is required
+    default_label = next(f.default for f in fields(training_args) if f.name == "label_column")
+    try:
         data = load_text_dataset(source, label_column=training_args.label_column, **columns)
     except ValueError as error:
-        if script.task_head or f"`label_column`={training_args.label_column!r} is not a column" not in str(error):
+        missing = f"`label_column`={training_args.label_column!r} is not a column" in str(error)
+        if script.task_head or training_args.label_column != default_label or not missing:
             raise
         data = load_text_dataset(source, **columns)
     # the loader renames the chosen columns to `text`, `text_pair`, `label` (hf_contrast.data.columns)

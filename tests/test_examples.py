@@ -733,6 +733,21 @@ def test_run_bert_on_the_shipped_sentences(method: list[str], tiny_bert_dir: Pat
     assert ("eval_best_step" in results) == ("--eval_strategy" not in method)  # no best step without evaluations
 
 
+def test_run_bert_refuses_a_label_column_it_was_given_that_the_data_lacks(tiny_bert_dir: Path, tmp_path: Path) -> None:
+    """Data without labels trains unlabelled (probes left out) when ``--label_column`` is left at its default; one the
+    user named was dropped the same way, without a word, and SupCon then said the data had no column 'label'. A
+    ``--label_column`` given must be there: refused with the data's columns, before anything is written."""
+    data = tmp_path / "sentences.csv"
+    data.write_text("sentence,kind\n" + "".join(f"sentence number {i},{i % 2}\n" for i in range(24)))
+    output_dir = tmp_path / "bert"
+    argv = ["--model", str(tiny_bert_dir), *TINY_TEXT, "--dataset", str(data), "--text_column", "sentence"]
+    with pytest.raises(SystemExit, match=r"`label_column`='label_kind' is not a column .* 'kind'"):
+        run_example("run_bert.py", *argv, "--method", "supcon", "--label_column", "label_kind", output_dir=output_dir)
+    assert not output_dir.exists()
+    stdout = run_example("run_bert.py", *argv, "--eval_strategy", "no", output_dir=output_dir)  # default: unlabelled
+    assert (output_dir / "train_results.json").is_file() and "eval_knn_accuracy" not in stdout  # trained, no labels
+
+
 def test_run_bert_task_head_keeps_the_class_names(tiny_bert_dir: Path) -> None:
     """A string label column (SICK's entailment_judgment) becomes a ClassLabel; the task head was saved with
     LABEL_0, LABEL_1, … where run_care saves the class names."""
@@ -795,6 +810,7 @@ def test_run_bert_keeps_the_best_checkpoint_exactly_where_transformers_can(
         assert (why_not is None) == accepted, why_not
     if why_not:
         assert "`--eval_strategy" in why_not  # names the flags to change
+        assert not why_not.rstrip(".").endswith("but found")  # transformers' reason without its dangling tail
 
 
 def test_given_arguments_are_what_the_command_line_names(tmp_path) -> None:
