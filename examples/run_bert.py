@@ -30,7 +30,7 @@
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import datasets
@@ -270,12 +270,11 @@ def main() -> None:
         dataset_name=script.dataset_name,
     )  # fmt: skip
     # with labels when the data has them (probes; the task head needs them); a --label_column given is required
-    default_label = next(f.default for f in fields(training_args) if f.name == "label_column")
     try:
         data = load_text_dataset(source, label_column=training_args.label_column, **columns)
     except ValueError as error:
         missing = f"`label_column`={training_args.label_column!r} is not a column" in str(error)
-        if script.task_head or training_args.label_column != default_label or not missing:
+        if script.task_head or "label_column" in given_arguments() or not missing:
             raise
         data = load_text_dataset(source, **columns)
     # the loader renames the chosen columns to `text`, `text_pair`, `label` (hf_contrast.data.columns)

@@ -743,6 +743,8 @@ def test_run_bert_refuses_a_label_column_it_was_given_that_the_data_lacks(tiny_b
     argv = ["--model", str(tiny_bert_dir), *TINY_TEXT, "--dataset", str(data), "--text_column", "sentence"]
     with pytest.raises(SystemExit, match=r"`label_column`='label_kind' is not a column .* 'kind'"):
         run_example("run_bert.py", *argv, "--method", "supcon", "--label_column", "label_kind", output_dir=output_dir)
+    with pytest.raises(SystemExit, match=r"`label_column`='label' is not a column"):  # named, even as the default
+        run_example("run_bert.py", *argv, "--label_column", "label", output_dir=output_dir)
     assert not output_dir.exists()
     stdout = run_example("run_bert.py", *argv, "--eval_strategy", "no", output_dir=output_dir)  # default: unlabelled
     assert (output_dir / "train_results.json").is_file() and "eval_knn_accuracy" not in stdout  # trained, no labels
