@@ -44,7 +44,7 @@ import difflib
 import os
 import time
 import warnings
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from torch import nn
@@ -65,7 +65,7 @@ from hf_contrast.models.inputs import position_limit
 from hf_contrast.objectives import Objective
 from hf_contrast.views import BadImageError, input_modality_of, scan_images
 from hf_contrast.views.image_scan import image_columns, scan_depth
-from hf_contrast.views.labels import class_labels
+from hf_contrast.views.labels import collate_labels
 
 __all__ = [
     "EVALUATION_RUN_METRICS",
@@ -345,11 +345,10 @@ class BatchClassCheck:
     head: int
 
     def __call__(self, features: list[Any]) -> Any:
-        values = [row[self.column] for row in features if isinstance(row, Mapping) and self.column in row]
-        if values:
-            labels = values if all(type(v) is int for v in values) else class_labels(values, self.column).tolist()
+        labels = collate_labels(features, self.column)  # as the collators read them (None: no label column)
+        if labels is not None:
             check_training_classes(
-                sorted(set(labels)),
+                sorted(set(labels.tolist())),
                 self.column,
                 self.learner,
                 self.head,
